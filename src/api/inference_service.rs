@@ -1,0 +1,966 @@
+//! InferenceService (`fusioninfer.io/v1alpha1`, seed 003): a model server made of
+//! roles (router, prefiller, decoder, worker), each replica one LeaderWorkerSet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Findings, dns1123_label_error, parse_at, schema};
+
+/// The desired state of an inference service: its roles and how they are
+/// scheduled and upgraded.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "fusioninfer.io",
+    version = "v1alpha1",
+    kind = "InferenceService",
+    plural = "inferenceservices",
+    shortname = "infsvc",
+    category = "tandem",
+    namespaced,
+    status = "InferenceServiceStatus",
+    derive = "PartialEq",
+    doc = "An LLM inference service made of roles (router, prefiller, decoder, worker); each replica of a role is one LeaderWorkerSet.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.ready",
+        description = "Ready replicas over desired replicas, all serving roles together"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why the service is or is not ready"
+    ),
+    printcolumn(
+        name = "Upgrade",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"UpgradeInProgress\")].status",
+        description = "Whether an upgrade is moving capacity and traffic",
+        priority = 1
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceServiceSpec {
+    /// The components of the service. Each role is named by the user and
+    /// classified by its componentType.
+    pub roles: Vec<Role>,
+
+    /// Scheduler, queue, priority class and gang policy for the service's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_strategy: Option<SchedulingStrategy>,
+
+    /// How a change of the pod templates reaches running replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<UpgradeStrategy>,
+}
+
+/// The semantic role of a component.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ComponentType {
+    /// Request router: an endpoint picker behind an InferencePool.
+    Router,
+    /// Prompt processing and KV-cache production.
+    Prefiller,
+    /// Token generation.
+    Decoder,
+    /// Monolithic inference (full request lifecycle).
+    Worker,
+}
+
+impl ComponentType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComponentType::Router => "router",
+            ComponentType::Prefiller => "prefiller",
+            ComponentType::Decoder => "decoder",
+            ComponentType::Worker => "worker",
+        }
+    }
+}
+
+impl fmt::Display for ComponentType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the router's endpoint picker chooses a model server.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutingStrategy {
+    PrefixCache,
+    KvCacheUtilization,
+    QueueSize,
+    LoraAffinity,
+    PdDisaggregation,
+}
+
+/// One logical component of the service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Role {
+    /// User-chosen, unique name (a DNS-1123 label); part of every child's name.
+    pub name: String,
+
+    /// router, prefiller, decoder or worker.
+    pub component_type: ComponentType,
+
+    /// Number of independent replicas (for a router: endpoint-picker pods). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// Spreads each replica over several nodes (leader + workers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multinode: Option<Multinode>,
+
+    /// Pod template (a PodTemplateSpec) of the role's model servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::raw_object")]
+    pub template: Option<serde_json::Value>,
+
+    /// Which replicas go first when the role scales down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_down: Option<RoleScaleDown>,
+
+    /// Router only: the endpoint picker's strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<RoutingStrategy>,
+
+    /// Router only: a Gateway API HTTPRouteSpec; Tandem keeps its parents,
+    /// hostnames, matches and filters and adds the InferencePool as backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::raw_object")]
+    pub httproute: Option<serde_json::Value>,
+
+    /// Router only: the endpoint picker's configuration as YAML, used verbatim
+    /// instead of the one generated from `strategy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_picker_config: Option<String>,
+}
+
+impl Role {
+    pub const DEFAULT_REPLICAS: i32 = 1;
+
+    pub fn replicas(&self) -> i32 {
+        self.replicas.unwrap_or(Self::DEFAULT_REPLICAS)
+    }
+
+    /// Pods per replica: 1 unless the role is multi-node.
+    pub fn node_count(&self) -> i32 {
+        self.multinode
+            .as_ref()
+            .and_then(|m| m.node_count)
+            .unwrap_or(1)
+    }
+
+    pub fn is_router(&self) -> bool {
+        self.component_type == ComponentType::Router
+    }
+
+    pub fn scale_down_policy(&self) -> RoleScaleDownPolicy {
+        self.scale_down
+            .as_ref()
+            .and_then(|s| s.policy)
+            .unwrap_or_default()
+    }
+}
+
+/// Multi-node distributed inference.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Multinode {
+    /// Number of distinct nodes (pods) per replica. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleScaleDown {
+    /// Ordered (highest index first, the default) or Binpack (lowest summed
+    /// pod-deletion-cost first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<RoleScaleDownPolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RoleScaleDownPolicy {
+    #[default]
+    Ordered,
+    Binpack,
+}
+
+/// Pod-level scheduling for the whole service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingStrategy {
+    /// Scheduler for the pods; `volcano` turns on gang scheduling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+    /// Volcano queue of the service's PodGroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Priority class of the PodGroup and its pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// SubGroup (Volcano >= 1.14: each replica atomic, one replica of each
+    /// gang role together, more replicas independently) or TaskMember (the
+    /// seed's minTaskMember layout: all or nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang_policy: Option<GangPolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum GangPolicy {
+    #[default]
+    SubGroup,
+    TaskMember,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStrategy {
+    /// RollingUpdate (default), NewRevision, IncrementalUpgrade or None.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<UpgradeType>,
+    /// Options of IncrementalUpgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental_upgrade_options: Option<IncrementalUpgradeOptions>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpgradeType {
+    /// Each LeaderWorkerSet rolls its own pods.
+    #[default]
+    RollingUpdate,
+    /// Blue/green: a full new revision, then all traffic at once.
+    NewRevision,
+    /// Capacity and traffic move step by step through a Gateway.
+    IncrementalUpgrade,
+    /// Running replicas are left alone; only replicas created later change.
+    None,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncrementalUpgradeOptions {
+    /// Capacity (percent of the desired replicas) added to the new revision per step. Default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge_percent: Option<i32>,
+    /// Traffic percent moved to the new revision every intervalSeconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_size_percent: Option<i32>,
+    /// Seconds between traffic steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<i32>,
+    /// GatewayClass of the Gateway Tandem creates for the service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_class_name: Option<String>,
+}
+
+impl IncrementalUpgradeOptions {
+    pub const DEFAULT_MAX_SURGE_PERCENT: i32 = 100;
+}
+
+/// The observed state of an inference service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceServiceStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready, Progressing, Failed, UpgradeInProgress, RollbackInProgress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// Per role, keyed by spec.roles[].name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub components: BTreeMap<String, ComponentStatus>,
+
+    /// Ready replicas over desired replicas of the serving roles ("3/6").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+
+    /// Locks held by ScaleViews: a locked role's replicas change only through its view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub scale_views: Vec<ScaleViewLock>,
+
+    /// Active and pending revisions during NewRevision and IncrementalUpgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
+}
+
+/// The aggregated state of one role.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    pub desired_replicas: i32,
+    /// Replicas whose every node is ready.
+    pub ready_replicas: i32,
+    pub nodes_per_replica: i32,
+    pub total_pods: i32,
+    pub ready_pods: i32,
+    pub phase: ComponentPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ComponentPhase {
+    #[default]
+    Pending,
+    Deploying,
+    Running,
+    Failed,
+    Unknown,
+}
+
+/// A ScaleView's lock on some roles of this service.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleViewLock {
+    /// The ScaleView's name (same namespace).
+    pub name: String,
+    /// The ScaleView's uid: a view recreated under the same name is another view.
+    pub uid: String,
+    /// The ScaleView generation the replicas below were computed from.
+    pub generation: i64,
+    /// The locked roles and the replicas the view set for them.
+    #[serde(default)]
+    pub role_replicas: Vec<RoleReplicas>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleReplicas {
+    pub role: String,
+    pub replicas: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<RevisionStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<RevisionStatus>,
+}
+
+/// Capacity and traffic of one revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    pub revision: String,
+    /// Percent of the desired replicas this revision is scaled to.
+    pub target_capacity: i32,
+    /// Percent of the traffic routed to this revision.
+    pub traffic_routed_percent: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_traffic_move_time: Option<Time>,
+}
+
+/// Fills every default into the spec, so the stored object says what Tandem
+/// will do. Tandem reads an absent field as the same default, so an object that
+/// skipped this (mutating webhook unreachable) behaves the same.
+pub fn defaults(spec: &mut InferenceServiceSpec) {
+    for role in &mut spec.roles {
+        role.replicas.get_or_insert(Role::DEFAULT_REPLICAS);
+        if let Some(multinode) = role.multinode.as_mut() {
+            multinode.node_count.get_or_insert(1);
+        }
+        if !role.is_router() {
+            role.scale_down
+                .get_or_insert(RoleScaleDown { policy: None })
+                .policy
+                .get_or_insert_default();
+        }
+    }
+    if let Some(scheduling) = spec.scheduling_strategy.as_mut() {
+        scheduling.gang_policy.get_or_insert_default();
+    }
+    let upgrade = spec.upgrade_strategy.get_or_insert_default();
+    upgrade.type_.get_or_insert_default();
+    if let Some(options) = upgrade.incremental_upgrade_options.as_mut() {
+        options
+            .max_surge_percent
+            .get_or_insert(IncrementalUpgradeOptions::DEFAULT_MAX_SURGE_PERCENT);
+    }
+}
+
+/// Everything that makes a single InferenceService unusable, each with its field path.
+pub fn validate(spec: &InferenceServiceSpec) -> Findings {
+    let mut findings = Findings::default();
+    validate_roles(&spec.roles, &mut findings);
+    if let Some(scheduling) = &spec.scheduling_strategy {
+        validate_scheduling(scheduling, &mut findings);
+    }
+    if let Some(upgrade) = &spec.upgrade_strategy {
+        validate_upgrade(upgrade, &mut findings);
+    }
+    findings
+}
+
+fn validate_roles(roles: &[Role], findings: &mut Findings) {
+    if roles.is_empty() {
+        findings.deny("spec.roles", "must list at least one role");
+        return;
+    }
+    let mut first_index_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, role) in roles.iter().enumerate() {
+        let at = format!("spec.roles[{i}]");
+        if let Some(reason) = dns1123_label_error(&role.name) {
+            findings.deny(format!("{at}.name"), reason);
+        }
+        if let Some(first) = first_index_of.insert(&role.name, i) {
+            findings.deny(
+                format!("{at}.name"),
+                format!(
+                    "duplicate role name {:?} (also spec.roles[{first}].name)",
+                    role.name
+                ),
+            );
+            first_index_of.insert(&role.name, first);
+        }
+        validate_role(role, &at, findings);
+    }
+
+    let types: BTreeSet<ComponentType> = roles.iter().map(|r| r.component_type).collect();
+    let routers: Vec<usize> = roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_router())
+        .map(|(i, _)| i)
+        .collect();
+    if routers.len() > 1 {
+        findings.deny(
+            format!("spec.roles[{}].componentType", routers[1]),
+            format!(
+                "a service has at most one router role, spec.roles[{}] is already one",
+                routers[0]
+            ),
+        );
+    }
+    if types.iter().all(|t| *t == ComponentType::Router) {
+        findings.deny(
+            "spec.roles",
+            "needs at least one role that serves (componentType worker, prefiller or decoder)",
+        );
+    }
+    let has = |t| types.contains(&t);
+    if has(ComponentType::Prefiller) != has(ComponentType::Decoder) {
+        let (present, missing) = if has(ComponentType::Prefiller) {
+            ("prefiller", "decoder")
+        } else {
+            ("decoder", "prefiller")
+        };
+        findings.deny(
+            "spec.roles",
+            format!(
+                "a disaggregated service needs both a prefiller and a decoder role: has a {present} but no {missing}"
+            ),
+        );
+    }
+}
+
+fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
+    if let Some(replicas) = role.replicas
+        && replicas < 0
+    {
+        findings.deny(
+            format!("{at}.replicas"),
+            format!("must be >= 0, got {replicas}"),
+        );
+    }
+    if let Some(multinode) = &role.multinode {
+        if role.is_router() {
+            findings.deny(
+                format!("{at}.multinode"),
+                "only allowed on serving roles, this role is a router",
+            );
+        } else if let Some(n) = multinode.node_count
+            && n < 1
+        {
+            findings.deny(
+                format!("{at}.multinode.nodeCount"),
+                format!("must be >= 1, got {n}"),
+            );
+        }
+    }
+
+    if role.is_router() {
+        if role.scale_down.is_some() {
+            findings.deny(
+                format!("{at}.scaleDown"),
+                "only allowed on serving roles, this role is a router",
+            );
+        }
+        if let Some(httproute) = &role.httproute {
+            let field = format!("{at}.httproute");
+            if let Err(v) = parse_at::<gateway_api::apis::standard::httproutes::HttpRouteSpec>(
+                httproute, &field,
+            ) {
+                findings.deny(v.field, format!("not a Gateway API HTTPRouteSpec: {}", v.reason));
+            }
+        }
+        if let Some(config) = &role.endpoint_picker_config {
+            let field = format!("{at}.endpointPickerConfig");
+            match serde_norway::from_str::<serde_json::Value>(config) {
+                Ok(serde_json::Value::Object(_)) => {}
+                Ok(_) => findings.deny(field, "must be a YAML mapping (an EndpointPickerConfig)"),
+                Err(e) => findings.deny(field, format!("is not valid YAML: {e}")),
+            }
+        }
+        if let Some(template) = &role.template {
+            validate_template(template, at, findings);
+        }
+    } else {
+        for (field, set) in [
+            ("strategy", role.strategy.is_some()),
+            ("httproute", role.httproute.is_some()),
+            ("endpointPickerConfig", role.endpoint_picker_config.is_some()),
+        ] {
+            if set {
+                findings.deny(
+                    format!("{at}.{field}"),
+                    format!(
+                        "only allowed on a role with componentType router, this role is a {}",
+                        role.component_type
+                    ),
+                );
+            }
+        }
+        match &role.template {
+            Some(template) => validate_template(template, at, findings),
+            None => findings.deny(
+                format!("{at}.template"),
+                format!(
+                    "required: a {} role needs a pod template with at least one container",
+                    role.component_type
+                ),
+            ),
+        }
+    }
+}
+
+/// The template must be a PodTemplateSpec that would deploy: at least one
+/// container, each with a unique name and an image, ports in range.
+fn validate_template(template: &serde_json::Value, at: &str, findings: &mut Findings) {
+    let field = format!("{at}.template");
+    let template: PodTemplateSpec = match parse_at(template, &field) {
+        Ok(t) => t,
+        Err(v) => {
+            findings.deny(v.field, format!("not a PodTemplateSpec: {}", v.reason));
+            return;
+        }
+    };
+    let Some(pod) = template.spec else {
+        findings.deny(format!("{field}.spec"), "required: the pod spec with its containers");
+        return;
+    };
+    if pod.containers.is_empty() {
+        findings.deny(
+            format!("{field}.spec.containers"),
+            "must list at least one container",
+        );
+    }
+    let mut names = BTreeSet::new();
+    for (c, container) in pod.containers.iter().enumerate() {
+        let at = format!("{field}.spec.containers[{c}]");
+        if let Some(reason) = dns1123_label_error(&container.name) {
+            findings.deny(format!("{at}.name"), reason);
+        } else if !names.insert(container.name.as_str()) {
+            findings.deny(
+                format!("{at}.name"),
+                format!("duplicate container name {:?}", container.name),
+            );
+        }
+        if container.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+            findings.deny(format!("{at}.image"), "required: the container image");
+        }
+        for (p, port) in container.ports.iter().flatten().enumerate() {
+            if !(1..=65535).contains(&port.container_port) {
+                findings.deny(
+                    format!("{at}.ports[{p}].containerPort"),
+                    format!("must be between 1 and 65535, got {}", port.container_port),
+                );
+            }
+        }
+    }
+}
+
+fn validate_scheduling(scheduling: &SchedulingStrategy, findings: &mut Findings) {
+    for (field, value) in [
+        ("schedulerName", &scheduling.scheduler_name),
+        ("queue", &scheduling.queue),
+        ("priorityClassName", &scheduling.priority_class_name),
+    ] {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            findings.deny(
+                format!("spec.schedulingStrategy.{field}"),
+                "must not be empty when set (leave it out for the default)",
+            );
+        }
+    }
+}
+
+fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Findings) {
+    let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
+    let strategy = upgrade.type_.unwrap_or_default();
+    let options = upgrade.incremental_upgrade_options.as_ref();
+    if strategy != UpgradeType::IncrementalUpgrade {
+        if options.is_some() {
+            findings.warn(format!(
+                "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}, not IncrementalUpgrade"
+            ));
+        }
+        return;
+    }
+    let Some(options) = options else {
+        findings.deny(
+            at,
+            "required when spec.upgradeStrategy.type is IncrementalUpgrade: set stepSizePercent, intervalSeconds and gatewayClassName",
+        );
+        return;
+    };
+    let surge = options
+        .max_surge_percent
+        .unwrap_or(IncrementalUpgradeOptions::DEFAULT_MAX_SURGE_PERCENT);
+    if !(1..=100).contains(&surge) {
+        findings.deny(
+            format!("{at}.maxSurgePercent"),
+            format!("must be between 1 and 100, got {surge}"),
+        );
+    }
+    match options.step_size_percent {
+        None => findings.deny(
+            format!("{at}.stepSizePercent"),
+            "required for IncrementalUpgrade: the traffic percent moved per interval",
+        ),
+        Some(step) if step <= 0 => findings.deny(
+            format!("{at}.stepSizePercent"),
+            format!("must be > 0, got {step}"),
+        ),
+        Some(step) if step > surge => findings.deny(
+            format!("{at}.stepSizePercent"),
+            format!("must be <= maxSurgePercent ({surge}), got {step}"),
+        ),
+        Some(_) => {}
+    }
+    match options.interval_seconds {
+        None => findings.deny(
+            format!("{at}.intervalSeconds"),
+            "required for IncrementalUpgrade: seconds between traffic steps",
+        ),
+        Some(interval) if interval <= 0 => findings.deny(
+            format!("{at}.intervalSeconds"),
+            format!("must be > 0, got {interval}"),
+        ),
+        Some(_) => {}
+    }
+    if options
+        .gateway_class_name
+        .as_deref()
+        .is_none_or(|c| c.trim().is_empty())
+    {
+        findings.deny(
+            format!("{at}.gatewayClassName"),
+            "required for IncrementalUpgrade: the GatewayClass of the Gateway Tandem creates",
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn container() -> serde_json::Value {
+        json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+            "ports": [{"containerPort": 8000, "name": "http"}]}]}})
+    }
+
+    fn spec(value: serde_json::Value) -> InferenceServiceSpec {
+        serde_json::from_value(value).expect("test spec parses")
+    }
+
+    fn pd() -> serde_json::Value {
+        json!({"roles": [
+            {"name": "prefill", "componentType": "prefiller", "template": container()},
+            {"name": "decode", "componentType": "decoder", "replicas": 2, "template": container()},
+        ]})
+    }
+
+    fn denial(value: serde_json::Value) -> String {
+        let findings = validate(&spec(value));
+        assert!(!findings.is_allowed(), "expected a denial");
+        findings.denial_message()
+    }
+
+    #[test]
+    fn a_prefill_decode_service_is_valid() {
+        let findings = validate(&spec(pd()));
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        assert!(findings.warnings.is_empty());
+    }
+
+    #[test]
+    fn role_names_must_be_unique() {
+        let mut value = pd();
+        value["roles"][1]["name"] = json!("prefill");
+        let message = denial(value);
+        assert!(
+            message.contains(
+                "spec.roles[1].name: duplicate role name \"prefill\" (also spec.roles[0].name)"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn role_names_must_be_dns_labels() {
+        let mut value = pd();
+        value["roles"][0]["name"] = json!("Prefill");
+        assert!(denial(value).starts_with("spec.roles[0].name: must be a DNS-1123 label"));
+    }
+
+    #[test]
+    fn unknown_component_type_is_a_parse_error_naming_the_field() {
+        let mut value = json!({"spec": pd()});
+        value["spec"]["roles"][0]["componentType"] = json!("encoder");
+        let err = crate::api::parse_at::<InferenceServiceSpec>(&value["spec"], "spec").unwrap_err();
+        assert_eq!(err.field, "spec.roles[0].componentType");
+        assert!(err.reason.contains("unknown variant `encoder`"), "{}", err.reason);
+    }
+
+    #[test]
+    fn replicas_must_not_be_negative() {
+        let mut value = pd();
+        value["roles"][1]["replicas"] = json!(-1);
+        assert_eq!(denial(value), "spec.roles[1].replicas: must be >= 0, got -1");
+        let mut zero = pd();
+        zero["roles"][1]["replicas"] = json!(0);
+        assert!(validate(&spec(zero)).is_allowed());
+    }
+
+    #[test]
+    fn node_count_must_be_at_least_one() {
+        let mut value = pd();
+        value["roles"][1]["multinode"] = json!({"nodeCount": 0});
+        assert_eq!(
+            denial(value),
+            "spec.roles[1].multinode.nodeCount: must be >= 1, got 0"
+        );
+        let mut four = pd();
+        four["roles"][1]["multinode"] = json!({"nodeCount": 4});
+        assert!(validate(&spec(four)).is_allowed());
+    }
+
+    #[test]
+    fn router_fields_only_on_routers() {
+        for (field, value) in [
+            ("strategy", json!("prefix-cache")),
+            ("httproute", json!({"parentRefs": [{"name": "gw"}]})),
+            ("endpointPickerConfig", json!("plugins: []")),
+        ] {
+            let mut bad = pd();
+            bad["roles"][1][field] = value.clone();
+            assert_eq!(
+                denial(bad),
+                format!(
+                    "spec.roles[1].{field}: only allowed on a role with componentType router, this role is a decoder"
+                )
+            );
+            let mut good = pd();
+            good["roles"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "router", "componentType": "router", field: value}));
+            let findings = validate(&spec(good));
+            assert!(findings.is_allowed(), "{field}: {}", findings.denial_message());
+        }
+    }
+
+    #[test]
+    fn router_httproute_must_be_an_httproute_spec() {
+        let mut value = pd();
+        value["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router",
+            "httproute": {"rules": [{"matches": [{"path": {"type": "PathPrefix", "value": 7}}]}]}
+        }));
+        let message = denial(value);
+        assert!(
+            message.starts_with("spec.roles[2].httproute.rules[0].matches[0].path.value: not a Gateway API HTTPRouteSpec"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn router_endpoint_picker_config_must_be_yaml_mapping() {
+        let mut value = pd();
+        value["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router", "endpointPickerConfig": "plugins: [unclosed"
+        }));
+        assert!(denial(value).starts_with("spec.roles[2].endpointPickerConfig: is not valid YAML"));
+    }
+
+    #[test]
+    fn at_most_one_router_and_at_least_one_server() {
+        let routers = json!({"roles": [
+            {"name": "r1", "componentType": "router"},
+            {"name": "r2", "componentType": "router"},
+        ]});
+        let message = denial(routers);
+        assert!(message.contains("spec.roles[1].componentType: a service has at most one router role"), "{message}");
+        assert!(message.contains("spec.roles: needs at least one role that serves"), "{message}");
+        assert_eq!(denial(json!({"roles": []})), "spec.roles: must list at least one role");
+    }
+
+    #[test]
+    fn prefill_needs_decode() {
+        let value = json!({"roles": [
+            {"name": "prefill", "componentType": "prefiller", "template": container()},
+        ]});
+        assert_eq!(
+            denial(value),
+            "spec.roles: a disaggregated service needs both a prefiller and a decoder role: has a prefiller but no decoder"
+        );
+    }
+
+    #[test]
+    fn multinode_and_scale_down_not_on_routers() {
+        let mut value = pd();
+        value["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router",
+            "multinode": {"nodeCount": 2}, "scaleDown": {"policy": "Binpack"}
+        }));
+        let message = denial(value);
+        assert!(message.contains("spec.roles[2].multinode: only allowed on serving roles"), "{message}");
+        assert!(message.contains("spec.roles[2].scaleDown: only allowed on serving roles"), "{message}");
+    }
+
+    #[test]
+    fn templates_must_deploy() {
+        let cases = [
+            (json!(null), "spec.roles[1].template: required: a decoder role needs a pod template"),
+            (json!({"metadata": {}}), "spec.roles[1].template.spec: required: the pod spec"),
+            (json!({"spec": {"containers": []}}), "spec.roles[1].template.spec.containers: must list at least one container"),
+            (json!({"spec": {"containers": [{"name": "vllm"}]}}), "spec.roles[1].template.spec.containers[0].image: required: the container image"),
+            (json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]}}), "spec.roles[1].template.spec.containers[1].name: duplicate container name \"a\""),
+            (json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 70000}]}]}}), "spec.roles[1].template.spec.containers[0].ports[0].containerPort: must be between 1 and 65535, got 70000"),
+            (json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": "http"}]}]}}), "spec.roles[1].template.spec.containers[0].ports[0].containerPort: not a PodTemplateSpec: invalid type"),
+            (json!({"spec": {"containers": "vllm"}}), "spec.roles[1].template.spec.containers: not a PodTemplateSpec"),
+        ];
+        for (template, expected) in cases {
+            let mut value = pd();
+            if template.is_null() {
+                value["roles"][1].as_object_mut().unwrap().remove("template");
+            } else {
+                value["roles"][1]["template"] = template;
+            }
+            let message = denial(value);
+            assert!(message.starts_with(expected), "expected {expected:?}, got {message:?}");
+        }
+    }
+
+    fn incremental(options: serde_json::Value) -> serde_json::Value {
+        let mut value = pd();
+        value["upgradeStrategy"] = json!({"type": "IncrementalUpgrade", "incrementalUpgradeOptions": options});
+        value
+    }
+
+    #[test]
+    fn incremental_upgrade_options() {
+        let valid = json!({"maxSurgePercent": 20, "stepSizePercent": 5, "intervalSeconds": 10, "gatewayClassName": "istio"});
+        assert!(validate(&spec(incremental(valid.clone()))).is_allowed());
+        let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
+        let cases = [
+            ("maxSurgePercent", json!(200), format!("{at}.maxSurgePercent: must be between 1 and 100, got 200")),
+            ("maxSurgePercent", json!(0), format!("{at}.maxSurgePercent: must be between 1 and 100, got 0")),
+            ("stepSizePercent", json!(null), format!("{at}.stepSizePercent: required for IncrementalUpgrade")),
+            ("stepSizePercent", json!(0), format!("{at}.stepSizePercent: must be > 0, got 0")),
+            ("stepSizePercent", json!(75), format!("{at}.stepSizePercent: must be <= maxSurgePercent (20), got 75")),
+            ("intervalSeconds", json!(0), format!("{at}.intervalSeconds: must be > 0, got 0")),
+            ("intervalSeconds", json!(null), format!("{at}.intervalSeconds: required for IncrementalUpgrade")),
+            ("gatewayClassName", json!(""), format!("{at}.gatewayClassName: required for IncrementalUpgrade")),
+        ];
+        for (field, value, expected) in cases {
+            let mut options = valid.clone();
+            if value.is_null() {
+                options.as_object_mut().unwrap().remove(field);
+            } else {
+                options[field] = value;
+            }
+            let message = denial(incremental(options));
+            assert!(message.starts_with(&expected), "expected {expected:?}, got {message:?}");
+        }
+        // maxSurgePercent defaults to 100, so a step of 75 alone is fine.
+        let mut no_surge = valid.clone();
+        no_surge.as_object_mut().unwrap().remove("maxSurgePercent");
+        no_surge["stepSizePercent"] = json!(75);
+        assert!(validate(&spec(incremental(no_surge))).is_allowed());
+        // Missing options altogether.
+        let mut missing = pd();
+        missing["upgradeStrategy"] = json!({"type": "IncrementalUpgrade"});
+        assert!(denial(missing).starts_with(&format!("{at}: required when")));
+    }
+
+    #[test]
+    fn incremental_options_with_another_strategy_warn() {
+        let mut value = pd();
+        value["upgradeStrategy"] = json!({"type": "NewRevision", "incrementalUpgradeOptions": {"stepSizePercent": 5}});
+        let findings = validate(&spec(value));
+        assert!(findings.is_allowed());
+        assert_eq!(findings.warnings.len(), 1);
+        assert!(findings.warnings[0].contains("is ignored"));
+    }
+
+    #[test]
+    fn empty_scheduling_fields_are_denied() {
+        let mut value = pd();
+        value["schedulingStrategy"] = json!({"schedulerName": "volcano", "queue": " "});
+        assert_eq!(
+            denial(value),
+            "spec.schedulingStrategy.queue: must not be empty when set (leave it out for the default)"
+        );
+    }
+
+    #[test]
+    fn defaults_fill_every_default_and_are_idempotent() {
+        let mut value = pd();
+        value["roles"][1]["multinode"] = json!({});
+        value["roles"].as_array_mut().unwrap().push(json!({"name": "router", "componentType": "router"}));
+        value["schedulingStrategy"] = json!({"schedulerName": "volcano"});
+        let mut s = spec(value);
+        defaults(&mut s);
+        assert_eq!(s.roles[0].replicas, Some(1));
+        assert_eq!(s.roles[1].replicas, Some(2));
+        assert_eq!(s.roles[1].multinode.as_ref().unwrap().node_count, Some(1));
+        assert_eq!(s.roles[0].scale_down.as_ref().unwrap().policy, Some(RoleScaleDownPolicy::Ordered));
+        assert_eq!(s.roles[2].scale_down, None, "routers have no scale-down policy");
+        assert_eq!(s.scheduling_strategy.as_ref().unwrap().gang_policy, Some(GangPolicy::SubGroup));
+        assert_eq!(s.upgrade_strategy.as_ref().unwrap().type_, Some(UpgradeType::RollingUpdate));
+        assert!(validate(&s).is_allowed());
+        let once = s.clone();
+        defaults(&mut s);
+        assert_eq!(s, once);
+    }
+
+    #[test]
+    fn defaults_set_max_surge_for_incremental() {
+        let mut s = spec(incremental(json!({"stepSizePercent": 5, "intervalSeconds": 10, "gatewayClassName": "gw"})));
+        defaults(&mut s);
+        let options = s.upgrade_strategy.unwrap().incremental_upgrade_options.unwrap();
+        assert_eq!(options.max_surge_percent, Some(100));
+    }
+}

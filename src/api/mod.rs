@@ -1,0 +1,164 @@
+//! Tandem's three kinds, their defaults and their single-object validation.
+//!
+//! Each kind lives in its own file with one `defaults` function and one
+//! `validate` function. The admission webhook, the reconcilers and `tandem render`
+//! all call the same two functions, so the webhook rejects exactly what the
+//! controller could not use.
+
+pub mod crds;
+pub mod inference_service;
+pub mod resource_scaling_group;
+pub mod scale_view;
+mod schema;
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+pub use inference_service::InferenceService;
+pub use resource_scaling_group::ResourceScalingGroup;
+pub use scale_view::ScaleView;
+
+/// One reason an object cannot be admitted, tied to the field that causes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The field path as users write it: `spec.roles[1].multinode.nodeCount`.
+    pub field: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+/// What validation found: violations deny the object, warnings are returned to
+/// the client (kubectl prints them) and never deny.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    pub violations: Vec<Violation>,
+    pub warnings: Vec<String>,
+}
+
+impl Findings {
+    pub fn deny(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.violations.push(Violation {
+            field: field.into(),
+            reason: reason.into(),
+        });
+    }
+
+    pub fn warn(&mut self, warning: impl Into<String>) {
+        self.warnings.push(warning.into());
+    }
+
+    pub fn is_allowed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// All violations in one line, the form an admission denial carries.
+    pub fn denial_message(&self) -> String {
+        self.violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// Parses a JSON value as `T`, and on failure names the field that did not fit
+/// (`spec.roles[0].replicas: invalid type: string "two", expected i32`).
+pub fn parse<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, Violation> {
+    parse_at(value, "")
+}
+
+/// Like [`parse`], for a value that sits at `prefix` inside a larger object.
+pub fn parse_at<T: DeserializeOwned>(
+    value: &serde_json::Value,
+    prefix: &str,
+) -> Result<T, Violation> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let inner = error.path().to_string();
+        let field = match (prefix.is_empty(), inner.as_str()) {
+            (true, ".") => "(object)".to_owned(),
+            (true, _) => inner,
+            (false, ".") => prefix.to_owned(),
+            (false, _) if inner.starts_with('[') => format!("{prefix}{inner}"),
+            (false, _) => format!("{prefix}.{inner}"),
+        };
+        Violation {
+            field,
+            reason: error.into_inner().to_string(),
+        }
+    })
+}
+
+/// Kubernetes' DNS-1123 label: what a role name must be, since it becomes part
+/// of object names and label values.
+pub fn dns1123_label_error(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return Some("must not be empty".to_owned());
+    }
+    if value.len() > 63 {
+        return Some(format!(
+            "must be at most 63 characters, got {} ({value:?})",
+            value.len()
+        ));
+    }
+    let valid_chars = value
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let bytes = value.as_bytes();
+    let alnum_ends = bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
+    if !valid_chars || !alnum_ends {
+        return Some(format!(
+            "must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit), got {value:?}"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Outer {
+        roles: Vec<Inner>,
+    }
+    #[derive(Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct Inner {
+        replicas: i32,
+    }
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let err = parse_at::<Outer>(
+            &serde_json::json!({"roles": [{"replicas": 1}, {"replicas": "two"}]}),
+            "spec",
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "spec.roles[1].replicas");
+        assert!(err.reason.contains("invalid type"), "{}", err.reason);
+    }
+
+    #[test]
+    fn parse_of_wrong_root_type_names_the_prefix() {
+        let err = parse_at::<Outer>(&serde_json::json!("x"), "spec").unwrap_err();
+        assert_eq!(err.field, "spec");
+    }
+
+    #[test]
+    fn dns1123_labels() {
+        assert_eq!(dns1123_label_error("decode-0"), None);
+        assert!(dns1123_label_error("").is_some());
+        assert!(dns1123_label_error("Decode").unwrap().contains("DNS-1123"));
+        assert!(dns1123_label_error("-a").is_some());
+        assert!(dns1123_label_error("a_b").is_some());
+        assert!(dns1123_label_error(&"a".repeat(64)).unwrap().contains("63"));
+    }
+}

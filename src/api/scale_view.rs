@@ -1,0 +1,429 @@
+//! ScaleView (`fusioninfer.io/v1alpha1`, seed 002 generalised): a scale
+//! subresource over some roles of one component type of an InferenceService, so
+//! `kubectl scale`, HPA and KEDA can drive a group of roles split by priority.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::inference_service::ComponentType;
+use super::{Findings, dns1123_label_error};
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "fusioninfer.io",
+    version = "v1alpha1",
+    kind = "ScaleView",
+    plural = "scaleviews",
+    shortname = "sview",
+    category = "tandem",
+    namespaced,
+    status = "ScaleViewStatus",
+    derive = "PartialEq",
+    doc = "A scale subresource over roles of one component type of an InferenceService, split over them by priority.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Target", type_ = "string", json_path = ".spec.targetRef.name"),
+    printcolumn(name = "Component", type_ = "string", json_path = ".spec.targetRef.componentType"),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(name = "Locked", type_ = "boolean", json_path = ".status.locked"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleViewSpec {
+    /// The InferenceService (same namespace) and the component type whose roles
+    /// this view scales. Immutable.
+    pub target_ref: ScaleViewTarget,
+
+    /// Replicas over all groups of the view; the scale subresource's
+    /// spec.replicas. Left out, it starts at the groups' current sum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// true: a total outside [sum of mins, sum of maxes] is rejected, also on
+    /// /scale. false (default): it is clamped, so an autoscaler is never refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+
+    /// The groups (roles of the target with the view's component type) and how
+    /// replicas are split over them. The set of groups is immutable.
+    #[serde(default)]
+    pub scale_policy: Vec<ScalePolicy>,
+}
+
+impl ScaleViewSpec {
+    pub fn is_strict(&self) -> bool {
+        self.strict.unwrap_or(false)
+    }
+
+    /// The range a total must fall in: [sum of mins, sum of maxes]; no upper
+    /// bound when any group has no max.
+    pub fn replica_range(&self) -> (i64, Option<i64>) {
+        let min = self
+            .scale_policy
+            .iter()
+            .map(|p| i64::from(p.min()))
+            .sum();
+        let max = self
+            .scale_policy
+            .iter()
+            .map(|p| p.max().map(i64::from))
+            .sum::<Option<i64>>();
+        (min, max)
+    }
+
+    pub fn groups(&self) -> BTreeSet<&str> {
+        self.scale_policy.iter().map(|p| p.group.as_str()).collect()
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleViewTarget {
+    /// Name of the InferenceService, in the view's namespace.
+    pub name: String,
+    /// The component type of the roles this view scales.
+    pub component_type: ComponentType,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalePolicy {
+    /// A role of the target whose componentType is the view's.
+    pub group: String,
+    /// 0-10 (default 0). Higher priorities get replicas first and lose them last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<Constraints>,
+}
+
+impl ScalePolicy {
+    pub const DEFAULT_PRIORITY: i32 = 0;
+
+    pub fn priority(&self) -> i32 {
+        self.priority.unwrap_or(Self::DEFAULT_PRIORITY)
+    }
+
+    pub fn min(&self) -> i32 {
+        self.constraints.as_ref().and_then(|c| c.min).unwrap_or(0)
+    }
+
+    /// None: no upper bound.
+    pub fn max(&self) -> Option<i32> {
+        self.constraints.as_ref().and_then(|c| c.max)
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Constraints {
+    /// Fewest replicas of this group (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<i32>,
+    /// Most replicas of this group (default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleViewStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready, Locked, Clamped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// Ready replicas over all groups (the scale subresource's status.replicas).
+    #[serde(default)]
+    pub replicas: i32,
+
+    /// Label selector of exactly the pods of the view's groups, for HPA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+
+    /// Whether this view holds the lock on its groups in the target's status.
+    #[serde(default)]
+    pub locked: bool,
+
+    /// The split: replicas the view set for each group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["group"]))]
+    pub groups: Vec<GroupReplicas>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupReplicas {
+    pub group: String,
+    pub replicas: i32,
+    #[serde(default)]
+    pub ready_replicas: i32,
+}
+
+pub fn defaults(spec: &mut ScaleViewSpec) {
+    spec.strict.get_or_insert(false);
+    for policy in &mut spec.scale_policy {
+        policy.priority.get_or_insert(ScalePolicy::DEFAULT_PRIORITY);
+    }
+}
+
+/// Everything that makes a single ScaleView unusable.
+pub fn validate(spec: &ScaleViewSpec) -> Findings {
+    let mut findings = Findings::default();
+    if let Some(reason) = dns1123_label_error(&spec.target_ref.name) {
+        findings.deny("spec.targetRef.name", reason);
+    }
+    if spec.target_ref.component_type == ComponentType::Router {
+        findings.deny(
+            "spec.targetRef.componentType",
+            "must be a serving component type (worker, prefiller or decoder): router replicas are not model servers",
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (i, policy) in spec.scale_policy.iter().enumerate() {
+        let at = format!("spec.scalePolicy[{i}]");
+        if let Some(reason) = dns1123_label_error(&policy.group) {
+            findings.deny(format!("{at}.group"), reason);
+        } else if !seen.insert(policy.group.as_str()) {
+            findings.deny(
+                format!("{at}.group"),
+                format!("duplicate group {:?}", policy.group),
+            );
+        }
+        if let Some(priority) = policy.priority
+            && !(0..=10).contains(&priority)
+        {
+            findings.deny(
+                format!("{at}.priority"),
+                format!("must be between 0 and 10, got {priority}"),
+            );
+        }
+        let (min, max) = (policy.min(), policy.max());
+        if min < 0 {
+            findings.deny(
+                format!("{at}.constraints.min"),
+                format!("must be >= 0, got {min}"),
+            );
+        }
+        if let Some(max) = max {
+            if max < 0 {
+                findings.deny(
+                    format!("{at}.constraints.max"),
+                    format!("must be >= 0, got {max}"),
+                );
+            } else if max < min {
+                findings.deny(
+                    format!("{at}.constraints.max"),
+                    format!("must be >= constraints.min ({min}), got {max}"),
+                );
+            }
+        }
+    }
+    if let Some(replicas) = spec.replicas {
+        validate_total(spec, i64::from(replicas), "spec.replicas", &mut findings);
+    }
+    findings
+}
+
+/// A total of replicas for this view: never negative, and in strict mode inside
+/// [sum of mins, sum of maxes]. Shared by the view itself and by `/scale` writes.
+pub fn validate_total(spec: &ScaleViewSpec, replicas: i64, field: &str, findings: &mut Findings) {
+    if replicas < 0 {
+        findings.deny(field, format!("must be >= 0, got {replicas}"));
+        return;
+    }
+    if !spec.is_strict() {
+        return;
+    }
+    let (min, max) = spec.replica_range();
+    let above = max.is_some_and(|max| replicas > max);
+    if replicas < min || above {
+        let upper = max.map_or("no limit".to_owned(), |m| m.to_string());
+        findings.deny(
+            field,
+            format!(
+                "must be within [{min}, {upper}] (the sum of the groups' min and max constraints) because spec.strict is true, got {replicas}"
+            ),
+        );
+    }
+}
+
+/// What may not change once a view exists: its target and its set of groups.
+pub fn validate_update(old: &ScaleViewSpec, new: &ScaleViewSpec) -> Findings {
+    let mut findings = Findings::default();
+    if old.target_ref != new.target_ref {
+        findings.deny(
+            "spec.targetRef",
+            format!(
+                "is immutable: was {}/{}, got {}/{}; create a new ScaleView instead",
+                old.target_ref.name,
+                old.target_ref.component_type,
+                new.target_ref.name,
+                new.target_ref.component_type
+            ),
+        );
+    }
+    let (old_groups, new_groups) = (old.groups(), new.groups());
+    if old_groups != new_groups {
+        let added: Vec<_> = new_groups.difference(&old_groups).collect();
+        let removed: Vec<_> = old_groups.difference(&new_groups).collect();
+        findings.deny(
+            "spec.scalePolicy",
+            format!(
+                "the set of groups is immutable (added {added:?}, removed {removed:?}); priorities and constraints may change"
+            ),
+        );
+    }
+    findings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(value: serde_json::Value) -> ScaleViewSpec {
+        serde_json::from_value(value).expect("test spec parses")
+    }
+
+    fn spot() -> serde_json::Value {
+        json!({
+            "targetRef": {"name": "spot-decode", "componentType": "decoder"},
+            "scalePolicy": [
+                {"group": "decode-ondemand", "priority": 1, "constraints": {"min": 1, "max": 2}},
+                {"group": "decode-spot", "constraints": {"max": 4}},
+            ]
+        })
+    }
+
+    fn denial(value: serde_json::Value) -> String {
+        let findings = validate(&spec(value));
+        assert!(!findings.is_allowed(), "expected a denial");
+        findings.denial_message()
+    }
+
+    #[test]
+    fn the_spot_view_is_valid() {
+        assert!(validate(&spec(spot())).is_allowed());
+    }
+
+    #[test]
+    fn priority_is_zero_to_ten() {
+        for (priority, ok) in [(0, true), (10, true), (11, false), (-1, false)] {
+            let mut value = spot();
+            value["scalePolicy"][0]["priority"] = json!(priority);
+            let findings = validate(&spec(value));
+            assert_eq!(findings.is_allowed(), ok, "priority {priority}");
+            if !ok {
+                assert_eq!(
+                    findings.denial_message(),
+                    format!("spec.scalePolicy[0].priority: must be between 0 and 10, got {priority}")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn min_must_not_exceed_max() {
+        let mut value = spot();
+        value["scalePolicy"][1]["constraints"] = json!({"min": 3, "max": 2});
+        assert_eq!(
+            denial(value),
+            "spec.scalePolicy[1].constraints.max: must be >= constraints.min (3), got 2"
+        );
+        let mut negative = spot();
+        negative["scalePolicy"][1]["constraints"] = json!({"min": -1});
+        assert_eq!(denial(negative), "spec.scalePolicy[1].constraints.min: must be >= 0, got -1");
+    }
+
+    #[test]
+    fn groups_are_unique() {
+        let mut value = spot();
+        value["scalePolicy"][1]["group"] = json!("decode-ondemand");
+        assert_eq!(denial(value), "spec.scalePolicy[1].group: duplicate group \"decode-ondemand\"");
+    }
+
+    #[test]
+    fn routers_cannot_be_viewed() {
+        let mut value = spot();
+        value["targetRef"]["componentType"] = json!("router");
+        assert!(denial(value).starts_with("spec.targetRef.componentType: must be a serving component type"));
+    }
+
+    #[test]
+    fn strict_range_is_sum_of_mins_to_sum_of_maxes() {
+        let mut value = spot();
+        value["strict"] = json!(true);
+        for (replicas, ok) in [(0, false), (1, true), (6, true), (7, false)] {
+            value["replicas"] = json!(replicas);
+            let findings = validate(&spec(value.clone()));
+            assert_eq!(findings.is_allowed(), ok, "replicas {replicas}");
+            if !ok {
+                assert_eq!(
+                    findings.denial_message(),
+                    format!("spec.replicas: must be within [1, 6] (the sum of the groups' min and max constraints) because spec.strict is true, got {replicas}")
+                );
+            }
+        }
+        // Without strict mode the same totals are clamped later, not refused.
+        let mut lenient = spot();
+        lenient["replicas"] = json!(100);
+        assert!(validate(&spec(lenient)).is_allowed());
+        // A group without max leaves the range open above.
+        let mut open = spot();
+        open["strict"] = json!(true);
+        open["scalePolicy"][1]["constraints"] = json!({});
+        open["replicas"] = json!(1000);
+        assert!(validate(&spec(open)).is_allowed());
+        // Negative totals are refused in every mode.
+        let mut negative = spot();
+        negative["replicas"] = json!(-1);
+        assert_eq!(denial(negative), "spec.replicas: must be >= 0, got -1");
+    }
+
+    #[test]
+    fn target_and_groups_are_immutable() {
+        let old = spec(spot());
+        let mut retarget = spot();
+        retarget["targetRef"]["name"] = json!("other");
+        let findings = validate_update(&old, &spec(retarget));
+        assert!(findings.denial_message().starts_with("spec.targetRef: is immutable: was spot-decode/decoder, got other/decoder"));
+
+        let mut regroup = spot();
+        regroup["scalePolicy"][1]["group"] = json!("decode-reserved");
+        let message = validate_update(&old, &spec(regroup)).denial_message();
+        assert!(message.contains("the set of groups is immutable"), "{message}");
+        assert!(message.contains("decode-reserved") && message.contains("decode-spot"), "{message}");
+
+        // Reordering and retuning the same groups is fine.
+        let mut retune = spot();
+        retune["scalePolicy"] = json!([
+            {"group": "decode-spot", "priority": 5},
+            {"group": "decode-ondemand", "priority": 1, "constraints": {"max": 3}},
+        ]);
+        assert!(validate_update(&old, &spec(retune)).is_allowed());
+    }
+
+    #[test]
+    fn defaults_fill_priority_and_strict() {
+        let mut s = spec(spot());
+        defaults(&mut s);
+        assert_eq!(s.strict, Some(false));
+        assert_eq!(s.scale_policy[0].priority, Some(1));
+        assert_eq!(s.scale_policy[1].priority, Some(0));
+        let once = s.clone();
+        defaults(&mut s);
+        assert_eq!(s, once);
+    }
+}

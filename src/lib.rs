@@ -1,0 +1,6 @@
+//! Tandem: deploys LLM inference services made of roles on Kubernetes, scales
+//! roles together at fixed ratios and groups by priority, and guards it all with
+//! an admission webhook.
+#![forbid(unsafe_code)]
+
+pub mod api;
