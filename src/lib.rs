@@ -3,4 +3,8 @@
 //! an admission webhook.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod api;
+pub mod certs;
+pub mod render;
+pub mod server;

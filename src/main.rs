@@ -1,9 +1,257 @@
-//! The `tandem` binary: `tandem crds` prints the CustomResourceDefinitions.
-fn main() {
-    for crd in tandem::api::crds::all() {
-        match tandem::api::crds::to_yaml(&crd) {
-            Ok(yaml) => print!("{yaml}---\n"),
-            Err(e) => eprintln!("tandem: {e}"),
+//! The `tandem` binary: serve | render | crds | certs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tandem::{api, certs, render, server};
+
+#[derive(Parser)]
+#[command(name = "tandem", version, about = "Deploys and scales LLM inference services made of roles on Kubernetes")]
+struct Cli {
+    /// Log format for the server's logs.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the admission webhooks over TLS, and health, readiness and metrics over plain HTTP.
+    Serve(ServeArgs),
+    /// Show what Tandem would do to a world of objects, without a cluster.
+    Render(RenderArgs),
+    /// Print the CustomResourceDefinitions, or write them to a directory.
+    Crds {
+        /// Write one file per CRD here instead of printing them.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+    /// Make a self-signed CA and a serving certificate for the webhook Service.
+    Certs(CertsArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TLS address of the webhook [default: 0.0.0.0:8443, with --dev 127.0.0.1:8443].
+    #[arg(long, env = "TANDEM_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Plain-HTTP address of /healthz, /readyz and /metrics [default: 0.0.0.0:8080, with --dev 127.0.0.1:8080].
+    #[arg(long, env = "TANDEM_PROBE_LISTEN")]
+    probe_listen: Option<SocketAddr>,
+    /// Directory holding tls.crt and tls.key; watched, and reloaded when they change
+    /// [default: /etc/tandem/certs, with --dev tandem-dev-certs].
+    #[arg(long, env = "TANDEM_CERT_DIR")]
+    cert_dir: Option<PathBuf>,
+    /// Request bodies larger than this many bytes are refused with 413.
+    #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT_BYTES, env = "TANDEM_BODY_LIMIT_BYTES")]
+    body_limit_bytes: usize,
+    /// A request that takes longer than this many milliseconds is answered with 503.
+    #[arg(long, default_value_t = 4000, env = "TANDEM_REQUEST_TIMEOUT_MS")]
+    request_timeout_ms: u64,
+    /// After SIGTERM, in-flight requests get this many seconds to finish.
+    #[arg(long, default_value_t = 20, env = "TANDEM_SHUTDOWN_GRACE_SECONDS")]
+    shutdown_grace_seconds: u64,
+    /// Development: make a CA and a loopback serving certificate in --cert-dir,
+    /// print the caBundle, and serve on loopback only.
+    #[arg(long)]
+    dev: bool,
+}
+
+#[derive(clap::Args)]
+struct RenderArgs {
+    /// Multi-document YAML files of the world (`-` for standard input).
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<PathBuf>,
+    /// Namespace of objects that do not name one.
+    #[arg(short = 'n', long, default_value = "default")]
+    namespace: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = render::Format::Yaml)]
+    output: render::Format,
+}
+
+#[derive(clap::Args)]
+struct CertsArgs {
+    /// Where to write ca.crt, tls.crt and tls.key.
+    #[arg(long)]
+    out_dir: PathBuf,
+    /// The webhook Service's name.
+    #[arg(long, default_value = "tandem-webhook")]
+    service: String,
+    /// The webhook Service's namespace.
+    #[arg(long, default_value = "tandem-system")]
+    namespace: String,
+    /// Further DNS names or IP addresses for the serving certificate.
+    #[arg(long = "host")]
+    hosts: Vec<String>,
+    /// Validity of the CA and the certificate, in days.
+    #[arg(long, default_value_t = 365)]
+    days: u32,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            init_logging(cli.log_format);
+            serve(args)
+        }
+        Command::Render(args) => run_render(args),
+        Command::Crds { out_dir } => crds(out_dir),
+        Command::Certs(args) => make_certs(args),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tandem: {message}");
+    ExitCode::FAILURE
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
+    let (listen, probe_listen, cert_dir) = if args.dev {
+        (
+            args.listen.unwrap_or(loopback(8443)),
+            args.probe_listen.unwrap_or(loopback(8080)),
+            args.cert_dir.unwrap_or_else(|| PathBuf::from("tandem-dev-certs")),
+        )
+    } else {
+        (
+            args.listen.unwrap_or(any(8443)),
+            args.probe_listen.unwrap_or(any(8080)),
+            args.cert_dir.unwrap_or_else(|| PathBuf::from("/etc/tandem/certs")),
+        )
+    };
+    if args.dev {
+        for (flag, addr) in [("--listen", listen), ("--probe-listen", probe_listen)] {
+            if !addr.ip().is_loopback() {
+                return fail(format!("--dev serves on loopback only, got {flag} {addr}"));
+            }
+        }
+        let bundle = match certs::issue(&certs::loopback_hosts(), 30) {
+            Ok(bundle) => bundle,
+            Err(e) => return fail(e),
+        };
+        if let Err(e) = certs::write(&cert_dir, &bundle) {
+            return fail(e);
+        }
+        println!("# dev CA and serving certificate for localhost written to {}", cert_dir.display());
+        println!("caBundle: {}", bundle.ca_bundle());
+    }
+    let options = server::ServeOptions {
+        listen,
+        probe_listen,
+        cert_dir,
+        body_limit_bytes: args.body_limit_bytes,
+        request_timeout: Duration::from_millis(args.request_timeout_ms),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(format!("could not start the async runtime: {e}")),
+    };
+    runtime.block_on(async {
+        match kube::Config::infer().await {
+            Ok(config) => tracing::info!(cluster = %config.cluster_url, "kubeconfig found"),
+            Err(e) => tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only"),
+        }
+        match server::run(options).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        }
+    })
+}
+
+fn run_render(args: RenderArgs) -> ExitCode {
+    let result = render::read_world(&args.files, &args.namespace).and_then(render::render);
+    match result {
+        Ok(rendered) => {
+            for warning in &rendered.warnings {
+                eprintln!("Warning: {warning}");
+            }
+            match rendered.write(args.output) {
+                Ok(text) => {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("could not write the output: {e}")),
+            }
+        }
+        Err(render::RenderError::Denied(denials)) => {
+            for denial in &denials {
+                eprintln!("{denial}");
+            }
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            eprintln!("tandem: {e}");
+            ExitCode::from(code)
         }
     }
+}
+
+fn crds(out_dir: Option<PathBuf>) -> ExitCode {
+    let all = api::crds::all();
+    let mut printed = Vec::new();
+    for crd in &all {
+        let yaml = match api::crds::to_yaml(crd) {
+            Ok(yaml) => yaml,
+            Err(e) => return fail(format!("could not write a CRD as YAML: {e}")),
+        };
+        match &out_dir {
+            Some(dir) => {
+                let path = dir.join(api::crds::file_name(crd));
+                if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, yaml)) {
+                    return fail(format!("could not write {}: {e}", path.display()));
+                }
+                println!("wrote {}", path.display());
+            }
+            None => printed.push(yaml),
+        }
+    }
+    if out_dir.is_none() {
+        print!("{}", printed.join("---\n"));
+    }
+    ExitCode::SUCCESS
+}
+
+fn make_certs(args: CertsArgs) -> ExitCode {
+    let mut hosts = certs::service_hosts(&args.service, &args.namespace);
+    hosts.extend(args.hosts);
+    let bundle = match certs::issue(&hosts, args.days) {
+        Ok(bundle) => bundle,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = certs::write(&args.out_dir, &bundle) {
+        return fail(e);
+    }
+    eprintln!(
+        "wrote {dir}/ca.crt, {dir}/tls.crt and {dir}/tls.key for {hosts}",
+        dir = args.out_dir.display(),
+        hosts = hosts.join(", ")
+    );
+    println!("{}", bundle.ca_bundle());
+    ExitCode::SUCCESS
 }

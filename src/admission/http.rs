@@ -1,0 +1,333 @@
+//! The admission webhook endpoints: `POST /validate/{resource}` and
+//! `POST /mutate/{resource}`, AdmissionReview v1 in and out.
+//!
+//! A body that is not a readable AdmissionReview is a transport problem and gets
+//! an HTTP 400 with the reason (the API server reports it as a webhook failure).
+//! Everything about the object is a verdict in an AdmissionReview response.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use base64::Engine;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::response::{StatusCause, StatusDetails};
+use kube::core::{DynamicObject, Status};
+use serde_json::{Value, json};
+
+use super::{Kind, mutate, validate, validate_scale};
+use crate::api::Findings;
+use crate::server::metrics::{AdmissionLabels, Metrics};
+
+/// The only AdmissionReview version Tandem's webhook configurations ask for.
+pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Webhook {
+    Validate,
+    Mutate,
+}
+
+impl Webhook {
+    fn label(self) -> &'static str {
+        match self {
+            Webhook::Validate => "validate",
+            Webhook::Mutate => "mutate",
+        }
+    }
+}
+
+/// The admission routes. Request size and time limits are layered on by the
+/// server, so they hold for every route.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route(
+            "/validate/{resource}",
+            post(
+                |State(m): State<Arc<Metrics>>, Path(r): Path<String>, body: Result<Bytes, BytesRejection>| async move {
+                    serve(Webhook::Validate, &r, body, &m)
+                },
+            ),
+        )
+        .route(
+            "/mutate/{resource}",
+            post(
+                |State(m): State<Arc<Metrics>>, Path(r): Path<String>, body: Result<Bytes, BytesRejection>| async move {
+                    serve(Webhook::Mutate, &r, body, &m)
+                },
+            ),
+        )
+        .with_state(metrics)
+}
+
+/// What one request came to, for the reply and for the metrics.
+struct Outcome {
+    status: StatusCode,
+    body: Response,
+    resource: String,
+    operation: String,
+    verdict: &'static str,
+}
+
+fn serve(webhook: Webhook, resource: &str, body: Result<Bytes, BytesRejection>, metrics: &Metrics) -> Response {
+    let started = Instant::now();
+    let outcome = match body {
+        Ok(body) => answer(webhook, resource, &body),
+        Err(rejection) => {
+            let status = rejection.status();
+            Outcome {
+                status,
+                body: (status, rejection.body_text()).into_response(),
+                resource: resource.to_owned(),
+                operation: "unknown".to_owned(),
+                verdict: if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "invalid" },
+            }
+        }
+    };
+    let labels = AdmissionLabels {
+        webhook: webhook.label(),
+        resource: outcome.resource,
+        operation: outcome.operation,
+        verdict: outcome.verdict,
+    };
+    metrics.record_admission(labels, started.elapsed().as_secs_f64());
+    tracing::debug!(status = %outcome.status, verdict = outcome.verdict, "admission answered");
+    outcome.body
+}
+
+fn bad_request(resource: &str, reason: String) -> Outcome {
+    tracing::warn!(resource, %reason, "unreadable admission request");
+    Outcome {
+        status: StatusCode::BAD_REQUEST,
+        body: (StatusCode::BAD_REQUEST, reason).into_response(),
+        resource: resource.to_owned(),
+        operation: "unknown".to_owned(),
+        verdict: "invalid",
+    }
+}
+
+/// Reads the review, decides, and writes the reply.
+fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
+    let Some(kind) = Kind::from_plural(resource) else {
+        let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
+        let reason = format!("no admission webhook for {resource:?}; Tandem admits {}", known.join(", "));
+        return Outcome {
+            status: StatusCode::NOT_FOUND,
+            body: (StatusCode::NOT_FOUND, reason).into_response(),
+            resource: "unknown".to_owned(),
+            operation: "unknown".to_owned(),
+            verdict: "invalid",
+        };
+    };
+    let review: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return bad_request(resource, format!("the request body is not JSON: {e}")),
+    };
+    let (api_version, review_kind) = (
+        review.get("apiVersion").and_then(Value::as_str).unwrap_or_default(),
+        review.get("kind").and_then(Value::as_str).unwrap_or_default(),
+    );
+    if review_kind != "AdmissionReview" || api_version != REVIEW_API_VERSION {
+        return bad_request(
+            resource,
+            format!(
+                "expected an AdmissionReview of apiVersion {REVIEW_API_VERSION}, got kind {review_kind:?} of apiVersion {api_version:?}"
+            ),
+        );
+    }
+    if review.get("request").is_none_or(Value::is_null) {
+        return bad_request(resource, "the AdmissionReview has no request".to_owned());
+    }
+    let parsed: Result<AdmissionReview<DynamicObject>, _> = serde_path_to_error::deserialize(&review);
+    let request: AdmissionRequest<DynamicObject> = match parsed.map(TryInto::try_into) {
+        Ok(Ok(request)) => request,
+        Ok(Err(_)) => return bad_request(resource, "the AdmissionReview has no request".to_owned()),
+        Err(e) => {
+            return bad_request(resource, format!("malformed AdmissionReview at {}: {}", e.path(), e.inner()));
+        }
+    };
+    let operation = format!("{:?}", request.operation).to_uppercase();
+    let admitted = match &request.sub_resource {
+        Some(sub) => format!("{}/{sub}", request.resource.resource),
+        None => request.resource.resource.clone(),
+    };
+    let raw = &review["request"];
+    let verdict = decide(webhook, kind, &request, raw);
+    let (status_label, reply) = reply(&request, verdict);
+    Outcome {
+        status: StatusCode::OK,
+        body: axum::Json(reply).into_response(),
+        resource: admitted,
+        operation,
+        verdict: status_label,
+    }
+}
+
+/// The decision about one request.
+enum Verdict {
+    Allow { warnings: Vec<String> },
+    Patch { patch: json_patch::Patch, warnings: Vec<String> },
+    Deny { findings: Findings, code: u16, reason: &'static str },
+}
+
+fn decide(webhook: Webhook, kind: Kind, request: &AdmissionRequest<DynamicObject>, raw: &Value) -> Verdict {
+    use kube::core::admission::Operation;
+
+    let wrong_endpoint = |what: String| {
+        let mut findings = Findings::default();
+        findings.deny("request.kind", what);
+        Verdict::Deny { findings, code: 400, reason: "BadRequest" }
+    };
+    let object = &raw["object"];
+    let old = raw.get("oldObject").filter(|o| !o.is_null());
+
+    if let Some(sub) = request.sub_resource.as_deref() {
+        // Only scaleviews/scale is registered: the API server sends the
+        // autoscaling/v1 Scale being written, not the ScaleView.
+        return match (kind, sub, webhook) {
+            (Kind::ScaleView, "scale", Webhook::Validate) if request.kind.kind == "Scale" => {
+                verdict_of(validate_scale(object, None))
+            }
+            _ => wrong_endpoint(format!(
+                "the {} webhook for {} does not admit the {sub} subresource (got {})",
+                webhook.label(),
+                kind.plural(),
+                request.kind.kind
+            )),
+        };
+    }
+    if request.resource.resource != kind.plural() || request.kind.kind != kind.name() {
+        return wrong_endpoint(format!(
+            "this endpoint admits {} ({}), got {} of resource {:?}",
+            kind.name(),
+            kind.plural(),
+            request.kind.kind,
+            request.resource.resource
+        ));
+    }
+    match request.operation {
+        Operation::Create | Operation::Update => {}
+        // Nothing about a deletion or a connect depends on the object's content.
+        Operation::Delete | Operation::Connect => return Verdict::Allow { warnings: vec![] },
+    }
+    let namespace = request
+        .namespace
+        .clone()
+        .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "default".to_owned());
+    match webhook {
+        Webhook::Mutate => match mutate(kind, object) {
+            Ok(mutation) if mutation.patch.0.is_empty() => Verdict::Allow { warnings: vec![] },
+            Ok(mutation) => Verdict::Patch { patch: mutation.patch, warnings: vec![] },
+            Err(findings) => Verdict::Deny { findings, code: 422, reason: "Invalid" },
+        },
+        Webhook::Validate => verdict_of(validate(kind, &namespace, object, old)),
+    }
+}
+
+fn verdict_of(findings: Findings) -> Verdict {
+    if findings.is_allowed() {
+        Verdict::Allow { warnings: findings.warnings }
+    } else {
+        Verdict::Deny { findings, code: 422, reason: "Invalid" }
+    }
+}
+
+/// The AdmissionReview reply. The patch goes on the wire as base64 of the JSON
+/// Patch: kube-core's `with_patch` writes a JSON array of bytes instead
+/// (kube-rs issue 1781), which the API server rejects.
+fn reply(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> (&'static str, Value) {
+    let mut response = AdmissionResponse::from(request);
+    let mut patch = None;
+    let label = match verdict {
+        Verdict::Allow { warnings } => {
+            response.warnings = (!warnings.is_empty()).then_some(warnings);
+            "allowed"
+        }
+        Verdict::Patch { patch: p, warnings } => {
+            response.warnings = (!warnings.is_empty()).then_some(warnings);
+            patch = Some(p);
+            "patched"
+        }
+        Verdict::Deny { findings, code, reason } => {
+            let causes = findings
+                .violations
+                .iter()
+                .map(|v| StatusCause {
+                    reason: "FieldValueInvalid".to_owned(),
+                    message: v.reason.clone(),
+                    field: v.field.clone(),
+                })
+                .collect();
+            response.warnings = (!findings.warnings.is_empty()).then(|| findings.warnings.clone());
+            response = response.deny(findings.denial_message());
+            response.result = Status::failure(&findings.denial_message(), reason)
+                .with_code(code)
+                .with_details(StatusDetails {
+                    name: request.name.clone(),
+                    group: request.kind.group.clone(),
+                    kind: request.kind.kind.clone(),
+                    causes,
+                    uid: String::new(),
+                    retry_after_seconds: 0,
+                });
+            "denied"
+        }
+    };
+    let mut review = match serde_json::to_value(response.into_review()) {
+        Ok(review) => review,
+        // Every field of the response is a string, bool, number or list of
+        // those, so serialisation cannot fail; answer a denial if it ever does.
+        Err(e) => {
+            return (
+                "denied",
+                json!({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview",
+                    "response": {"uid": request.uid, "allowed": false,
+                        "status": {"code": 500, "message": format!("could not write the admission response: {e}")}}}),
+            );
+        }
+    };
+    if let Some(patch) = patch
+        && let Some(response) = review.get_mut("response").and_then(Value::as_object_mut)
+    {
+        let encoded = serde_json::to_vec(&patch).map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
+        match encoded {
+            Ok(encoded) => {
+                response.insert("patch".to_owned(), Value::String(encoded));
+                response.insert("patchType".to_owned(), Value::String("JSONPatch".to_owned()));
+            }
+            Err(e) => tracing::error!(error = %e, "could not encode the JSON patch; answering without it"),
+        }
+    }
+    (label, review)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pins the reason this module encodes patches itself: kube-core's
+    /// `with_patch` serialises the patch as an array of numbers. When this test
+    /// fails, kube-core sends base64 and `reply` can use `with_patch` again.
+    #[test]
+    fn kube_core_with_patch_writes_an_array_of_bytes() {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "userInfo": {}, "name": "p"}
+        }))
+        .unwrap();
+        let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+        let patch = json_patch::Patch(vec![]);
+        let response = AdmissionResponse::from(&request).with_patch(patch).unwrap();
+        let wire = serde_json::to_value(response).unwrap();
+        assert!(wire["patch"].is_array(), "kube-core now writes {}", wire["patch"]);
+    }
+}

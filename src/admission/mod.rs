@@ -1,0 +1,300 @@
+//! Admission: what Tandem says about an object before the API server stores it.
+//!
+//! This file is the pure part, object in and decision out, shared by the
+//! webhook handlers (`http`) and by `tandem render`. Transport problems (a body
+//! that is not an AdmissionReview) are the handlers' business; everything about
+//! the object itself is decided here.
+
+pub mod http;
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::api::{
+    self, Findings, InferenceService, ResourceScalingGroup, ScaleView, Violation,
+    inference_service, resource_scaling_group, scale_view,
+};
+use kube::Resource;
+
+/// Tandem's kinds, as the admission endpoints and `render` know them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    InferenceService,
+    ScaleView,
+    ResourceScalingGroup,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [
+        Kind::InferenceService,
+        Kind::ScaleView,
+        Kind::ResourceScalingGroup,
+    ];
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::InferenceService => "inferenceservices",
+            Kind::ScaleView => "scaleviews",
+            Kind::ResourceScalingGroup => "resourcescalinggroups",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::InferenceService => "InferenceService",
+            Kind::ScaleView => "ScaleView",
+            Kind::ResourceScalingGroup => "ResourceScalingGroup",
+        }
+    }
+
+    pub fn api_version(self) -> String {
+        match self {
+            Kind::InferenceService => InferenceService::api_version(&()).into_owned(),
+            Kind::ScaleView => ScaleView::api_version(&()).into_owned(),
+            Kind::ResourceScalingGroup => ResourceScalingGroup::api_version(&()).into_owned(),
+        }
+    }
+
+    pub fn from_plural(plural: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.plural() == plural)
+    }
+
+    /// The kind of an object by its apiVersion and kind, if it is Tandem's.
+    pub fn of(api_version: &str, kind: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind && k.api_version() == api_version)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the mutating webhook does to an object: the defaults as a JSON Patch,
+/// and the object with the patch applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mutation {
+    pub patch: json_patch::Patch,
+    pub object: Value,
+}
+
+/// Fills the defaults of a Tandem object. Fails with the same violation the
+/// validating webhook would give when the spec does not parse.
+pub fn mutate(kind: Kind, object: &Value) -> Result<Mutation, Findings> {
+    let spec = object.get("spec").unwrap_or(&Value::Null);
+    let defaulted = match kind {
+        Kind::InferenceService => default_spec(spec, inference_service::defaults),
+        Kind::ScaleView => default_spec(spec, scale_view::defaults),
+        Kind::ResourceScalingGroup => default_spec(spec, resource_scaling_group::defaults),
+    }
+    .map_err(|violation| Findings {
+        violations: vec![violation],
+        warnings: vec![],
+    })?;
+    let mut mutated = object.clone();
+    if let Some(map) = mutated.as_object_mut() {
+        map.insert("spec".to_owned(), defaulted);
+    }
+    let patch = json_patch::diff(object, &mutated);
+    Ok(Mutation {
+        patch,
+        object: mutated,
+    })
+}
+
+fn default_spec<S>(spec: &Value, defaults: fn(&mut S)) -> Result<Value, Violation>
+where
+    S: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let mut parsed: S = api::parse_at(spec, "spec")?;
+    defaults(&mut parsed);
+    serde_json::to_value(&parsed).map_err(|e| Violation {
+        field: "spec".to_owned(),
+        reason: format!("could not be written back after defaulting: {e}"),
+    })
+}
+
+/// Everything wrong with a Tandem object (and, on update, with the change from
+/// `old`). `namespace` is where the object lives.
+pub fn validate(kind: Kind, namespace: &str, object: &Value, old: Option<&Value>) -> Findings {
+    let spec = object.get("spec").unwrap_or(&Value::Null);
+    match kind {
+        Kind::InferenceService => {
+            with_spec(spec, |s: inference_service::InferenceServiceSpec| inference_service::validate(&s))
+        }
+        Kind::ResourceScalingGroup => with_spec(spec, |s: resource_scaling_group::ResourceScalingGroupSpec| {
+            resource_scaling_group::validate(&s, namespace)
+        }),
+        Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
+            let mut findings = scale_view::validate(&new);
+            let old_spec = old.and_then(|o| o.get("spec"));
+            if let Some(old_spec) = old_spec {
+                // The old object was admitted before; if it no longer parses
+                // (an older CRD version), immutability cannot be checked.
+                match api::parse_at::<scale_view::ScaleViewSpec>(old_spec, "oldObject.spec") {
+                    Ok(old) => {
+                        let update = scale_view::validate_update(&old, &new);
+                        findings.violations.extend(update.violations);
+                        findings.warnings.extend(update.warnings);
+                    }
+                    Err(v) => findings.warn(format!(
+                        "immutability of spec.targetRef and the groups was not checked: the stored object does not parse ({v})"
+                    )),
+                }
+            }
+            findings
+        }),
+    }
+}
+
+fn with_spec<S: serde::de::DeserializeOwned>(spec: &Value, check: impl FnOnce(S) -> Findings) -> Findings {
+    match api::parse_at::<S>(spec, "spec") {
+        Ok(parsed) => check(parsed),
+        Err(violation) => Findings {
+            violations: vec![violation],
+            warnings: vec![],
+        },
+    }
+}
+
+/// A write to `scaleviews/scale`: the API server sends an `autoscaling/v1`
+/// Scale. `view` is the ScaleView it scales when known; its strict range then
+/// applies to the new total.
+pub fn validate_scale(scale: &Value, view: Option<&scale_view::ScaleViewSpec>) -> Findings {
+    let parsed: Result<k8s_openapi::api::autoscaling::v1::Scale, _> = api::parse(scale);
+    let mut findings = Findings::default();
+    let scale = match parsed {
+        Ok(scale) => scale,
+        Err(v) => {
+            findings.deny(v.field, format!("not an autoscaling/v1 Scale: {}", v.reason));
+            return findings;
+        }
+    };
+    let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+    match view {
+        Some(view) => scale_view::validate_total(view, i64::from(replicas), "spec.replicas", &mut findings),
+        None if replicas < 0 => findings.deny("spec.replicas", format!("must be >= 0, got {replicas}")),
+        None => {}
+    }
+    findings
+}
+
+/// Mutation then validation, as the API server runs them on a create or an
+/// update: the object the API server would store, or why it would refuse it.
+pub fn admit(
+    kind: Kind,
+    namespace: &str,
+    object: &Value,
+    old: Option<&Value>,
+) -> Result<(Value, Vec<String>), Findings> {
+    let mutation = mutate(kind, object)?;
+    let findings = validate(kind, namespace, &mutation.object, old);
+    if findings.is_allowed() {
+        Ok((mutation.object, findings.warnings))
+    } else {
+        Err(findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn story2() -> Value {
+        json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen", "namespace": "default"},
+            "spec": {"roles": [
+                {"name": "prefill", "componentType": "prefiller", "replicas": 2,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm"}]}}},
+                {"name": "decode", "componentType": "decoder",
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm"}]}}},
+            ]}
+        })
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_plural(kind.plural()), Some(kind));
+            assert_eq!(Kind::of(&kind.api_version(), kind.name()), Some(kind));
+        }
+        assert_eq!(Kind::ResourceScalingGroup.api_version(), "resourcescalinggroup.com/v1");
+        assert_eq!(Kind::of("fusioninfer.io/v1", "ScaleView"), None);
+    }
+
+    #[test]
+    fn mutation_only_adds_defaults() {
+        let mutation = mutate(Kind::InferenceService, &story2()).unwrap();
+        let paths: Vec<String> = mutation.patch.0.iter().map(|op| op.path().to_string()).collect();
+        assert!(paths.contains(&"/spec/roles/1/replicas".to_owned()), "{paths:?}");
+        assert!(paths.contains(&"/spec/upgradeStrategy".to_owned()), "{paths:?}");
+        assert!(!paths.iter().any(|p| p == "/spec/roles/0/replicas"), "set fields stay: {paths:?}");
+        assert!(paths.iter().all(|p| p.starts_with("/spec/")), "{paths:?}");
+        let mut patched = story2();
+        json_patch::patch(&mut patched, &mutation.patch).unwrap();
+        assert_eq!(patched, mutation.object);
+        // Defaulting a defaulted object changes nothing.
+        assert!(mutate(Kind::InferenceService, &mutation.object).unwrap().patch.0.is_empty());
+    }
+
+    #[test]
+    fn mutation_keeps_ratios_as_written() {
+        let rsg = json!({"spec": {
+            "targetResources": [{"name": "a", "apiVersion": "apps/v1", "kind": "Deployment"},
+                                {"name": "b", "apiVersion": "apps/v1", "kind": "Deployment"}],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "a", "role": "Source"}, {"name": "b", "role": "Target", "ratio": 1.0}]}}}});
+        assert!(mutate(Kind::ResourceScalingGroup, &rsg).unwrap().patch.0.is_empty());
+    }
+
+    #[test]
+    fn unparseable_specs_fail_mutation_with_the_field() {
+        let mut bad = story2();
+        bad["spec"]["roles"][0]["replicas"] = json!("two");
+        let findings = mutate(Kind::InferenceService, &bad).unwrap_err();
+        assert_eq!(findings.violations[0].field, "spec.roles[0].replicas");
+        let missing = json!({"metadata": {"name": "x"}});
+        let findings = validate(Kind::InferenceService, "default", &missing, None);
+        assert_eq!(findings.violations[0].field, "spec");
+    }
+
+    #[test]
+    fn scale_view_updates_check_immutability() {
+        let view = |target: &str| json!({"spec": {"targetRef": {"name": target, "componentType": "decoder"},
+            "scalePolicy": [{"group": "decode"}]}});
+        let findings = validate(Kind::ScaleView, "default", &view("b"), Some(&view("a")));
+        assert!(findings.denial_message().starts_with("spec.targetRef: is immutable"));
+        assert!(validate(Kind::ScaleView, "default", &view("a"), Some(&view("a"))).is_allowed());
+    }
+
+    #[test]
+    fn scale_writes() {
+        let scale = |replicas: i64| json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "v"}, "spec": {"replicas": replicas}});
+        assert!(validate_scale(&scale(3), None).is_allowed());
+        assert_eq!(validate_scale(&scale(-1), None).denial_message(), "spec.replicas: must be >= 0, got -1");
+        let strict: scale_view::ScaleViewSpec = serde_json::from_value(json!({
+            "targetRef": {"name": "s", "componentType": "decoder"}, "strict": true,
+            "scalePolicy": [{"group": "a", "constraints": {"min": 1, "max": 2}}]})).unwrap();
+        assert!(validate_scale(&scale(2), Some(&strict)).is_allowed());
+        assert!(validate_scale(&scale(3), Some(&strict)).denial_message().contains("must be within [1, 2]"));
+        assert!(validate_scale(&json!({"spec": {"replicas": "x"}}), None).denial_message().starts_with("spec.replicas: not an autoscaling/v1 Scale"));
+    }
+
+    #[test]
+    fn admit_is_mutate_then_validate() {
+        let (object, warnings) = admit(Kind::InferenceService, "default", &story2(), None).unwrap();
+        assert_eq!(object["spec"]["roles"][1]["replicas"], json!(1));
+        assert!(warnings.is_empty());
+        let mut bad = story2();
+        bad["spec"]["roles"][1]["multinode"] = json!({"nodeCount": 0});
+        let findings = admit(Kind::InferenceService, "default", &bad, None).unwrap_err();
+        assert_eq!(findings.denial_message(), "spec.roles[1].multinode.nodeCount: must be >= 1, got 0");
+    }
+}

@@ -1,0 +1,345 @@
+//! `tandem render`: what Tandem would do to a world of objects, with no cluster.
+//!
+//! The world is multi-document YAML: Tandem's objects and any others. Every
+//! Tandem object goes through the same defaults and validation as the webhook;
+//! a denial stops the render. The output lists, deterministically, every object
+//! Tandem would create or change, in its full desired state.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::admission::{self, Kind};
+use crate::api::Violation;
+
+/// Kinds that have no namespace; everything else without one is put in the
+/// default namespace, as kubectl does.
+const CLUSTER_SCOPED: [&str; 12] = [
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "StorageClass",
+    "PriorityClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "GatewayClass",
+    "Queue",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("could not read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{source_name} document {document}: not valid YAML: {reason}")]
+    Yaml {
+        source_name: String,
+        document: usize,
+        reason: String,
+    },
+    #[error("{source_name} document {document}: {reason}")]
+    NotAnObject {
+        source_name: String,
+        document: usize,
+        reason: String,
+    },
+    #[error("{0} is given twice")]
+    Duplicate(ObjectKey),
+    #[error("{} object(s) denied", .0.len())]
+    Denied(Vec<Denial>),
+}
+
+impl RenderError {
+    /// Denials exit with 2, as `tandem render` promises; anything else with 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RenderError::Denied(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// An object's identity in the world.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectKey {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    fn of(object: &Value) -> ObjectKey {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        ObjectKey {
+            api_version: text(&object["apiVersion"]),
+            kind: text(&object["kind"]),
+            namespace: text(&object["metadata"]["namespace"]),
+            name: text(&object["metadata"]["name"]),
+        }
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// One reason one object was refused: `Kind namespace/name: field.path: reason`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub object: ObjectKey,
+    pub violation: Violation,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.object, self.violation)
+    }
+}
+
+/// What Tandem would do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rendered {
+    /// Objects to create or change, in their full desired state, sorted.
+    pub apply: Vec<Value>,
+    /// Objects to delete, sorted.
+    pub delete: Vec<ObjectKey>,
+    /// Admission warnings, `Kind namespace/name: warning`.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+/// Reads the world from files (`-` is standard input).
+pub fn read_world(paths: &[PathBuf], namespace: &str) -> Result<Vec<Value>, RenderError> {
+    let mut world = Vec::new();
+    for path in paths {
+        let (name, text) = read_source(path)?;
+        world.extend(parse_world(&name, &text, namespace)?);
+    }
+    Ok(world)
+}
+
+fn read_source(path: &Path) -> Result<(String, String), RenderError> {
+    let name = path.display().to_string();
+    let result = if name == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    let text = result.map_err(|source| RenderError::Read {
+        path: name.clone(),
+        source,
+    })?;
+    Ok((if name == "-" { "stdin".to_owned() } else { name }, text))
+}
+
+/// Parses multi-document YAML into objects; `List` documents are unpacked and
+/// objects without a namespace are put in `namespace`.
+pub fn parse_world(source_name: &str, text: &str, namespace: &str) -> Result<Vec<Value>, RenderError> {
+    let mut objects = Vec::new();
+    for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let document_number = index + 1;
+        let value = Value::deserialize(document).map_err(|e| RenderError::Yaml {
+            source_name: source_name.to_owned(),
+            document: document_number,
+            reason: e.to_string(),
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let items = match value.get("kind").and_then(Value::as_str) {
+            Some(kind) if kind.ends_with("List") && value.get("items").is_some() => {
+                value["items"].as_array().cloned().unwrap_or_default()
+            }
+            _ => vec![value],
+        };
+        for mut object in items {
+            let problem = |reason: &str| RenderError::NotAnObject {
+                source_name: source_name.to_owned(),
+                document: document_number,
+                reason: reason.to_owned(),
+            };
+            if !object.is_object() {
+                return Err(problem("is not a Kubernetes object (expected a mapping)"));
+            }
+            for field in ["apiVersion", "kind"] {
+                if object.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                    return Err(problem(&format!("{field}: required")));
+                }
+            }
+            if object["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+                return Err(problem("metadata.name: required"));
+            }
+            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            if object["metadata"]["namespace"].is_null() && !CLUSTER_SCOPED.contains(&kind.as_str()) {
+                object["metadata"]["namespace"] = json!(namespace);
+            }
+            objects.push(object);
+        }
+    }
+    Ok(objects)
+}
+
+/// Admits every Tandem object of the world as the webhook would; all denials of
+/// all objects are reported together.
+pub fn render(world: Vec<Value>) -> Result<Rendered, RenderError> {
+    let mut by_key: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+    for object in world {
+        let key = ObjectKey::of(&object);
+        if by_key.contains_key(&key) {
+            return Err(RenderError::Duplicate(key));
+        }
+        by_key.insert(key, object);
+    }
+    let mut denials = Vec::new();
+    let mut rendered = Rendered::default();
+    for (key, object) in &by_key {
+        let Some(kind) = Kind::of(&key.api_version, &key.kind) else {
+            continue;
+        };
+        match admission::admit(kind, &key.namespace, object, None) {
+            Ok((admitted, warnings)) => {
+                rendered
+                    .warnings
+                    .extend(warnings.into_iter().map(|w| format!("{key}: {w}")));
+                rendered.apply.push(admitted);
+            }
+            Err(findings) => denials.extend(findings.violations.into_iter().map(|violation| Denial {
+                object: key.clone(),
+                violation,
+            })),
+        }
+    }
+    if denials.is_empty() {
+        Ok(rendered)
+    } else {
+        Err(RenderError::Denied(denials))
+    }
+}
+
+impl Rendered {
+    /// The output: YAML documents with deletions as `# delete` lines, or one
+    /// JSON object `{"apply", "delete", "warnings"}`.
+    pub fn write(&self, format: Format) -> Result<String, serde_norway::Error> {
+        match format {
+            Format::Json => {
+                let out = json!({"apply": self.apply, "delete": self.delete, "warnings": self.warnings});
+                // A Value of strings, numbers and maps always serialises.
+                Ok(format!("{}\n", serde_json::to_string_pretty(&out).unwrap_or_default()))
+            }
+            Format::Yaml => {
+                let mut out = String::new();
+                for object in &self.apply {
+                    out.push_str("---\n");
+                    out.push_str(&serde_norway::to_string(object)?);
+                }
+                for key in &self.delete {
+                    out.push_str(&format!(
+                        "# delete {} {} {}/{}\n",
+                        key.api_version, key.kind, key.namespace, key.name
+                    ));
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORLD: &str = r#"
+apiVersion: fusioninfer.io/v1alpha1
+kind: InferenceService
+metadata: {name: b}
+spec:
+  roles:
+  - {name: inference, componentType: worker, template: {spec: {containers: [{name: vllm, image: vllm}]}}}
+---
+---
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: ai}}
+- {apiVersion: apps/v1, kind: Deployment, metadata: {name: router, namespace: ai}, spec: {replicas: 2}}
+- apiVersion: fusioninfer.io/v1alpha1
+  kind: ScaleView
+  metadata: {name: a, namespace: ai}
+  spec: {targetRef: {name: b, componentType: worker}, scalePolicy: [{group: inference}]}
+"#;
+
+    #[test]
+    fn parses_documents_lists_and_namespaces() {
+        let world = parse_world("w.yaml", WORLD, "default").unwrap();
+        let keys: Vec<String> = world.iter().map(|o| ObjectKey::of(o).to_string()).collect();
+        assert_eq!(
+            keys,
+            ["InferenceService default/b", "Namespace ai", "Deployment ai/router", "ScaleView ai/a"]
+        );
+        let other = parse_world("w.yaml", WORLD, "team").unwrap();
+        assert_eq!(other[0]["metadata"]["namespace"], "team");
+    }
+
+    #[test]
+    fn admits_tandem_objects_only_and_sorts() {
+        let rendered = render(parse_world("w.yaml", WORLD, "default").unwrap()).unwrap();
+        let kinds: Vec<&str> = rendered.apply.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["InferenceService", "ScaleView"]);
+        assert_eq!(rendered.apply[0]["spec"]["roles"][0]["replicas"], 1, "defaults applied");
+        assert_eq!(rendered.apply[1]["spec"]["strict"], false);
+        let yaml = rendered.write(Format::Yaml).unwrap();
+        assert_eq!(yaml, render(parse_world("w.yaml", WORLD, "default").unwrap()).unwrap().write(Format::Yaml).unwrap());
+        let json: Value = serde_json::from_str(&rendered.write(Format::Json).unwrap()).unwrap();
+        assert_eq!(json["apply"].as_array().unwrap().len(), 2);
+        assert_eq!(json["delete"], json!([]));
+    }
+
+    #[test]
+    fn denials_name_object_and_field() {
+        let bad = WORLD.replace("template: {spec: {containers: [{name: vllm, image: vllm}]}}", "replicas: -1");
+        let err = render(parse_world("w.yaml", &bad, "default").unwrap()).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let RenderError::Denied(denials) = err else { panic!("expected denials") };
+        let lines: Vec<String> = denials.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "InferenceService default/b: spec.roles[0].replicas: must be >= 0, got -1",
+                "InferenceService default/b: spec.roles[0].template: required: a worker role needs a pod template with at least one container",
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_worlds_say_where() {
+        let err = parse_world("w.yaml", "a: [", "default").unwrap_err().to_string();
+        assert!(err.starts_with("w.yaml document 1: not valid YAML"), "{err}");
+        let err = parse_world("w.yaml", "{apiVersion: v1, kind: A, metadata: {name: a}}\n---\nkind: X\n", "default").unwrap_err().to_string();
+        assert_eq!(err, "w.yaml document 2: apiVersion: required");
+        let err = parse_world("w.yaml", "apiVersion: v1\nkind: X\nmetadata: {}\n", "default").unwrap_err().to_string();
+        assert_eq!(err, "w.yaml document 1: metadata.name: required");
+        let twice = format!("{WORLD}\n---\n{}", WORLD.split("---").next().unwrap());
+        let err = render(parse_world("w.yaml", &twice, "default").unwrap()).unwrap_err().to_string();
+        assert_eq!(err, "InferenceService default/b is given twice");
+    }
+}

@@ -1,0 +1,239 @@
+//! `tandem serve`: the admission webhook over TLS, and health, readiness and
+//! metrics on a separate plain-HTTP port for the kubelet and Prometheus.
+
+pub mod metrics;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::admission;
+use metrics::Metrics;
+use tls::{CertificateResolver, TlsError};
+
+/// The API server refuses AdmissionReview bodies over 3 MiB of object; 7 MiB
+/// leaves room for oldObject on updates without letting a client make the
+/// server buffer arbitrary amounts.
+pub const DEFAULT_BODY_LIMIT_BYTES: usize = 7 * 1024 * 1024;
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Where the webhook listens (TLS).
+    pub listen: SocketAddr,
+    /// Where /healthz, /readyz and /metrics listen (plain HTTP).
+    pub probe_listen: SocketAddr,
+    /// Holds tls.crt and tls.key; watched for changes.
+    pub cert_dir: PathBuf,
+    /// Larger request bodies get 413.
+    pub body_limit_bytes: usize,
+    /// A request taking longer gets 503 (the API server's own timeout is the
+    /// webhook configuration's timeoutSeconds).
+    pub request_timeout: Duration,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("could not listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("the {which} server failed: {source}")]
+    Serve { which: &'static str, source: std::io::Error },
+    #[error("the {which} server task ended abnormally: {source}")]
+    Task { which: &'static str, source: tokio::task::JoinError },
+}
+
+/// A running server. Dropping it does not stop it: call [`Server::shutdown`].
+pub struct Server {
+    pub webhook_addr: SocketAddr,
+    pub probe_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    pub certificates: Arc<CertificateResolver>,
+    ready: Arc<AtomicBool>,
+    webhook: axum_server::Handle<SocketAddr>,
+    grace: Duration,
+    stop_probes: watch::Sender<bool>,
+    webhook_task: JoinHandle<std::io::Result<()>>,
+    probe_task: JoinHandle<std::io::Result<()>>,
+    _watcher: notify::RecommendedWatcher,
+}
+
+impl Server {
+    /// Loads the certificate, binds both ports and starts serving.
+    pub async fn start(options: ServeOptions) -> Result<Server, ServerError> {
+        let metrics = Arc::new(Metrics::default());
+        let certificates = Arc::new(CertificateResolver::new(tls::load(&options.cert_dir)?));
+        let watcher = tls::watch(&options.cert_dir, certificates.clone(), metrics.clone())?;
+        let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(
+            tls::server_config(certificates.clone())?,
+        ));
+
+        let app = admission::http::router(metrics.clone())
+            .layer(DefaultBodyLimit::max(options.body_limit_bytes))
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                options.request_timeout,
+            ));
+        let listener = std::net::TcpListener::bind(options.listen).map_err(|source| ServerError::Listen {
+            addr: options.listen,
+            source,
+        })?;
+        listener.set_nonblocking(true).map_err(|source| ServerError::Listen {
+            addr: options.listen,
+            source,
+        })?;
+        let webhook_addr = listener.local_addr().map_err(|source| ServerError::Listen {
+            addr: options.listen,
+            source,
+        })?;
+        let webhook = axum_server::Handle::new();
+        let server = axum_server::from_tcp_rustls(listener, config)
+            .map_err(|source| ServerError::Listen { addr: webhook_addr, source })?
+            .handle(webhook.clone());
+        let webhook_task = tokio::spawn(server.serve(app.into_make_service()));
+
+        let ready = Arc::new(AtomicBool::new(false));
+        let probe_listener = tokio::net::TcpListener::bind(options.probe_listen)
+            .await
+            .map_err(|source| ServerError::Listen {
+                addr: options.probe_listen,
+                source,
+            })?;
+        let probe_addr = probe_listener.local_addr().map_err(|source| ServerError::Listen {
+            addr: options.probe_listen,
+            source,
+        })?;
+        let (stop_probes, mut stopped) = watch::channel(false);
+        let probes = probe_routes(ready.clone(), metrics.clone());
+        let probe_task = tokio::spawn(async move {
+            axum::serve(probe_listener, probes)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
+
+        // Ready once the webhook socket accepts connections.
+        webhook.listening().await;
+        ready.store(true, Ordering::SeqCst);
+        tracing::info!(%webhook_addr, %probe_addr, cert_dir = %options.cert_dir.display(), "serving admission webhooks");
+        Ok(Server {
+            webhook_addr,
+            probe_addr,
+            metrics,
+            certificates,
+            ready,
+            webhook,
+            grace: options.shutdown_grace,
+            stop_probes,
+            webhook_task,
+            probe_task,
+            _watcher: watcher,
+        })
+    }
+
+    /// Stops accepting connections, turns /readyz to 503 and lets in-flight
+    /// requests finish within the grace period.
+    pub fn shutdown(&self) {
+        self.ready.store(false, Ordering::SeqCst);
+        self.webhook.graceful_shutdown(Some(self.grace));
+    }
+
+    /// Waits for the webhook to drain, then stops the probe server.
+    pub async fn finished(self) -> Result<(), ServerError> {
+        let webhook = self.webhook_task.await;
+        let _ = self.stop_probes.send(true);
+        let probes = self.probe_task.await;
+        webhook
+            .map_err(|source| ServerError::Task { which: "webhook", source })?
+            .map_err(|source| ServerError::Serve { which: "webhook", source })?;
+        probes
+            .map_err(|source| ServerError::Task { which: "probe", source })?
+            .map_err(|source| ServerError::Serve { which: "probe", source })
+    }
+}
+
+fn probe_routes(ready: Arc<AtomicBool>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.load(Ordering::SeqCst);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready: starting or shutting down")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let encoded = metrics.encode();
+                async move {
+                    match encoded {
+                        Ok(text) => (
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            text,
+                        )
+                            .into_response(),
+                        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("could not encode metrics: {e}")).into_response(),
+                    }
+                }
+            }),
+        )
+}
+
+/// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
+pub async fn run(options: ServeOptions) -> Result<(), ServerError> {
+    let server = Server::start(options).await?;
+    termination().await;
+    tracing::info!("shutting down: finishing in-flight requests");
+    server.shutdown();
+    server.finished().await
+}
+
+async fn termination() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

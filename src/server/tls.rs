@@ -1,0 +1,214 @@
+//! The webhook's TLS: TLS 1.2 and 1.3 only, and a serving certificate that is
+//! replaced without a restart when the files in the certificate directory change.
+//!
+//! Kubernetes updates a mounted Secret by writing a new timestamped directory
+//! and swapping the `..data` symlink, so the directory is watched, not the
+//! files. A change that does not load (half-written, or a key that does not
+//! match the certificate) is logged and the previous certificate stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use notify::{RecursiveMode, Watcher};
+use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::sync::mpsc;
+
+use crate::certs::{CERT_FILE, KEY_FILE};
+use crate::server::metrics::{CertificateReloadLabels, Metrics};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("could not read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} holds no PEM certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("{path}: {reason}")]
+    BadPem { path: PathBuf, reason: String },
+    #[error("the key in {key} does not fit the certificate in {cert}: {reason}")]
+    Mismatch { cert: PathBuf, key: PathBuf, reason: String },
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+    #[error("could not watch {path} for certificate changes: {source}")]
+    Watch { path: PathBuf, source: notify::Error },
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads `tls.crt` (the chain) and `tls.key` from `dir` and checks they belong together.
+pub fn load(dir: &Path) -> Result<CertifiedKey, TlsError> {
+    let cert_path = dir.join(CERT_FILE);
+    let key_path = dir.join(KEY_FILE);
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let (cert_pem, key_pem) = (read(&cert_path)?, read(&key_path)?);
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::BadPem {
+            path: cert_path.clone(),
+            reason: e.to_string(),
+        })?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate { path: cert_path });
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::BadPem {
+        path: key_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| TlsError::Mismatch {
+        cert: cert_path.clone(),
+        key: key_path.clone(),
+        reason: e.to_string(),
+    })?;
+    certified.keys_match().map_err(|e| TlsError::Mismatch {
+        cert: cert_path,
+        key: key_path,
+        reason: e.to_string(),
+    })?;
+    Ok(certified)
+}
+
+/// Hands every new TLS handshake the current certificate.
+#[derive(Debug)]
+pub struct CertificateResolver {
+    current: ArcSwap<CertifiedKey>,
+}
+
+impl CertificateResolver {
+    pub fn new(initial: CertifiedKey) -> Self {
+        CertificateResolver {
+            current: ArcSwap::from_pointee(initial),
+        }
+    }
+
+    pub fn replace(&self, next: CertifiedKey) {
+        self.current.store(Arc::new(next));
+    }
+
+    /// The leaf certificate being served now.
+    pub fn current_leaf(&self) -> Option<CertificateDer<'static>> {
+        self.current.load().cert.first().cloned()
+    }
+}
+
+impl ResolvesServerCert for CertificateResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current.load_full())
+    }
+}
+
+/// TLS 1.3 and 1.2 only (rustls offers nothing older), HTTP/2 and HTTP/1.1.
+pub fn server_config(resolver: Arc<CertificateResolver>) -> Result<ServerConfig, TlsError> {
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Watches `dir` and swaps the certificate in `resolver` whenever its files
+/// change. The watch lasts as long as the returned watcher is kept.
+pub fn watch(
+    dir: &Path,
+    resolver: Arc<CertificateResolver>,
+    metrics: Arc<Metrics>,
+) -> Result<notify::RecommendedWatcher, TlsError> {
+    let (changed, mut changes) = mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Any event in the directory may be the new pair; reading is cheap.
+        if event.is_ok() {
+            let _ = changed.send(());
+        }
+    })
+    .map_err(|source| TlsError::Watch {
+        path: dir.to_owned(),
+        source,
+    })?;
+    watcher
+        .watch(dir, RecursiveMode::NonRecursive)
+        .map_err(|source| TlsError::Watch {
+            path: dir.to_owned(),
+            source,
+        })?;
+    let dir = dir.to_owned();
+    tokio::spawn(async move {
+        while changes.recv().await.is_some() {
+            // Writers touch several files in a burst; settle, then drain.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            while changes.try_recv().is_ok() {}
+            reload(&dir, &resolver, &metrics);
+        }
+    });
+    Ok(watcher)
+}
+
+fn reload(dir: &Path, resolver: &CertificateResolver, metrics: &Metrics) {
+    match load(dir) {
+        Ok(next) => {
+            if resolver.current_leaf().as_ref() == next.cert.first() {
+                return;
+            }
+            resolver.replace(next);
+            metrics
+                .certificate_reloads
+                .get_or_create(&CertificateReloadLabels { result: "loaded" })
+                .inc();
+            tracing::info!(dir = %dir.display(), "serving certificate reloaded");
+        }
+        Err(error) => {
+            metrics
+                .certificate_reloads
+                .get_or_create(&CertificateReloadLabels { result: "rejected" })
+                .inc();
+            tracing::warn!(dir = %dir.display(), %error, "certificate files changed but do not load; still serving the previous certificate");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::certs;
+
+    #[test]
+    fn loads_a_matching_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        certs::write(dir.path(), &certs::issue(&certs::loopback_hosts(), 1).unwrap()).unwrap();
+        let loaded = load(dir.path()).unwrap();
+        assert_eq!(loaded.cert.len(), 1);
+    }
+
+    #[test]
+    fn refuses_a_key_of_another_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        certs::write(dir.path(), &certs::issue(&certs::loopback_hosts(), 1).unwrap()).unwrap();
+        let other = certs::issue(&certs::loopback_hosts(), 1).unwrap();
+        std::fs::write(dir.path().join(KEY_FILE), other.key_pem).unwrap();
+        let error = load(dir.path()).unwrap_err();
+        assert!(matches!(error, TlsError::Mismatch { .. }), "{error}");
+    }
+
+    #[test]
+    fn names_the_file_that_is_missing_or_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = load(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("tls.crt"), "{error}");
+        std::fs::write(dir.path().join(CERT_FILE), "not pem").unwrap();
+        std::fs::write(dir.path().join(KEY_FILE), "not pem").unwrap();
+        let error = load(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("holds no PEM certificate"), "{error}");
+    }
+}
