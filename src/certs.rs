@@ -90,7 +90,6 @@ fn name(common_name: &str) -> DistinguishedName {
     name
 }
 
-
 /// Writes `ca.crt`, `tls.crt` and `tls.key` into `dir` (created if missing);
 /// the key is readable by its owner only.
 pub fn write(dir: &Path, bundle: &Bundle) -> Result<(), CertsError> {
@@ -135,9 +134,15 @@ mod tests {
         assert!(bundle.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(bundle.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
         assert!(bundle.key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
-        let decoded = base64::engine::general_purpose::STANDARD.decode(bundle.ca_bundle()).unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(bundle.ca_bundle())
+            .unwrap();
         assert_eq!(decoded, bundle.ca_pem.as_bytes());
-        assert_ne!(issue(&loopback_hosts(), 1).unwrap().ca_pem, bundle.ca_pem, "a new CA each time");
+        assert_ne!(
+            issue(&loopback_hosts(), 1).unwrap().ca_pem,
+            bundle.ca_pem,
+            "a new CA each time"
+        );
     }
 
     #[test]
@@ -146,13 +151,25 @@ mod tests {
         let target = dir.path().join("nested");
         let bundle = issue(&service_hosts("tandem-webhook", "tandem-system"), 1).unwrap();
         write(&target, &bundle).unwrap();
-        assert_eq!(fs::read_to_string(target.join(CA_FILE)).unwrap(), bundle.ca_pem);
-        assert_eq!(fs::read_to_string(target.join(CERT_FILE)).unwrap(), bundle.cert_pem);
-        assert_eq!(fs::read_to_string(target.join(KEY_FILE)).unwrap(), bundle.key_pem);
+        assert_eq!(
+            fs::read_to_string(target.join(CA_FILE)).unwrap(),
+            bundle.ca_pem
+        );
+        assert_eq!(
+            fs::read_to_string(target.join(CERT_FILE)).unwrap(),
+            bundle.cert_pem
+        );
+        assert_eq!(
+            fs::read_to_string(target.join(KEY_FILE)).unwrap(),
+            bundle.key_pem
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = fs::metadata(target.join(KEY_FILE)).unwrap().permissions().mode();
+            let mode = fs::metadata(target.join(KEY_FILE))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
     }

@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use tandem::{api, certs, render, server};
 
 #[derive(Parser)]
-#[command(name = "tandem", version, about = "Deploys and scales LLM inference services made of roles on Kubernetes")]
+#[command(
+    name = "tandem",
+    version,
+    about = "Deploys and scales LLM inference services made of roles on Kubernetes"
+)]
 struct Cli {
     /// Log format for the server's logs.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
@@ -115,7 +119,9 @@ fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -134,13 +140,15 @@ fn serve(args: ServeArgs) -> ExitCode {
         (
             args.listen.unwrap_or(loopback(8443)),
             args.probe_listen.unwrap_or(loopback(8080)),
-            args.cert_dir.unwrap_or_else(|| PathBuf::from("tandem-dev-certs")),
+            args.cert_dir
+                .unwrap_or_else(|| PathBuf::from("tandem-dev-certs")),
         )
     } else {
         (
             args.listen.unwrap_or(any(8443)),
             args.probe_listen.unwrap_or(any(8080)),
-            args.cert_dir.unwrap_or_else(|| PathBuf::from("/etc/tandem/certs")),
+            args.cert_dir
+                .unwrap_or_else(|| PathBuf::from("/etc/tandem/certs")),
         )
     };
     if args.dev {
@@ -156,7 +164,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         if let Err(e) = certs::write(&cert_dir, &bundle) {
             return fail(e);
         }
-        println!("# dev CA and serving certificate for localhost written to {}", cert_dir.display());
+        println!(
+            "# dev CA and serving certificate for localhost written to {}",
+            cert_dir.display()
+        );
         println!("caBundle: {}", bundle.ca_bundle());
     }
     let options = server::ServeOptions {
@@ -167,14 +178,19 @@ fn serve(args: ServeArgs) -> ExitCode {
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("could not start the async runtime: {e}")),
     };
     runtime.block_on(async {
         match kube::Config::infer().await {
             Ok(config) => tracing::info!(cluster = %config.cluster_url, "kubeconfig found"),
-            Err(e) => tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only"),
+            Err(e) => {
+                tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only")
+            }
         }
         match server::run(options).await {
             Ok(()) => ExitCode::SUCCESS,
@@ -223,7 +239,9 @@ fn crds(out_dir: Option<PathBuf>) -> ExitCode {
         match &out_dir {
             Some(dir) => {
                 let path = dir.join(api::crds::file_name(crd));
-                if let Err(e) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, yaml)) {
+                if let Err(e) =
+                    std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, yaml))
+                {
                     return fail(format!("could not write {}: {e}", path.display()));
                 }
                 println!("wrote {}", path.display());

@@ -36,7 +36,10 @@ const CLUSTER_SCOPED: [&str; 12] = [
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     #[error("could not read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{source_name} document {document}: not valid YAML: {reason}")]
     Yaml {
         source_name: String,
@@ -149,12 +152,23 @@ fn read_source(path: &Path) -> Result<(String, String), RenderError> {
         path: name.clone(),
         source,
     })?;
-    Ok((if name == "-" { "stdin".to_owned() } else { name }, text))
+    Ok((
+        if name == "-" {
+            "stdin".to_owned()
+        } else {
+            name
+        },
+        text,
+    ))
 }
 
 /// Parses multi-document YAML into objects; `List` documents are unpacked and
 /// objects without a namespace are put in `namespace`.
-pub fn parse_world(source_name: &str, text: &str, namespace: &str) -> Result<Vec<Value>, RenderError> {
+pub fn parse_world(
+    source_name: &str,
+    text: &str,
+    namespace: &str,
+) -> Result<Vec<Value>, RenderError> {
     let mut objects = Vec::new();
     for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
         let document_number = index + 1;
@@ -182,15 +196,23 @@ pub fn parse_world(source_name: &str, text: &str, namespace: &str) -> Result<Vec
                 return Err(problem("is not a Kubernetes object (expected a mapping)"));
             }
             for field in ["apiVersion", "kind"] {
-                if object.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+                if object
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
                     return Err(problem(&format!("{field}: required")));
                 }
             }
-            if object["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            if object["metadata"]["name"]
+                .as_str()
+                .is_none_or(str::is_empty)
+            {
                 return Err(problem("metadata.name: required"));
             }
             let kind = object["kind"].as_str().unwrap_or_default().to_owned();
-            if object["metadata"]["namespace"].is_null() && !CLUSTER_SCOPED.contains(&kind.as_str()) {
+            if object["metadata"]["namespace"].is_null() && !CLUSTER_SCOPED.contains(&kind.as_str())
+            {
                 object["metadata"]["namespace"] = json!(namespace);
             }
             objects.push(object);
@@ -223,10 +245,12 @@ pub fn render(world: Vec<Value>) -> Result<Rendered, RenderError> {
                     .extend(warnings.into_iter().map(|w| format!("{key}: {w}")));
                 rendered.apply.push(admitted);
             }
-            Err(findings) => denials.extend(findings.violations.into_iter().map(|violation| Denial {
-                object: key.clone(),
-                violation,
-            })),
+            Err(findings) => {
+                denials.extend(findings.violations.into_iter().map(|violation| Denial {
+                    object: key.clone(),
+                    violation,
+                }))
+            }
         }
     }
     if denials.is_empty() {
@@ -242,9 +266,13 @@ impl Rendered {
     pub fn write(&self, format: Format) -> Result<String, serde_norway::Error> {
         match format {
             Format::Json => {
-                let out = json!({"apply": self.apply, "delete": self.delete, "warnings": self.warnings});
+                let out =
+                    json!({"apply": self.apply, "delete": self.delete, "warnings": self.warnings});
                 // A Value of strings, numbers and maps always serialises.
-                Ok(format!("{}\n", serde_json::to_string_pretty(&out).unwrap_or_default()))
+                Ok(format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&out).unwrap_or_default()
+                ))
             }
             Format::Yaml => {
                 let mut out = String::new();
@@ -294,7 +322,12 @@ items:
         let keys: Vec<String> = world.iter().map(|o| ObjectKey::of(o).to_string()).collect();
         assert_eq!(
             keys,
-            ["InferenceService default/b", "Namespace ai", "Deployment ai/router", "ScaleView ai/a"]
+            [
+                "InferenceService default/b",
+                "Namespace ai",
+                "Deployment ai/router",
+                "ScaleView ai/a"
+            ]
         );
         let other = parse_world("w.yaml", WORLD, "team").unwrap();
         assert_eq!(other[0]["metadata"]["namespace"], "team");
@@ -303,12 +336,25 @@ items:
     #[test]
     fn admits_tandem_objects_only_and_sorts() {
         let rendered = render(parse_world("w.yaml", WORLD, "default").unwrap()).unwrap();
-        let kinds: Vec<&str> = rendered.apply.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        let kinds: Vec<&str> = rendered
+            .apply
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
         assert_eq!(kinds, ["InferenceService", "ScaleView"]);
-        assert_eq!(rendered.apply[0]["spec"]["roles"][0]["replicas"], 1, "defaults applied");
+        assert_eq!(
+            rendered.apply[0]["spec"]["roles"][0]["replicas"], 1,
+            "defaults applied"
+        );
         assert_eq!(rendered.apply[1]["spec"]["strict"], false);
         let yaml = rendered.write(Format::Yaml).unwrap();
-        assert_eq!(yaml, render(parse_world("w.yaml", WORLD, "default").unwrap()).unwrap().write(Format::Yaml).unwrap());
+        assert_eq!(
+            yaml,
+            render(parse_world("w.yaml", WORLD, "default").unwrap())
+                .unwrap()
+                .write(Format::Yaml)
+                .unwrap()
+        );
         let json: Value = serde_json::from_str(&rendered.write(Format::Json).unwrap()).unwrap();
         assert_eq!(json["apply"].as_array().unwrap().len(), 2);
         assert_eq!(json["delete"], json!([]));
@@ -316,10 +362,15 @@ items:
 
     #[test]
     fn denials_name_object_and_field() {
-        let bad = WORLD.replace("template: {spec: {containers: [{name: vllm, image: vllm}]}}", "replicas: -1");
+        let bad = WORLD.replace(
+            "template: {spec: {containers: [{name: vllm, image: vllm}]}}",
+            "replicas: -1",
+        );
         let err = render(parse_world("w.yaml", &bad, "default").unwrap()).unwrap_err();
         assert_eq!(err.exit_code(), 2);
-        let RenderError::Denied(denials) = err else { panic!("expected denials") };
+        let RenderError::Denied(denials) = err else {
+            panic!("expected denials")
+        };
         let lines: Vec<String> = denials.iter().map(ToString::to_string).collect();
         assert_eq!(
             lines,
@@ -332,14 +383,33 @@ items:
 
     #[test]
     fn malformed_worlds_say_where() {
-        let err = parse_world("w.yaml", "a: [", "default").unwrap_err().to_string();
-        assert!(err.starts_with("w.yaml document 1: not valid YAML"), "{err}");
-        let err = parse_world("w.yaml", "{apiVersion: v1, kind: A, metadata: {name: a}}\n---\nkind: X\n", "default").unwrap_err().to_string();
+        let err = parse_world("w.yaml", "a: [", "default")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("w.yaml document 1: not valid YAML"),
+            "{err}"
+        );
+        let err = parse_world(
+            "w.yaml",
+            "{apiVersion: v1, kind: A, metadata: {name: a}}\n---\nkind: X\n",
+            "default",
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(err, "w.yaml document 2: apiVersion: required");
-        let err = parse_world("w.yaml", "apiVersion: v1\nkind: X\nmetadata: {}\n", "default").unwrap_err().to_string();
+        let err = parse_world(
+            "w.yaml",
+            "apiVersion: v1\nkind: X\nmetadata: {}\n",
+            "default",
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(err, "w.yaml document 1: metadata.name: required");
         let twice = format!("{WORLD}\n---\n{}", WORLD.split("---").next().unwrap());
-        let err = render(parse_world("w.yaml", &twice, "default").unwrap()).unwrap_err().to_string();
+        let err = render(parse_world("w.yaml", &twice, "default").unwrap())
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "InferenceService default/b is given twice");
     }
 }

@@ -50,7 +50,9 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
         .route(
             "/validate/{resource}",
             post(
-                |State(m): State<Arc<Metrics>>, Path(r): Path<String>, body: Result<Bytes, BytesRejection>| async move {
+                |State(m): State<Arc<Metrics>>,
+                 Path(r): Path<String>,
+                 body: Result<Bytes, BytesRejection>| async move {
                     serve(Webhook::Validate, &r, body, &m)
                 },
             ),
@@ -58,7 +60,9 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
         .route(
             "/mutate/{resource}",
             post(
-                |State(m): State<Arc<Metrics>>, Path(r): Path<String>, body: Result<Bytes, BytesRejection>| async move {
+                |State(m): State<Arc<Metrics>>,
+                 Path(r): Path<String>,
+                 body: Result<Bytes, BytesRejection>| async move {
                     serve(Webhook::Mutate, &r, body, &m)
                 },
             ),
@@ -75,7 +79,12 @@ struct Outcome {
     verdict: &'static str,
 }
 
-fn serve(webhook: Webhook, resource: &str, body: Result<Bytes, BytesRejection>, metrics: &Metrics) -> Response {
+fn serve(
+    webhook: Webhook,
+    resource: &str,
+    body: Result<Bytes, BytesRejection>,
+    metrics: &Metrics,
+) -> Response {
     let started = Instant::now();
     let outcome = match body {
         Ok(body) => answer(webhook, resource, &body),
@@ -86,7 +95,11 @@ fn serve(webhook: Webhook, resource: &str, body: Result<Bytes, BytesRejection>, 
                 body: (status, rejection.body_text()).into_response(),
                 resource: resource.to_owned(),
                 operation: "unknown".to_owned(),
-                verdict: if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "invalid" },
+                verdict: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "too_large"
+                } else {
+                    "invalid"
+                },
             }
         }
     };
@@ -116,7 +129,10 @@ fn bad_request(resource: &str, reason: String) -> Outcome {
 fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
     let Some(kind) = Kind::from_plural(resource) else {
         let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
-        let reason = format!("no admission webhook for {resource:?}; Tandem admits {}", known.join(", "));
+        let reason = format!(
+            "no admission webhook for {resource:?}; Tandem admits {}",
+            known.join(", ")
+        );
         return Outcome {
             status: StatusCode::NOT_FOUND,
             body: (StatusCode::NOT_FOUND, reason).into_response(),
@@ -130,8 +146,14 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
         Err(e) => return bad_request(resource, format!("the request body is not JSON: {e}")),
     };
     let (api_version, review_kind) = (
-        review.get("apiVersion").and_then(Value::as_str).unwrap_or_default(),
-        review.get("kind").and_then(Value::as_str).unwrap_or_default(),
+        review
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        review
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
     );
     if review_kind != "AdmissionReview" || api_version != REVIEW_API_VERSION {
         return bad_request(
@@ -144,12 +166,18 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
     if review.get("request").is_none_or(Value::is_null) {
         return bad_request(resource, "the AdmissionReview has no request".to_owned());
     }
-    let parsed: Result<AdmissionReview<DynamicObject>, _> = serde_path_to_error::deserialize(&review);
+    let parsed: Result<AdmissionReview<DynamicObject>, _> =
+        serde_path_to_error::deserialize(&review);
     let request: AdmissionRequest<DynamicObject> = match parsed.map(TryInto::try_into) {
         Ok(Ok(request)) => request,
-        Ok(Err(_)) => return bad_request(resource, "the AdmissionReview has no request".to_owned()),
+        Ok(Err(_)) => {
+            return bad_request(resource, "the AdmissionReview has no request".to_owned());
+        }
         Err(e) => {
-            return bad_request(resource, format!("malformed AdmissionReview at {}: {}", e.path(), e.inner()));
+            return bad_request(
+                resource,
+                format!("malformed AdmissionReview at {}: {}", e.path(), e.inner()),
+            );
         }
     };
     let operation = format!("{:?}", request.operation).to_uppercase();
@@ -171,18 +199,36 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
 
 /// The decision about one request.
 enum Verdict {
-    Allow { warnings: Vec<String> },
-    Patch { patch: json_patch::Patch, warnings: Vec<String> },
-    Deny { findings: Findings, code: u16, reason: &'static str },
+    Allow {
+        warnings: Vec<String>,
+    },
+    Patch {
+        patch: json_patch::Patch,
+        warnings: Vec<String>,
+    },
+    Deny {
+        findings: Findings,
+        code: u16,
+        reason: &'static str,
+    },
 }
 
-fn decide(webhook: Webhook, kind: Kind, request: &AdmissionRequest<DynamicObject>, raw: &Value) -> Verdict {
+fn decide(
+    webhook: Webhook,
+    kind: Kind,
+    request: &AdmissionRequest<DynamicObject>,
+    raw: &Value,
+) -> Verdict {
     use kube::core::admission::Operation;
 
     let wrong_endpoint = |what: String| {
         let mut findings = Findings::default();
         findings.deny("request.kind", what);
-        Verdict::Deny { findings, code: 400, reason: "BadRequest" }
+        Verdict::Deny {
+            findings,
+            code: 400,
+            reason: "BadRequest",
+        }
     };
     let object = &raw["object"];
     let old = raw.get("oldObject").filter(|o| !o.is_null());
@@ -224,8 +270,15 @@ fn decide(webhook: Webhook, kind: Kind, request: &AdmissionRequest<DynamicObject
     match webhook {
         Webhook::Mutate => match mutate(kind, object) {
             Ok(mutation) if mutation.patch.0.is_empty() => Verdict::Allow { warnings: vec![] },
-            Ok(mutation) => Verdict::Patch { patch: mutation.patch, warnings: vec![] },
-            Err(findings) => Verdict::Deny { findings, code: 422, reason: "Invalid" },
+            Ok(mutation) => Verdict::Patch {
+                patch: mutation.patch,
+                warnings: vec![],
+            },
+            Err(findings) => Verdict::Deny {
+                findings,
+                code: 422,
+                reason: "Invalid",
+            },
         },
         Webhook::Validate => verdict_of(validate(kind, &namespace, object, old)),
     }
@@ -233,9 +286,15 @@ fn decide(webhook: Webhook, kind: Kind, request: &AdmissionRequest<DynamicObject
 
 fn verdict_of(findings: Findings) -> Verdict {
     if findings.is_allowed() {
-        Verdict::Allow { warnings: findings.warnings }
+        Verdict::Allow {
+            warnings: findings.warnings,
+        }
     } else {
-        Verdict::Deny { findings, code: 422, reason: "Invalid" }
+        Verdict::Deny {
+            findings,
+            code: 422,
+            reason: "Invalid",
+        }
     }
 }
 
@@ -255,7 +314,11 @@ fn reply(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> (&'stat
             patch = Some(p);
             "patched"
         }
-        Verdict::Deny { findings, code, reason } => {
+        Verdict::Deny {
+            findings,
+            code,
+            reason,
+        } => {
             let causes = findings
                 .violations
                 .iter()
@@ -296,13 +359,19 @@ fn reply(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> (&'stat
     if let Some(patch) = patch
         && let Some(response) = review.get_mut("response").and_then(Value::as_object_mut)
     {
-        let encoded = serde_json::to_vec(&patch).map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
+        let encoded = serde_json::to_vec(&patch)
+            .map(|bytes| base64::engine::general_purpose::STANDARD.encode(bytes));
         match encoded {
             Ok(encoded) => {
                 response.insert("patch".to_owned(), Value::String(encoded));
-                response.insert("patchType".to_owned(), Value::String("JSONPatch".to_owned()));
+                response.insert(
+                    "patchType".to_owned(),
+                    Value::String("JSONPatch".to_owned()),
+                );
             }
-            Err(e) => tracing::error!(error = %e, "could not encode the JSON patch; answering without it"),
+            Err(e) => {
+                tracing::error!(error = %e, "could not encode the JSON patch; answering without it")
+            }
         }
     }
     (label, review)
@@ -328,6 +397,10 @@ mod tests {
         let patch = json_patch::Patch(vec![]);
         let response = AdmissionResponse::from(&request).with_patch(patch).unwrap();
         let wire = serde_json::to_value(response).unwrap();
-        assert!(wire["patch"].is_array(), "kube-core now writes {}", wire["patch"]);
+        assert!(
+            wire["patch"].is_array(),
+            "kube-core now writes {}",
+            wire["patch"]
+        );
     }
 }

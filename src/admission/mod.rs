@@ -123,12 +123,15 @@ where
 pub fn validate(kind: Kind, namespace: &str, object: &Value, old: Option<&Value>) -> Findings {
     let spec = object.get("spec").unwrap_or(&Value::Null);
     match kind {
-        Kind::InferenceService => {
-            with_spec(spec, |s: inference_service::InferenceServiceSpec| inference_service::validate(&s))
-        }
-        Kind::ResourceScalingGroup => with_spec(spec, |s: resource_scaling_group::ResourceScalingGroupSpec| {
-            resource_scaling_group::validate(&s, namespace)
+        Kind::InferenceService => with_spec(spec, |s: inference_service::InferenceServiceSpec| {
+            inference_service::validate(&s)
         }),
+        Kind::ResourceScalingGroup => with_spec(
+            spec,
+            |s: resource_scaling_group::ResourceScalingGroupSpec| {
+                resource_scaling_group::validate(&s, namespace)
+            },
+        ),
         Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
             let mut findings = scale_view::validate(&new);
             let old_spec = old.and_then(|o| o.get("spec"));
@@ -151,7 +154,10 @@ pub fn validate(kind: Kind, namespace: &str, object: &Value, old: Option<&Value>
     }
 }
 
-fn with_spec<S: serde::de::DeserializeOwned>(spec: &Value, check: impl FnOnce(S) -> Findings) -> Findings {
+fn with_spec<S: serde::de::DeserializeOwned>(
+    spec: &Value,
+    check: impl FnOnce(S) -> Findings,
+) -> Findings {
     match api::parse_at::<S>(spec, "spec") {
         Ok(parsed) => check(parsed),
         Err(violation) => Findings {
@@ -170,14 +176,21 @@ pub fn validate_scale(scale: &Value, view: Option<&scale_view::ScaleViewSpec>) -
     let scale = match parsed {
         Ok(scale) => scale,
         Err(v) => {
-            findings.deny(v.field, format!("not an autoscaling/v1 Scale: {}", v.reason));
+            findings.deny(
+                v.field,
+                format!("not an autoscaling/v1 Scale: {}", v.reason),
+            );
             return findings;
         }
     };
     let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
     match view {
-        Some(view) => scale_view::validate_total(view, i64::from(replicas), "spec.replicas", &mut findings),
-        None if replicas < 0 => findings.deny("spec.replicas", format!("must be >= 0, got {replicas}")),
+        Some(view) => {
+            scale_view::validate_total(view, i64::from(replicas), "spec.replicas", &mut findings)
+        }
+        None if replicas < 0 => {
+            findings.deny("spec.replicas", format!("must be >= 0, got {replicas}"))
+        }
         None => {}
     }
     findings
@@ -224,23 +237,46 @@ mod tests {
             assert_eq!(Kind::from_plural(kind.plural()), Some(kind));
             assert_eq!(Kind::of(&kind.api_version(), kind.name()), Some(kind));
         }
-        assert_eq!(Kind::ResourceScalingGroup.api_version(), "resourcescalinggroup.com/v1");
+        assert_eq!(
+            Kind::ResourceScalingGroup.api_version(),
+            "resourcescalinggroup.com/v1"
+        );
         assert_eq!(Kind::of("fusioninfer.io/v1", "ScaleView"), None);
     }
 
     #[test]
     fn mutation_only_adds_defaults() {
         let mutation = mutate(Kind::InferenceService, &story2()).unwrap();
-        let paths: Vec<String> = mutation.patch.0.iter().map(|op| op.path().to_string()).collect();
-        assert!(paths.contains(&"/spec/roles/1/replicas".to_owned()), "{paths:?}");
-        assert!(paths.contains(&"/spec/upgradeStrategy".to_owned()), "{paths:?}");
-        assert!(!paths.iter().any(|p| p == "/spec/roles/0/replicas"), "set fields stay: {paths:?}");
+        let paths: Vec<String> = mutation
+            .patch
+            .0
+            .iter()
+            .map(|op| op.path().to_string())
+            .collect();
+        assert!(
+            paths.contains(&"/spec/roles/1/replicas".to_owned()),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"/spec/upgradeStrategy".to_owned()),
+            "{paths:?}"
+        );
+        assert!(
+            !paths.iter().any(|p| p == "/spec/roles/0/replicas"),
+            "set fields stay: {paths:?}"
+        );
         assert!(paths.iter().all(|p| p.starts_with("/spec/")), "{paths:?}");
         let mut patched = story2();
         json_patch::patch(&mut patched, &mutation.patch).unwrap();
         assert_eq!(patched, mutation.object);
         // Defaulting a defaulted object changes nothing.
-        assert!(mutate(Kind::InferenceService, &mutation.object).unwrap().patch.0.is_empty());
+        assert!(
+            mutate(Kind::InferenceService, &mutation.object)
+                .unwrap()
+                .patch
+                .0
+                .is_empty()
+        );
     }
 
     #[test]
@@ -250,7 +286,13 @@ mod tests {
                                 {"name": "b", "apiVersion": "apps/v1", "kind": "Deployment"}],
             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
                 {"name": "a", "role": "Source"}, {"name": "b", "role": "Target", "ratio": 1.0}]}}}});
-        assert!(mutate(Kind::ResourceScalingGroup, &rsg).unwrap().patch.0.is_empty());
+        assert!(
+            mutate(Kind::ResourceScalingGroup, &rsg)
+                .unwrap()
+                .patch
+                .0
+                .is_empty()
+        );
     }
 
     #[test]
@@ -266,25 +308,45 @@ mod tests {
 
     #[test]
     fn scale_view_updates_check_immutability() {
-        let view = |target: &str| json!({"spec": {"targetRef": {"name": target, "componentType": "decoder"},
-            "scalePolicy": [{"group": "decode"}]}});
+        let view = |target: &str| {
+            json!({"spec": {"targetRef": {"name": target, "componentType": "decoder"},
+            "scalePolicy": [{"group": "decode"}]}})
+        };
         let findings = validate(Kind::ScaleView, "default", &view("b"), Some(&view("a")));
-        assert!(findings.denial_message().starts_with("spec.targetRef: is immutable"));
+        assert!(
+            findings
+                .denial_message()
+                .starts_with("spec.targetRef: is immutable")
+        );
         assert!(validate(Kind::ScaleView, "default", &view("a"), Some(&view("a"))).is_allowed());
     }
 
     #[test]
     fn scale_writes() {
-        let scale = |replicas: i64| json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
-            "metadata": {"name": "v"}, "spec": {"replicas": replicas}});
+        let scale = |replicas: i64| {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "v"}, "spec": {"replicas": replicas}})
+        };
         assert!(validate_scale(&scale(3), None).is_allowed());
-        assert_eq!(validate_scale(&scale(-1), None).denial_message(), "spec.replicas: must be >= 0, got -1");
+        assert_eq!(
+            validate_scale(&scale(-1), None).denial_message(),
+            "spec.replicas: must be >= 0, got -1"
+        );
         let strict: scale_view::ScaleViewSpec = serde_json::from_value(json!({
             "targetRef": {"name": "s", "componentType": "decoder"}, "strict": true,
-            "scalePolicy": [{"group": "a", "constraints": {"min": 1, "max": 2}}]})).unwrap();
+            "scalePolicy": [{"group": "a", "constraints": {"min": 1, "max": 2}}]}))
+        .unwrap();
         assert!(validate_scale(&scale(2), Some(&strict)).is_allowed());
-        assert!(validate_scale(&scale(3), Some(&strict)).denial_message().contains("must be within [1, 2]"));
-        assert!(validate_scale(&json!({"spec": {"replicas": "x"}}), None).denial_message().starts_with("spec.replicas: not an autoscaling/v1 Scale"));
+        assert!(
+            validate_scale(&scale(3), Some(&strict))
+                .denial_message()
+                .contains("must be within [1, 2]")
+        );
+        assert!(
+            validate_scale(&json!({"spec": {"replicas": "x"}}), None)
+                .denial_message()
+                .starts_with("spec.replicas: not an autoscaling/v1 Scale")
+        );
     }
 
     #[test]
@@ -295,6 +357,9 @@ mod tests {
         let mut bad = story2();
         bad["spec"]["roles"][1]["multinode"] = json!({"nodeCount": 0});
         let findings = admit(Kind::InferenceService, "default", &bad, None).unwrap_err();
-        assert_eq!(findings.denial_message(), "spec.roles[1].multinode.nodeCount: must be >= 1, got 0");
+        assert_eq!(
+            findings.denial_message(),
+            "spec.roles[1].multinode.nodeCount: must be >= 1, got 0"
+        );
     }
 }

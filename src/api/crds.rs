@@ -17,7 +17,13 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 
 /// The file a CRD is kept in under `manifests/crds/`: `{plural}.{group}.yaml`.
 pub fn file_name(crd: &CustomResourceDefinition) -> String {
-    format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or(&crd.spec.names.plural))
+    format!(
+        "{}.yaml",
+        crd.metadata
+            .name
+            .as_deref()
+            .unwrap_or(&crd.spec.names.plural)
+    )
 }
 
 /// A CRD as YAML, with a header saying where it comes from.

@@ -14,6 +14,9 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
 
 /// The desired state of an inference service: its roles and how they are
 /// scheduled and upgraded.
+// Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
+// the repeated keys as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "fusioninfer.io",
@@ -45,7 +48,11 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
         description = "Whether an upgrade is moving capacity and traffic",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceServiceSpec {
@@ -63,7 +70,9 @@ pub struct InferenceServiceSpec {
 }
 
 /// The semantic role of a component.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ComponentType {
     /// Request router: an endpoint picker behind an InferencePool.
@@ -510,7 +519,10 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             if let Err(v) = parse_at::<gateway_api::apis::standard::httproutes::HttpRouteSpec>(
                 httproute, &field,
             ) {
-                findings.deny(v.field, format!("not a Gateway API HTTPRouteSpec: {}", v.reason));
+                findings.deny(
+                    v.field,
+                    format!("not a Gateway API HTTPRouteSpec: {}", v.reason),
+                );
             }
         }
         if let Some(config) = &role.endpoint_picker_config {
@@ -528,7 +540,10 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
         for (field, set) in [
             ("strategy", role.strategy.is_some()),
             ("httproute", role.httproute.is_some()),
-            ("endpointPickerConfig", role.endpoint_picker_config.is_some()),
+            (
+                "endpointPickerConfig",
+                role.endpoint_picker_config.is_some(),
+            ),
         ] {
             if set {
                 findings.deny(
@@ -565,7 +580,10 @@ fn validate_template(template: &serde_json::Value, at: &str, findings: &mut Find
         }
     };
     let Some(pod) = template.spec else {
-        findings.deny(format!("{field}.spec"), "required: the pod spec with its containers");
+        findings.deny(
+            format!("{field}.spec"),
+            "required: the pod spec with its containers",
+        );
         return;
     };
     if pod.containers.is_empty() {
@@ -585,7 +603,11 @@ fn validate_template(template: &serde_json::Value, at: &str, findings: &mut Find
                 format!("duplicate container name {:?}", container.name),
             );
         }
-        if container.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+        if container
+            .image
+            .as_deref()
+            .is_none_or(|i| i.trim().is_empty())
+        {
             findings.deny(format!("{at}.image"), "required: the container image");
         }
         for (p, port) in container.ports.iter().flatten().enumerate() {
@@ -740,14 +762,21 @@ mod tests {
         value["spec"]["roles"][0]["componentType"] = json!("encoder");
         let err = crate::api::parse_at::<InferenceServiceSpec>(&value["spec"], "spec").unwrap_err();
         assert_eq!(err.field, "spec.roles[0].componentType");
-        assert!(err.reason.contains("unknown variant `encoder`"), "{}", err.reason);
+        assert!(
+            err.reason.contains("unknown variant `encoder`"),
+            "{}",
+            err.reason
+        );
     }
 
     #[test]
     fn replicas_must_not_be_negative() {
         let mut value = pd();
         value["roles"][1]["replicas"] = json!(-1);
-        assert_eq!(denial(value), "spec.roles[1].replicas: must be >= 0, got -1");
+        assert_eq!(
+            denial(value),
+            "spec.roles[1].replicas: must be >= 0, got -1"
+        );
         let mut zero = pd();
         zero["roles"][1]["replicas"] = json!(0);
         assert!(validate(&spec(zero)).is_allowed());
@@ -787,7 +816,11 @@ mod tests {
                 .unwrap()
                 .push(json!({"name": "router", "componentType": "router", field: value}));
             let findings = validate(&spec(good));
-            assert!(findings.is_allowed(), "{field}: {}", findings.denial_message());
+            assert!(
+                findings.is_allowed(),
+                "{field}: {}",
+                findings.denial_message()
+            );
         }
     }
 
@@ -821,9 +854,18 @@ mod tests {
             {"name": "r2", "componentType": "router"},
         ]});
         let message = denial(routers);
-        assert!(message.contains("spec.roles[1].componentType: a service has at most one router role"), "{message}");
-        assert!(message.contains("spec.roles: needs at least one role that serves"), "{message}");
-        assert_eq!(denial(json!({"roles": []})), "spec.roles: must list at least one role");
+        assert!(
+            message.contains("spec.roles[1].componentType: a service has at most one router role"),
+            "{message}"
+        );
+        assert!(
+            message.contains("spec.roles: needs at least one role that serves"),
+            "{message}"
+        );
+        assert_eq!(
+            denial(json!({"roles": []})),
+            "spec.roles: must list at least one role"
+        );
     }
 
     #[test]
@@ -845,37 +887,74 @@ mod tests {
             "multinode": {"nodeCount": 2}, "scaleDown": {"policy": "Binpack"}
         }));
         let message = denial(value);
-        assert!(message.contains("spec.roles[2].multinode: only allowed on serving roles"), "{message}");
-        assert!(message.contains("spec.roles[2].scaleDown: only allowed on serving roles"), "{message}");
+        assert!(
+            message.contains("spec.roles[2].multinode: only allowed on serving roles"),
+            "{message}"
+        );
+        assert!(
+            message.contains("spec.roles[2].scaleDown: only allowed on serving roles"),
+            "{message}"
+        );
     }
 
     #[test]
     fn templates_must_deploy() {
         let cases = [
-            (json!(null), "spec.roles[1].template: required: a decoder role needs a pod template"),
-            (json!({"metadata": {}}), "spec.roles[1].template.spec: required: the pod spec"),
-            (json!({"spec": {"containers": []}}), "spec.roles[1].template.spec.containers: must list at least one container"),
-            (json!({"spec": {"containers": [{"name": "vllm"}]}}), "spec.roles[1].template.spec.containers[0].image: required: the container image"),
-            (json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]}}), "spec.roles[1].template.spec.containers[1].name: duplicate container name \"a\""),
-            (json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 70000}]}]}}), "spec.roles[1].template.spec.containers[0].ports[0].containerPort: must be between 1 and 65535, got 70000"),
-            (json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": "http"}]}]}}), "spec.roles[1].template.spec.containers[0].ports[0].containerPort: not a PodTemplateSpec: invalid type"),
-            (json!({"spec": {"containers": "vllm"}}), "spec.roles[1].template.spec.containers: not a PodTemplateSpec"),
+            (
+                json!(null),
+                "spec.roles[1].template: required: a decoder role needs a pod template",
+            ),
+            (
+                json!({"metadata": {}}),
+                "spec.roles[1].template.spec: required: the pod spec",
+            ),
+            (
+                json!({"spec": {"containers": []}}),
+                "spec.roles[1].template.spec.containers: must list at least one container",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "vllm"}]}}),
+                "spec.roles[1].template.spec.containers[0].image: required: the container image",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]}}),
+                "spec.roles[1].template.spec.containers[1].name: duplicate container name \"a\"",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 70000}]}]}}),
+                "spec.roles[1].template.spec.containers[0].ports[0].containerPort: must be between 1 and 65535, got 70000",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": "http"}]}]}}),
+                "spec.roles[1].template.spec.containers[0].ports[0].containerPort: not a PodTemplateSpec: invalid type",
+            ),
+            (
+                json!({"spec": {"containers": "vllm"}}),
+                "spec.roles[1].template.spec.containers: not a PodTemplateSpec",
+            ),
         ];
         for (template, expected) in cases {
             let mut value = pd();
             if template.is_null() {
-                value["roles"][1].as_object_mut().unwrap().remove("template");
+                value["roles"][1]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("template");
             } else {
                 value["roles"][1]["template"] = template;
             }
             let message = denial(value);
-            assert!(message.starts_with(expected), "expected {expected:?}, got {message:?}");
+            assert!(
+                message.starts_with(expected),
+                "expected {expected:?}, got {message:?}"
+            );
         }
     }
 
     fn incremental(options: serde_json::Value) -> serde_json::Value {
         let mut value = pd();
-        value["upgradeStrategy"] = json!({"type": "IncrementalUpgrade", "incrementalUpgradeOptions": options});
+        value["upgradeStrategy"] =
+            json!({"type": "IncrementalUpgrade", "incrementalUpgradeOptions": options});
         value
     }
 
@@ -885,14 +964,46 @@ mod tests {
         assert!(validate(&spec(incremental(valid.clone()))).is_allowed());
         let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
         let cases = [
-            ("maxSurgePercent", json!(200), format!("{at}.maxSurgePercent: must be between 1 and 100, got 200")),
-            ("maxSurgePercent", json!(0), format!("{at}.maxSurgePercent: must be between 1 and 100, got 0")),
-            ("stepSizePercent", json!(null), format!("{at}.stepSizePercent: required for IncrementalUpgrade")),
-            ("stepSizePercent", json!(0), format!("{at}.stepSizePercent: must be > 0, got 0")),
-            ("stepSizePercent", json!(75), format!("{at}.stepSizePercent: must be <= maxSurgePercent (20), got 75")),
-            ("intervalSeconds", json!(0), format!("{at}.intervalSeconds: must be > 0, got 0")),
-            ("intervalSeconds", json!(null), format!("{at}.intervalSeconds: required for IncrementalUpgrade")),
-            ("gatewayClassName", json!(""), format!("{at}.gatewayClassName: required for IncrementalUpgrade")),
+            (
+                "maxSurgePercent",
+                json!(200),
+                format!("{at}.maxSurgePercent: must be between 1 and 100, got 200"),
+            ),
+            (
+                "maxSurgePercent",
+                json!(0),
+                format!("{at}.maxSurgePercent: must be between 1 and 100, got 0"),
+            ),
+            (
+                "stepSizePercent",
+                json!(null),
+                format!("{at}.stepSizePercent: required for IncrementalUpgrade"),
+            ),
+            (
+                "stepSizePercent",
+                json!(0),
+                format!("{at}.stepSizePercent: must be > 0, got 0"),
+            ),
+            (
+                "stepSizePercent",
+                json!(75),
+                format!("{at}.stepSizePercent: must be <= maxSurgePercent (20), got 75"),
+            ),
+            (
+                "intervalSeconds",
+                json!(0),
+                format!("{at}.intervalSeconds: must be > 0, got 0"),
+            ),
+            (
+                "intervalSeconds",
+                json!(null),
+                format!("{at}.intervalSeconds: required for IncrementalUpgrade"),
+            ),
+            (
+                "gatewayClassName",
+                json!(""),
+                format!("{at}.gatewayClassName: required for IncrementalUpgrade"),
+            ),
         ];
         for (field, value, expected) in cases {
             let mut options = valid.clone();
@@ -902,7 +1013,10 @@ mod tests {
                 options[field] = value;
             }
             let message = denial(incremental(options));
-            assert!(message.starts_with(&expected), "expected {expected:?}, got {message:?}");
+            assert!(
+                message.starts_with(&expected),
+                "expected {expected:?}, got {message:?}"
+            );
         }
         // maxSurgePercent defaults to 100, so a step of 75 alone is fine.
         let mut no_surge = valid.clone();
@@ -918,7 +1032,8 @@ mod tests {
     #[test]
     fn incremental_options_with_another_strategy_warn() {
         let mut value = pd();
-        value["upgradeStrategy"] = json!({"type": "NewRevision", "incrementalUpgradeOptions": {"stepSizePercent": 5}});
+        value["upgradeStrategy"] =
+            json!({"type": "NewRevision", "incrementalUpgradeOptions": {"stepSizePercent": 5}});
         let findings = validate(&spec(value));
         assert!(findings.is_allowed());
         assert_eq!(findings.warnings.len(), 1);
@@ -939,17 +1054,32 @@ mod tests {
     fn defaults_fill_every_default_and_are_idempotent() {
         let mut value = pd();
         value["roles"][1]["multinode"] = json!({});
-        value["roles"].as_array_mut().unwrap().push(json!({"name": "router", "componentType": "router"}));
+        value["roles"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "router", "componentType": "router"}));
         value["schedulingStrategy"] = json!({"schedulerName": "volcano"});
         let mut s = spec(value);
         defaults(&mut s);
         assert_eq!(s.roles[0].replicas, Some(1));
         assert_eq!(s.roles[1].replicas, Some(2));
         assert_eq!(s.roles[1].multinode.as_ref().unwrap().node_count, Some(1));
-        assert_eq!(s.roles[0].scale_down.as_ref().unwrap().policy, Some(RoleScaleDownPolicy::Ordered));
-        assert_eq!(s.roles[2].scale_down, None, "routers have no scale-down policy");
-        assert_eq!(s.scheduling_strategy.as_ref().unwrap().gang_policy, Some(GangPolicy::SubGroup));
-        assert_eq!(s.upgrade_strategy.as_ref().unwrap().type_, Some(UpgradeType::RollingUpdate));
+        assert_eq!(
+            s.roles[0].scale_down.as_ref().unwrap().policy,
+            Some(RoleScaleDownPolicy::Ordered)
+        );
+        assert_eq!(
+            s.roles[2].scale_down, None,
+            "routers have no scale-down policy"
+        );
+        assert_eq!(
+            s.scheduling_strategy.as_ref().unwrap().gang_policy,
+            Some(GangPolicy::SubGroup)
+        );
+        assert_eq!(
+            s.upgrade_strategy.as_ref().unwrap().type_,
+            Some(UpgradeType::RollingUpdate)
+        );
         assert!(validate(&s).is_allowed());
         let once = s.clone();
         defaults(&mut s);
@@ -958,9 +1088,15 @@ mod tests {
 
     #[test]
     fn defaults_set_max_surge_for_incremental() {
-        let mut s = spec(incremental(json!({"stepSizePercent": 5, "intervalSeconds": 10, "gatewayClassName": "gw"})));
+        let mut s = spec(incremental(
+            json!({"stepSizePercent": 5, "intervalSeconds": 10, "gatewayClassName": "gw"}),
+        ));
         defaults(&mut s);
-        let options = s.upgrade_strategy.unwrap().incremental_upgrade_options.unwrap();
+        let options = s
+            .upgrade_strategy
+            .unwrap()
+            .incremental_upgrade_options
+            .unwrap();
         assert_eq!(options.max_surge_percent, Some(100));
     }
 }

@@ -110,7 +110,8 @@ pub fn dns1123_label_error(value: &str) -> Option<String> {
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     let bytes = value.as_bytes();
-    let alnum_ends = bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
+    let alnum_ends =
+        bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
     if !valid_chars || !alnum_ends {
         return Some(format!(
             "must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit), got {value:?}"

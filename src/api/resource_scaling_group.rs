@@ -14,6 +14,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Findings, dns1123_label_error, schema};
 
+// Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
+// the repeated keys as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "resourcescalinggroup.com",
@@ -31,8 +34,16 @@ use super::{Findings, dns1123_label_error, schema};
         status_replicas_path = ".status.currentReplicas",
         label_selector_path = ".status.labelSelector"
     ),
-    printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.scalingStrategy.type"),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.currentReplicas"),
+    printcolumn(
+        name = "Strategy",
+        type_ = "string",
+        json_path = ".spec.scalingStrategy.type"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".status.currentReplicas"
+    ),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -44,7 +55,11 @@ use super::{Findings, dns1123_label_error, schema};
         json_path = ".status.conditions[?(@.type==\"Stalled\")].reason",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceScalingGroupSpec {
@@ -396,21 +411,21 @@ pub fn validate(spec: &ResourceScalingGroupSpec, namespace: &str) -> Findings {
     findings
 }
 
-/// What a binding may name: a target resource without roles, or a role.
-#[derive(Clone, Debug)]
-enum Bindable {
-    Resource,
-    ResourceWithRoles(Vec<String>),
-    Role { resource: String },
+/// What bindings may name: each role (by roleName) and each resource without
+/// roles (by name). A resource with roles is not bindable as a whole; its name
+/// is remembered to say which roles to bind instead.
+#[derive(Debug, Default)]
+struct Names {
+    /// Bindable name -> how to describe it ("role \"Decode\" of rbg").
+    bindable: BTreeMap<String, String>,
+    /// Resources with roles -> their role names.
+    with_roles: BTreeMap<String, Vec<String>>,
 }
 
-fn validate_targets(
-    targets: &[TargetResource],
-    namespace: &str,
-    findings: &mut Findings,
-) -> BTreeMap<String, Bindable> {
-    let mut names: BTreeMap<String, Bindable> = BTreeMap::new();
-    let mut origin: BTreeMap<String, String> = BTreeMap::new();
+fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut Findings) -> Names {
+    let mut names = Names::default();
+    let mut resource_field: BTreeMap<&str, String> = BTreeMap::new();
+    let mut bindable_field: BTreeMap<String, String> = BTreeMap::new();
     if targets.is_empty() {
         findings.deny("spec.targetResources", "must list at least one resource");
     }
@@ -419,14 +434,26 @@ fn validate_targets(
         if target.name.trim().is_empty() {
             findings.deny(format!("{at}.name"), "must not be empty");
         }
+        if let Some(first) = resource_field.insert(&target.name, format!("{at}.name")) {
+            findings.deny(
+                format!("{at}.name"),
+                format!("duplicate resource name {:?} (also {first})", target.name),
+            );
+        }
         let flat = target.api_version.is_some() || target.kind.is_some();
         if flat && target.target_ref.is_some() {
             findings.deny(
                 at.clone(),
                 "give the object either flat (apiVersion, kind) or as targetRef, not both",
             );
-        } else if target.target_ref.is_none() && (target.api_version.is_none() || target.kind.is_none()) {
-            let missing = if target.kind.is_none() { "kind" } else { "apiVersion" };
+        } else if target.target_ref.is_none()
+            && (target.api_version.is_none() || target.kind.is_none())
+        {
+            let missing = if target.kind.is_none() {
+                "kind"
+            } else {
+                "apiVersion"
+            };
             findings.deny(
                 format!("{at}.{missing}"),
                 "required: give the object as apiVersion, kind (and name), or as targetRef",
@@ -439,7 +466,11 @@ fn validate_targets(
             if reference.name.trim().is_empty() {
                 findings.deny(format!("{at}.targetRef.name"), "must not be empty");
             }
-            if reference.api_version.as_deref().is_none_or(|v| v.trim().is_empty()) {
+            if reference
+                .api_version
+                .as_deref()
+                .is_none_or(|v| v.trim().is_empty())
+            {
                 findings.deny(
                     format!("{at}.targetRef.apiVersion"),
                     "required: the group/version of the object (apps/v1 for a Deployment)",
@@ -456,7 +487,10 @@ fn validate_targets(
                 ),
             );
         }
-        let kind = target.object().map(|o| o.kind.to_owned()).unwrap_or_default();
+        let kind = target
+            .object()
+            .map(|o| o.kind.to_owned())
+            .unwrap_or_default();
         if !target.sub_resources.is_empty() && !KINDS_WITH_ROLES.contains(&kind.as_str()) {
             findings.deny(
                 format!("{at}.subResources"),
@@ -466,49 +500,65 @@ fn validate_targets(
                 ),
             );
         }
-        let roles: Vec<String> = target.sub_resources.iter().map(|s| s.role_name.clone()).collect();
-        let entry = if roles.is_empty() {
-            Bindable::Resource
-        } else {
-            Bindable::ResourceWithRoles(roles.clone())
-        };
-        claim(&mut names, &mut origin, &target.name, entry, format!("{at}.name"), findings);
+        if target.sub_resources.is_empty() {
+            let describe = format!("target resource {:?}", target.name);
+            claim(
+                &mut names,
+                &mut bindable_field,
+                &target.name,
+                describe,
+                format!("{at}.name"),
+                findings,
+            );
+            continue;
+        }
+        let roles: Vec<String> = target
+            .sub_resources
+            .iter()
+            .map(|s| s.role_name.clone())
+            .collect();
+        names.with_roles.insert(target.name.clone(), roles.clone());
         for (r, role) in roles.iter().enumerate() {
             let field = format!("{at}.subResources[{r}].roleName");
             if role.trim().is_empty() {
                 findings.deny(field, "must not be empty");
                 continue;
             }
-            let entry = Bindable::Role {
-                resource: target.name.clone(),
-            };
-            claim(&mut names, &mut origin, role, entry, field, findings);
+            let describe = format!("role {role:?} of {}", target.name);
+            claim(
+                &mut names,
+                &mut bindable_field,
+                role,
+                describe,
+                field,
+                findings,
+            );
         }
     }
     names
 }
 
-/// Registers a name bindings may use; names must be unique across resources and roles.
+/// Registers a name bindings may use; it must name one thing only.
 fn claim(
-    names: &mut BTreeMap<String, Bindable>,
-    origin: &mut BTreeMap<String, String>,
+    names: &mut Names,
+    fields: &mut BTreeMap<String, String>,
     name: &str,
-    entry: Bindable,
+    describe: String,
     field: String,
     findings: &mut Findings,
 ) {
-    if let Some(first) = origin.get(name) {
+    if let Some(first) = fields.get(name) {
         findings.deny(
             field,
-            format!("duplicate name {name:?} (also {first}): bindings must name one thing"),
+            format!("{name:?} is also {first}: a binding name must name one resource or role"),
         );
         return;
     }
-    origin.insert(name.to_owned(), field);
-    names.insert(name.to_owned(), entry);
+    fields.insert(name.to_owned(), field);
+    names.bindable.insert(name.to_owned(), describe);
 }
 
-fn validate_bindings(bindings: &[Binding], names: &BTreeMap<String, Bindable>, findings: &mut Findings) {
+fn validate_bindings(bindings: &[Binding], names: &Names, findings: &mut Findings) {
     let at = "spec.scalingStrategy.inplaceConfig.bindings";
     if bindings.is_empty() {
         findings.deny(at, "must list one Source and at least one Target");
@@ -568,10 +618,11 @@ fn validate_target_binding(binding: &Binding, here: &str, findings: &mut Finding
             format!("{here}.ratio"),
             "required for a Target: replicas become ceil(source replicas x ratio)",
         ),
-        Some(ratio) if ratio.value().is_sign_negative() && !ratio.value().is_zero() => findings.deny(
-            format!("{here}.ratio"),
-            format!("must be >= 0, got {ratio}"),
-        ),
+        Some(ratio) if ratio.value().is_sign_negative() && !ratio.value().is_zero() => findings
+            .deny(
+                format!("{here}.ratio"),
+                format!("must be >= 0, got {ratio}"),
+            ),
         Some(_) => {}
     }
     if let Some(min) = binding.min
@@ -582,7 +633,10 @@ fn validate_target_binding(binding: &Binding, here: &str, findings: &mut Finding
     if let (Some(min), Some(max)) = (binding.min, binding.max)
         && max < min
     {
-        findings.deny(format!("{here}.max"), format!("must be >= min ({min}), got {max}"));
+        findings.deny(
+            format!("{here}.max"),
+            format!("must be >= min ({min}), got {max}"),
+        );
     }
     if let Some(max) = binding.max
         && max < 0
@@ -591,52 +645,39 @@ fn validate_target_binding(binding: &Binding, here: &str, findings: &mut Finding
     }
 }
 
-/// A binding names a target resource or a role. A match that differs only in
-/// case (seed 000: role `Decode`, binding `decode`) is accepted with a warning.
-fn resolve_binding_name(
-    name: &str,
-    here: &str,
-    names: &BTreeMap<String, Bindable>,
-    findings: &mut Findings,
-) {
+/// A binding names a role or a resource without roles. A match that differs
+/// only in case (seed 000: role `Decode`, binding `decode`) is accepted with a
+/// warning.
+fn resolve_binding_name(name: &str, here: &str, names: &Names, findings: &mut Findings) {
     let field = format!("{here}.name");
-    let describe = |matched: &str, entry: &Bindable| match entry {
-        Bindable::Role { resource } => format!("role {matched:?} of {resource}"),
-        _ => format!("target resource {matched:?}"),
-    };
-    let check_roles = |matched: &str, entry: &Bindable, findings: &mut Findings| {
-        if let Bindable::ResourceWithRoles(roles) = entry {
-            findings.deny(
-                field.clone(),
-                format!(
-                    "{matched:?} has subResources; bind one of its roles instead: {}",
-                    roles.join(", ")
-                ),
-            );
-        }
-    };
-    if let Some(entry) = names.get(name) {
-        check_roles(name, entry, findings);
+    if names.bindable.contains_key(name) {
         return;
     }
-    let folded: Vec<(&String, &Bindable)> = names
+    if let Some(roles) = names.with_roles.get(name) {
+        findings.deny(
+            field,
+            format!(
+                "{name:?} has subResources; bind one of its roles instead: {}",
+                roles.join(", ")
+            ),
+        );
+        return;
+    }
+    let folded: Vec<(&String, &String)> = names
+        .bindable
         .iter()
         .filter(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
         .collect();
     match folded.as_slice() {
-        [(matched, entry)] => {
-            check_roles(matched, entry, findings);
-            findings.warn(format!(
-                "{field}: {name:?} matches {} only up to case; Tandem uses {matched:?}",
-                describe(matched, entry)
-            ));
-        }
+        [(matched, described)] => findings.warn(format!(
+            "{field}: {name:?} matches {described} only up to case; Tandem uses {matched:?}"
+        )),
         [] => {
-            let known: Vec<&str> = names.keys().map(String::as_str).collect();
+            let known: Vec<&str> = names.bindable.keys().map(String::as_str).collect();
             findings.deny(
                 field,
                 format!(
-                    "{name:?} names no target resource or role (known: {})",
+                    "{name:?} names no role or resource (bindable: {})",
                     known.join(", ")
                 ),
             );
@@ -802,21 +843,30 @@ mod tests {
         assert!(validate(&s, "ai").is_allowed());
         assert_eq!(
             s.target_resources[1].object(),
-            Some(ObjectRef { api_version: "apps/v1", kind: "Deployment", name: "decode" })
+            Some(ObjectRef {
+                api_version: "apps/v1",
+                kind: "Deployment",
+                name: "decode"
+            })
         );
     }
 
     #[test]
     fn both_or_neither_shape_is_denied() {
         let mut both = group_replication();
-        both["targetResources"][0]["targetRef"] = json!({"kind": "Deployment", "name": "x", "apiVersion": "apps/v1"});
+        both["targetResources"][0]["targetRef"] =
+            json!({"kind": "Deployment", "name": "x", "apiVersion": "apps/v1"});
         assert!(denial(both).starts_with("spec.targetResources[0]: give the object either flat"));
         let mut neither = group_replication();
         neither["targetResources"][1] = json!({"name": "decode"});
         assert!(denial(neither).starts_with("spec.targetResources[1].kind: required"));
         let mut no_version = group_replication();
-        no_version["targetResources"][1] = json!({"name": "d", "targetRef": {"kind": "Deployment", "name": "decode"}});
-        assert!(denial(no_version).starts_with("spec.targetResources[1].targetRef.apiVersion: required"));
+        no_version["targetResources"][1] =
+            json!({"name": "d", "targetRef": {"kind": "Deployment", "name": "decode"}});
+        assert!(
+            denial(no_version)
+                .starts_with("spec.targetResources[1].targetRef.apiVersion: required")
+        );
     }
 
     #[test]
@@ -833,27 +883,47 @@ mod tests {
         let mut wrong = group_replication();
         wrong["scalingStrategy"]["type"] = json!("InplaceScaling");
         let message = denial(wrong);
-        assert!(message.contains("spec.scalingStrategy.groupConfig: only allowed with type GroupReplication"), "{message}");
-        assert!(message.contains("spec.scalingStrategy.inplaceConfig: required when type is InplaceScaling"), "{message}");
+        assert!(
+            message.contains(
+                "spec.scalingStrategy.groupConfig: only allowed with type GroupReplication"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains(
+                "spec.scalingStrategy.inplaceConfig: required when type is InplaceScaling"
+            ),
+            "{message}"
+        );
         let mut both = inplace();
         both["scalingStrategy"]["groupConfig"] = json!({"groupNamePrefix": "u"});
-        assert!(denial(both).starts_with("spec.scalingStrategy.groupConfig: only allowed with type GroupReplication"));
+        assert!(denial(both).starts_with(
+            "spec.scalingStrategy.groupConfig: only allowed with type GroupReplication"
+        ));
         let mut missing = group_replication();
         missing["scalingStrategy"] = json!({"type": "GroupReplication"});
-        assert_eq!(denial(missing), "spec.scalingStrategy.groupConfig: required when type is GroupReplication");
+        assert_eq!(
+            denial(missing),
+            "spec.scalingStrategy.groupConfig: required when type is GroupReplication"
+        );
     }
 
     #[test]
     fn exactly_one_source() {
         let mut two = inplace();
-        two["scalingStrategy"]["inplaceConfig"]["bindings"][1] = json!({"name": "prefill", "role": "Source"});
+        two["scalingStrategy"]["inplaceConfig"]["bindings"][1] =
+            json!({"name": "prefill", "role": "Source"});
         assert_eq!(
             denial(two),
             "spec.scalingStrategy.inplaceConfig.bindings[1].role: only one Source is allowed, spec.scalingStrategy.inplaceConfig.bindings[0] is already the Source"
         );
         let mut none = inplace();
-        none["scalingStrategy"]["inplaceConfig"]["bindings"][0] = json!({"name": "router", "role": "Target", "ratio": 1});
-        assert_eq!(denial(none), "spec.scalingStrategy.inplaceConfig.bindings: needs exactly one binding with role Source, found none");
+        none["scalingStrategy"]["inplaceConfig"]["bindings"][0] =
+            json!({"name": "router", "role": "Target", "ratio": 1});
+        assert_eq!(
+            denial(none),
+            "spec.scalingStrategy.inplaceConfig.bindings: needs exactly one binding with role Source, found none"
+        );
     }
 
     #[test]
@@ -862,7 +932,7 @@ mod tests {
         unknown["scalingStrategy"]["inplaceConfig"]["bindings"][1]["name"] = json!("encode");
         assert_eq!(
             denial(unknown),
-            "spec.scalingStrategy.inplaceConfig.bindings[1].name: \"encode\" names no target resource or role (known: Decode, prefill, rolebasedgroup1, router)"
+            "spec.scalingStrategy.inplaceConfig.bindings[1].name: \"encode\" names no role or resource (bindable: Decode, prefill, router)"
         );
         let mut whole = inplace();
         whole["scalingStrategy"]["inplaceConfig"]["bindings"][1]["name"] = json!("rolebasedgroup1");
@@ -872,15 +942,27 @@ mod tests {
         );
         let mut duplicate = inplace();
         duplicate["scalingStrategy"]["inplaceConfig"]["bindings"][2]["name"] = json!("prefill");
-        assert!(denial(duplicate).starts_with("spec.scalingStrategy.inplaceConfig.bindings[2].name: duplicate binding \"prefill\""));
+        assert!(denial(duplicate).starts_with(
+            "spec.scalingStrategy.inplaceConfig.bindings[2].name: duplicate binding \"prefill\""
+        ));
     }
 
     #[test]
-    fn names_are_unique_across_resources_and_roles() {
-        let mut value = inplace();
-        value["targetResources"][0]["subResources"][0]["roleName"] = json!("router");
-        let message = denial(value);
-        assert!(message.contains("spec.targetResources[1].name: duplicate name \"router\" (also spec.targetResources[0].subResources[0].roleName)"), "{message}");
+    fn bindable_names_name_one_thing() {
+        let mut role_clash = inplace();
+        role_clash["targetResources"][0]["subResources"][0]["roleName"] = json!("router");
+        let message = denial(role_clash);
+        assert!(message.contains("spec.targetResources[1].name: \"router\" is also spec.targetResources[0].subResources[0].roleName"), "{message}");
+        let mut resource_clash = inplace();
+        resource_clash["targetResources"][1]["name"] = json!("rolebasedgroup1");
+        let message = denial(resource_clash);
+        assert!(message.contains("spec.targetResources[1].name: duplicate resource name \"rolebasedgroup1\" (also spec.targetResources[0].name)"), "{message}");
+        // A role may share the name of the resource it belongs to: the
+        // resource itself is not bindable, so the name means the role.
+        let mut own_name = inplace();
+        own_name["targetResources"][0]["name"] = json!("prefill");
+        let findings = validate(&spec(own_name), "ai");
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
     }
 
     #[test]
@@ -892,25 +974,43 @@ mod tests {
 
     #[test]
     fn ratios_are_exact_non_negative_decimals() {
-        for (ratio, ok) in [(json!(0), true), (json!("0.25"), true), (json!(1.5), true), (json!(-1), false), (json!("-0.5"), false)] {
+        for (ratio, ok) in [
+            (json!(0), true),
+            (json!("0.25"), true),
+            (json!(1.5), true),
+            (json!(-1), false),
+            (json!("-0.5"), false),
+        ] {
             let mut value = inplace();
             value["scalingStrategy"]["inplaceConfig"]["bindings"][1]["ratio"] = ratio.clone();
             let findings = validate(&spec(value), "ai");
             assert_eq!(findings.is_allowed(), ok, "{ratio}");
             if !ok {
-                assert!(findings.denial_message().starts_with("spec.scalingStrategy.inplaceConfig.bindings[1].ratio: must be >= 0"));
+                assert!(findings.denial_message().starts_with(
+                    "spec.scalingStrategy.inplaceConfig.bindings[1].ratio: must be >= 0"
+                ));
             }
         }
         let mut missing = inplace();
-        missing["scalingStrategy"]["inplaceConfig"]["bindings"][1].as_object_mut().unwrap().remove("ratio");
-        assert!(denial(missing).starts_with("spec.scalingStrategy.inplaceConfig.bindings[1].ratio: required for a Target"));
+        missing["scalingStrategy"]["inplaceConfig"]["bindings"][1]
+            .as_object_mut()
+            .unwrap()
+            .remove("ratio");
+        assert!(denial(missing).starts_with(
+            "spec.scalingStrategy.inplaceConfig.bindings[1].ratio: required for a Target"
+        ));
         let mut on_source = inplace();
         on_source["scalingStrategy"]["inplaceConfig"]["bindings"][0]["ratio"] = json!(2);
-        assert!(denial(on_source).starts_with("spec.scalingStrategy.inplaceConfig.bindings[0].ratio: only valid on a Target"));
+        assert!(denial(on_source).starts_with(
+            "spec.scalingStrategy.inplaceConfig.bindings[0].ratio: only valid on a Target"
+        ));
         let mut clamps = inplace();
         clamps["scalingStrategy"]["inplaceConfig"]["bindings"][1]["min"] = json!(5);
         clamps["scalingStrategy"]["inplaceConfig"]["bindings"][1]["max"] = json!(2);
-        assert_eq!(denial(clamps), "spec.scalingStrategy.inplaceConfig.bindings[1].max: must be >= min (5), got 2");
+        assert_eq!(
+            denial(clamps),
+            "spec.scalingStrategy.inplaceConfig.bindings[1].max: must be >= min (5), got 2"
+        );
     }
 
     #[test]
@@ -922,9 +1022,17 @@ mod tests {
         assert_eq!(exact(json!("1e-1")), Decimal::new(1, 1));
         let mut bad = json!({"spec": inplace()});
         bad["spec"]["scalingStrategy"]["inplaceConfig"]["bindings"][1]["ratio"] = json!("lots");
-        let err = crate::api::parse_at::<ResourceScalingGroupSpec>(&bad["spec"], "spec").unwrap_err();
-        assert_eq!(err.field, "spec.scalingStrategy.inplaceConfig.bindings[1].ratio");
-        assert!(err.reason.contains("\"lots\" is not a decimal number"), "{}", err.reason);
+        let err =
+            crate::api::parse_at::<ResourceScalingGroupSpec>(&bad["spec"], "spec").unwrap_err();
+        assert_eq!(
+            err.field,
+            "spec.scalingStrategy.inplaceConfig.bindings[1].ratio"
+        );
+        assert!(
+            err.reason.contains("\"lots\" is not a decimal number"),
+            "{}",
+            err.reason
+        );
     }
 
     #[test]
@@ -939,20 +1047,47 @@ mod tests {
     fn group_config_rules() {
         let at = "spec.scalingStrategy.groupConfig";
         let cases = [
-            (json!({"groupNamePrefix": "unit", "replicas": 0}), format!("{at}.replicas: must be >= 1")),
-            (json!({"groupNamePrefix": "Unit"}), format!("{at}.groupNamePrefix: must be a DNS-1123 label")),
-            (json!({"replicas": 2}), format!("{at}.groupNamePrefix: required")),
-            (json!({"groupNamePrefix": "a", "groupName": "b"}), format!("{at}.groupName: is another spelling of groupNamePrefix; they disagree")),
-            (json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["u-1"]}}), format!("{at}.scaleDown.candidates[0]: \"u-1\" is not a group id")),
-            (json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["v-01"]}}), format!("{at}.scaleDown.candidates[0]: \"v-01\" is not a group id")),
-            (json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["u-00"]}}), format!("{at}.scaleDown.candidates[0]: \"u-00\" is group 00")),
-            (json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["u-01", "u-01"]}}), format!("{at}.scaleDown.candidates[1]: duplicate candidate \"u-01\"")),
+            (
+                json!({"groupNamePrefix": "unit", "replicas": 0}),
+                format!("{at}.replicas: must be >= 1"),
+            ),
+            (
+                json!({"groupNamePrefix": "Unit"}),
+                format!("{at}.groupNamePrefix: must be a DNS-1123 label"),
+            ),
+            (
+                json!({"replicas": 2}),
+                format!("{at}.groupNamePrefix: required"),
+            ),
+            (
+                json!({"groupNamePrefix": "a", "groupName": "b"}),
+                format!("{at}.groupName: is another spelling of groupNamePrefix; they disagree"),
+            ),
+            (
+                json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["u-1"]}}),
+                format!("{at}.scaleDown.candidates[0]: \"u-1\" is not a group id"),
+            ),
+            (
+                json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["v-01"]}}),
+                format!("{at}.scaleDown.candidates[0]: \"v-01\" is not a group id"),
+            ),
+            (
+                json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["u-00"]}}),
+                format!("{at}.scaleDown.candidates[0]: \"u-00\" is group 00"),
+            ),
+            (
+                json!({"groupNamePrefix": "u", "scaleDown": {"candidates": ["u-01", "u-01"]}}),
+                format!("{at}.scaleDown.candidates[1]: duplicate candidate \"u-01\""),
+            ),
         ];
         for (config, expected) in cases {
             let mut value = group_replication();
             value["scalingStrategy"]["groupConfig"] = config;
             let message = denial(value);
-            assert!(message.starts_with(&expected), "expected {expected:?}, got {message:?}");
+            assert!(
+                message.starts_with(&expected),
+                "expected {expected:?}, got {message:?}"
+            );
         }
     }
 
@@ -976,7 +1111,10 @@ mod tests {
         let group = s.scaling_strategy.group_config.as_ref().unwrap();
         assert_eq!(group.group_name_prefix.as_deref(), Some("inference-unit"));
         assert_eq!(group.group_name, None);
-        assert_eq!(group.scale_down.as_ref().unwrap().policy, Some(GroupScaleDownPolicy::Ordered));
+        assert_eq!(
+            group.scale_down.as_ref().unwrap().policy,
+            Some(GroupScaleDownPolicy::Ordered)
+        );
         assert!(validate(&s, "ai").is_allowed());
         let once = s.clone();
         defaults(&mut s);

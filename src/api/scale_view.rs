@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use super::inference_service::ComponentType;
 use super::{Findings, dns1123_label_error};
 
+// Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
+// the repeated keys as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "fusioninfer.io",
@@ -30,11 +33,19 @@ use super::{Findings, dns1123_label_error};
         label_selector_path = ".status.selector"
     ),
     printcolumn(name = "Target", type_ = "string", json_path = ".spec.targetRef.name"),
-    printcolumn(name = "Component", type_ = "string", json_path = ".spec.targetRef.componentType"),
+    printcolumn(
+        name = "Component",
+        type_ = "string",
+        json_path = ".spec.targetRef.componentType"
+    ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(name = "Locked", type_ = "boolean", json_path = ".status.locked"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleViewSpec {
@@ -66,11 +77,7 @@ impl ScaleViewSpec {
     /// The range a total must fall in: [sum of mins, sum of maxes]; no upper
     /// bound when any group has no max.
     pub fn replica_range(&self) -> (i64, Option<i64>) {
-        let min = self
-            .scale_policy
-            .iter()
-            .map(|p| i64::from(p.min()))
-            .sum();
+        let min = self.scale_policy.iter().map(|p| i64::from(p.min())).sum();
         let max = self
             .scale_policy
             .iter()
@@ -328,7 +335,9 @@ mod tests {
             if !ok {
                 assert_eq!(
                     findings.denial_message(),
-                    format!("spec.scalePolicy[0].priority: must be between 0 and 10, got {priority}")
+                    format!(
+                        "spec.scalePolicy[0].priority: must be between 0 and 10, got {priority}"
+                    )
                 );
             }
         }
@@ -344,21 +353,30 @@ mod tests {
         );
         let mut negative = spot();
         negative["scalePolicy"][1]["constraints"] = json!({"min": -1});
-        assert_eq!(denial(negative), "spec.scalePolicy[1].constraints.min: must be >= 0, got -1");
+        assert_eq!(
+            denial(negative),
+            "spec.scalePolicy[1].constraints.min: must be >= 0, got -1"
+        );
     }
 
     #[test]
     fn groups_are_unique() {
         let mut value = spot();
         value["scalePolicy"][1]["group"] = json!("decode-ondemand");
-        assert_eq!(denial(value), "spec.scalePolicy[1].group: duplicate group \"decode-ondemand\"");
+        assert_eq!(
+            denial(value),
+            "spec.scalePolicy[1].group: duplicate group \"decode-ondemand\""
+        );
     }
 
     #[test]
     fn routers_cannot_be_viewed() {
         let mut value = spot();
         value["targetRef"]["componentType"] = json!("router");
-        assert!(denial(value).starts_with("spec.targetRef.componentType: must be a serving component type"));
+        assert!(
+            denial(value)
+                .starts_with("spec.targetRef.componentType: must be a serving component type")
+        );
     }
 
     #[test]
@@ -372,7 +390,9 @@ mod tests {
             if !ok {
                 assert_eq!(
                     findings.denial_message(),
-                    format!("spec.replicas: must be within [1, 6] (the sum of the groups' min and max constraints) because spec.strict is true, got {replicas}")
+                    format!(
+                        "spec.replicas: must be within [1, 6] (the sum of the groups' min and max constraints) because spec.strict is true, got {replicas}"
+                    )
                 );
             }
         }
@@ -398,13 +418,21 @@ mod tests {
         let mut retarget = spot();
         retarget["targetRef"]["name"] = json!("other");
         let findings = validate_update(&old, &spec(retarget));
-        assert!(findings.denial_message().starts_with("spec.targetRef: is immutable: was spot-decode/decoder, got other/decoder"));
+        assert!(findings.denial_message().starts_with(
+            "spec.targetRef: is immutable: was spot-decode/decoder, got other/decoder"
+        ));
 
         let mut regroup = spot();
         regroup["scalePolicy"][1]["group"] = json!("decode-reserved");
         let message = validate_update(&old, &spec(regroup)).denial_message();
-        assert!(message.contains("the set of groups is immutable"), "{message}");
-        assert!(message.contains("decode-reserved") && message.contains("decode-spot"), "{message}");
+        assert!(
+            message.contains("the set of groups is immutable"),
+            "{message}"
+        );
+        assert!(
+            message.contains("decode-reserved") && message.contains("decode-spot"),
+            "{message}"
+        );
 
         // Reordering and retuning the same groups is fine.
         let mut retune = spot();

@@ -74,7 +74,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn record_admission(&self, labels: AdmissionLabels, seconds: f64) {
-        self.admission_duration.get_or_create(&labels).observe(seconds);
+        self.admission_duration
+            .get_or_create(&labels)
+            .observe(seconds);
         self.admission_requests.get_or_create(&labels).inc();
     }
 
@@ -106,6 +108,9 @@ mod tests {
             text.contains(r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="CREATE",verdict="denied"} 2"#),
             "{text}"
         );
-        assert!(text.contains("tandem_admission_duration_seconds_bucket"), "{text}");
+        assert!(
+            text.contains("tandem_admission_duration_seconds_bucket"),
+            "{text}"
+        );
     }
 }

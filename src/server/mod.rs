@@ -50,11 +50,20 @@ pub enum ServerError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("could not listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("the {which} server failed: {source}")]
-    Serve { which: &'static str, source: std::io::Error },
+    Serve {
+        which: &'static str,
+        source: std::io::Error,
+    },
     #[error("the {which} server task ended abnormally: {source}")]
-    Task { which: &'static str, source: tokio::task::JoinError },
+    Task {
+        which: &'static str,
+        source: tokio::task::JoinError,
+    },
 }
 
 /// A running server. Dropping it does not stop it: call [`Server::shutdown`].
@@ -88,21 +97,29 @@ impl Server {
                 StatusCode::SERVICE_UNAVAILABLE,
                 options.request_timeout,
             ));
-        let listener = std::net::TcpListener::bind(options.listen).map_err(|source| ServerError::Listen {
-            addr: options.listen,
-            source,
-        })?;
-        listener.set_nonblocking(true).map_err(|source| ServerError::Listen {
-            addr: options.listen,
-            source,
-        })?;
-        let webhook_addr = listener.local_addr().map_err(|source| ServerError::Listen {
-            addr: options.listen,
-            source,
-        })?;
+        let listener =
+            std::net::TcpListener::bind(options.listen).map_err(|source| ServerError::Listen {
+                addr: options.listen,
+                source,
+            })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| ServerError::Listen {
+                addr: options.listen,
+                source,
+            })?;
+        let webhook_addr = listener
+            .local_addr()
+            .map_err(|source| ServerError::Listen {
+                addr: options.listen,
+                source,
+            })?;
         let webhook = axum_server::Handle::new();
         let server = axum_server::from_tcp_rustls(listener, config)
-            .map_err(|source| ServerError::Listen { addr: webhook_addr, source })?
+            .map_err(|source| ServerError::Listen {
+                addr: webhook_addr,
+                source,
+            })?
             .handle(webhook.clone());
         let webhook_task = tokio::spawn(server.serve(app.into_make_service()));
 
@@ -113,10 +130,12 @@ impl Server {
                 addr: options.probe_listen,
                 source,
             })?;
-        let probe_addr = probe_listener.local_addr().map_err(|source| ServerError::Listen {
-            addr: options.probe_listen,
-            source,
-        })?;
+        let probe_addr = probe_listener
+            .local_addr()
+            .map_err(|source| ServerError::Listen {
+                addr: options.probe_listen,
+                source,
+            })?;
         let (stop_probes, mut stopped) = watch::channel(false);
         let probes = probe_routes(ready.clone(), metrics.clone());
         let probe_task = tokio::spawn(async move {
@@ -159,11 +178,23 @@ impl Server {
         let _ = self.stop_probes.send(true);
         let probes = self.probe_task.await;
         webhook
-            .map_err(|source| ServerError::Task { which: "webhook", source })?
-            .map_err(|source| ServerError::Serve { which: "webhook", source })?;
+            .map_err(|source| ServerError::Task {
+                which: "webhook",
+                source,
+            })?
+            .map_err(|source| ServerError::Serve {
+                which: "webhook",
+                source,
+            })?;
         probes
-            .map_err(|source| ServerError::Task { which: "probe", source })?
-            .map_err(|source| ServerError::Serve { which: "probe", source })
+            .map_err(|source| ServerError::Task {
+                which: "probe",
+                source,
+            })?
+            .map_err(|source| ServerError::Serve {
+                which: "probe",
+                source,
+            })
     }
 }
 
@@ -178,7 +209,10 @@ fn probe_routes(ready: Arc<AtomicBool>, metrics: Arc<Metrics>) -> Router {
                     if ready {
                         (StatusCode::OK, "ready")
                     } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready: starting or shutting down")
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "not ready: starting or shutting down",
+                        )
                     }
                 }
             }),
@@ -191,11 +225,18 @@ fn probe_routes(ready: Arc<AtomicBool>, metrics: Arc<Metrics>) -> Router {
                     match encoded {
                         Ok(text) => (
                             StatusCode::OK,
-                            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
                             text,
                         )
                             .into_response(),
-                        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("could not encode metrics: {e}")).into_response(),
+                        Err(e) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            format!("could not encode metrics: {e}"),
+                        )
+                            .into_response(),
                     }
                 }
             }),

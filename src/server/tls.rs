@@ -26,17 +26,27 @@ use crate::server::metrics::{CertificateReloadLabels, Metrics};
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("could not read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} holds no PEM certificate")]
     NoCertificate { path: PathBuf },
     #[error("{path}: {reason}")]
     BadPem { path: PathBuf, reason: String },
     #[error("the key in {key} does not fit the certificate in {cert}: {reason}")]
-    Mismatch { cert: PathBuf, key: PathBuf, reason: String },
+    Mismatch {
+        cert: PathBuf,
+        key: PathBuf,
+        reason: String,
+    },
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
     #[error("could not watch {path} for certificate changes: {source}")]
-    Watch { path: PathBuf, source: notify::Error },
+    Watch {
+        path: PathBuf,
+        source: notify::Error,
+    },
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -67,11 +77,12 @@ pub fn load(dir: &Path) -> Result<CertifiedKey, TlsError> {
         path: key_path.clone(),
         reason: e.to_string(),
     })?;
-    let certified = CertifiedKey::from_der(chain, key, &provider()).map_err(|e| TlsError::Mismatch {
-        cert: cert_path.clone(),
-        key: key_path.clone(),
-        reason: e.to_string(),
-    })?;
+    let certified =
+        CertifiedKey::from_der(chain, key, &provider()).map_err(|e| TlsError::Mismatch {
+            cert: cert_path.clone(),
+            key: key_path.clone(),
+            reason: e.to_string(),
+        })?;
     certified.keys_match().map_err(|e| TlsError::Mismatch {
         cert: cert_path,
         key: key_path,
@@ -186,7 +197,11 @@ mod tests {
     #[test]
     fn loads_a_matching_pair() {
         let dir = tempfile::tempdir().unwrap();
-        certs::write(dir.path(), &certs::issue(&certs::loopback_hosts(), 1).unwrap()).unwrap();
+        certs::write(
+            dir.path(),
+            &certs::issue(&certs::loopback_hosts(), 1).unwrap(),
+        )
+        .unwrap();
         let loaded = load(dir.path()).unwrap();
         assert_eq!(loaded.cert.len(), 1);
     }
@@ -194,7 +209,11 @@ mod tests {
     #[test]
     fn refuses_a_key_of_another_certificate() {
         let dir = tempfile::tempdir().unwrap();
-        certs::write(dir.path(), &certs::issue(&certs::loopback_hosts(), 1).unwrap()).unwrap();
+        certs::write(
+            dir.path(),
+            &certs::issue(&certs::loopback_hosts(), 1).unwrap(),
+        )
+        .unwrap();
         let other = certs::issue(&certs::loopback_hosts(), 1).unwrap();
         std::fs::write(dir.path().join(KEY_FILE), other.key_pem).unwrap();
         let error = load(dir.path()).unwrap_err();
