@@ -1,0 +1,405 @@
+//! The files users apply: generated CRDs, examples, deployment manifests and
+//! webhook configurations, checked against the code they describe.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+use tandem::admission::Kind;
+use tandem::api::crds;
+
+#[test]
+fn committed_crds_are_the_generated_ones() {
+    for crd in crds::all() {
+        let path = repo_path("manifests/crds").join(crds::file_name(&crd));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        let generated = crds::to_yaml(&crd).unwrap();
+        assert!(
+            committed == generated,
+            "{} is stale: run `cargo run -- crds --out-dir manifests/crds` and commit the result",
+            path.display()
+        );
+    }
+}
+
+fn crd_json(kind: &str) -> Value {
+    let crd = crds::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap();
+    serde_json::to_value(crd).unwrap()
+}
+
+#[test]
+fn crds_have_status_columns_names_and_scale_as_designed() {
+    for kind in Kind::ALL {
+        let crd = crd_json(kind.name());
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+        assert!(
+            version["subresources"]["status"].is_object(),
+            "{kind}: status subresource"
+        );
+        assert!(
+            version["additionalPrinterColumns"]
+                .as_array()
+                .is_some_and(|c| c.len() >= 3),
+            "{kind}: printer columns"
+        );
+        let short: Vec<&str> = crd["spec"]["names"]["shortNames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert!(
+            !short.is_empty() && !short.contains(&"isvc"),
+            "{kind}: short names {short:?} (isvc is KServe's)"
+        );
+        assert_eq!(
+            crd["spec"]["names"]["categories"],
+            serde_json::json!(["tandem"])
+        );
+        let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+        assert!(
+            status["observedGeneration"].is_object(),
+            "{kind}: observedGeneration"
+        );
+        let conditions = &status["conditions"];
+        assert_eq!(
+            conditions["x-kubernetes-list-type"], "map",
+            "{kind}: conditions are a list map"
+        );
+        assert_eq!(
+            conditions["x-kubernetes-list-map-keys"],
+            serde_json::json!(["type"])
+        );
+    }
+    let scale = |kind: &str| crd_json(kind)["spec"]["versions"][0]["subresources"]["scale"].clone();
+    assert!(
+        scale("InferenceService").is_null(),
+        "roles are scaled through ScaleViews"
+    );
+    assert_eq!(
+        scale("ScaleView"),
+        serde_json::json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"})
+    );
+    assert_eq!(
+        scale("ResourceScalingGroup"),
+        serde_json::json!({"specReplicasPath": ".spec.scalingStrategy.groupConfig.replicas", "statusReplicasPath": ".status.currentReplicas", "labelSelectorPath": ".status.labelSelector"})
+    );
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else if path.extension().is_some_and(|e| e == "yaml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The seed's ResourceScalingGroups target namespace `ai`: they are applied
+/// with `-n ai`, as their comments say.
+fn namespace_of(path: &Path) -> &'static str {
+    if path.to_string_lossy().contains("resourcescalinggroup") {
+        "ai"
+    } else {
+        "default"
+    }
+}
+
+#[test]
+fn every_example_fits_the_crds_and_is_admitted() {
+    let files = files_under(&repo_path("examples"));
+    assert!(files.len() >= 12, "examples: {files:?}");
+    let mut kinds_seen = BTreeSet::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let world =
+            tandem::render::parse_world(&path.display().to_string(), &text, namespace_of(&path))
+                .unwrap_or_else(|e| panic!("{e}"));
+        for object in &world {
+            let (api_version, kind) = (
+                object["apiVersion"].as_str().unwrap(),
+                object["kind"].as_str().unwrap(),
+            );
+            if Kind::of(api_version, kind).is_none() {
+                continue;
+            }
+            kinds_seen.insert(kind.to_owned());
+            let errors = tandem_schema(kind).errors(object);
+            assert!(
+                errors.is_empty(),
+                "{}: {kind} does not fit its CRD: {errors:?}",
+                path.display()
+            );
+        }
+        let rendered = tandem::render::render(world).unwrap_or_else(|e| match e {
+            tandem::render::RenderError::Denied(denials) => {
+                panic!(
+                    "{} is denied: {}",
+                    path.display(),
+                    denials
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            }
+            other => panic!("{}: {other}", path.display()),
+        });
+        for object in &rendered.apply {
+            let errors = tandem_schema(object["kind"].as_str().unwrap()).errors(object);
+            assert!(
+                errors.is_empty(),
+                "{}: admitted object does not fit its CRD: {errors:?}",
+                path.display()
+            );
+        }
+    }
+    assert_eq!(
+        kinds_seen,
+        ["InferenceService", "ResourceScalingGroup", "ScaleView"]
+            .map(String::from)
+            .into()
+    );
+}
+
+#[test]
+fn the_seed_ratio_example_warns_about_case() {
+    let path = repo_path("examples/resourcescalinggroup/inplace-scaling.yaml");
+    let world =
+        tandem::render::parse_world("x", &std::fs::read_to_string(path).unwrap(), "ai").unwrap();
+    let rendered = tandem::render::render(world).unwrap();
+    assert_eq!(rendered.warnings.len(), 1);
+    assert!(rendered.warnings[0].starts_with(
+        "ResourceScalingGroup ai/pd-pool: spec.scalingStrategy.inplaceConfig.bindings[2].name"
+    ));
+}
+
+/// Every non-empty document of a YAML file, as written.
+fn manifest(path: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo_path(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+#[test]
+fn webhook_configurations_match_the_served_routes_and_crds() {
+    let mut paths = BTreeSet::new();
+    for (file, config_kind, prefix) in [
+        (
+            "webhooks/validating.yaml",
+            "ValidatingWebhookConfiguration",
+            "/validate/",
+        ),
+        (
+            "webhooks/mutating.yaml",
+            "MutatingWebhookConfiguration",
+            "/mutate/",
+        ),
+    ] {
+        let docs = manifest(file);
+        assert_eq!(docs.len(), 1, "{file}");
+        let config = &docs[0];
+        assert_eq!(config["kind"], config_kind);
+        assert_eq!(
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "tandem-system/tandem-webhook"
+        );
+        let webhooks = config["webhooks"].as_array().unwrap();
+        assert_eq!(webhooks.len(), 3, "{file}: one webhook per kind");
+        for hook in webhooks {
+            let name = hook["name"].as_str().unwrap();
+            assert_eq!(
+                hook["admissionReviewVersions"],
+                serde_json::json!(["v1"]),
+                "{name}"
+            );
+            assert_eq!(hook["sideEffects"], "None", "{name}");
+            assert_eq!(hook["timeoutSeconds"], 5, "{name}");
+            assert!(
+                ["Fail", "Ignore"].contains(&hook["failurePolicy"].as_str().unwrap()),
+                "{name}"
+            );
+            let service = &hook["clientConfig"]["service"];
+            assert_eq!(
+                (
+                    service["name"].as_str(),
+                    service["namespace"].as_str(),
+                    service["port"].as_i64()
+                ),
+                (Some("tandem-webhook"), Some("tandem-system"), Some(443))
+            );
+            let path = service["path"].as_str().unwrap();
+            let plural = path
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("{name}: path {path}"));
+            let kind = Kind::from_plural(plural)
+                .unwrap_or_else(|| panic!("{name}: {plural} is not a Tandem kind"));
+            paths.insert(path.to_owned());
+            let crd = crd_json(kind.name());
+            for rule in hook["rules"].as_array().unwrap() {
+                assert_eq!(
+                    rule["apiGroups"],
+                    serde_json::json!([crd["spec"]["group"]]),
+                    "{name}"
+                );
+                assert_eq!(
+                    rule["apiVersions"],
+                    serde_json::json!([crd["spec"]["versions"][0]["name"]]),
+                    "{name}"
+                );
+                assert_eq!(
+                    rule["operations"],
+                    serde_json::json!(["CREATE", "UPDATE"]),
+                    "{name}"
+                );
+                let resources: Vec<&str> = rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_str().unwrap())
+                    .collect();
+                let expected: Vec<String> = if kind == Kind::ScaleView && prefix == "/validate/" {
+                    vec![plural.to_owned(), format!("{plural}/scale")]
+                } else {
+                    vec![plural.to_owned()]
+                };
+                assert_eq!(resources, expected, "{name}");
+            }
+        }
+    }
+    assert_eq!(paths.len(), 6);
+}
+
+#[tokio::test]
+async fn every_configured_webhook_path_is_served() {
+    let test = start_server(|_| {}).await;
+    let tls = client_tls(&[&test.ca_pem]);
+    let samples = [
+        yaml_documents(&repo_path(
+            "examples/inferenceservice/story1-monolithic.yaml",
+        ))
+        .remove(0),
+        yaml_documents(&repo_path("examples/scaleview/decode-two-zones.yaml")).remove(1),
+        yaml_documents(&repo_path(
+            "examples/resourcescalinggroup/prefill-decode-ratio.yaml",
+        ))
+        .remove(0),
+    ];
+    for file in ["webhooks/validating.yaml", "webhooks/mutating.yaml"] {
+        for hook in manifest(file)[0]["webhooks"].as_array().unwrap() {
+            let path = hook["clientConfig"]["service"]["path"].as_str().unwrap();
+            let plural = path.rsplit('/').next().unwrap();
+            let object = samples
+                .iter()
+                .find(|o| gvr(o["kind"].as_str().unwrap()).2 == plural)
+                .unwrap();
+            let exchange = post(
+                test.server.webhook_addr,
+                tls.clone(),
+                path,
+                serde_json::to_vec(&review("CREATE", object, None)).unwrap(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(exchange.status, 200, "{path}: {}", exchange.text());
+            assert_eq!(
+                exchange.json()["response"]["allowed"],
+                true,
+                "{path}: {}",
+                exchange.text()
+            );
+        }
+    }
+}
+
+#[test]
+fn rbac_has_no_wildcards() {
+    for doc in manifest("manifests/rbac.yaml") {
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            for field in [
+                "apiGroups",
+                "resources",
+                "verbs",
+                "resourceNames",
+                "nonResourceURLs",
+            ] {
+                for value in rule[field].as_array().into_iter().flatten() {
+                    assert_ne!(
+                        value, "*",
+                        "wildcard in {} {}: {rule}",
+                        doc["kind"], doc["metadata"]["name"]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_deployment_is_hardened_and_uses_real_flags() {
+    let docs = manifest("manifests/deployment.yaml");
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert!(docs.iter().any(|d| d["kind"] == "PodDisruptionBudget"));
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 2);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["port"], 8080);
+    assert!(container["resources"]["requests"].is_object());
+
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "serve");
+    for flag in args.iter().filter(|a| a.starts_with("--")) {
+        assert!(
+            help.contains(flag),
+            "the Deployment passes {flag}, which `tandem serve` does not have"
+        );
+    }
+}
+
+#[test]
+fn the_kustomization_lists_files_that_exist() {
+    for dir in ["manifests", "webhooks"] {
+        let kustomization = &manifest(&format!("{dir}/kustomization.yaml"))[0];
+        for resource in kustomization["resources"].as_array().unwrap() {
+            let path = repo_path(dir).join(resource.as_str().unwrap());
+            assert!(
+                path.exists(),
+                "{dir}/kustomization.yaml lists {} which does not exist",
+                path.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Helpers shared by the integration tests: CRD schemas as JSON Schema, a
+//! webhook server on loopback with a fresh CA, an HTTPS client that verifies
+//! the chain, and AdmissionReview bodies shaped like the API server's.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tandem::server::{DEFAULT_BODY_LIMIT_BYTES, ServeOptions, Server};
+
+/// Environment variable naming the directory of upstream CRDs (LWS, PodGroup,
+/// Gateway API, InferencePool); `.ci/run` sets it to `../shared/crds`.
+pub const UPSTREAM_CRDS_ENV: &str = "TANDEM_UPSTREAM_CRDS";
+
+/// The upstream CRD directory, or None after printing why the caller skips.
+pub fn upstream_crds(test: &str) -> Option<PathBuf> {
+    match std::env::var_os(UPSTREAM_CRDS_ENV) {
+        Some(dir) if Path::new(&dir).is_dir() => Some(PathBuf::from(dir)),
+        Some(dir) => {
+            eprintln!(
+                "SKIPPED {test}: {UPSTREAM_CRDS_ENV}={} is not a directory",
+                Path::new(&dir).display()
+            );
+            None
+        }
+        None => {
+            eprintln!(
+                "SKIPPED {test}: set {UPSTREAM_CRDS_ENV} to a directory of upstream CRDs (CI uses ../shared/crds)"
+            );
+            None
+        }
+    }
+}
+
+/// Turns a CRD's openAPIV3Schema into a JSON Schema (draft 4) that is stricter
+/// than the API server: fields not in the schema are errors instead of being
+/// pruned, so a typo in what Tandem generates cannot pass.
+pub fn strict_json_schema(openapi: &Value) -> Value {
+    let mut schema = openapi.clone();
+    // The API server supplies apiVersion, kind and metadata at the root of
+    // every kind; CRD schemas may leave them out.
+    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        properties
+            .entry("apiVersion")
+            .or_insert(json!({"type": "string"}));
+        properties
+            .entry("kind")
+            .or_insert(json!({"type": "string"}));
+        properties
+            .entry("metadata")
+            .or_insert(json!({"type": "object"}));
+    }
+    tighten(&mut schema);
+    schema
+}
+
+fn tighten(node: &mut Value) {
+    let Some(map) = node.as_object_mut() else {
+        return;
+    };
+    let preserve = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if map.remove("x-kubernetes-int-or-string") == Some(Value::Bool(true)) {
+        map.remove("type");
+        map.insert(
+            "anyOf".into(),
+            json!([{"type": "integer"}, {"type": "string"}]),
+        );
+    }
+    if map.remove("nullable") == Some(Value::Bool(true))
+        && let Some(Value::String(t)) = map.get("type").cloned()
+    {
+        map.insert("type".into(), json!([t, "null"]));
+    }
+    if map.contains_key("properties") && !map.contains_key("additionalProperties") && !preserve {
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (key, child) in map.iter_mut() {
+        match key.as_str() {
+            "properties" | "patternProperties" | "definitions" => {
+                if let Some(props) = child.as_object_mut() {
+                    props.values_mut().for_each(tighten);
+                }
+            }
+            "items" | "additionalProperties" | "not" => tighten(child),
+            "allOf" | "anyOf" | "oneOf" => {
+                if let Some(list) = child.as_array_mut() {
+                    list.iter_mut().for_each(tighten);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A validator for objects of a CRD (by its served version's schema).
+pub struct CrdSchema {
+    pub kind: String,
+    validator: jsonschema::Validator,
+}
+
+impl CrdSchema {
+    pub fn from_crd(crd: &Value, version: Option<&str>) -> CrdSchema {
+        let versions = crd["spec"]["versions"]
+            .as_array()
+            .expect("CRD has versions");
+        let served = versions
+            .iter()
+            .find(|v| version.is_none_or(|want| v["name"] == want))
+            .expect("CRD serves the version");
+        let schema = strict_json_schema(&served["schema"]["openAPIV3Schema"]);
+        CrdSchema {
+            kind: crd["spec"]["names"]["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            validator: jsonschema::draft4::new(&schema).expect("schema compiles"),
+        }
+    }
+
+    /// Every schema error of `object`, as `path: message`.
+    pub fn errors(&self, object: &Value) -> Vec<String> {
+        self.validator
+            .iter_errors(object)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect()
+    }
+}
+
+/// Schemas of Tandem's own CRDs, by kind.
+pub fn tandem_schema(kind: &str) -> CrdSchema {
+    let crd = tandem::api::crds::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .expect("Tandem serves the kind");
+    CrdSchema::from_crd(&serde_json::to_value(crd).unwrap(), None)
+}
+
+/// Reads every document of a YAML file.
+pub fn yaml_documents(path: &Path) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    tandem::render::parse_world(&path.display().to_string(), &text, "default")
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// A webhook server on loopback ports with a fresh dev CA in a temp directory.
+pub struct TestServer {
+    pub server: Server,
+    pub dir: tempfile::TempDir,
+    pub ca_pem: String,
+}
+
+pub fn options(dir: &Path) -> ServeOptions {
+    ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        probe_listen: "127.0.0.1:0".parse().unwrap(),
+        cert_dir: dir.to_owned(),
+        body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
+        request_timeout: Duration::from_secs(4),
+        shutdown_grace: Duration::from_secs(10),
+    }
+}
+
+pub async fn start_server(adjust: impl FnOnce(&mut ServeOptions)) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
+    tandem::certs::write(dir.path(), &bundle).unwrap();
+    let mut opts = options(dir.path());
+    adjust(&mut opts);
+    let server = Server::start(opts).await.expect("server starts");
+    TestServer {
+        server,
+        dir,
+        ca_pem: bundle.ca_pem,
+    }
+}
+
+/// A TLS client configuration that trusts exactly the given CAs.
+pub fn client_tls(ca_pems: &[&str]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for pem in ca_pems {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    // Every request is a full handshake: a resumed session reports the
+    // certificate of the session it resumes, not the one served now.
+    let mut config = config;
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// One HTTPS exchange on a new connection.
+#[derive(Debug)]
+pub struct Exchange {
+    pub status: u16,
+    pub body: Bytes,
+    /// The leaf certificate the server presented in this handshake.
+    pub presented: CertificateDer<'static>,
+}
+
+impl Exchange {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "response is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// POSTs `body` to `path` over a fresh TLS connection to `localhost`, verifying
+/// the server's chain against `tls`.
+pub async fn post(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<Exchange, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let connector = tokio_rustls::TlsConnector::from(tls);
+    let stream = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let presented = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first().cloned())
+        .ok_or("no certificate presented")?
+        .into_owned();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("http handshake: {e}"))?;
+    tokio::spawn(connection);
+    let request = hyper::Request::post(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    Ok(Exchange {
+        status,
+        body,
+        presented,
+    })
+}
+
+/// GETs a path of the plain probe port.
+pub async fn probe(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("http handshake: {e}"))?;
+    tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The group, version and plural resource of one of Tandem's kinds.
+pub fn gvr(kind: &str) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        "InferenceService" => ("fusioninfer.io", "v1alpha1", "inferenceservices"),
+        "ScaleView" => ("fusioninfer.io", "v1alpha1", "scaleviews"),
+        "ResourceScalingGroup" => ("resourcescalinggroup.com", "v1", "resourcescalinggroups"),
+        other => panic!("not a Tandem kind: {other}"),
+    }
+}
+
+/// An AdmissionReview as the API server sends it for a CREATE or UPDATE.
+pub fn review(operation: &str, object: &Value, old: Option<&Value>) -> Value {
+    let kind = object["kind"].as_str().unwrap();
+    let (group, version, resource) = gvr(kind);
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": object["metadata"]["name"],
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "admin", "uid": "014fbff9a07c", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old.cloned().unwrap_or(Value::Null),
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": if operation == "CREATE" { "CreateOptions" } else { "UpdateOptions" }}
+        }
+    })
+}
+
+/// The AdmissionReview the API server sends for a write to `scaleviews/scale`:
+/// the object is an autoscaling/v1 Scale (Kubernetes PR 76849).
+pub fn scale_review(view: &str, namespace: &str, replicas: i64, old_replicas: i64) -> Value {
+    let scale = |r: i64| {
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": view, "namespace": namespace},
+        "spec": {"replicas": r}, "status": {"replicas": old_replicas}})
+    };
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "b2c3",
+            "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "resource": {"group": "fusioninfer.io", "version": "v1alpha1", "resource": "scaleviews"},
+            "subResource": "scale",
+            "requestKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "requestResource": {"group": "fusioninfer.io", "version": "v1alpha1", "resource": "scaleviews"},
+            "requestSubResource": "scale",
+            "name": view,
+            "namespace": namespace,
+            "operation": "UPDATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:horizontal-pod-autoscaler"},
+            "object": scale(replicas),
+            "oldObject": scale(old_replicas),
+            "dryRun": false
+        }
+    })
+}
+
+/// Applies the base64 JSON Patch of an AdmissionReview response to `object`.
+pub fn apply_wire_patch(object: &Value, response: &Value) -> Value {
+    use base64::Engine;
+    let encoded = response["patch"]
+        .as_str()
+        .expect("patch is a base64 string on the wire");
+    assert_eq!(response["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .expect("patch is base64");
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch is a JSON Patch");
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).expect("patch applies");
+    patched
+}
