@@ -1,0 +1,723 @@
+//! The webhook server over real TLS on loopback: verdicts, patches on the wire,
+//! malformed requests, probes and metrics, certificate rotation, shutdown.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::SinkExt;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Bytes, Frame};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use serde_json::{Value, json};
+
+fn example(path: &str, index: usize) -> Value {
+    yaml_documents(&repo_path(path)).remove(index)
+}
+
+fn in_namespace(mut object: Value, namespace: &str) -> Value {
+    object["metadata"]["namespace"] = json!(namespace);
+    object
+}
+
+/// Sends a review, expects HTTP 200 and returns the AdmissionReview response.
+async fn admit(test: &TestServer, path: &str, review: &Value) -> Value {
+    let tls = client_tls(&[&test.ca_pem]);
+    let exchange = post(
+        test.server.webhook_addr,
+        tls,
+        path,
+        serde_json::to_vec(review).unwrap(),
+    )
+    .await
+    .expect("exchange");
+    assert_eq!(exchange.status, 200, "{path}: {}", exchange.text());
+    let reply = exchange.json();
+    assert_eq!(reply["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(reply["kind"], "AdmissionReview");
+    assert_eq!(
+        reply["response"]["uid"], review["request"]["uid"],
+        "uid echoed"
+    );
+    reply["response"].clone()
+}
+
+#[tokio::test]
+async fn each_kind_is_defaulted_and_validated_over_tls() {
+    let test = start_server(|_| {}).await;
+    // (kind, object, whether it has defaults to fill: an InplaceScaling group has none)
+    let cases = [
+        (
+            "InferenceService",
+            example("examples/inferenceservice/story2-prefill-decode.yaml", 0),
+            true,
+        ),
+        (
+            "ScaleView",
+            example("examples/scaleview/decode-ondemand-spot.yaml", 1),
+            true,
+        ),
+        (
+            "ResourceScalingGroup",
+            in_namespace(
+                example("examples/resourcescalinggroup/inplace-scaling.yaml", 0),
+                "ai",
+            ),
+            false,
+        ),
+        (
+            "ResourceScalingGroup",
+            in_namespace(
+                example("examples/resourcescalinggroup/group-replication.yaml", 0),
+                "ai",
+            ),
+            true,
+        ),
+    ];
+    for (kind, object, has_defaults) in cases {
+        assert_eq!(object["kind"], kind);
+        let plural = gvr(kind).2;
+        let schema = tandem_schema(kind);
+        assert_eq!(
+            schema.errors(&object),
+            Vec::<String>::new(),
+            "{kind}: the input fits the CRD"
+        );
+
+        let mutated = admit(
+            &test,
+            &format!("/mutate/{plural}"),
+            &review("CREATE", &object, None),
+        )
+        .await;
+        assert_eq!(mutated["allowed"], true, "{kind}: {mutated}");
+        let patched = if has_defaults {
+            let patched = apply_wire_patch(&object, &mutated);
+            assert_ne!(patched, object, "{kind}: defaults were added");
+            patched
+        } else {
+            assert!(
+                mutated.get("patch").is_none(),
+                "{kind}: nothing to default: {mutated}"
+            );
+            object.clone()
+        };
+        assert_eq!(
+            schema.errors(&patched),
+            Vec::<String>::new(),
+            "{kind}: the patched object fits the CRD"
+        );
+
+        let again = admit(
+            &test,
+            &format!("/mutate/{plural}"),
+            &review("CREATE", &patched, None),
+        )
+        .await;
+        assert_eq!(again["allowed"], true);
+        assert!(
+            again.get("patch").is_none(),
+            "{kind}: defaulting is idempotent, no second patch: {again}"
+        );
+
+        let validated = admit(
+            &test,
+            &format!("/validate/{plural}"),
+            &review("CREATE", &patched, None),
+        )
+        .await;
+        assert_eq!(validated["allowed"], true, "{kind}: {validated}");
+        assert!(validated.get("patch").is_none());
+    }
+}
+
+#[tokio::test]
+async fn warnings_and_denials_name_the_field() {
+    let test = start_server(|_| {}).await;
+
+    // Seed 000: binding `decode` for role `Decode` is allowed with a warning.
+    let rsg = in_namespace(
+        example("examples/resourcescalinggroup/inplace-scaling.yaml", 0),
+        "ai",
+    );
+    let reply = admit(
+        &test,
+        "/validate/resourcescalinggroups",
+        &review("CREATE", &rsg, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], true);
+    let warnings = reply["warnings"].as_array().expect("warnings");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .contains("\"decode\" matches role \"Decode\""),
+        "{warnings:?}"
+    );
+
+    // The same group applied in another namespace reaches across: denied.
+    let elsewhere = in_namespace(rsg.clone(), "default");
+    let reply = admit(
+        &test,
+        "/validate/resourcescalinggroups",
+        &review("CREATE", &elsewhere, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], false);
+    assert!(reply["status"]["message"].as_str().unwrap().starts_with(
+        "spec.targetResources[0].namespace: must be the ResourceScalingGroup's own namespace"
+    ));
+
+    // An invalid InferenceService: the message, code and causes name the field.
+    let mut service = example(
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        0,
+    );
+    service["spec"]["roles"][1]["multinode"]["nodeCount"] = json!(0);
+    let reply = admit(
+        &test,
+        "/validate/inferenceservices",
+        &review("CREATE", &service, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], false);
+    let status = &reply["status"];
+    assert_eq!(
+        status["message"],
+        "spec.roles[1].multinode.nodeCount: must be >= 1, got 0"
+    );
+    assert_eq!(status["code"], 422);
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["details"]["kind"], "InferenceService");
+    assert_eq!(status["details"]["name"], "deepseek-r1-disagg");
+    assert_eq!(
+        status["details"]["causes"][0]["field"],
+        "spec.roles[1].multinode.nodeCount"
+    );
+
+    // The mutating webhook refuses what it cannot parse, naming the field.
+    service["spec"]["roles"][0]["replicas"] = json!("two");
+    let reply = admit(
+        &test,
+        "/mutate/inferenceservices",
+        &review("CREATE", &service, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], false);
+    assert!(
+        reply["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.roles[0].replicas: invalid type: string \"two\"")
+    );
+
+    // ScaleView: the target is immutable on update.
+    let view = example("examples/scaleview/decode-ondemand-spot.yaml", 1);
+    let mut moved = view.clone();
+    moved["spec"]["targetRef"]["name"] = json!("another-service");
+    let reply = admit(
+        &test,
+        "/validate/scaleviews",
+        &review("UPDATE", &moved, Some(&view)),
+    )
+    .await;
+    assert_eq!(reply["allowed"], false);
+    assert!(
+        reply["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.targetRef: is immutable")
+    );
+}
+
+#[tokio::test]
+async fn scale_subresource_writes_are_autoscaling_scale_objects() {
+    let test = start_server(|_| {}).await;
+    let ok = admit(
+        &test,
+        "/validate/scaleviews",
+        &scale_review("spot-decode-sv", "default", 3, 1),
+    )
+    .await;
+    assert_eq!(ok["allowed"], true, "{ok}");
+    let negative = admit(
+        &test,
+        "/validate/scaleviews",
+        &scale_review("spot-decode-sv", "default", -1, 1),
+    )
+    .await;
+    assert_eq!(negative["allowed"], false);
+    assert_eq!(
+        negative["status"]["message"],
+        "spec.replicas: must be >= 0, got -1"
+    );
+    // The mutating webhook is not registered for /scale and says so if called.
+    let wrong = admit(
+        &test,
+        "/mutate/scaleviews",
+        &scale_review("spot-decode-sv", "default", 3, 1),
+    )
+    .await;
+    assert_eq!(wrong["allowed"], false);
+    assert!(
+        wrong["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not admit the scale subresource")
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_get_specific_errors_and_the_server_stays_healthy() {
+    let test = start_server(|_| {}).await;
+    let tls = client_tls(&[&test.ca_pem]);
+    let addr = test.server.webhook_addr;
+    let valid = review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    );
+    let mut no_uid = valid.clone();
+    no_uid["request"].as_object_mut().unwrap().remove("uid");
+    let mut v1beta1 = valid.clone();
+    v1beta1["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let mut pod = valid.clone();
+    pod["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+    pod["request"]["resource"] = json!({"group": "", "version": "v1", "resource": "pods"});
+
+    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "not JSON",
+            "/validate/inferenceservices",
+            b"{not json".to_vec(),
+            400,
+            "the request body is not JSON",
+        ),
+        (
+            "JSON but not a review",
+            "/validate/inferenceservices",
+            br#"{"hello": 1}"#.to_vec(),
+            400,
+            "expected an AdmissionReview of apiVersion admission.k8s.io/v1, got kind \"\"",
+        ),
+        (
+            "missing request",
+            "/validate/inferenceservices",
+            br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#.to_vec(),
+            400,
+            "the AdmissionReview has no request",
+        ),
+        (
+            "wrong apiVersion",
+            "/validate/inferenceservices",
+            serde_json::to_vec(&v1beta1).unwrap(),
+            400,
+            "got kind \"AdmissionReview\" of apiVersion \"admission.k8s.io/v1beta1\"",
+        ),
+        (
+            "request without uid",
+            "/validate/inferenceservices",
+            serde_json::to_vec(&no_uid).unwrap(),
+            400,
+            "malformed AdmissionReview at request",
+        ),
+        (
+            "unknown endpoint",
+            "/validate/pods",
+            serde_json::to_vec(&valid).unwrap(),
+            404,
+            "no admission webhook for \"pods\"",
+        ),
+        (
+            "oversized body",
+            "/validate/inferenceservices",
+            vec![b' '; tandem::server::DEFAULT_BODY_LIMIT_BYTES + 1],
+            413,
+            "length limit exceeded",
+        ),
+    ];
+    for (name, path, body, status, message) in cases {
+        let exchange = post(addr, tls.clone(), path, body)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(exchange.status, status, "{name}: {}", exchange.text());
+        assert!(
+            exchange.text().contains(message),
+            "{name}: expected {message:?} in {:?}",
+            exchange.text()
+        );
+    }
+
+    // A readable review of another kind is a denial in a proper response.
+    let reply = admit(&test, "/validate/inferenceservices", &pod).await;
+    assert_eq!(reply["allowed"], false);
+    assert_eq!(reply["status"]["code"], 400);
+    assert!(
+        reply["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this endpoint admits InferenceService (inferenceservices), got Pod")
+    );
+
+    // Still healthy and still answering.
+    assert_eq!(
+        probe(test.server.probe_addr, "/healthz").await.unwrap().0,
+        200
+    );
+    let reply = admit(&test, "/validate/inferenceservices", &valid).await;
+    assert_eq!(reply["allowed"], true);
+
+    let (_, metrics) = probe(test.server.probe_addr, "/metrics").await.unwrap();
+    for line in [
+        r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="unknown",verdict="invalid"} 5"#,
+        r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="unknown",verdict="too_large"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",resource="pods",operation="CREATE",verdict="denied"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="CREATE",verdict="allowed"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("tandem_admission_duration_seconds_bucket{"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn probes_answer_on_the_plain_port() {
+    let test = start_server(|_| {}).await;
+    let body = review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    );
+    admit(&test, "/validate/inferenceservices", &body).await;
+    assert_eq!(
+        probe(test.server.probe_addr, "/healthz").await.unwrap(),
+        (200, "ok".to_owned())
+    );
+    assert_eq!(
+        probe(test.server.probe_addr, "/readyz").await.unwrap(),
+        (200, "ready".to_owned())
+    );
+    let (status, text) = probe(test.server.probe_addr, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("# TYPE tandem_admission_requests counter"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("# EOF\n"),
+        "OpenMetrics text ends with # EOF"
+    );
+}
+
+#[tokio::test]
+async fn the_chain_is_verified_and_only_tls_1_2_and_1_3_are_spoken() {
+    let test = start_server(|_| {}).await;
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    ))
+    .unwrap();
+    let stranger = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
+    let refused = post(
+        test.server.webhook_addr,
+        client_tls(&[&stranger.ca_pem]),
+        "/validate/inferenceservices",
+        body.clone(),
+    )
+    .await;
+    assert!(
+        refused.unwrap_err().contains("handshake"),
+        "a client trusting another CA must not connect"
+    );
+
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let mut roots = rustls::RootCertStore::empty();
+        use rustls::pki_types::pem::PemObject;
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(test.ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let exchange = post(
+            test.server.webhook_addr,
+            Arc::new(config),
+            "/validate/inferenceservices",
+            body.clone(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{version:?}: {e}"));
+        assert_eq!(exchange.status, 200);
+    }
+}
+
+/// Writes a certificate pair the way kubelet updates a mounted Secret: a new
+/// timestamped directory, then an atomic swap of the `..data` symlink.
+fn kubelet_swap(dir: &std::path::Path, generation: usize, bundle: &tandem::certs::Bundle) {
+    let data = dir.join(format!("..2026_11_21_{generation:02}"));
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("tls.crt"), &bundle.cert_pem).unwrap();
+    std::fs::write(data.join("tls.key"), &bundle.key_pem).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(data.file_name().unwrap(), &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
+
+#[tokio::test]
+async fn certificates_rotate_without_a_failed_request() {
+    // The certificate directory laid out as kubelet mounts a Secret.
+    let dir = tempfile::tempdir().unwrap();
+    let first = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
+    kubelet_swap(dir.path(), 1, &first);
+    for file in ["tls.crt", "tls.key"] {
+        std::os::unix::fs::symlink(format!("..data/{file}"), dir.path().join(file)).unwrap();
+    }
+    let server = tandem::server::Server::start(options(dir.path()))
+        .await
+        .unwrap();
+    let second = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
+    let third = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
+    let tls = client_tls(&[&first.ca_pem, &second.ca_pem, &third.ca_pem]);
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    ))
+    .unwrap();
+    let leaf = |pem: &str| {
+        use rustls::pki_types::pem::PemObject;
+        rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+    };
+
+    // A client keeps sending, one new connection (so one handshake) per request.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = {
+        let (stop, failures, seen, tls, body, addr) = (
+            stop.clone(),
+            failures.clone(),
+            seen.clone(),
+            tls.clone(),
+            body.clone(),
+            server.webhook_addr,
+        );
+        tokio::spawn(async move {
+            let mut sent = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                match post(
+                    addr,
+                    tls.clone(),
+                    "/validate/inferenceservices",
+                    body.clone(),
+                )
+                .await
+                {
+                    Ok(exchange)
+                        if exchange.status == 200
+                            && exchange.json()["response"]["allowed"] == true =>
+                    {
+                        let mut seen = seen.lock().unwrap();
+                        if seen.last() != Some(&exchange.presented) {
+                            seen.push(exchange.presented);
+                        }
+                    }
+                    Ok(exchange) => {
+                        eprintln!("failed: {} {}", exchange.status, exchange.text());
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        eprintln!("failed: {e}");
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                sent += 1;
+            }
+            sent
+        })
+    };
+    let wait_for = |stage: &'static str, want: rustls::pki_types::CertificateDer<'static>| {
+        let seen = seen.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while seen.lock().unwrap().last() != Some(&want) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{stage}: the new certificate was never presented"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    wait_for("start", leaf(&first.cert_pem)).await;
+    // Rotation 1: kubelet's atomic symlink swap.
+    kubelet_swap(dir.path(), 2, &second);
+    wait_for("kubelet swap", leaf(&second.cert_pem)).await;
+    // Rotation 2: a plain directory whose files are replaced in place, the
+    // certificate first. In between, a file is missing and then the pair does
+    // not match; the previous certificate keeps being served throughout.
+    std::fs::remove_file(dir.path().join("tls.crt")).unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    std::fs::write(dir.path().join("tls.crt"), &third.cert_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    std::fs::remove_file(dir.path().join("tls.key")).unwrap();
+    std::fs::write(dir.path().join("tls.key"), &third.key_pem).unwrap();
+    wait_for("in place", leaf(&third.cert_pem)).await;
+
+    stop.store(true, Ordering::SeqCst);
+    let sent = client.await.unwrap();
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "no request may fail during rotation"
+    );
+    assert!(sent > 3, "the client kept sending ({sent} requests)");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            leaf(&first.cert_pem),
+            leaf(&second.cert_pem),
+            leaf(&third.cert_pem)
+        ],
+        "certificates in order, none after a newer one"
+    );
+
+    let (_, metrics) = probe(server.probe_addr, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"tandem_certificate_reloads_total{result="loaded"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"tandem_certificate_reloads_total{result="rejected"}"#),
+        "the half-written pair was rejected: {metrics}"
+    );
+    server.shutdown();
+    server.finished().await.unwrap();
+}
+
+/// Starts a request whose body is sent in pieces; returns the sender for the
+/// rest of the body and the pending response.
+async fn streaming_request(
+    test: &TestServer,
+    path: &str,
+) -> (
+    futures::channel::mpsc::Sender<Result<Frame<Bytes>, std::convert::Infallible>>,
+    tokio::task::JoinHandle<Result<(u16, Bytes), String>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(test.server.webhook_addr)
+        .await
+        .unwrap();
+    let stream = tokio_rustls::TlsConnector::from(client_tls(&[&test.ca_pem]))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let (tx, rx) = futures::channel::mpsc::channel(4);
+    let request = hyper::Request::post(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(StreamBody::new(rx))
+        .unwrap();
+    let response = tokio::spawn(async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, body))
+    });
+    (tx, response)
+}
+
+#[tokio::test]
+async fn shutdown_finishes_in_flight_requests_and_refuses_new_connections() {
+    let test = start_server(|_| {}).await;
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    ))
+    .unwrap();
+    let (mut rest, response) = streaming_request(&test, "/validate/inferenceservices").await;
+    let (head, tail) = body.split_at(body.len() / 2);
+    rest.send(Ok(Frame::data(Bytes::copy_from_slice(head))))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    test.server.shutdown();
+    assert_eq!(
+        probe(test.server.probe_addr, "/readyz").await.unwrap().0,
+        503,
+        "not ready while draining"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = post(
+        test.server.webhook_addr,
+        client_tls(&[&test.ca_pem]),
+        "/validate/inferenceservices",
+        body.clone(),
+    )
+    .await;
+    assert!(
+        refused.is_err(),
+        "new connections are refused while draining"
+    );
+
+    rest.send(Ok(Frame::data(Bytes::copy_from_slice(tail))))
+        .await
+        .unwrap();
+    drop(rest);
+    let (status, reply) = response
+        .await
+        .unwrap()
+        .expect("the in-flight request completes");
+    assert_eq!(status, 200);
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(reply["response"]["allowed"], true);
+    tokio::time::timeout(Duration::from_secs(10), test.server.finished())
+        .await
+        .expect("the server stops once drained")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_request_that_stalls_past_the_timeout_gets_503() {
+    let test = start_server(|o| o.request_timeout = Duration::from_millis(300)).await;
+    let (mut rest, response) = streaming_request(&test, "/validate/inferenceservices").await;
+    rest.send(Ok(Frame::data(Bytes::from_static(b"{\"apiVersion\":"))))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered, not left hanging")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    drop(rest);
+}
