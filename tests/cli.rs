@@ -1,0 +1,231 @@
+//! The `tandem` binary as users run it.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::repo_path;
+use serde_json::Value;
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(args)
+        .current_dir(repo_path(""))
+        .output()
+        .expect("tandem runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn render_of_an_example_is_deterministic_and_shows_defaults() {
+    let args = [
+        "render",
+        "-f",
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    ];
+    let first = tandem(&args);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(first.stdout, tandem(&args).stdout, "same input, same bytes");
+    let out = text(&first.stdout);
+    assert!(
+        out.starts_with("---\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("namespace: default"),
+        "objects without a namespace are in default"
+    );
+    assert!(
+        out.contains("policy: Ordered") && out.contains("type: RollingUpdate"),
+        "defaults are shown: {out}"
+    );
+}
+
+#[test]
+fn render_reports_denials_with_exit_status_2() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["render", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"apiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\nmetadata: {name: bad, namespace: team}\n\
+              spec:\n  roles:\n  - {name: decode, componentType: decoder, multinode: {nodeCount: 0},\n     \
+              template: {spec: {containers: [{name: vllm, image: vllm}]}}}\n",
+        )
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "InferenceService team/bad: spec.roles[0].multinode.nodeCount: must be >= 1, got 0"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("InferenceService team/bad: spec.roles: a disaggregated service needs both a prefiller and a decoder role"),
+        "{stderr}"
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "nothing is rendered when something is denied"
+    );
+}
+
+#[test]
+fn render_json_with_a_namespace_and_warnings() {
+    let output = tandem(&[
+        "render",
+        "-n",
+        "ai",
+        "-o",
+        "json",
+        "-f",
+        "examples/resourcescalinggroup/inplace-scaling.yaml",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let rendered: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(rendered["apply"][0]["metadata"]["namespace"], "ai");
+    assert_eq!(rendered["delete"], serde_json::json!([]));
+    assert_eq!(rendered["warnings"].as_array().unwrap().len(), 1);
+    assert!(text(&output.stderr).starts_with("Warning: ResourceScalingGroup ai/pd-pool: "));
+    // Without -n the seed's group lands in default and reaches into ai: denied.
+    let denied = tandem(&[
+        "render",
+        "-f",
+        "examples/resourcescalinggroup/inplace-scaling.yaml",
+    ]);
+    assert_eq!(denied.status.code(), Some(2));
+    assert!(
+        text(&denied.stderr)
+            .contains("ResourceScalingGroup default/pd-pool: spec.targetResources[0].namespace")
+    );
+}
+
+#[test]
+fn render_of_unreadable_input_says_where() {
+    let missing = tandem(&["render", "-f", "does-not-exist.yaml"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing.stderr).starts_with("tandem: could not read does-not-exist.yaml"));
+}
+
+#[test]
+fn crds_prints_the_committed_manifests() {
+    let output = tandem(&["crds"]);
+    assert!(output.status.success());
+    let printed = text(&output.stdout);
+    for file in [
+        "inferenceservices.fusioninfer.io",
+        "scaleviews.fusioninfer.io",
+        "resourcescalinggroups.resourcescalinggroup.com",
+    ] {
+        let committed =
+            std::fs::read_to_string(repo_path(&format!("manifests/crds/{file}.yaml"))).unwrap();
+        assert!(
+            printed.contains(&committed),
+            "{file} missing from `tandem crds`"
+        );
+    }
+}
+
+#[test]
+fn certs_writes_a_ca_and_a_serving_certificate() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    let output = tandem(&[
+        "certs",
+        "--out-dir",
+        out.to_str().unwrap(),
+        "--host",
+        "webhook.example",
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let ca = std::fs::read_to_string(out.join("ca.crt")).unwrap();
+    let bundle = base64::engine::general_purpose::STANDARD
+        .decode(text(&output.stdout).trim())
+        .unwrap();
+    assert_eq!(bundle, ca.as_bytes(), "stdout is the caBundle");
+    assert!(text(&output.stderr).contains("tandem-webhook.tandem-system.svc, tandem-webhook.tandem-system.svc.cluster.local, webhook.example"));
+    let dir_for_load = out.clone();
+    tandem::server::tls::load(&dir_for_load).expect("the pair loads");
+}
+
+#[test]
+fn serve_dev_without_a_cluster_serves_admission_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--dev", "--cert-dir"])
+        .arg(dir.path().join("certs"))
+        .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env("HOME", dir.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(
+        line.starts_with("# dev CA and serving certificate"),
+        "{line}"
+    );
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with("caBundle: "), "{line}");
+
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (sender, logs) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("serving admission webhooks"))
+    {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match logs.recv_timeout(remaining) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("the server did not start; logs: {seen:#?}"),
+        }
+    }
+    let no_cluster: Vec<&String> = seen
+        .iter()
+        .filter(|l| l.contains("no kubeconfig reachable"))
+        .collect();
+    assert_eq!(
+        no_cluster.len(),
+        1,
+        "one log line says there is no cluster: {seen:#?}"
+    );
+    assert!(no_cluster[0].contains("serving admission only"));
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "a SIGTERM is a clean stop, got {status}");
+}
