@@ -244,6 +244,11 @@ async fn scale_subresource_writes_are_autoscaling_scale_objects() {
         &scale_review("spot-decode-sv", "default", 3, 1),
     )
     .await;
+    let (_, metrics) = probe(test.server.probe_addr, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"kind="ScaleView/scale",operation="UPDATE",verdict="allowed"} 1"#),
+        "{metrics}"
+    );
     assert_eq!(ok["allowed"], true, "{ok}");
     let negative = admit(
         &test,
@@ -374,10 +379,11 @@ async fn malformed_requests_get_specific_errors_and_the_server_stays_healthy() {
 
     let (_, metrics) = probe(test.server.probe_addr, "/metrics").await.unwrap();
     for line in [
-        r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="unknown",verdict="invalid"} 5"#,
-        r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="unknown",verdict="too_large"} 1"#,
-        r#"tandem_admission_requests_total{webhook="validate",resource="pods",operation="CREATE",verdict="denied"} 1"#,
-        r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="CREATE",verdict="allowed"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="InferenceService",operation="unknown",verdict="invalid"} 5"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="InferenceService",operation="unknown",verdict="too_large"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="other",operation="unknown",verdict="invalid"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="other",operation="CREATE",verdict="denied"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="InferenceService",operation="CREATE",verdict="allowed"} 1"#,
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }

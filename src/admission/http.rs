@@ -74,7 +74,7 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
 struct Outcome {
     status: StatusCode,
     body: Response,
-    resource: String,
+    kind: &'static str,
     operation: String,
     verdict: &'static str,
 }
@@ -93,7 +93,7 @@ fn serve(
             Outcome {
                 status,
                 body: (status, rejection.body_text()).into_response(),
-                resource: resource.to_owned(),
+                kind: endpoint_kind(resource),
                 operation: "unknown".to_owned(),
                 verdict: if status == StatusCode::PAYLOAD_TOO_LARGE {
                     "too_large"
@@ -105,7 +105,7 @@ fn serve(
     };
     let labels = AdmissionLabels {
         webhook: webhook.label(),
-        resource: outcome.resource,
+        kind: outcome.kind,
         operation: outcome.operation,
         verdict: outcome.verdict,
     };
@@ -114,12 +114,18 @@ fn serve(
     outcome.body
 }
 
+/// The metrics label of a request that could not be read: the kind of the
+/// webhook it was sent to.
+fn endpoint_kind(resource: &str) -> &'static str {
+    Kind::from_plural(resource).map_or("other", Kind::name)
+}
+
 fn bad_request(resource: &str, reason: String) -> Outcome {
     tracing::warn!(resource, %reason, "unreadable admission request");
     Outcome {
         status: StatusCode::BAD_REQUEST,
         body: (StatusCode::BAD_REQUEST, reason).into_response(),
-        resource: resource.to_owned(),
+        kind: endpoint_kind(resource),
         operation: "unknown".to_owned(),
         verdict: "invalid",
     }
@@ -136,7 +142,7 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
         return Outcome {
             status: StatusCode::NOT_FOUND,
             body: (StatusCode::NOT_FOUND, reason).into_response(),
-            resource: "unknown".to_owned(),
+            kind: "other",
             operation: "unknown".to_owned(),
             verdict: "invalid",
         };
@@ -181,9 +187,10 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
         }
     };
     let operation = format!("{:?}", request.operation).to_uppercase();
-    let admitted = match &request.sub_resource {
-        Some(sub) => format!("{}/{sub}", request.resource.resource),
-        None => request.resource.resource.clone(),
+    let admitted = match (request.sub_resource.as_deref(), request.kind.kind.as_str()) {
+        (Some("scale"), _) if kind == Kind::ScaleView => "ScaleView/scale",
+        (None, name) if name == kind.name() => kind.name(),
+        _ => "other",
     };
     let raw = &review["request"];
     let verdict = decide(webhook, kind, &request, raw);
@@ -191,7 +198,7 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
     Outcome {
         status: StatusCode::OK,
         body: axum::Json(reply).into_response(),
-        resource: admitted,
+        kind: admitted,
         operation,
         verdict: status_label,
     }

@@ -11,9 +11,11 @@ use prometheus_client::registry::Registry;
 pub struct AdmissionLabels {
     /// `validate` or `mutate`.
     pub webhook: &'static str,
-    /// The resource, e.g. `inferenceservices` or `scaleviews/scale`; `unknown`
-    /// when the request could not be read that far.
-    pub resource: String,
+    /// The kind admitted: InferenceService, ScaleView, ScaleView/scale or
+    /// ResourceScalingGroup; for a request that could not be read, the kind of
+    /// the webhook it was sent to; `other` for a kind Tandem does not admit
+    /// (bounded, whatever clients send).
+    pub kind: &'static str,
     /// CREATE, UPDATE, DELETE, CONNECT or `unknown`.
     pub operation: String,
     /// allowed, patched, denied, invalid (not a readable review) or too_large.
@@ -50,12 +52,12 @@ impl Default for Metrics {
         let certificate_reloads = Family::<CertificateReloadLabels, Counter>::default();
         registry.register(
             "admission_requests",
-            "Admission reviews answered, by webhook, resource, operation and verdict",
+            "Admission reviews answered, by webhook, kind, operation and verdict",
             admission_requests.clone(),
         );
         registry.register(
             "admission_duration_seconds",
-            "Time to answer an admission review, by webhook, resource, operation and verdict",
+            "Time to answer an admission review, by webhook, kind, operation and verdict",
             admission_duration.clone(),
         );
         registry.register(
@@ -97,7 +99,7 @@ mod tests {
         let metrics = Metrics::default();
         let labels = AdmissionLabels {
             webhook: "validate",
-            resource: "inferenceservices".into(),
+            kind: "InferenceService",
             operation: "CREATE".into(),
             verdict: "denied",
         };
@@ -105,7 +107,7 @@ mod tests {
         metrics.record_admission(labels, 0.0004);
         let text = metrics.encode().unwrap();
         assert!(
-            text.contains(r#"tandem_admission_requests_total{webhook="validate",resource="inferenceservices",operation="CREATE",verdict="denied"} 2"#),
+            text.contains(r#"tandem_admission_requests_total{webhook="validate",kind="InferenceService",operation="CREATE",verdict="denied"} 2"#),
             "{text}"
         );
         assert!(
