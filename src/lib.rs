@@ -6,5 +6,6 @@
 pub mod admission;
 pub mod api;
 pub mod certs;
+pub mod plan;
 pub mod render;
 pub mod server;

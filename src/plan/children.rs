@@ -1,0 +1,201 @@
+//! How Tandem names, labels and owns what it creates for an InferenceService.
+//! Every planner builds its objects' metadata here, so names and labels agree
+//! between LeaderWorkerSets, PodGroups, router objects and status.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
+
+/// `fusioninfer.io/service`: the InferenceService's name.
+pub const SERVICE: &str = "fusioninfer.io/service";
+/// `fusioninfer.io/component-type`: router, prefiller, decoder or worker.
+pub const COMPONENT_TYPE: &str = "fusioninfer.io/component-type";
+/// `fusioninfer.io/role-name`: the role's name from the spec.
+pub const ROLE_NAME: &str = "fusioninfer.io/role-name";
+/// `fusioninfer.io/replica-index`: the replica's index within its role.
+pub const REPLICA_INDEX: &str = "fusioninfer.io/replica-index";
+/// `fusioninfer.io/revision`: a hash of everything that shapes the pods.
+pub const REVISION: &str = "fusioninfer.io/revision";
+/// Marks objects Tandem manages.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGER: &str = "tandem";
+
+/// Volcano: the PodGroup a pod belongs to.
+pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";
+/// Volcano: the task (`{role}-{index}`) a pod belongs to.
+pub const TASK_SPEC_ANNOTATION: &str = "volcano.sh/task-spec";
+
+/// LeaderWorkerSet's label on every pod: 0 on the leader.
+pub const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+
+/// The LeaderWorkerSet of one replica: `{service}-{role}-{index}`.
+pub fn replica_name(service: &str, role: &str, index: u32) -> String {
+    format!("{service}-{role}-{index}")
+}
+
+/// Volcano's task name of one replica: `{role}-{index}`.
+pub fn task_name(role: &str, index: u32) -> String {
+    format!("{role}-{index}")
+}
+
+/// Labels every child of a role carries.
+pub fn role_labels(service: &str, role: &Role) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (SERVICE.to_owned(), service.to_owned()),
+        (
+            COMPONENT_TYPE.to_owned(),
+            role.component_type.as_str().to_owned(),
+        ),
+        (ROLE_NAME.to_owned(), role.name.clone()),
+        (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+    ])
+}
+
+/// Labels of a service-wide child (PodGroup, router objects).
+pub fn service_labels(service: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (SERVICE.to_owned(), service.to_owned()),
+        (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+    ])
+}
+
+/// The controller owner reference to the service, so children are garbage
+/// collected with it. None before the service has a uid (render of an object
+/// that was never stored).
+pub fn owner_reference(service: &InferenceService) -> Option<Value> {
+    let uid = service.metadata.uid.as_deref()?;
+    let name = service.metadata.name.as_deref()?;
+    Some(json!({
+        "apiVersion": "fusioninfer.io/v1alpha1",
+        "kind": "InferenceService",
+        "name": name,
+        "uid": uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }))
+}
+
+/// The metadata of a child object named `name` in the service's namespace.
+pub fn metadata(
+    service: &InferenceService,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Value {
+    let mut meta = json!({
+        "name": name,
+        "namespace": service.metadata.namespace.as_deref().unwrap_or("default"),
+        "labels": labels,
+    });
+    if let Some(owner) = owner_reference(service) {
+        meta["ownerReferences"] = json!([owner]);
+    }
+    meta
+}
+
+/// The service's name; validated services always have one.
+pub fn service_name(service: &InferenceService) -> &str {
+    service.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// A short, stable hash of everything that shapes the pods of a service: each
+/// serving role's name, component type, node count and template, and the
+/// scheduling strategy. Replica counts, scale-down policies, router settings and
+/// the upgrade strategy do not change it, so scaling never restarts pods.
+pub fn revision(spec: &InferenceServiceSpec) -> String {
+    let roles: Vec<Value> = spec
+        .roles
+        .iter()
+        .filter(|r| !r.is_router())
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "componentType": r.component_type,
+                "nodeCount": r.node_count(),
+                "template": r.template,
+            })
+        })
+        .collect();
+    let shape = json!({"roles": roles, "schedulingStrategy": spec.scheduling_strategy});
+    // serde_json maps are sorted, so the bytes are canonical.
+    let bytes = serde_json::to_vec(&shape).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    digest.as_ref()[..5]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(value: Value) -> InferenceService {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn story2() -> Value {
+        json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen", "namespace": "ai", "uid": "u-1"},
+            "spec": {"roles": [
+                {"name": "prefill", "componentType": "prefiller", "replicas": 2,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
+                {"name": "decode", "componentType": "decoder",
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
+            ]}
+        })
+    }
+
+    #[test]
+    fn names_follow_the_seed() {
+        assert_eq!(
+            replica_name("qwen-inference", "inference", 0),
+            "qwen-inference-inference-0"
+        );
+        assert_eq!(task_name("decode", 1), "decode-1");
+    }
+
+    #[test]
+    fn metadata_carries_labels_and_the_owner() {
+        let s = service(story2());
+        let labels = role_labels("qwen", &s.spec.roles[0]);
+        let meta = metadata(&s, "qwen-prefill-0", &labels);
+        assert_eq!(meta["namespace"], "ai");
+        assert_eq!(meta["labels"][COMPONENT_TYPE], "prefiller");
+        assert_eq!(meta["labels"][ROLE_NAME], "prefill");
+        assert_eq!(meta["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(meta["ownerReferences"][0]["controller"], true);
+        let mut unstored = story2();
+        unstored["metadata"].as_object_mut().unwrap().remove("uid");
+        assert!(
+            metadata(&service(unstored), "x", &labels)
+                .get("ownerReferences")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn revision_changes_with_templates_not_with_replicas() {
+        let base = service(story2());
+        let r = revision(&base.spec);
+        assert_eq!(r.len(), 10);
+        assert_eq!(r, revision(&base.spec), "stable");
+        let mut scaled = story2();
+        scaled["spec"]["roles"][0]["replicas"] = json!(7);
+        scaled["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+        assert_eq!(
+            revision(&service(scaled).spec),
+            r,
+            "scaling is not a new revision"
+        );
+        let mut image = story2();
+        image["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        assert_ne!(revision(&service(image).spec), r);
+        let mut nodes = story2();
+        nodes["spec"]["roles"][1]["multinode"] = json!({"nodeCount": 2});
+        assert_ne!(revision(&service(nodes).spec), r);
+    }
+}
