@@ -3,3 +3,6 @@
 //! the same functions.
 
 pub mod children;
+pub mod replicas;
+pub mod status;
+pub mod topology;

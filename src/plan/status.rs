@@ -1,0 +1,525 @@
+//! The status of an InferenceService, from what is observed: its
+//! LeaderWorkerSets, their pods, and the router's endpoint-picker Deployment.
+//!
+//! A replica is ready only when every one of its nodes (pods) is ready. Times
+//! move only when something changed, so the status of an unchanged world is
+//! the same value and the reconciler writes nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::Value;
+
+use super::children;
+use crate::api::inference_service::{
+    ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, Role,
+};
+
+/// Container states that will not get better by waiting.
+const FAILING_REASONS: [&str; 6] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// What the status is computed from.
+#[derive(Clone, Debug, Default)]
+pub struct Observed<'a> {
+    /// Pods of the service (label `fusioninfer.io/service`).
+    pub pods: &'a [Value],
+    /// The router's endpoint-picker Deployment, when the service has a router.
+    pub router: Option<&'a Value>,
+    /// The revision the pods should run (`fusioninfer.io/revision`).
+    pub revision: &'a str,
+}
+
+/// One role's state and, when failing, why.
+struct Component {
+    status: ComponentStatus,
+    failure: Option<String>,
+    outdated: bool,
+}
+
+pub fn status(
+    service: &InferenceService,
+    observed: &Observed<'_>,
+    now: &Time,
+) -> InferenceServiceStatus {
+    let previous = service.status.clone().unwrap_or_default();
+    let mut components = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut waiting = Vec::new();
+    let mut outdated = false;
+    let (mut ready, mut desired) = (0, 0);
+    for role in &service.spec.roles {
+        let component = if role.is_router() {
+            router_component(role, observed.router)
+        } else {
+            serving_component(role, observed)
+        };
+        let mut status = component.status;
+        if let Some(reason) = component.failure {
+            failures.push(format!("{}: {reason}", role.name));
+        }
+        outdated |= component.outdated;
+        if status.phase != ComponentPhase::Running {
+            waiting.push(format!(
+                "{}: {}/{} replicas ready ({:?})",
+                role.name, status.ready_replicas, status.desired_replicas, status.phase
+            ));
+        }
+        if !role.is_router() {
+            ready += status.ready_replicas;
+            desired += status.desired_replicas;
+        }
+        let before = previous.components.get(&role.name);
+        status.last_update_time = match before {
+            Some(b)
+                if ComponentStatus {
+                    last_update_time: None,
+                    ..b.clone()
+                } == status =>
+            {
+                b.last_update_time.clone()
+            }
+            _ => Some(now.clone()),
+        };
+        components.insert(role.name.clone(), status);
+    }
+
+    let generation = service.metadata.generation;
+    let all_running = waiting.is_empty();
+    let conditions = vec![
+        condition(
+            &previous.conditions,
+            "Ready",
+            all_running,
+            if all_running {
+                "AllComponentsRunning"
+            } else {
+                "ComponentsNotReady"
+            },
+            if all_running {
+                "every replica of every role is ready".to_owned()
+            } else {
+                waiting.join("; ")
+            },
+            generation,
+            now,
+        ),
+        condition(
+            &previous.conditions,
+            "Progressing",
+            !all_running || outdated,
+            match (all_running, outdated) {
+                (_, true) => "Updating",
+                (false, false) => "Deploying",
+                (true, false) => "Stable",
+            },
+            match (all_running, outdated) {
+                (_, true) => "replicas are moving to the current revision".to_owned(),
+                (false, false) => waiting.join("; "),
+                (true, false) => "nothing is changing".to_owned(),
+            },
+            generation,
+            now,
+        ),
+        condition(
+            &previous.conditions,
+            "Failed",
+            !failures.is_empty(),
+            if failures.is_empty() {
+                "NoFailure"
+            } else {
+                "ComponentFailed"
+            },
+            if failures.is_empty() {
+                "no pod is failing".to_owned()
+            } else {
+                failures.join("; ")
+            },
+            generation,
+            now,
+        ),
+    ];
+    let mut kept: Vec<Condition> = previous
+        .conditions
+        .iter()
+        .filter(|c| !["Ready", "Progressing", "Failed"].contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    kept.extend(conditions);
+    kept.sort_by(|a, b| a.type_.cmp(&b.type_));
+
+    InferenceServiceStatus {
+        observed_generation: generation,
+        conditions: kept,
+        components,
+        ready: Some(format!("{ready}/{desired}")),
+        // Owned by the ScaleView and upgrade controllers: carried over as is.
+        scale_views: previous.scale_views,
+        upgrade: previous.upgrade,
+    }
+}
+
+/// A condition, keeping its last transition time when its status is unchanged.
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    is_true: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let status = if is_true { "True" } else { "False" };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: since,
+        observed_generation: generation,
+    }
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object["metadata"]["labels"][key].as_str()
+}
+
+fn pod_is_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+/// Why a pod is failing, if it is.
+fn pod_failure(pod: &Value) -> Option<String> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("pod");
+    if pod["status"]["phase"] == "Failed" {
+        let reason = pod["status"]["reason"].as_str().unwrap_or("Failed");
+        return Some(format!("pod {name} {reason}"));
+    }
+    let statuses = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|k| pod["status"][k].as_array().into_iter().flatten());
+    for container in statuses {
+        let waiting = container["state"]["waiting"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        if FAILING_REASONS.contains(&waiting) {
+            let container_name = container["name"].as_str().unwrap_or("container");
+            return Some(format!("pod {name} container {container_name} {waiting}"));
+        }
+    }
+    None
+}
+
+fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
+    let desired = role.replicas();
+    let nodes = role.node_count();
+    let pods: Vec<&Value> = observed
+        .pods
+        .iter()
+        .filter(|p| label(p, children::ROLE_NAME) == Some(role.name.as_str()))
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    let mut by_replica: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(index) = label(pod, children::REPLICA_INDEX) {
+            by_replica.entry(index).or_default().push(pod);
+        }
+    }
+    let ready_replicas = by_replica
+        .values()
+        .filter(|group| group.len() as i32 == nodes && group.iter().all(|p| pod_is_ready(p)))
+        .count() as i32;
+    let ready_pods = pods.iter().filter(|p| pod_is_ready(p)).count() as i32;
+    let failure = pods.iter().find_map(|p| pod_failure(p));
+    let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
+    let scheduled = pods.iter().any(|p| !p["spec"]["nodeName"].is_null());
+    let revisions: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| label(p, children::REVISION))
+        .collect();
+    let outdated = revisions.iter().any(|r| *r != observed.revision);
+    let phase = if failure.is_some() {
+        ComponentPhase::Failed
+    } else if unknown {
+        ComponentPhase::Unknown
+    } else if ready_replicas >= desired && !outdated {
+        ComponentPhase::Running
+    } else if !scheduled {
+        ComponentPhase::Pending
+    } else {
+        ComponentPhase::Deploying
+    };
+    Component {
+        status: ComponentStatus {
+            desired_replicas: desired,
+            ready_replicas: ready_replicas.min(desired),
+            nodes_per_replica: nodes,
+            total_pods: desired * nodes,
+            ready_pods,
+            phase,
+            last_update_time: None,
+        },
+        failure,
+        outdated,
+    }
+}
+
+fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
+    let desired = role.replicas();
+    let ready = deployment
+        .and_then(|d| d["status"]["readyReplicas"].as_i64())
+        .unwrap_or(0) as i32;
+    let phase = match deployment {
+        _ if ready >= desired => ComponentPhase::Running,
+        None => ComponentPhase::Pending,
+        Some(_) => ComponentPhase::Deploying,
+    };
+    Component {
+        status: ComponentStatus {
+            desired_replicas: desired,
+            ready_replicas: ready.min(desired),
+            nodes_per_replica: 1,
+            total_pods: desired,
+            ready_pods: ready,
+            phase,
+            last_update_time: None,
+        },
+        failure: None,
+        outdated: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn time(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn service() -> InferenceService {
+        serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "ds", "namespace": "default", "generation": 3},
+            "spec": {"roles": [
+                {"name": "prefill", "componentType": "prefiller", "replicas": 1, "multinode": {"nodeCount": 2},
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
+                {"name": "decode", "componentType": "decoder", "replicas": 2, "multinode": {"nodeCount": 4},
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
+            ]}
+        }))
+        .unwrap()
+    }
+
+    fn pod(role: &str, index: u32, worker: u32, ready: bool) -> Value {
+        json!({
+            "metadata": {"name": format!("ds-{role}-{index}-0-{worker}"), "labels": {
+                children::ROLE_NAME: role, children::REPLICA_INDEX: index.to_string(), children::REVISION: "r1"}},
+            "spec": {"nodeName": "gpu-node"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        })
+    }
+
+    fn all_pods(not_ready: Option<(&str, u32, u32)>) -> Vec<Value> {
+        let mut pods = Vec::new();
+        for (role, replicas, nodes) in [("prefill", 1, 2), ("decode", 2, 4)] {
+            for i in 0..replicas {
+                for w in 0..nodes {
+                    pods.push(pod(role, i, w, not_ready != Some((role, i, w))));
+                }
+            }
+        }
+        pods
+    }
+
+    fn compute(s: &InferenceService, pods: &[Value], now: &str) -> InferenceServiceStatus {
+        status(
+            s,
+            &Observed {
+                pods,
+                router: None,
+                revision: "r1",
+            },
+            &time(now),
+        )
+    }
+
+    fn find<'a>(status: &'a InferenceServiceStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn all_ready() {
+        let s = compute(&service(), &all_pods(None), "2026-11-21T10:00:00Z");
+        assert_eq!(s.ready.as_deref(), Some("3/3"));
+        let decode = &s.components["decode"];
+        assert_eq!(
+            (
+                decode.desired_replicas,
+                decode.ready_replicas,
+                decode.nodes_per_replica,
+                decode.total_pods,
+                decode.ready_pods
+            ),
+            (2, 2, 4, 8, 8)
+        );
+        assert_eq!(decode.phase, ComponentPhase::Running);
+        assert_eq!(find(&s, "Ready").status, "True");
+        assert_eq!(find(&s, "Progressing").status, "False");
+        assert_eq!(find(&s, "Failed").status, "False");
+        assert_eq!(s.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn one_pod_not_ready_makes_its_replica_not_ready() {
+        let s = compute(
+            &service(),
+            &all_pods(Some(("decode", 1, 3))),
+            "2026-11-21T10:00:00Z",
+        );
+        let decode = &s.components["decode"];
+        assert_eq!(
+            decode.ready_replicas, 1,
+            "a replica is ready only when all its nodes are"
+        );
+        assert_eq!(decode.ready_pods, 7);
+        assert_eq!(decode.phase, ComponentPhase::Deploying);
+        assert_eq!(s.ready.as_deref(), Some("2/3"));
+        let ready = find(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "ComponentsNotReady")
+        );
+        assert_eq!(ready.message, "decode: 1/2 replicas ready (Deploying)");
+    }
+
+    #[test]
+    fn nothing_scheduled_is_pending_and_a_crash_loop_is_failed_until_it_clears() {
+        let none = compute(&service(), &[], "2026-11-21T10:00:00Z");
+        assert_eq!(none.components["prefill"].phase, ComponentPhase::Pending);
+
+        let mut pods = all_pods(None);
+        pods[0]["status"]["containerStatuses"] =
+            json!([{"name": "vllm", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+        pods[0]["status"]["conditions"][0]["status"] = json!("False");
+        let mut s = service();
+        let failing = compute(&s, &pods, "2026-11-21T10:00:00Z");
+        assert_eq!(failing.components["prefill"].phase, ComponentPhase::Failed);
+        let failed = find(&failing, "Failed");
+        assert_eq!(failed.status, "True");
+        assert_eq!(
+            failed.message,
+            "prefill: pod ds-prefill-0-0-0 container vllm CrashLoopBackOff"
+        );
+
+        s.status = Some(failing);
+        let healed = compute(&s, &all_pods(None), "2026-11-21T10:05:00Z");
+        let failed = find(&healed, "Failed");
+        assert_eq!(
+            failed.status, "False",
+            "a Failed that never clears is a bug"
+        );
+        assert_eq!(failed.last_transition_time, time("2026-11-21T10:05:00Z"));
+    }
+
+    #[test]
+    fn an_unchanged_world_gives_the_same_status() {
+        let mut s = service();
+        let first = compute(&s, &all_pods(None), "2026-11-21T10:00:00Z");
+        s.status = Some(first.clone());
+        let second = compute(&s, &all_pods(None), "2026-11-21T11:00:00Z");
+        assert_eq!(second, first, "times move only on change");
+        // A change moves only what changed.
+        s.status = Some(second);
+        let third = compute(
+            &s,
+            &all_pods(Some(("prefill", 0, 1))),
+            "2026-11-21T12:00:00Z",
+        );
+        assert_eq!(
+            third.components["prefill"].last_update_time,
+            Some(time("2026-11-21T12:00:00Z"))
+        );
+        assert_eq!(
+            third.components["decode"].last_update_time,
+            Some(time("2026-11-21T10:00:00Z"))
+        );
+        assert_eq!(
+            find(&third, "Ready").last_transition_time,
+            time("2026-11-21T12:00:00Z")
+        );
+        assert_eq!(
+            find(&third, "Failed").last_transition_time,
+            time("2026-11-21T10:00:00Z")
+        );
+    }
+
+    #[test]
+    fn pods_of_an_old_revision_mean_progressing() {
+        let mut pods = all_pods(None);
+        pods[2]["metadata"]["labels"][children::REVISION] = json!("r0");
+        let s = compute(&service(), &pods, "2026-11-21T10:00:00Z");
+        let progressing = find(&s, "Progressing");
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", "Updating")
+        );
+        assert_eq!(s.components["decode"].phase, ComponentPhase::Deploying);
+    }
+
+    #[test]
+    fn the_router_is_ready_when_its_deployment_is() {
+        let mut value = serde_json::to_value(service()).unwrap();
+        value["spec"]["roles"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "router", "componentType": "router", "replicas": 2}));
+        let s: InferenceService = serde_json::from_value(value).unwrap();
+        let pods = all_pods(None);
+        let deployment = json!({"status": {"readyReplicas": 1}});
+        let partial = status(
+            &s,
+            &Observed {
+                pods: &pods,
+                router: Some(&deployment),
+                revision: "r1",
+            },
+            &time("2026-11-21T10:00:00Z"),
+        );
+        assert_eq!(
+            partial.components["router"].phase,
+            ComponentPhase::Deploying
+        );
+        assert_eq!(
+            partial.ready.as_deref(),
+            Some("3/3"),
+            "the router does not count as model replicas"
+        );
+        assert_eq!(find(&partial, "Ready").status, "False");
+        let deployment = json!({"status": {"readyReplicas": 2}});
+        let full = status(
+            &s,
+            &Observed {
+                pods: &pods,
+                router: Some(&deployment),
+                revision: "r1",
+            },
+            &time("2026-11-21T10:00:00Z"),
+        );
+        assert_eq!(find(&full, "Ready").status, "True");
+    }
+}

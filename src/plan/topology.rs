@@ -1,0 +1,373 @@
+//! One LeaderWorkerSet per replica of a serving role (DESIGN.md §1.1):
+//! `{service}-{role}-{i}`, `replicas: 1`, `size: nodeCount`.
+//!
+//! A single-node role keeps the user's pod template as written, adding only
+//! Tandem's labels, Volcano's annotations and the scheduler. A multi-node role
+//! gets a leader that starts a Ray head and then the user's serve command with
+//! vLLM's Ray executor, and workers that join the leader's Ray cluster and block
+//! (seed 003, the Note under Example 2).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, PodTemplateSpec, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::{Value, json};
+
+use super::children;
+use crate::api::inference_service::{InferenceService, Role};
+
+/// Ray's GCS port on the leader, which workers join.
+pub const RAY_PORT: i32 = 6379;
+/// The model server's port when the template declares none (vLLM's default).
+pub const DEFAULT_SERVING_PORT: i32 = 8000;
+
+/// How a replica's pods are scheduled: the scheduler and the annotations that
+/// place them in the service's PodGroup.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Placement {
+    pub scheduler_name: Option<String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The LeaderWorkerSet of replica `index` of `role`.
+pub fn leader_worker_set(
+    service: &InferenceService,
+    role: &Role,
+    index: u32,
+    revision: &str,
+    placement: &Placement,
+) -> Result<Value, String> {
+    let name = children::service_name(service);
+    let template: PodTemplateSpec = match &role.template {
+        Some(t) => serde_json::from_value(t.clone())
+            .map_err(|e| format!("role {}: template is not a PodTemplateSpec: {e}", role.name))?,
+        None => {
+            return Err(format!(
+                "role {}: a serving role needs a template",
+                role.name
+            ));
+        }
+    };
+    let mut labels = children::role_labels(name, role);
+    labels.insert(children::REPLICA_INDEX.to_owned(), index.to_string());
+    labels.insert(children::REVISION.to_owned(), revision.to_owned());
+    let pods = |t: PodTemplateSpec| dress(t, &labels, placement);
+
+    let nodes = role.node_count();
+    let mut group = json!({"size": nodes});
+    if nodes > 1 {
+        group["leaderTemplate"] = pods(leader_template(&template, &role.name)?)?;
+        group["workerTemplate"] = pods(worker_template(&template, &role.name)?)?;
+    } else {
+        group["workerTemplate"] = pods(template)?;
+    }
+    Ok(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": children::metadata(service, &children::replica_name(name, &role.name, index), &labels),
+        "spec": {"replicas": 1, "leaderWorkerTemplate": group},
+    }))
+}
+
+/// Adds Tandem's labels, the placement's annotations and scheduler to a pod
+/// template; everything else stays as the user wrote it.
+fn dress(
+    mut template: PodTemplateSpec,
+    labels: &BTreeMap<String, String>,
+    placement: &Placement,
+) -> Result<Value, String> {
+    let metadata = template.metadata.get_or_insert_default();
+    metadata
+        .labels
+        .get_or_insert_default()
+        .extend(labels.clone());
+    if !placement.annotations.is_empty() {
+        metadata
+            .annotations
+            .get_or_insert_default()
+            .extend(placement.annotations.clone());
+    }
+    if let (Some(scheduler), Some(spec)) = (&placement.scheduler_name, template.spec.as_mut()) {
+        spec.scheduler_name = Some(scheduler.clone());
+    }
+    serde_json::to_value(template).map_err(|e| format!("could not write the pod template: {e}"))
+}
+
+/// The model server: the template's first container.
+fn server_mut<'a>(
+    template: &'a mut PodTemplateSpec,
+    role: &str,
+) -> Result<&'a mut Container, String> {
+    template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.first_mut())
+        .ok_or_else(|| format!("role {role}: the template has no container"))
+}
+
+/// The port the model server listens on: its first declared port.
+pub fn serving_port(container: &Container) -> i32 {
+    container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.container_port)
+        .next()
+        .unwrap_or(DEFAULT_SERVING_PORT)
+}
+
+/// The leader: a Ray head, then the user's serve command on Ray's executor.
+fn leader_template(template: &PodTemplateSpec, role: &str) -> Result<PodTemplateSpec, String> {
+    let mut leader = template.clone();
+    let server = server_mut(&mut leader, role)?;
+    let serve = serve_command(server);
+    server.command = Some(vec!["/bin/sh".into(), "-c".into()]);
+    server.args = Some(vec![format!(
+        "ray start --head --port={RAY_PORT} && {}",
+        shell_join(&serve)
+    )]);
+    let port = serving_port(server);
+    let ports = server.ports.get_or_insert_default();
+    if !ports.iter().any(|p| p.container_port == RAY_PORT) {
+        ports.push(ContainerPort {
+            container_port: RAY_PORT,
+            name: Some("ray-gcs".into()),
+            ..Default::default()
+        });
+    }
+    if server.readiness_probe.is_none() {
+        server.readiness_probe = Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/health".into()),
+                port: IntOrString::Int(port),
+                ..Default::default()
+            }),
+            period_seconds: Some(10),
+            failure_threshold: Some(3),
+            ..Default::default()
+        });
+    }
+    Ok(leader)
+}
+
+/// A worker: joins the leader's Ray cluster and blocks. It serves nothing, so
+/// the server's ports and probes go.
+fn worker_template(template: &PodTemplateSpec, role: &str) -> Result<PodTemplateSpec, String> {
+    let mut worker = template.clone();
+    let server = server_mut(&mut worker, role)?;
+    server.command = Some(vec!["/bin/sh".into(), "-c".into()]);
+    server.args = Some(vec![format!(
+        "ray start --address=$LWS_LEADER_ADDRESS:{RAY_PORT} --block"
+    )]);
+    server.ports = None;
+    server.readiness_probe = None;
+    server.liveness_probe = None;
+    server.startup_probe = None;
+    Ok(worker)
+}
+
+/// The user's serve command as an argument list: `command` + `args` when a
+/// command is set; otherwise `vllm serve` + `args`, with `--model X` turned
+/// into vllm serve's positional model (the seed's form). The Ray executor flag
+/// is appended unless present.
+fn serve_command(server: &Container) -> Vec<String> {
+    let args = server.args.clone().unwrap_or_default();
+    let mut command = match server.command.as_deref() {
+        Some(command) if !command.is_empty() => [command, &args].concat(),
+        _ => {
+            let mut serve = vec!["vllm".to_owned(), "serve".to_owned()];
+            match args.iter().position(|a| a == "--model") {
+                Some(at) if at + 1 < args.len() => {
+                    serve.push(args[at + 1].clone());
+                    serve.extend(args[..at].iter().cloned());
+                    serve.extend(args[at + 2..].iter().cloned());
+                }
+                _ => serve.extend(args),
+            }
+            serve
+        }
+    };
+    let has_backend = command.iter().any(|a| {
+        a == "--distributed-executor-backend" || a.starts_with("--distributed-executor-backend=")
+    });
+    if !has_backend {
+        command.extend([
+            "--distributed-executor-backend".to_owned(),
+            "ray".to_owned(),
+        ]);
+    }
+    command
+}
+
+/// Joins arguments into one shell command line, quoting what the shell would
+/// otherwise interpret.
+fn shell_join(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,@%+".contains(&b));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn story(nodes: i32) -> InferenceService {
+        serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "deepseek-r1-inference", "namespace": "default", "uid": "u"},
+            "spec": {"roles": [{"name": "inference", "componentType": "worker", "replicas": 2,
+                "multinode": {"nodeCount": nodes},
+                "template": {"metadata": {"labels": {"team": "llm"}}, "spec": {"containers": [{
+                    "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                    "args": ["--model", "deepseek-ai/DeepSeek-R1", "--tensor-parallel-size", "32"],
+                    "ports": [{"containerPort": 8000, "name": "http"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}]}
+        }))
+        .unwrap()
+    }
+
+    fn gang() -> Placement {
+        Placement {
+            scheduler_name: Some("volcano".into()),
+            annotations: BTreeMap::from([
+                (
+                    children::GROUP_NAME_ANNOTATION.to_owned(),
+                    "deepseek-r1-inference".to_owned(),
+                ),
+                (
+                    children::TASK_SPEC_ANNOTATION.to_owned(),
+                    "inference-1".to_owned(),
+                ),
+            ]),
+        }
+    }
+
+    #[test]
+    fn single_node_keeps_the_template_and_adds_labels() {
+        let service = story(1);
+        let lws = leader_worker_set(
+            &service,
+            &service.spec.roles[0],
+            1,
+            "abc",
+            &Placement::default(),
+        )
+        .unwrap();
+        assert_eq!(lws["metadata"]["name"], "deepseek-r1-inference-inference-1");
+        assert_eq!(lws["spec"]["replicas"], 1);
+        let group = &lws["spec"]["leaderWorkerTemplate"];
+        assert_eq!(group["size"], 1);
+        assert!(group.get("leaderTemplate").is_none());
+        let pod = &group["workerTemplate"];
+        assert_eq!(pod["metadata"]["labels"]["team"], "llm", "user labels kept");
+        assert_eq!(pod["metadata"]["labels"][children::REPLICA_INDEX], "1");
+        assert_eq!(pod["metadata"]["labels"][children::REVISION], "abc");
+        assert_eq!(
+            pod["spec"],
+            service.spec.roles[0].template.as_ref().unwrap()["spec"],
+            "spec untouched"
+        );
+        assert!(pod["metadata"].get("annotations").is_none());
+    }
+
+    #[test]
+    fn multi_node_leader_runs_ray_head_then_the_serve_command() {
+        let service = story(4);
+        let lws = leader_worker_set(&service, &service.spec.roles[0], 0, "abc", &gang()).unwrap();
+        let group = &lws["spec"]["leaderWorkerTemplate"];
+        assert_eq!(group["size"], 4);
+        let leader = &group["leaderTemplate"]["spec"]["containers"][0];
+        assert_eq!(leader["command"], json!(["/bin/sh", "-c"]));
+        assert_eq!(
+            leader["args"],
+            json!([
+                "ray start --head --port=6379 && vllm serve deepseek-ai/DeepSeek-R1 --tensor-parallel-size 32 --distributed-executor-backend ray"
+            ]),
+            "the seed's leader command"
+        );
+        assert_eq!(
+            leader["ports"],
+            json!([{"containerPort": 8000, "name": "http"}, {"containerPort": 6379, "name": "ray-gcs"}])
+        );
+        assert_eq!(
+            leader["readinessProbe"]["httpGet"],
+            json!({"path": "/health", "port": 8000})
+        );
+        let worker = &group["workerTemplate"]["spec"]["containers"][0];
+        assert_eq!(
+            worker["args"],
+            json!(["ray start --address=$LWS_LEADER_ADDRESS:6379 --block"])
+        );
+        assert!(worker.get("ports").is_none() && worker.get("readinessProbe").is_none());
+        assert_eq!(
+            worker["resources"],
+            json!({"limits": {"nvidia.com/gpu": "8"}})
+        );
+        for template in ["leaderTemplate", "workerTemplate"] {
+            let pod = &group[template];
+            assert_eq!(pod["spec"]["schedulerName"], "volcano");
+            assert_eq!(
+                pod["metadata"]["annotations"][children::TASK_SPEC_ANNOTATION],
+                "inference-1"
+            );
+            assert_eq!(
+                pod["metadata"]["labels"][children::SERVICE],
+                "deepseek-r1-inference"
+            );
+        }
+    }
+
+    #[test]
+    fn serve_commands() {
+        let container = |v: Value| -> Container { serde_json::from_value(v).unwrap() };
+        let c = container(
+            json!({"name": "s", "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "args": ["--model", "m", "--kv-transfer-config", "{\"kv_role\":\"kv_consumer\"}"]}),
+        );
+        assert_eq!(
+            shell_join(&serve_command(&c)),
+            r#"python3 -m vllm.entrypoints.openai.api_server --model m --kv-transfer-config '{"kv_role":"kv_consumer"}' --distributed-executor-backend ray"#
+        );
+        let own_backend =
+            container(json!({"name": "s", "args": ["m", "--distributed-executor-backend=mp"]}));
+        assert_eq!(
+            serve_command(&own_backend),
+            ["vllm", "serve", "m", "--distributed-executor-backend=mp"]
+        );
+        assert_eq!(
+            shell_join(&["it's".to_owned(), String::new()]),
+            r#"'it'\''s' ''"#
+        );
+    }
+
+    #[test]
+    fn a_user_readiness_probe_is_kept() {
+        let mut value = serde_json::to_value(story(2)).unwrap();
+        value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["readinessProbe"] =
+            json!({"tcpSocket": {"port": 8000}});
+        let service: InferenceService = serde_json::from_value(value).unwrap();
+        let lws = leader_worker_set(
+            &service,
+            &service.spec.roles[0],
+            0,
+            "r",
+            &Placement::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["readinessProbe"],
+            json!({"tcpSocket": {"port": 8000}})
+        );
+    }
+}
