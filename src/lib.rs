@@ -7,5 +7,6 @@ pub mod admission;
 pub mod api;
 pub mod certs;
 pub mod plan;
+pub mod reconcile;
 pub mod render;
 pub mod server;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use tandem::{api, certs, render, server};
+use tandem::{api, certs, plan, reconcile, render, server};
 
 #[derive(Parser)]
 #[command(
@@ -186,13 +186,32 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(e) => return fail(format!("could not start the async runtime: {e}")),
     };
     runtime.block_on(async {
-        match kube::Config::infer().await {
-            Ok(config) => tracing::info!(cluster = %config.cluster_url, "kubeconfig found"),
-            Err(e) => {
-                tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only")
+        let controllers = match kube::Config::infer().await {
+            Ok(config) => {
+                let cluster = config.cluster_url.clone();
+                match kube::Client::try_from(config) {
+                    Ok(client) => {
+                        tracing::info!(%cluster, "reconciling InferenceServices");
+                        let options = plan::service::Options::default();
+                        let ctx = std::sync::Arc::new(reconcile::Context::new(client, options));
+                        Some(tokio::spawn(reconcile::inference_service::run(ctx)))
+                    }
+                    Err(e) => {
+                        tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
+                        None
+                    }
+                }
             }
+            Err(e) => {
+                tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only");
+                None
+            }
+        };
+        let served = server::run(options).await;
+        if let Some(controllers) = controllers {
+            controllers.abort();
         }
-        match server::run(options).await {
+        match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }

@@ -4,5 +4,6 @@
 
 pub mod children;
 pub mod replicas;
+pub mod service;
 pub mod status;
 pub mod topology;

@@ -34,6 +34,9 @@ pub struct Observed<'a> {
     pub router: Option<&'a Value>,
     /// The revision the pods should run (`fusioninfer.io/revision`).
     pub revision: &'a str,
+    /// What keeps the service from being applied (an API that is not
+    /// installed, a spec the webhook would deny): reported as Failed.
+    pub problems: &'a [String],
 }
 
 /// One role's state and, when failing, why.
@@ -90,6 +93,7 @@ pub fn status(
         components.insert(role.name.clone(), status);
     }
 
+    failures.extend(observed.problems.iter().cloned());
     let generation = service.metadata.generation;
     let all_running = waiting.is_empty();
     let conditions = vec![
@@ -353,6 +357,7 @@ mod tests {
                 pods,
                 router: None,
                 revision: "r1",
+                problems: &[],
             },
             &time(now),
         )
@@ -469,6 +474,30 @@ mod tests {
     }
 
     #[test]
+    fn problems_are_failures() {
+        let problems = vec!["the LeaderWorkerSet API is not installed in the cluster".to_owned()];
+        let pods = all_pods(None);
+        let s = status(
+            &service(),
+            &Observed {
+                pods: &pods,
+                router: None,
+                revision: "r1",
+                problems: &problems,
+            },
+            &time("2026-11-21T10:00:00Z"),
+        );
+        let failed = find(&s, "Failed");
+        assert_eq!(
+            (failed.status.as_str(), failed.message.as_str()),
+            (
+                "True",
+                "the LeaderWorkerSet API is not installed in the cluster"
+            )
+        );
+    }
+
+    #[test]
     fn pods_of_an_old_revision_mean_progressing() {
         let mut pods = all_pods(None);
         pods[2]["metadata"]["labels"][children::REVISION] = json!("r0");
@@ -497,6 +526,7 @@ mod tests {
                 pods: &pods,
                 router: Some(&deployment),
                 revision: "r1",
+                problems: &[],
             },
             &time("2026-11-21T10:00:00Z"),
         );
@@ -517,6 +547,7 @@ mod tests {
                 pods: &pods,
                 router: Some(&deployment),
                 revision: "r1",
+                problems: &[],
             },
             &time("2026-11-21T10:00:00Z"),
         );

@@ -3,6 +3,8 @@
 //! the chain, and AdmissionReview bodies shaped like the API server's.
 #![allow(dead_code)]
 
+pub mod fake_api;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

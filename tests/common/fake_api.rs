@@ -1,0 +1,405 @@
+//! An in-memory Kubernetes API server behind kube-rs's `tower-test` mock
+//! service: enough of lists (with label selectors), gets, server-side apply,
+//! merge patches, deletes and creates for reconcilers to run against, with a
+//! log of every request so tests can assert exactly what was written.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+/// One request the reconciler sent.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub body: Option<Value>,
+}
+
+impl Call {
+    /// `METHOD path`, the form tests compare.
+    pub fn line(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+
+    pub fn is_write(&self) -> bool {
+        self.method != "GET"
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Collection path (`/apis/g/v/namespaces/ns/plural`) -> name -> object.
+    objects: BTreeMap<String, BTreeMap<String, Value>>,
+    /// Plurals whose API is not installed: every request gets 404.
+    missing: BTreeSet<String>,
+    calls: Vec<Call>,
+    version: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+}
+
+fn plural(kind: &str) -> String {
+    match kind {
+        "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
+        | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
+        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet" => {
+            format!("{}s", kind.to_lowercase())
+        }
+        "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),
+        other => panic!("the fake API does not know the plural of {other}"),
+    }
+}
+
+/// The collection path of an object.
+fn collection_of(object: &Value) -> String {
+    let api_version = object["apiVersion"].as_str().expect("apiVersion");
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default");
+    let resource = plural(object["kind"].as_str().expect("kind"));
+    if api_version.contains('/') {
+        format!("/apis/{api_version}/namespaces/{namespace}/{resource}")
+    } else {
+        format!("/api/{api_version}/namespaces/{namespace}/{resource}")
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query_param(query: &str, key: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| percent_decode(v))
+}
+
+fn matches_selector(object: &Value, selector: &str) -> bool {
+    let labels = &object["metadata"]["labels"];
+    selector
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((k, v)) => labels[k].as_str() == Some(v),
+            None => !labels[term].is_null(),
+        })
+}
+
+fn status(code: u16, reason: &str, message: String) -> Response<Body> {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": if code < 300 { "Success" } else { "Failure" },
+        "code": code, "reason": reason, "message": message});
+    respond(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &body,
+    )
+}
+
+fn respond(code: StatusCode, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(body).unwrap()))
+        .unwrap()
+}
+
+impl FakeApi {
+    pub fn new() -> FakeApi {
+        FakeApi::default()
+    }
+
+    /// A kube client whose every request this fake answers.
+    pub fn client(&self) -> kube::Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let fake = self.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let response = fake.answer(request).await;
+                send.send_response(response);
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Stores an object as the API server would (uid, resourceVersion, generation).
+    pub fn insert(&self, mut object: Value) -> Value {
+        let mut state = self.state.lock().unwrap();
+        state.version += 1;
+        let version = state.version;
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned();
+        let meta = &mut object["metadata"];
+        if meta["namespace"].is_null() {
+            meta["namespace"] = json!("default");
+        }
+        if meta["uid"].is_null() {
+            meta["uid"] = json!(format!("uid-{name}"));
+        }
+        if meta["generation"].is_null() {
+            meta["generation"] = json!(1);
+        }
+        meta["resourceVersion"] = json!(version.to_string());
+        state
+            .objects
+            .entry(collection_of(&object))
+            .or_default()
+            .insert(name, object.clone());
+        object
+    }
+
+    /// Marks an API as not installed (its CRD is missing).
+    pub fn uninstall(&self, plural: &str) {
+        self.state.lock().unwrap().missing.insert(plural.to_owned());
+    }
+
+    pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
+        let state = self.state.lock().unwrap();
+        state
+            .objects
+            .get(&collection_of(&probe))?
+            .get(name)
+            .cloned()
+    }
+
+    /// Every stored object of a kind in a namespace, by name.
+    pub fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
+        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": "x"}});
+        let state = self.state.lock().unwrap();
+        state
+            .objects
+            .get(&collection_of(&probe))
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Changes a stored object in place (as another actor would).
+    pub fn edit(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) {
+        let mut object = self
+            .get(api_version, kind, namespace, name)
+            .expect("object to edit exists");
+        change(&mut object);
+        self.insert(object);
+    }
+
+    /// Every request since the last `take_calls`.
+    pub fn take_calls(&self) -> Vec<Call> {
+        std::mem::take(&mut self.state.lock().unwrap().calls)
+    }
+
+    /// The writes since the last `take_calls`, as `METHOD path` lines.
+    pub fn take_writes(&self) -> Vec<String> {
+        self.take_calls()
+            .iter()
+            .filter(|c| c.is_write())
+            .map(Call::line)
+            .collect()
+    }
+
+    async fn answer(&self, request: Request<Body>) -> Response<Body> {
+        let method = request.method().as_str().to_owned();
+        let path = request.uri().path().to_owned();
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let bytes = request
+            .into_body()
+            .collect_bytes()
+            .await
+            .unwrap_or_default();
+        let body: Option<Value> = if bytes.is_empty() {
+            None
+        } else {
+            serde_json::from_slice(&bytes).ok()
+        };
+        let mut state = self.state.lock().unwrap();
+        state.calls.push(Call {
+            method: method.clone(),
+            path: path.clone(),
+            body: body.clone(),
+        });
+
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        // api/v1/namespaces/ns/plural[/name[/sub]] or apis/g/v/namespaces/ns/plural[/name[/sub]]
+        let (prefix_len, api_version) = match parts.first() {
+            Some(&"api") => (2, parts.get(1).map(|v| v.to_string())),
+            Some(&"apis") => (
+                3,
+                parts
+                    .get(1)
+                    .zip(parts.get(2))
+                    .map(|(g, v)| format!("{g}/{v}")),
+            ),
+            _ => return status(404, "NotFound", format!("no route {path}")),
+        };
+        let Some(api_version) = api_version else {
+            return status(404, "NotFound", path);
+        };
+        let rest = &parts[prefix_len..];
+        let (collection, name, sub) = match rest {
+            ["namespaces", ns, plural, tail @ ..] => {
+                let base = parts[..prefix_len].join("/");
+                (
+                    format!("/{base}/namespaces/{ns}/{plural}"),
+                    tail.first().map(|s| s.to_string()),
+                    tail.get(1).map(|s| s.to_string()),
+                )
+            }
+            _ => {
+                return status(
+                    404,
+                    "NotFound",
+                    format!("cluster-wide requests are not served: {path}"),
+                );
+            }
+        };
+        let plural_name = collection.rsplit('/').next().unwrap_or_default().to_owned();
+        if state.missing.contains(&plural_name) {
+            return status(
+                404,
+                "NotFound",
+                format!("the server could not find the requested resource ({plural_name})"),
+            );
+        }
+        state.version += 1;
+        let version = state.version.to_string();
+        let store = state.objects.entry(collection.clone()).or_default();
+        match (method.as_str(), name, sub.as_deref()) {
+            ("GET", None, _) => {
+                let selector = query_param(&query, "labelSelector").unwrap_or_default();
+                let items: Vec<Value> = store
+                    .values()
+                    .filter(|o| matches_selector(o, &selector))
+                    .cloned()
+                    .collect();
+                respond(
+                    StatusCode::OK,
+                    &json!({"apiVersion": api_version, "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
+                )
+            }
+            ("GET", Some(name), _) => match store.get(&name) {
+                Some(object) => respond(StatusCode::OK, object),
+                None => status(
+                    404,
+                    "NotFound",
+                    format!("{plural_name} \"{name}\" not found"),
+                ),
+            },
+            ("PATCH", Some(name), None) if query.contains("fieldManager") && body.is_some() => {
+                // Server-side apply by a single manager: the applied object
+                // replaces what it names; server fields and status stay.
+                let mut applied = body.unwrap_or_default();
+                let previous = store.get(&name).cloned();
+                let spec_changed = previous
+                    .as_ref()
+                    .map(|p| p["spec"] != applied["spec"])
+                    .unwrap_or(true);
+                let meta = &mut applied["metadata"];
+                let old_meta = previous
+                    .as_ref()
+                    .map(|p| p["metadata"].clone())
+                    .unwrap_or_default();
+                meta["uid"] = old_meta
+                    .get("uid")
+                    .cloned()
+                    .unwrap_or(json!(format!("uid-{name}")));
+                meta["creationTimestamp"] = old_meta
+                    .get("creationTimestamp")
+                    .cloned()
+                    .unwrap_or(json!("2026-11-21T00:00:00Z"));
+                let generation = old_meta
+                    .get("generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                meta["generation"] = json!(if spec_changed {
+                    generation + 1
+                } else {
+                    generation
+                });
+                meta["resourceVersion"] = json!(version);
+                if let Some(status) = previous.as_ref().and_then(|p| p.get("status")) {
+                    applied["status"] = status.clone();
+                }
+                store.insert(name, applied.clone());
+                respond(StatusCode::OK, &applied)
+            }
+            ("PATCH", Some(name), _) => {
+                let Some(object) = store.get_mut(&name) else {
+                    return status(
+                        404,
+                        "NotFound",
+                        format!("{plural_name} \"{name}\" not found"),
+                    );
+                };
+                let patch = body.unwrap_or_default();
+                if let Some(expected) = patch["metadata"]["resourceVersion"].as_str()
+                    && object["metadata"]["resourceVersion"].as_str() != Some(expected)
+                {
+                    return status(
+                        409,
+                        "Conflict",
+                        format!(
+                            "the object has been modified; resourceVersion {expected} is stale"
+                        ),
+                    );
+                }
+                json_patch::merge(object, &patch);
+                object["metadata"]["resourceVersion"] = json!(version);
+                respond(StatusCode::OK, object)
+            }
+            ("POST", None, _) => {
+                let mut object = body.unwrap_or_default();
+                let name = object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("created")
+                    .to_owned();
+                object["metadata"]["resourceVersion"] = json!(version);
+                store.insert(name, object.clone());
+                respond(StatusCode::CREATED, &object)
+            }
+            ("DELETE", Some(name), _) => match store.remove(&name) {
+                Some(_) => status(200, "Deleted", format!("{plural_name} \"{name}\" deleted")),
+                None => status(
+                    404,
+                    "NotFound",
+                    format!("{plural_name} \"{name}\" not found"),
+                ),
+            },
+            _ => status(405, "MethodNotAllowed", format!("{method} {path}?{query}")),
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The InferenceService reconciler against an in-memory API server behind
+//! kube-rs's tower-test mock: the exact requests it writes, and none when the
+//! world already matches.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::fake_api::FakeApi;
+use common::{repo_path, yaml_documents};
+use serde_json::{Value, json};
+use tandem::api::InferenceService;
+use tandem::plan::service::Options;
+use tandem::reconcile::Context;
+use tandem::reconcile::inference_service::reconcile;
+
+const IS: &str = "fusioninfer.io/v1alpha1";
+const LWS: &str = "leaderworkerset.x-k8s.io/v1";
+const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets";
+const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
+
+fn context(fake: &FakeApi) -> Arc<Context> {
+    let mut ctx = Context::new(fake.client(), Options::default());
+    ctx.now = Arc::new(|| "2026-11-21T10:00:00Z".parse().unwrap());
+    Arc::new(ctx)
+}
+
+/// Stores a seed story as the API server would after admission.
+fn store_story(fake: &FakeApi, file: &str) -> String {
+    let object = yaml_documents(&repo_path(file)).remove(0);
+    let (admitted, _) = tandem::admission::admit(
+        tandem::admission::Kind::InferenceService,
+        "default",
+        &object,
+        None,
+    )
+    .unwrap();
+    let stored = fake.insert(admitted);
+    stored["metadata"]["name"].as_str().unwrap().to_owned()
+}
+
+async fn reconcile_stored(fake: &FakeApi, ctx: &Arc<Context>, name: &str) {
+    let stored = fake
+        .get(IS, "InferenceService", "default", name)
+        .expect("service stored");
+    let service: InferenceService = serde_json::from_value(stored).unwrap();
+    reconcile(Arc::new(service), ctx.clone())
+        .await
+        .expect("reconcile succeeds");
+}
+
+fn status_patch(name: &str) -> String {
+    format!(
+        "PATCH /apis/fusioninfer.io/v1alpha1/namespaces/default/inferenceservices/{name}/status"
+    )
+}
+
+fn event_notes(fake: &FakeApi) -> Vec<String> {
+    let mut notes: Vec<String> = fake
+        .list("events.k8s.io/v1", "Event", "default")
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["reason"].as_str().unwrap(),
+                e["note"].as_str().unwrap()
+            )
+        })
+        .collect();
+    notes.sort();
+    notes
+}
+
+#[tokio::test]
+async fn create_then_nothing_to_write() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
+            EVENTS.to_owned(),
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            status_patch(&name),
+        ]
+    );
+    let lws = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-1",
+        )
+        .unwrap();
+    assert_eq!(lws["spec"]["leaderWorkerTemplate"]["size"], 4);
+    assert_eq!(
+        lws["metadata"]["ownerReferences"][0]["uid"],
+        "uid-deepseek-r1-inference"
+    );
+    let notes = event_notes(&fake);
+    assert!(notes[0].starts_with("Created: LeaderWorkerSet deepseek-r1-inference-inference-0 created: replica 0 of role inference (1 of 2 replicas, 4 node(s) each"), "{notes:?}");
+
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["ready"], "0/2");
+    assert_eq!(status["components"]["inference"]["phase"], "Pending");
+    assert_eq!(status["components"]["inference"]["totalPods"], 8);
+
+    // The world now matches the plan: a second reconcile only reads.
+    reconcile_stored(&fake, &ctx, &name).await;
+    let calls = fake.take_calls();
+    assert!(
+        calls.iter().all(|c| !c.is_write()),
+        "writes on an unchanged world: {:?}",
+        calls
+            .iter()
+            .filter(|c| c.is_write())
+            .map(|c| c.line())
+            .collect::<Vec<_>>()
+    );
+    assert!(!calls.is_empty());
+}
+
+#[tokio::test]
+async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_highest() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.take_calls();
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(3)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-2"),
+            EVENTS.to_owned(),
+            status_patch(&name)
+        ]
+    );
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(1)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("DELETE {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            format!("DELETE {LWS_PATH}/deepseek-r1-inference-inference-2"),
+            EVENTS.to_owned(),
+            status_patch(&name),
+        ]
+    );
+    let names: Vec<String> = fake
+        .list(LWS, "LeaderWorkerSet", "default")
+        .iter()
+        .map(|l| l["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["deepseek-r1-inference-inference-0"]);
+    assert!(event_notes(&fake).iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 1 replica(s); replica 2 is not kept"));
+
+    // A gap left by hand is refilled at the lowest index.
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(2)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes()[0],
+        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1")
+    );
+}
+
+#[tokio::test]
+async fn a_template_change_updates_every_replica_and_a_hand_edit_is_set_back() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.take_calls();
+    let revision = |fake: &FakeApi| {
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0",
+        )
+        .unwrap()["metadata"]["labels"]["fusioninfer.io/revision"]
+            .clone()
+    };
+    let before = revision(&fake);
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+            json!("vllm/vllm-openai:v0.12.0");
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
+            EVENTS.to_owned(),
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned()
+        ]
+    );
+    assert_ne!(revision(&fake), before, "a new revision");
+    let lws = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-1",
+        )
+        .unwrap();
+    assert_eq!(
+        lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["image"],
+        "vllm/vllm-openai:v0.12.0"
+    );
+
+    // Someone scales an LWS by hand: Tandem sets it back.
+    fake.edit(
+        LWS,
+        "LeaderWorkerSet",
+        "default",
+        "deepseek-r1-inference-inference-0",
+        |l| l["spec"]["replicas"] = json!(3),
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
+            EVENTS.to_owned()
+        ]
+    );
+    assert_eq!(
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0"
+        )
+        .unwrap()["spec"]["replicas"],
+        1
+    );
+    assert!(
+        event_notes(&fake).iter().any(|n| n.starts_with("Reverted: LeaderWorkerSet deepseek-r1-inference-inference-0 was changed outside Tandem and is set back")),
+        "{:?}",
+        event_notes(&fake)
+    );
+}
+
+#[tokio::test]
+async fn only_owned_children_are_deleted() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
+    fake.insert(json!({"apiVersion": LWS, "kind": "LeaderWorkerSet",
+        "metadata": {"name": "qwen-inference-inference-7", "namespace": "default",
+            "labels": {"fusioninfer.io/service": "qwen-inference", "app.kubernetes.io/managed-by": "tandem",
+                "fusioninfer.io/role-name": "inference", "fusioninfer.io/replica-index": "7"},
+            "ownerReferences": [{"apiVersion": IS, "kind": "InferenceService", "name": "qwen-inference", "uid": "someone-else"}]},
+        "spec": {"replicas": 1}}));
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    assert!(
+        !writes.iter().any(|w| w.starts_with("DELETE")),
+        "{writes:?}"
+    );
+    assert!(
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "qwen-inference-inference-7"
+        )
+        .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
+    let fake = FakeApi::new();
+    fake.uninstall("leaderworkersets");
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), [status_patch(&name)]);
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    let failed = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(failed["status"], "True");
+    assert_eq!(
+        failed["message"],
+        "the LeaderWorkerSet API is not installed in the cluster"
+    );
+}
+
+fn pod(role: &str, index: u32, worker: u32, ready: bool, revision: &Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("deepseek-r1-inference-{role}-{index}-0-{worker}"), "namespace": "default",
+            "labels": {"fusioninfer.io/service": "deepseek-r1-inference", "fusioninfer.io/role-name": role,
+                "fusioninfer.io/replica-index": index.to_string(), "fusioninfer.io/revision": revision}},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "vllm", "image": "v"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+}
+
+#[tokio::test]
+async fn status_follows_the_pods_and_clears_when_healthy() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    let revision = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0",
+        )
+        .unwrap()["metadata"]["labels"]["fusioninfer.io/revision"]
+        .clone();
+    for index in 0..2 {
+        for worker in 0..4 {
+            // Replica 1's third worker is not ready.
+            fake.insert(pod(
+                "inference",
+                index,
+                worker,
+                !(index == 1 && worker == 2),
+                &revision,
+            ));
+        }
+    }
+    fake.take_calls();
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), [status_patch(&name)]);
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    let inference = &status["components"]["inference"];
+    assert_eq!(
+        (
+            inference["readyReplicas"].as_i64(),
+            inference["readyPods"].as_i64()
+        ),
+        (Some(1), Some(7))
+    );
+    assert_eq!(inference["phase"], "Deploying");
+    assert_eq!(status["ready"], "1/2");
+
+    fake.edit(
+        "v1",
+        "Pod",
+        "default",
+        "deepseek-r1-inference-inference-1-0-2",
+        |p| p["status"]["conditions"][0]["status"] = json!("True"),
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), [status_patch(&name)]);
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["ready"], "2/2");
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["status"], "True");
+
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        Vec::<String>::new(),
+        "a ready, unchanged world writes nothing"
+    );
+}
+
+/// (apiGroup, resource, verb) of a request path and method.
+fn permission(method: &str, path: &str) -> (String, String, String) {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts[0] {
+        "api" => ("".to_owned(), &parts[2..]),
+        _ => (parts[1].to_owned(), &parts[3..]),
+    };
+    // namespaces/{ns}/{plural}[/{name}[/{sub}]]
+    let resource = match rest.get(4) {
+        Some(sub) => format!("{}/{sub}", rest[2]),
+        None => rest[2].to_owned(),
+    };
+    let verb = match (method, rest.len()) {
+        ("GET", 3) => "list",
+        ("GET", _) => "get",
+        ("PATCH", _) => "patch",
+        ("POST", _) => "create",
+        ("DELETE", _) => "delete",
+        (other, _) => panic!("unexpected method {other}"),
+    };
+    (group, resource, verb.to_owned())
+}
+
+#[tokio::test]
+async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo_path("manifests/rbac.yaml")).unwrap();
+    let role = serde_norway::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|d| d["kind"] == "ClusterRole")
+        .unwrap();
+    let granted = |(group, resource, verb): &(String, String, String)| {
+        role["rules"].as_array().unwrap().iter().any(|rule| {
+            let has = |field: &str, value: &str| {
+                rule[field].as_array().unwrap().iter().any(|v| v == value)
+            };
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(1)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    let mut needed: Vec<(String, String, String)> = fake
+        .take_calls()
+        .iter()
+        .map(|c| permission(&c.method, &c.path))
+        .collect();
+    // Server-side apply creates what does not exist yet: create and patch.
+    needed.push((
+        "leaderworkerset.x-k8s.io".into(),
+        "leaderworkersets".into(),
+        "create".into(),
+    ));
+    // What the controller watches (kube-runtime's watches, not in this log).
+    for (group, resource) in [
+        ("fusioninfer.io", "inferenceservices"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("", "pods"),
+    ] {
+        needed.push((group.into(), resource.into(), "watch".into()));
+        needed.push((group.into(), resource.into(), "list".into()));
+    }
+    needed.sort();
+    needed.dedup();
+    let missing: Vec<_> = needed.iter().filter(|p| !granted(p)).collect();
+    assert!(
+        missing.is_empty(),
+        "manifests/rbac.yaml does not grant {missing:?}"
+    );
+}
