@@ -82,6 +82,10 @@ struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = render::Format::Yaml)]
     output: render::Format,
+    /// The clock for status times (RFC 3339) [default: the Unix epoch, so the
+    /// output is the same for the same input].
+    #[arg(long)]
+    now: Option<jiff::Timestamp>,
 }
 
 #[derive(clap::Args)]
@@ -219,7 +223,12 @@ fn serve(args: ServeArgs) -> ExitCode {
 }
 
 fn run_render(args: RenderArgs) -> ExitCode {
-    let result = render::read_world(&args.files, &args.namespace).and_then(render::render);
+    let mut options = render::Options::default();
+    if let Some(now) = args.now {
+        options.now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    }
+    let result = render::read_world(&args.files, &args.namespace)
+        .and_then(|world| render::render(world, &options));
     match result {
         Ok(rendered) => {
             for warning in &rendered.warnings {

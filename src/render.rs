@@ -5,16 +5,22 @@
 //! a denial stops the render. The output lists, deterministically, every object
 //! Tandem would create or change, in its full desired state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::admission::{self, Kind};
-use crate::api::Violation;
+use crate::api::{InferenceService, Violation};
+use crate::plan::service::{self as service_plan, ChildKind, World};
+use crate::plan::{children, status};
+
+/// Reconcile passes over the world before render gives up on converging.
+pub const MAX_PASSES: usize = 10;
 
 /// Kinds that have no namespace; everything else without one is put in the
 /// default namespace, as kubectl does.
@@ -54,6 +60,10 @@ pub enum RenderError {
     },
     #[error("{0} is given twice")]
     Duplicate(ObjectKey),
+    #[error("{object}: {reason}")]
+    Unreadable { object: ObjectKey, reason: String },
+    #[error("the reconcilers did not converge in {MAX_PASSES} passes")]
+    NotConverging,
     #[error("{} object(s) denied", .0.len())]
     Denied(Vec<Denial>),
 }
@@ -221,9 +231,27 @@ pub fn parse_world(
     Ok(objects)
 }
 
-/// Admits every Tandem object of the world as the webhook would; all denials of
-/// all objects are reported together.
-pub fn render(world: Vec<Value>) -> Result<Rendered, RenderError> {
+/// What render does besides reading the world.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The clock of every status time; fixed, so the output is reproducible.
+    pub now: Time,
+    pub plan: service_plan::Options,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            now: Time(jiff::Timestamp::UNIX_EPOCH),
+            plan: service_plan::Options::default(),
+        }
+    }
+}
+
+/// Admits every Tandem object of the world as the webhook would (all denials
+/// of all objects are reported together), then runs the reconcilers over the
+/// world, pass after pass, until nothing changes.
+pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderError> {
     let mut by_key: BTreeMap<ObjectKey, Value> = BTreeMap::new();
     for object in world {
         let key = ObjectKey::of(&object);
@@ -232,18 +260,19 @@ pub fn render(world: Vec<Value>) -> Result<Rendered, RenderError> {
         }
         by_key.insert(key, object);
     }
+    let input: BTreeSet<ObjectKey> = by_key.keys().cloned().collect();
     let mut denials = Vec::new();
-    let mut rendered = Rendered::default();
-    for (key, object) in &by_key {
+    let mut warnings = Vec::new();
+    let mut touched = BTreeSet::new();
+    for (key, object) in by_key.iter_mut() {
         let Some(kind) = Kind::of(&key.api_version, &key.kind) else {
             continue;
         };
         match admission::admit(kind, &key.namespace, object, None) {
-            Ok((admitted, warnings)) => {
-                rendered
-                    .warnings
-                    .extend(warnings.into_iter().map(|w| format!("{key}: {w}")));
-                rendered.apply.push(admitted);
+            Ok((admitted, found)) => {
+                warnings.extend(found.into_iter().map(|w| format!("{key}: {w}")));
+                *object = admitted;
+                touched.insert(key.clone());
             }
             Err(findings) => {
                 denials.extend(findings.violations.into_iter().map(|violation| Denial {
@@ -253,11 +282,101 @@ pub fn render(world: Vec<Value>) -> Result<Rendered, RenderError> {
             }
         }
     }
-    if denials.is_empty() {
-        Ok(rendered)
-    } else {
-        Err(RenderError::Denied(denials))
+    if !denials.is_empty() {
+        return Err(RenderError::Denied(denials));
     }
+
+    let mut deleted = BTreeSet::new();
+    let mut converged = false;
+    for _ in 0..MAX_PASSES {
+        if !reconcile_services(&mut by_key, &mut touched, &mut deleted, options)? {
+            converged = true;
+            break;
+        }
+    }
+    if !converged {
+        return Err(RenderError::NotConverging);
+    }
+    Ok(Rendered {
+        apply: touched
+            .iter()
+            .filter_map(|k| by_key.get(k).cloned())
+            .collect(),
+        delete: deleted.intersection(&input).cloned().collect(),
+        warnings,
+    })
+}
+
+/// One pass of the InferenceService reconciler over every service of the
+/// world; whether anything changed.
+fn reconcile_services(
+    world: &mut BTreeMap<ObjectKey, Value>,
+    touched: &mut BTreeSet<ObjectKey>,
+    deleted: &mut BTreeSet<ObjectKey>,
+    options: &Options,
+) -> Result<bool, RenderError> {
+    let services: Vec<ObjectKey> = world
+        .keys()
+        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::InferenceService))
+        .cloned()
+        .collect();
+    let none = BTreeSet::new();
+    let mut changed = false;
+    for key in services {
+        let service: InferenceService =
+            serde_json::from_value(world[&key].clone()).map_err(|e| RenderError::Unreadable {
+                object: key.clone(),
+                reason: e.to_string(),
+            })?;
+        let owned: Vec<Value> = world
+            .values()
+            .filter(|o| ChildKind::of(o).is_some() && children::owns(&service, o))
+            .cloned()
+            .collect();
+        let pods: Vec<Value> = world
+            .values()
+            .filter(|o| o["apiVersion"] == "v1" && o["kind"] == "Pod")
+            .filter(|o| o["metadata"]["namespace"] == key.namespace.as_str())
+            .filter(|o| o["metadata"]["labels"][children::SERVICE] == key.name.as_str())
+            .cloned()
+            .collect();
+        let pass = service_plan::reconcile(
+            &service,
+            &World {
+                children: &owned,
+                pods: &pods,
+                unavailable: &none,
+            },
+            &options.plan,
+            &options.now,
+        );
+        for step in pass.apply {
+            let child = ObjectKey::of(&step.object);
+            let mut object = step.object;
+            if let Some(status) = world.get(&child).and_then(|o| o.get("status")) {
+                object["status"] = status.clone();
+            }
+            world.insert(child.clone(), object);
+            touched.insert(child);
+            changed = true;
+        }
+        for step in pass.delete {
+            let child = ObjectKey::of(&step.object);
+            world.remove(&child);
+            touched.remove(&child);
+            deleted.insert(child);
+            changed = true;
+        }
+        let current = service.status.clone().unwrap_or_default();
+        if status::reported(&pass.status) != status::reported(&current) {
+            if let Some(object) = world.get_mut(&key) {
+                object["status"] = serde_json::to_value(&pass.status).unwrap_or_default();
+            }
+            touched.insert(key);
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
 
 impl Rendered {
@@ -335,13 +454,27 @@ items:
 
     #[test]
     fn admits_tandem_objects_only_and_sorts() {
-        let rendered = render(parse_world("w.yaml", WORLD, "default").unwrap()).unwrap();
+        let rendered = render(
+            parse_world("w.yaml", WORLD, "default").unwrap(),
+            &Options::default(),
+        )
+        .unwrap();
         let kinds: Vec<&str> = rendered
             .apply
             .iter()
             .map(|o| o["kind"].as_str().unwrap())
             .collect();
-        assert_eq!(kinds, ["InferenceService", "ScaleView"]);
+        assert_eq!(kinds, ["InferenceService", "ScaleView", "LeaderWorkerSet"]);
+        assert_eq!(rendered.apply[2]["metadata"]["name"], "b-inference-0");
+        assert_eq!(
+            rendered.apply[0]["status"]["ready"], "0/1",
+            "status as the reconciler writes it"
+        );
+        assert_eq!(
+            rendered.apply[0]["status"]["conditions"][0]["lastTransitionTime"],
+            "1970-01-01T00:00:00Z",
+            "the clock is fixed"
+        );
         assert_eq!(
             rendered.apply[0]["spec"]["roles"][0]["replicas"], 1,
             "defaults applied"
@@ -350,14 +483,58 @@ items:
         let yaml = rendered.write(Format::Yaml).unwrap();
         assert_eq!(
             yaml,
-            render(parse_world("w.yaml", WORLD, "default").unwrap())
-                .unwrap()
-                .write(Format::Yaml)
-                .unwrap()
+            render(
+                parse_world("w.yaml", WORLD, "default").unwrap(),
+                &Options::default()
+            )
+            .unwrap()
+            .write(Format::Yaml)
+            .unwrap()
         );
         let json: Value = serde_json::from_str(&rendered.write(Format::Json).unwrap()).unwrap();
-        assert_eq!(json["apply"].as_array().unwrap().len(), 2);
+        assert_eq!(json["apply"].as_array().unwrap().len(), 3);
         assert_eq!(json["delete"], json!([]));
+    }
+
+    #[test]
+    fn reconciling_the_world_deletes_what_the_plan_drops() {
+        let lws = |index: u32| {
+            format!(
+                "---\napiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\nmetadata:\n  name: b-inference-{index}\n  labels: {{fusioninfer.io/service: b, app.kubernetes.io/managed-by: tandem, fusioninfer.io/role-name: inference, fusioninfer.io/replica-index: '{index}'}}\nspec: {{replicas: 1}}\n"
+            )
+        };
+        // One replica wanted, indices 3 and 5 exist: the highest goes.
+        let world = format!("{WORLD}\n{}{}", lws(3), lws(5));
+        let rendered = render(
+            parse_world("w.yaml", &world, "default").unwrap(),
+            &Options::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            rendered.delete,
+            [ObjectKey {
+                api_version: "leaderworkerset.x-k8s.io/v1".into(),
+                kind: "LeaderWorkerSet".into(),
+                namespace: "default".into(),
+                name: "b-inference-5".into()
+            }]
+        );
+        let names: Vec<&str> = rendered
+            .apply
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"b-inference-3"),
+            "index 3 is kept and brought to the plan: {names:?}"
+        );
+        let yaml = rendered.write(Format::Yaml).unwrap();
+        assert!(
+            yaml.ends_with(
+                "# delete leaderworkerset.x-k8s.io/v1 LeaderWorkerSet default/b-inference-5\n"
+            ),
+            "{yaml}"
+        );
     }
 
     #[test]
@@ -366,7 +543,11 @@ items:
             "template: {spec: {containers: [{name: vllm, image: vllm}]}}",
             "replicas: -1",
         );
-        let err = render(parse_world("w.yaml", &bad, "default").unwrap()).unwrap_err();
+        let err = render(
+            parse_world("w.yaml", &bad, "default").unwrap(),
+            &Options::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.exit_code(), 2);
         let RenderError::Denied(denials) = err else {
             panic!("expected denials")
@@ -407,9 +588,12 @@ items:
         .to_string();
         assert_eq!(err, "w.yaml document 1: metadata.name: required");
         let twice = format!("{WORLD}\n---\n{}", WORLD.split("---").next().unwrap());
-        let err = render(parse_world("w.yaml", &twice, "default").unwrap())
-            .unwrap_err()
-            .to_string();
+        let err = render(
+            parse_world("w.yaml", &twice, "default").unwrap(),
+            &Options::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(err, "InferenceService default/b is given twice");
     }
 }

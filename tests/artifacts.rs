@@ -122,6 +122,9 @@ fn every_example_fits_the_crds_and_is_admitted() {
     let files = files_under(&repo_path("examples"));
     assert!(files.len() >= 12, "examples: {files:?}");
     let mut kinds_seen = BTreeSet::new();
+    let upstream = upstream_crds("every_example_fits_the_crds_and_is_admitted (upstream part)")
+        .map(|dir| upstream_schemas(&dir));
+    let mut checked_upstream = 0;
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         let world =
@@ -143,27 +146,46 @@ fn every_example_fits_the_crds_and_is_admitted() {
                 path.display()
             );
         }
-        let rendered = tandem::render::render(world).unwrap_or_else(|e| match e {
-            tandem::render::RenderError::Denied(denials) => {
-                panic!(
-                    "{} is denied: {}",
-                    path.display(),
-                    denials
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                )
-            }
-            other => panic!("{}: {other}", path.display()),
-        });
+        let rendered =
+            tandem::render::render(world, &Default::default()).unwrap_or_else(|e| match e {
+                tandem::render::RenderError::Denied(denials) => {
+                    panic!(
+                        "{} is denied: {}",
+                        path.display(),
+                        denials
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    )
+                }
+                other => panic!("{}: {other}", path.display()),
+            });
         for object in &rendered.apply {
-            let errors = tandem_schema(object["kind"].as_str().unwrap()).errors(object);
-            assert!(
-                errors.is_empty(),
-                "{}: admitted object does not fit its CRD: {errors:?}",
-                path.display()
+            let (api_version, kind) = (
+                object["apiVersion"].as_str().unwrap(),
+                object["kind"].as_str().unwrap(),
             );
+            if Kind::of(api_version, kind).is_some() {
+                let errors = tandem_schema(kind).errors(object);
+                assert!(
+                    errors.is_empty(),
+                    "{}: admitted object does not fit its CRD: {errors:?}",
+                    path.display()
+                );
+            } else if let Some(upstream) = &upstream {
+                let schema = upstream
+                    .get(&(api_version.to_owned(), kind.to_owned()))
+                    .unwrap_or_else(|| panic!("no upstream CRD for {api_version} {kind}"));
+                let errors = schema.errors(object);
+                assert!(
+                    errors.is_empty(),
+                    "{}: generated {kind} {} does not fit the upstream CRD: {errors:?}",
+                    path.display(),
+                    object["metadata"]["name"]
+                );
+                checked_upstream += 1;
+            }
         }
     }
     assert_eq!(
@@ -172,6 +194,12 @@ fn every_example_fits_the_crds_and_is_admitted() {
             .map(String::from)
             .into()
     );
+    if upstream.is_some() {
+        assert!(
+            checked_upstream >= 10,
+            "generated objects checked against upstream CRDs: {checked_upstream}"
+        );
+    }
 }
 
 #[test]
@@ -179,7 +207,7 @@ fn the_seed_ratio_example_warns_about_case() {
     let path = repo_path("examples/resourcescalinggroup/inplace-scaling.yaml");
     let world =
         tandem::render::parse_world("x", &std::fs::read_to_string(path).unwrap(), "ai").unwrap();
-    let rendered = tandem::render::render(world).unwrap();
+    let rendered = tandem::render::render(world, &Default::default()).unwrap();
     assert_eq!(rendered.warnings.len(), 1);
     assert!(rendered.warnings[0].starts_with(
         "ResourceScalingGroup ai/pd-pool: spec.scalingStrategy.inplaceConfig.bindings[2].name"

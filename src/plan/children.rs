@@ -77,6 +77,23 @@ pub fn owner_reference(service: &InferenceService) -> Option<Value> {
     }))
 }
 
+/// Whether `object` is a child of `service`: it carries the service's owner
+/// reference, or, for a service that was never stored (render), Tandem's
+/// labels for it in its namespace.
+pub fn owns(service: &InferenceService, object: &Value) -> bool {
+    match service.metadata.uid.as_deref() {
+        Some(uid) => object["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid)),
+        None => {
+            let labels = &object["metadata"]["labels"];
+            labels[SERVICE].as_str() == service.metadata.name.as_deref()
+                && labels[MANAGED_BY] == MANAGER
+                && object["metadata"]["namespace"].as_str() == service.metadata.namespace.as_deref()
+        }
+    }
+}
+
 /// The metadata of a child object named `name` in the service's namespace.
 pub fn metadata(
     service: &InferenceService,

@@ -3,10 +3,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
+use super::status::{self, Observed};
 use super::{children, replicas, topology};
-use crate::api::inference_service::InferenceService;
+use crate::api::inference_service::{self, InferenceService, InferenceServiceStatus};
+
+/// The hash of what Tandem last applied to a child.
+pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
 
 /// The kinds an InferenceService's children can be: everything here is listed
 /// by label on each reconcile, and what the plan no longer wants is deleted.
@@ -120,6 +125,217 @@ pub fn why_delete(service: &InferenceService, object: &Value) -> String {
     }
 }
 
+/// What a service's children and pods look like now.
+#[derive(Clone, Copy, Debug)]
+pub struct World<'a> {
+    /// The children this service owns (see [`children::owns`]).
+    pub children: &'a [Value],
+    /// The service's pods.
+    pub pods: &'a [Value],
+    /// Kinds whose API is not installed in the cluster.
+    pub unavailable: &'a BTreeSet<String>,
+}
+
+/// How an applied child differs from what was there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Create,
+    /// The plan changed.
+    Update,
+    /// The plan is the same but the object was changed by hand.
+    Revert,
+}
+
+impl Change {
+    /// The Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Change::Create => "Created",
+            Change::Update => "Updated",
+            Change::Revert => "Reverted",
+        }
+    }
+}
+
+/// A child to server-side apply (stamped with its applied hash).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Apply {
+    pub object: Value,
+    pub change: Change,
+    /// The Event's note: what and why.
+    pub note: String,
+}
+
+/// A child to delete, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delete {
+    pub object: Value,
+    pub note: String,
+}
+
+/// One reconcile of one service: what to write, and the status to report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pass {
+    pub apply: Vec<Apply>,
+    pub delete: Vec<Delete>,
+    pub status: InferenceServiceStatus,
+}
+
+fn text(value: &Value) -> &str {
+    value.as_str().unwrap_or_default()
+}
+
+fn identity(object: &Value) -> (&str, &str, &str) {
+    (
+        text(&object["apiVersion"]),
+        text(&object["kind"]),
+        text(&object["metadata"]["name"]),
+    )
+}
+
+/// Decides one reconcile of `service` in `world`: the children to apply (those
+/// that differ from the plan), the children to delete (what the plan no longer
+/// has; nothing while the plan cannot be made), and the next status.
+pub fn reconcile(
+    service: &InferenceService,
+    world: &World<'_>,
+    options: &Options,
+    now: &Time,
+) -> Pass {
+    let mut problems = Vec::new();
+    let findings = inference_service::validate(&service.spec);
+    let plan = if findings.is_allowed() {
+        let leader_worker_sets: Vec<Value> = world
+            .children
+            .iter()
+            .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
+            .cloned()
+            .collect();
+        match desired(service, &existing_indices(&leader_worker_sets), options) {
+            Ok(plan) => plan,
+            Err(reason) => {
+                problems.push(format!("cannot plan: {reason}"));
+                Vec::new()
+            }
+        }
+    } else {
+        // A spec the webhook would deny (stored before the webhook was
+        // installed) is reported, not applied.
+        problems.push(format!("invalid spec: {}", findings.denial_message()));
+        Vec::new()
+    };
+    for missing in world.unavailable {
+        if plan.iter().any(|d| d.object["kind"] == missing.as_str()) {
+            problems.push(format!("the {missing} API is not installed in the cluster"));
+        }
+    }
+
+    let mut apply = Vec::new();
+    for planned in &plan {
+        let object = stamp(planned.object.clone());
+        let kind = object["kind"].as_str().unwrap_or_default();
+        if world.unavailable.contains(kind) {
+            continue;
+        }
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let current = world
+            .children
+            .iter()
+            .find(|c| identity(c) == identity(&object));
+        let change = match current {
+            Some(c) if up_to_date(&object, c) => continue,
+            Some(c) if applied_hash(c) == applied_hash(&object) => Change::Revert,
+            Some(_) => Change::Update,
+            None => Change::Create,
+        };
+        let note = match change {
+            Change::Create => format!("{kind} {name} created: {}", planned.why),
+            Change::Update => format!("{kind} {name} updated: {}", planned.why),
+            Change::Revert => format!(
+                "{kind} {name} was changed outside Tandem and is set back: {}",
+                planned.why
+            ),
+        };
+        apply.push(Apply {
+            object,
+            change,
+            note,
+        });
+    }
+    let mut delete = Vec::new();
+    if problems.is_empty() {
+        let kept: BTreeSet<_> = plan.iter().map(|d| identity(&d.object)).collect();
+        for child in world
+            .children
+            .iter()
+            .filter(|c| !kept.contains(&identity(c)))
+        {
+            let kind = child["kind"].as_str().unwrap_or("object");
+            let name = child["metadata"]["name"].as_str().unwrap_or_default();
+            delete.push(Delete {
+                object: child.clone(),
+                note: format!("{kind} {name} deleted: {}", why_delete(service, child)),
+            });
+        }
+    }
+
+    let revision = children::revision(&service.spec);
+    let observed = Observed {
+        pods: world.pods,
+        router: None,
+        revision: &revision,
+        problems: &problems,
+    };
+    Pass {
+        apply,
+        delete,
+        status: status::status(service, &observed, now),
+    }
+}
+
+fn applied_hash(object: &Value) -> Option<&str> {
+    object["metadata"]["annotations"][APPLIED_HASH].as_str()
+}
+
+/// Sets the applied-hash annotation: a hash of the object as planned.
+pub fn stamp(mut object: Value) -> Value {
+    let bytes = serde_json::to_vec(&object).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let hash: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(APPLIED_HASH.to_owned(), Value::String(hash));
+        }
+    }
+    object
+}
+
+/// Whether `observed` already is what `desired` (stamped) asks for: same
+/// applied hash (so a field Tandem stops wanting is applied away), and every
+/// desired field present with the desired value (so a hand edit is set back).
+/// Fields the server added are ignored.
+pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
+    applied_hash(desired) == applied_hash(observed) && contains(observed, desired)
+}
+
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (Value::Object(have), Value::Object(want)) => want
+            .iter()
+            .all(|(k, w)| have.get(k).is_some_and(|h| contains(h, w))),
+        (Value::Array(have), Value::Array(want)) => {
+            have.len() == want.len() && have.iter().zip(want).all(|(h, w)| contains(h, w))
+        }
+        _ => have == want,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +385,122 @@ mod tests {
         assert_eq!(
             why_delete(&service(1), &objects[1]),
             "role inference is scaled to 1 replica(s); replica 1 is not kept"
+        );
+    }
+
+    #[test]
+    fn up_to_date_ignores_server_fields_but_not_drift_or_removed_fields() {
+        let desired = stamp(
+            json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"replicas": 1, "ports": [{"port": 80}]}}),
+        );
+        let mut observed = desired.clone();
+        observed["metadata"]["uid"] = json!("u");
+        observed["spec"]["ports"][0]["protocol"] = json!("TCP");
+        observed["status"] = json!({"ready": 1});
+        assert!(
+            up_to_date(&desired, &observed),
+            "server-added fields do not count"
+        );
+        let mut drifted = observed.clone();
+        drifted["spec"]["replicas"] = json!(3);
+        assert!(
+            !up_to_date(&desired, &drifted),
+            "a field changed by hand is set back"
+        );
+        // A field Tandem stops wanting changes the hash, so it is applied (and
+        // server-side apply removes the field Tandem no longer owns).
+        let smaller = stamp(
+            json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "ports": [{"port": 80}]}}),
+        );
+        assert!(!up_to_date(&smaller, &observed));
+    }
+
+    #[test]
+    fn a_pass_creates_reverts_and_deletes_with_reasons() {
+        let now = Time("2026-11-21T10:00:00Z".parse().unwrap());
+        let none = BTreeSet::new();
+        let service = service(2);
+        let first = reconcile(
+            &service,
+            &World {
+                children: &[],
+                pods: &[],
+                unavailable: &none,
+            },
+            &Options::default(),
+            &now,
+        );
+        assert_eq!(
+            first.apply.iter().map(|a| a.change).collect::<Vec<_>>(),
+            [Change::Create, Change::Create]
+        );
+        assert!(first.delete.is_empty());
+        let mut world: Vec<Value> = first.apply.iter().map(|a| a.object.clone()).collect();
+        let settled = reconcile(
+            &service,
+            &World {
+                children: &world,
+                pods: &[],
+                unavailable: &none,
+            },
+            &Options::default(),
+            &now,
+        );
+        assert!(settled.apply.is_empty() && settled.delete.is_empty());
+
+        world[0]["spec"]["replicas"] = json!(4);
+        let reverted = reconcile(
+            &service,
+            &World {
+                children: &world,
+                pods: &[],
+                unavailable: &none,
+            },
+            &Options::default(),
+            &now,
+        );
+        assert_eq!(reverted.apply[0].change, Change::Revert);
+        assert!(reverted.apply[0].note.starts_with(
+            "LeaderWorkerSet qwen-inference-0 was changed outside Tandem and is set back"
+        ));
+
+        let shrunk = reconcile(
+            &super::tests::service(1),
+            &World {
+                children: &world,
+                pods: &[],
+                unavailable: &none,
+            },
+            &Options::default(),
+            &now,
+        );
+        assert_eq!(shrunk.delete.len(), 1);
+        assert_eq!(
+            shrunk.delete[0].note,
+            "LeaderWorkerSet qwen-inference-1 deleted: role inference is scaled to 1 replica(s); replica 1 is not kept"
+        );
+
+        let missing = BTreeSet::from(["LeaderWorkerSet".to_owned()]);
+        let blocked = reconcile(
+            &service,
+            &World {
+                children: &[],
+                pods: &[],
+                unavailable: &missing,
+            },
+            &Options::default(),
+            &now,
+        );
+        assert!(blocked.apply.is_empty());
+        let failed = blocked
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Failed")
+            .unwrap();
+        assert_eq!(
+            failed.message,
+            "the LeaderWorkerSet API is not installed in the cluster"
         );
     }
 

@@ -169,6 +169,17 @@ pub fn status(
     }
 }
 
+/// The part of the status the InferenceService reconciler writes; scaleViews
+/// and upgrade belong to other controllers.
+pub fn reported(status: &InferenceServiceStatus) -> Value {
+    serde_json::json!({
+        "observedGeneration": status.observed_generation,
+        "conditions": status.conditions,
+        "components": status.components,
+        "ready": status.ready,
+    })
+}
+
 /// A condition, keeping its last transition time when its status is unchanged.
 fn condition(
     previous: &[Condition],

@@ -136,6 +136,37 @@ impl CrdSchema {
     }
 }
 
+/// Every served version of every CRD in a directory of upstream CRDs, by
+/// (apiVersion, kind).
+pub fn upstream_schemas(dir: &Path) -> std::collections::BTreeMap<(String, String), CrdSchema> {
+    use serde::Deserialize;
+    let mut schemas = std::collections::BTreeMap::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for path in files
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+    {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for document in serde_norway::Deserializer::from_str(&text) {
+            let crd = Value::deserialize(document).unwrap();
+            if crd["kind"] != "CustomResourceDefinition" {
+                continue;
+            }
+            let group = crd["spec"]["group"].as_str().unwrap().to_owned();
+            for version in crd["spec"]["versions"].as_array().unwrap() {
+                let name = version["name"].as_str().unwrap();
+                let schema = CrdSchema::from_crd(&crd, Some(name));
+                schemas.insert((format!("{group}/{name}"), schema.kind.clone()), schema);
+            }
+        }
+    }
+    schemas
+}
+
 /// Schemas of Tandem's own CRDs, by kind.
 pub fn tandem_schema(kind: &str) -> CrdSchema {
     let crd = tandem::api::crds::all()
