@@ -3,3 +3,5 @@
 //! the same functions.
 
 pub mod children;
+pub mod gang;
+pub mod quantity;
