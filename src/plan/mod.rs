@@ -3,6 +3,8 @@
 //! the same functions.
 
 pub mod children;
+pub mod gang;
+pub mod quantity;
 pub mod replicas;
 pub mod service;
 pub mod status;

@@ -1,0 +1,665 @@
+//! Gang scheduling (DESIGN §1.1): whether a service's pods go to Volcano, the
+//! annotations that tie a pod to its PodGroup and task, and the one PodGroup
+//! per service.
+//!
+//! The seed wants three things of the PodGroup at once: every replica atomic;
+//! at least one prefill and one decode replica admitted together; further
+//! replicas admitted on their own. Volcano's `minTaskMember` cannot give all
+//! three, so the default is Volcano ≥ 1.14's `subGroupPolicy`
+//! ([`GangPolicy::SubGroup`]); the seed's literal layout ([`GangPolicy::TaskMember`])
+//! stays available for older Volcano and is all-or-nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use serde_json::{Value, json};
+
+use super::children::{self, GROUP_NAME_ANNOTATION, TASK_SPEC_ANNOTATION};
+use super::quantity::{Quantity, pod_requests};
+use crate::api::inference_service::{
+    ComponentType, GangPolicy, InferenceService, InferenceServiceSpec, Role,
+};
+
+/// The scheduler that gang-schedules Tandem's pods.
+pub const VOLCANO: &str = "volcano";
+/// apiVersion of Volcano's PodGroup.
+pub const POD_GROUP_API_VERSION: &str = "scheduling.volcano.sh/v1beta1";
+pub const POD_GROUP_KIND: &str = "PodGroup";
+
+/// How the pods of a service's serving roles are scheduled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scheduling {
+    /// Pods join the service's PodGroup and carry the gang annotations.
+    pub gang: bool,
+    /// `spec.schedulerName` of the serving pods; None leaves the cluster default.
+    pub scheduler_name: Option<String>,
+}
+
+/// Whether the service is gang-scheduled and by which scheduler.
+///
+/// Gang scheduling is needed when the service is prefill/decode disaggregated
+/// (it has a prefiller and a decoder role), when a serving role is multi-node
+/// (`nodeCount` ≥ 2), or when `schedulingStrategy.schedulerName` is `volcano`;
+/// it then always uses Volcano. A user who names another scheduler opts out:
+/// no gang, that scheduler. The answer depends only on roles' names, component
+/// types and node counts and on the scheduling strategy, all part of the
+/// revision, so scaling never changes it.
+pub fn scheduling(spec: &InferenceServiceSpec) -> Scheduling {
+    let requested = spec
+        .scheduling_strategy
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .filter(|name| !name.trim().is_empty());
+    let gang = match requested {
+        Some(name) if name != VOLCANO => {
+            return Scheduling {
+                gang: false,
+                scheduler_name: Some(name.to_owned()),
+            };
+        }
+        Some(_) => true,
+        None => is_disaggregated(spec) || spec.roles.iter().any(is_multi_node),
+    };
+    Scheduling {
+        gang,
+        scheduler_name: gang.then(|| VOLCANO.to_owned()),
+    }
+}
+
+fn is_disaggregated(spec: &InferenceServiceSpec) -> bool {
+    let has = |t: ComponentType| spec.roles.iter().any(|r| r.component_type == t);
+    has(ComponentType::Prefiller) && has(ComponentType::Decoder)
+}
+
+fn is_multi_node(role: &Role) -> bool {
+    !role.is_router() && role.node_count() >= 2
+}
+
+/// The annotations that put a pod of replica `index` of `role` into the
+/// service's PodGroup (`scheduling.k8s.io/group-name`) and into its Volcano
+/// task (`volcano.sh/task-spec: {role}-{index}`).
+pub fn pod_annotations(service: &str, role: &str, index: u32) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (GROUP_NAME_ANNOTATION.to_owned(), service.to_owned()),
+        (
+            TASK_SPEC_ANNOTATION.to_owned(),
+            children::task_name(role, index),
+        ),
+    ])
+}
+
+/// One serving role as the PodGroup sees it.
+struct GangRole<'a> {
+    role: &'a Role,
+    /// Pods per replica (the role's node count).
+    pods: u32,
+    /// What one pod of the role requests.
+    pod_requests: BTreeMap<String, Quantity>,
+    /// Replica indices that exist or will exist.
+    indices: BTreeSet<u32>,
+}
+
+/// The service's PodGroup, or None when it is not gang-scheduled.
+///
+/// `replicas` maps each serving role's name to the replica indices that exist
+/// or will exist; a role that is absent or maps to no index has no replica.
+/// Names that are not serving roles of the spec are ignored.
+///
+/// The PodGroup follows `schedulingStrategy.gangPolicy`:
+///
+/// - [`GangPolicy::SubGroup`] (default; Volcano ≥ 1.14): one `subGroupPolicy`
+///   entry per serving role with a replica, selecting the role's pods and
+///   grouping them by replica index into sub-groups of `nodeCount` pods, each
+///   placed whole. The first such role of each component type (in spec order)
+///   has `minSubGroups: 1`, the others `0`: one replica of each type is the
+///   minimal viable set (one prefill plus one decode replica, not one per
+///   decode zone), and a role at 0 replicas never blocks. `minMember` and
+///   `minResources` are that minimal set's pods and requests; every further
+///   replica is admitted on its own when it fits.
+/// - [`GangPolicy::TaskMember`] (the seed's literal layout): `minTaskMember`
+///   `{role}-{index}: nodeCount` for every replica, `minMember` their sum and
+///   `minResources` all of their requests. Because `minMember` equals the sum of
+///   the task minimums, Volcano checks every task and admits nothing until
+///   everything fits: a service that does not fit whole does not start at all.
+///
+/// Errors name the role whose template is missing or is not a PodTemplateSpec
+/// (admission rejects these; the planner reports instead of panicking).
+pub fn pod_group(
+    service: &InferenceService,
+    replicas: &BTreeMap<String, BTreeSet<u32>>,
+) -> Result<Option<Value>, String> {
+    if !scheduling(&service.spec).gang {
+        return Ok(None);
+    }
+    let roles = gang_roles(&service.spec, replicas)?;
+    let name = children::service_name(service);
+    let strategy = service.spec.scheduling_strategy.as_ref();
+    let policy = strategy.and_then(|s| s.gang_policy).unwrap_or_default();
+
+    let mut spec = match policy {
+        GangPolicy::SubGroup => sub_group_spec(name, &roles)?,
+        GangPolicy::TaskMember => task_member_spec(&roles)?,
+    };
+    if let Some(queue) = strategy.and_then(|s| s.queue.as_deref()) {
+        spec["queue"] = json!(queue);
+    }
+    if let Some(class) = strategy.and_then(|s| s.priority_class_name.as_deref()) {
+        spec["priorityClassName"] = json!(class);
+    }
+    Ok(Some(json!({
+        "apiVersion": POD_GROUP_API_VERSION,
+        "kind": POD_GROUP_KIND,
+        "metadata": children::metadata(service, name, &children::service_labels(name)),
+        "spec": spec,
+    })))
+}
+
+/// The serving roles in spec order, with their pods and requests.
+fn gang_roles<'a>(
+    spec: &'a InferenceServiceSpec,
+    replicas: &BTreeMap<String, BTreeSet<u32>>,
+) -> Result<Vec<GangRole<'a>>, String> {
+    spec.roles
+        .iter()
+        .filter(|role| !role.is_router())
+        .map(|role| {
+            let pods = u32::try_from(role.node_count())
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| {
+                    format!(
+                        "role {:?}: nodeCount must be at least 1, got {}",
+                        role.name,
+                        role.node_count()
+                    )
+                })?;
+            Ok(GangRole {
+                role,
+                pods,
+                pod_requests: role_pod_requests(role)?,
+                indices: replicas.get(&role.name).cloned().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+fn role_pod_requests(role: &Role) -> Result<BTreeMap<String, Quantity>, String> {
+    let template = role
+        .template
+        .as_ref()
+        .ok_or_else(|| format!("role {:?}: has no pod template", role.name))?;
+    let template: PodTemplateSpec = crate::api::parse_at(template, "template")
+        .map_err(|v| format!("role {:?}: not a PodTemplateSpec: {v}", role.name))?;
+    let pod: PodSpec = template
+        .spec
+        .ok_or_else(|| format!("role {:?}: template has no pod spec", role.name))?;
+    pod_requests(&pod).map_err(|e| format!("role {:?}: {e}", role.name))
+}
+
+/// `subGroupPolicy` with the minimal viable set as `minMember`/`minResources`.
+fn sub_group_spec(service: &str, roles: &[GangRole<'_>]) -> Result<Value, String> {
+    let mut required_types = BTreeSet::new();
+    let mut policies = Vec::new();
+    let mut minimal_set = Vec::new();
+    for gang_role in roles.iter().filter(|r| !r.indices.is_empty()) {
+        let role = gang_role.role;
+        let required = required_types.insert(role.component_type);
+        if required {
+            minimal_set.push((gang_role, gang_role.pods));
+        }
+        policies.push(json!({
+            "name": role.name,
+            "labelSelector": {"matchLabels": {
+                children::SERVICE: service,
+                children::ROLE_NAME: role.name,
+            }},
+            "matchLabelKeys": [children::REPLICA_INDEX],
+            "subGroupSize": gang_role.pods,
+            "minSubGroups": u32::from(required),
+        }));
+    }
+    let mut spec = json!({
+        "minMember": pod_count(&minimal_set)?,
+        "subGroupPolicy": policies,
+    });
+    insert_resources(&mut spec, &minimal_set)?;
+    Ok(spec)
+}
+
+/// The seed's `minTaskMember` layout: every replica required.
+fn task_member_spec(roles: &[GangRole<'_>]) -> Result<Value, String> {
+    let mut tasks = BTreeMap::new();
+    let mut all = Vec::new();
+    for gang_role in roles {
+        for &index in &gang_role.indices {
+            tasks.insert(
+                children::task_name(&gang_role.role.name, index),
+                gang_role.pods,
+            );
+        }
+        let count = u32::try_from(gang_role.indices.len())
+            .map_err(|_| format!("role {:?}: too many replicas", gang_role.role.name))?;
+        let pods = gang_role
+            .pods
+            .checked_mul(count)
+            .ok_or_else(|| format!("role {:?}: too many pods", gang_role.role.name))?;
+        all.push((gang_role, pods));
+    }
+    let mut spec = json!({
+        "minMember": pod_count(&all)?,
+        "minTaskMember": tasks,
+    });
+    insert_resources(&mut spec, &all)?;
+    Ok(spec)
+}
+
+/// The number of pods of `(role, pods)` pairs, as the int32 Volcano stores.
+fn pod_count(parts: &[(&GangRole<'_>, u32)]) -> Result<i32, String> {
+    let total: u64 = parts.iter().map(|(_, pods)| u64::from(*pods)).sum();
+    i32::try_from(total).map_err(|_| format!("{total} pods do not fit a PodGroup's minMember"))
+}
+
+/// Sets `minResources` to the summed requests of `pods` pods of each role, or
+/// leaves it out when they request nothing.
+fn insert_resources(spec: &mut Value, parts: &[(&GangRole<'_>, u32)]) -> Result<(), String> {
+    let mut total: BTreeMap<&str, Quantity> = BTreeMap::new();
+    for (gang_role, pods) in parts {
+        for (name, request) in &gang_role.pod_requests {
+            let overflow = |e| format!("role {:?}: {name}: {e}", gang_role.role.name);
+            let role_total = (*request * *pods).map_err(overflow)?;
+            let entry = total.entry(name.as_str()).or_insert(Quantity::ZERO);
+            *entry = (*entry + role_total).map_err(overflow)?;
+        }
+    }
+    if !total.is_empty() {
+        let shown: BTreeMap<&str, String> = total
+            .into_iter()
+            .map(|(name, quantity)| (name, quantity.to_string()))
+            .collect();
+        spec["minResources"] = json!(shown);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(gpus: &str) -> Value {
+        json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+            "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
+    }
+
+    fn role(name: &str, component_type: &str, replicas: i32, nodes: Option<i32>) -> Value {
+        let mut role = json!({"name": name, "componentType": component_type,
+            "replicas": replicas, "template": template("8")});
+        if let Some(nodes) = nodes {
+            role["multinode"] = json!({"nodeCount": nodes});
+        }
+        role
+    }
+
+    fn service(name: &str, spec: Value) -> InferenceService {
+        serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": "ai", "uid": "uid-1"},
+            "spec": spec,
+        }))
+        .expect("test service parses")
+    }
+
+    /// Replica indices 0..replicas of every serving role.
+    fn all_replicas(service: &InferenceService) -> BTreeMap<String, BTreeSet<u32>> {
+        service
+            .spec
+            .roles
+            .iter()
+            .filter(|r| !r.is_router())
+            .map(|r| {
+                let count = u32::try_from(r.replicas()).unwrap();
+                (r.name.clone(), (0..count).collect())
+            })
+            .collect()
+    }
+
+    fn story4(policy: Option<&str>) -> InferenceService {
+        let mut spec = json!({"roles": [
+            role("prefill", "prefiller", 1, Some(2)),
+            role("decode", "decoder", 2, Some(4)),
+        ]});
+        if let Some(policy) = policy {
+            spec["schedulingStrategy"] = json!({"gangPolicy": policy});
+        }
+        service("deepseek-r1-disagg", spec)
+    }
+
+    fn spec_of(service: &InferenceService) -> Value {
+        pod_group(service, &all_replicas(service))
+            .unwrap()
+            .expect("gang-scheduled")["spec"]
+            .clone()
+    }
+
+    fn sub_group(service: &str, role: &str, size: u32, min: u32) -> Value {
+        json!({
+            "name": role,
+            "labelSelector": {"matchLabels": {
+                "fusioninfer.io/service": service, "fusioninfer.io/role-name": role}},
+            "matchLabelKeys": ["fusioninfer.io/replica-index"],
+            "subGroupSize": size,
+            "minSubGroups": min,
+        })
+    }
+
+    #[test]
+    fn monolithic_single_node_is_not_gang_scheduled() {
+        let s = service(
+            "qwen",
+            json!({"roles": [role("inference", "worker", 3, None)]}),
+        );
+        assert_eq!(
+            scheduling(&s.spec),
+            Scheduling {
+                gang: false,
+                scheduler_name: None
+            }
+        );
+        assert_eq!(pod_group(&s, &all_replicas(&s)).unwrap(), None);
+    }
+
+    #[test]
+    fn multi_node_is_gang_scheduled_by_volcano() {
+        // Story 3: one worker role, 2 replicas × 4 nodes.
+        let s = service(
+            "deepseek-r1-inference",
+            json!({"roles": [role("inference", "worker", 2, Some(4))]}),
+        );
+        assert_eq!(
+            scheduling(&s.spec),
+            Scheduling {
+                gang: true,
+                scheduler_name: Some("volcano".into())
+            }
+        );
+        assert_eq!(
+            spec_of(&s),
+            json!({
+                "minMember": 4,
+                "minResources": {"nvidia.com/gpu": "32"},
+                "subGroupPolicy": [sub_group("deepseek-r1-inference", "inference", 4, 1)],
+            })
+        );
+    }
+
+    #[test]
+    fn prefill_decode_is_gang_scheduled_even_single_node() {
+        // Story 2: 2 prefill + 4 decode single-node replicas, 1 GPU each.
+        let mut spec = json!({"roles": [
+            role("prefill", "prefiller", 2, None),
+            role("decode", "decoder", 4, None),
+            {"name": "router", "componentType": "router"},
+        ]});
+        spec["roles"][0]["template"] = template("1");
+        spec["roles"][1]["template"] = template("1");
+        let s = service("qwen-inference-service", spec);
+        assert!(scheduling(&s.spec).gang);
+        assert_eq!(
+            spec_of(&s),
+            json!({
+                "minMember": 2,
+                "minResources": {"nvidia.com/gpu": "2"},
+                "subGroupPolicy": [
+                    sub_group("qwen-inference-service", "prefill", 1, 1),
+                    sub_group("qwen-inference-service", "decode", 1, 1),
+                ],
+            }),
+            "the router has no sub-group"
+        );
+    }
+
+    #[test]
+    fn explicit_volcano_turns_gang_on() {
+        let s = service(
+            "qwen",
+            json!({"roles": [role("inference", "worker", 2, None)],
+                   "schedulingStrategy": {"schedulerName": "volcano"}}),
+        );
+        assert_eq!(
+            scheduling(&s.spec),
+            Scheduling {
+                gang: true,
+                scheduler_name: Some("volcano".into())
+            }
+        );
+        assert_eq!(
+            spec_of(&s)["subGroupPolicy"],
+            json!([sub_group("qwen", "inference", 1, 1)])
+        );
+    }
+
+    #[test]
+    fn another_scheduler_opts_out() {
+        let mut s = story4(None);
+        s.spec.scheduling_strategy = Some(crate::api::inference_service::SchedulingStrategy {
+            scheduler_name: Some("kai-scheduler".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            scheduling(&s.spec),
+            Scheduling {
+                gang: false,
+                scheduler_name: Some("kai-scheduler".into())
+            }
+        );
+        assert_eq!(pod_group(&s, &all_replicas(&s)).unwrap(), None);
+    }
+
+    #[test]
+    fn annotations_name_group_and_task() {
+        assert_eq!(
+            pod_annotations("qwen3-inference", "prefill", 1),
+            BTreeMap::from([
+                (
+                    "scheduling.k8s.io/group-name".to_owned(),
+                    "qwen3-inference".to_owned()
+                ),
+                ("volcano.sh/task-spec".to_owned(), "prefill-1".to_owned()),
+            ])
+        );
+    }
+
+    #[test]
+    fn story4_task_member_is_the_seed_layout() {
+        let s = story4(Some("TaskMember"));
+        let pod_group = pod_group(&s, &all_replicas(&s)).unwrap().unwrap();
+        assert_eq!(
+            pod_group,
+            json!({
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {
+                    "name": "deepseek-r1-disagg",
+                    "namespace": "ai",
+                    "labels": {
+                        "fusioninfer.io/service": "deepseek-r1-disagg",
+                        "app.kubernetes.io/managed-by": "tandem",
+                    },
+                    "ownerReferences": [{
+                        "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+                        "name": "deepseek-r1-disagg", "uid": "uid-1",
+                        "controller": true, "blockOwnerDeletion": true,
+                    }],
+                },
+                "spec": {
+                    "minMember": 10,
+                    "minTaskMember": {"prefill-0": 2, "decode-0": 4, "decode-1": 4},
+                    "minResources": {"nvidia.com/gpu": "80"},
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn story4_sub_group_admits_one_prefill_and_one_decode() {
+        for policy in [None, Some("SubGroup")] {
+            let s = story4(policy);
+            assert_eq!(
+                spec_of(&s),
+                json!({
+                    "minMember": 6,
+                    "minResources": {"nvidia.com/gpu": "48"},
+                    "subGroupPolicy": [
+                        sub_group("deepseek-r1-disagg", "prefill", 2, 1),
+                        sub_group("deepseek-r1-disagg", "decode", 4, 1),
+                    ],
+                }),
+                "{policy:?}"
+            );
+        }
+    }
+
+    fn two_decode_zones(zone_a_replicas: i32) -> InferenceService {
+        service(
+            "qwen",
+            json!({"roles": [
+                role("prefill", "prefiller", 1, Some(2)),
+                role("decode-zone-a", "decoder", zone_a_replicas, Some(4)),
+                role("decode-zone-b", "decoder", 2, Some(4)),
+            ]}),
+        )
+    }
+
+    #[test]
+    fn one_decode_replica_is_enough_whatever_its_zone() {
+        let s = two_decode_zones(1);
+        assert_eq!(
+            spec_of(&s),
+            json!({
+                "minMember": 6,
+                "minResources": {"nvidia.com/gpu": "48"},
+                "subGroupPolicy": [
+                    sub_group("qwen", "prefill", 2, 1),
+                    sub_group("qwen", "decode-zone-a", 4, 1),
+                    sub_group("qwen", "decode-zone-b", 4, 0),
+                ],
+            })
+        );
+    }
+
+    #[test]
+    fn a_role_at_zero_replicas_never_blocks() {
+        let s = two_decode_zones(0);
+        assert_eq!(
+            spec_of(&s)["subGroupPolicy"],
+            json!([
+                sub_group("qwen", "prefill", 2, 1),
+                sub_group("qwen", "decode-zone-b", 4, 1),
+            ]),
+            "zone b carries the decode minimum when zone a has no replica"
+        );
+        assert_eq!(spec_of(&s)["minMember"], 6);
+
+        let mut task_member = two_decode_zones(0);
+        task_member.spec.scheduling_strategy =
+            Some(crate::api::inference_service::SchedulingStrategy {
+                gang_policy: Some(GangPolicy::TaskMember),
+                ..Default::default()
+            });
+        assert_eq!(
+            spec_of(&task_member),
+            json!({
+                "minMember": 10,
+                "minTaskMember": {"prefill-0": 2, "decode-zone-b-0": 4, "decode-zone-b-1": 4},
+                "minResources": {"nvidia.com/gpu": "80"},
+            })
+        );
+    }
+
+    #[test]
+    fn a_service_with_no_replica_requires_nothing() {
+        let s = story4(None);
+        assert_eq!(
+            pod_group(&s, &BTreeMap::new()).unwrap().unwrap()["spec"],
+            json!({"minMember": 0, "subGroupPolicy": []})
+        );
+    }
+
+    #[test]
+    fn queue_and_priority_class() {
+        let mut s = story4(None);
+        s.spec.scheduling_strategy = Some(crate::api::inference_service::SchedulingStrategy {
+            scheduler_name: Some("volcano".into()),
+            queue: Some("inference".into()),
+            priority_class_name: Some("high-priority".into()),
+            gang_policy: Some(GangPolicy::TaskMember),
+        });
+        let spec = spec_of(&s);
+        assert_eq!(spec["queue"], "inference");
+        assert_eq!(spec["priorityClassName"], "high-priority");
+        assert_eq!(spec["minMember"], 10);
+        let unset = spec_of(&story4(None));
+        assert!(unset.get("queue").is_none() && unset.get("priorityClassName").is_none());
+    }
+
+    #[test]
+    fn surviving_indices_need_not_be_contiguous() {
+        let s = story4(Some("TaskMember"));
+        let replicas = BTreeMap::from([
+            ("prefill".to_owned(), BTreeSet::from([0])),
+            ("decode".to_owned(), BTreeSet::from([0, 3])),
+        ]);
+        let spec = pod_group(&s, &replicas).unwrap().unwrap()["spec"].clone();
+        assert_eq!(
+            spec["minTaskMember"],
+            json!({"prefill-0": 2, "decode-0": 4, "decode-3": 4})
+        );
+        assert_eq!(spec["minMember"], 10);
+
+        let s = story4(None);
+        let spec = pod_group(&s, &replicas).unwrap().unwrap()["spec"].clone();
+        assert_eq!(spec["minMember"], 6, "sub-groups follow the index label");
+    }
+
+    #[test]
+    fn fractional_and_binary_requests_sum_exactly() {
+        let mut s = story4(None);
+        s.spec.roles[0].template = Some(json!({"spec": {"containers": [
+            {"name": "vllm", "image": "x", "resources": {
+                "requests": {"cpu": "250m", "memory": "16Gi"}, "limits": {"nvidia.com/gpu": "8"}}},
+        ]}}));
+        assert_eq!(
+            spec_of(&s)["minResources"],
+            json!({"cpu": "500m", "memory": "32Gi", "nvidia.com/gpu": "48"})
+        );
+    }
+
+    #[test]
+    fn broken_templates_are_errors_naming_the_role() {
+        let mut s = story4(None);
+        s.spec.roles[1].template = Some(json!({"spec": {"containers": "vllm"}}));
+        let err = pod_group(&s, &all_replicas(&s)).unwrap_err();
+        assert!(
+            err.starts_with("role \"decode\": not a PodTemplateSpec: template.spec.containers: "),
+            "{err}"
+        );
+
+        s.spec.roles[1].template = None;
+        assert_eq!(
+            pod_group(&s, &all_replicas(&s)).unwrap_err(),
+            "role \"decode\": has no pod template"
+        );
+
+        s.spec.roles[1].template = Some(json!({"metadata": {}}));
+        assert_eq!(
+            pod_group(&s, &all_replicas(&s)).unwrap_err(),
+            "role \"decode\": template has no pod spec"
+        );
+
+        s.spec.roles[1].template = Some(json!({"spec": {"containers": [
+            {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "eight"}}}]}}));
+        assert_eq!(
+            pod_group(&s, &all_replicas(&s)).unwrap_err(),
+            "role \"decode\": container \"vllm\": limits: nvidia.com/gpu: invalid quantity \"eight\": expected a number"
+        );
+    }
+}
