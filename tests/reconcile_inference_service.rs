@@ -84,6 +84,8 @@ async fn create_then_nothing_to_write() {
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
             EVENTS.to_owned(),
+            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
             status_patch(&name),
         ]
     );

@@ -7,8 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::status::{self, Observed};
-use super::{children, replicas, topology};
-use crate::api::inference_service::{self, InferenceService, InferenceServiceStatus};
+use super::{children, gang, replicas, topology};
+use crate::api::inference_service::{
+    self, ComponentType, InferenceService, InferenceServiceStatus,
+};
 
 /// The hash of what Tandem last applied to a child.
 pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
@@ -28,7 +30,13 @@ pub const LEADER_WORKER_SET: ChildKind = ChildKind {
     plural: "leaderworkersets",
 };
 
-pub const CHILD_KINDS: [ChildKind; 1] = [LEADER_WORKER_SET];
+pub const POD_GROUP: ChildKind = ChildKind {
+    api_version: gang::POD_GROUP_API_VERSION,
+    kind: gang::POD_GROUP_KIND,
+    plural: "podgroups",
+};
+
+pub const CHILD_KINDS: [ChildKind; 2] = [LEADER_WORKER_SET, POD_GROUP];
 
 impl ChildKind {
     pub fn of(object: &Value) -> Option<ChildKind> {
@@ -84,14 +92,25 @@ pub fn desired(
     existing: &BTreeMap<String, BTreeSet<u32>>,
     _options: &Options,
 ) -> Result<Vec<Desired>, String> {
+    let name = children::service_name(service);
     let revision = children::revision(&service.spec);
-    let placement = topology::Placement::default();
+    let scheduling = gang::scheduling(&service.spec);
     let mut plan = Vec::new();
+    let mut kept: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     for role in service.spec.roles.iter().filter(|r| !r.is_router()) {
         let none = BTreeSet::new();
         let have = existing.get(&role.name).unwrap_or(&none);
         let desired = usize::try_from(role.replicas()).unwrap_or(0);
-        for index in replicas::ordered(have, desired) {
+        let indices = replicas::ordered(have, desired);
+        for &index in &indices {
+            let placement = topology::Placement {
+                scheduler_name: scheduling.scheduler_name.clone(),
+                annotations: if scheduling.gang {
+                    gang::pod_annotations(name, &role.name, index)
+                } else {
+                    BTreeMap::new()
+                },
+            };
             plan.push(Desired {
                 object: topology::leader_worker_set(service, role, index, &revision, &placement)?,
                 why: format!(
@@ -102,8 +121,41 @@ pub fn desired(
                 ),
             });
         }
+        kept.insert(role.name.clone(), indices);
+    }
+    if let Some(pod_group) = gang::pod_group(service, &kept)? {
+        plan.push(Desired {
+            object: pod_group,
+            why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
+        });
     }
     Ok(plan)
+}
+
+/// Why a service is gang-scheduled, in the words of DESIGN.md §1.1.
+fn gang_reason(service: &InferenceService) -> String {
+    let spec = &service.spec;
+    let serving: Vec<_> = spec.roles.iter().filter(|r| !r.is_router()).collect();
+    let has = |t| serving.iter().any(|r| r.component_type == t);
+    let mut reasons = Vec::new();
+    if has(ComponentType::Prefiller) && has(ComponentType::Decoder) {
+        reasons.push("the service is prefill/decode disaggregated".to_owned());
+    }
+    for role in serving.iter().filter(|r| r.node_count() > 1) {
+        reasons.push(format!(
+            "role {} spans {} nodes",
+            role.name,
+            role.node_count()
+        ));
+    }
+    let asked = spec
+        .scheduling_strategy
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref());
+    if asked == Some(gang::VOLCANO) {
+        reasons.push("schedulerName is volcano".to_owned());
+    }
+    reasons.join(", ")
 }
 
 /// Why an object the service has is no longer wanted, for the Event.
@@ -120,6 +172,9 @@ pub fn why_delete(service: &InferenceService, object: &Value) -> String {
                     labels[children::REPLICA_INDEX].as_str().unwrap_or("?")
                 ),
             }
+        }
+        (_, gang::POD_GROUP_KIND) => {
+            "gang scheduling is no longer needed (no prefill/decode pair, no multi-node role, and no volcano schedulerName)".to_owned()
         }
         _ => format!("the spec no longer needs this {kind}"),
     }
