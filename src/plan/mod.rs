@@ -3,3 +3,4 @@
 //! the same functions.
 
 pub mod children;
+pub mod router;
