@@ -534,7 +534,7 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             }
         }
         if let Some(template) = &role.template {
-            validate_template(template, at, findings);
+            validate_template(template, at, TemplateOf::Router, findings);
         }
     } else {
         for (field, set) in [
@@ -556,7 +556,7 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             }
         }
         match &role.template {
-            Some(template) => validate_template(template, at, findings),
+            Some(template) => validate_template(template, at, TemplateOf::Server, findings),
             None => findings.deny(
                 format!("{at}.template"),
                 format!(
@@ -568,9 +568,30 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
     }
 }
 
+/// Whose pod template is validated: a serving role's is the whole pod; a
+/// router's is a base that the router planner completes with the endpoint
+/// picker container (`plan::router`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TemplateOf {
+    Server,
+    Router,
+}
+
+/// The container of a router template that becomes the endpoint picker: the
+/// one with this name, else the first. The planner fills in its image when it
+/// has none, so only this container may leave the image out.
+pub const ROUTER_CONTAINER: &str = "epp";
+
 /// The template must be a PodTemplateSpec that would deploy: at least one
-/// container, each with a unique name and an image, ports in range.
-fn validate_template(template: &serde_json::Value, at: &str, findings: &mut Findings) {
+/// container, each with a unique name and an image, ports in range. A router's
+/// template may leave out the pod spec, the containers and the endpoint
+/// picker's image: the planner supplies them.
+fn validate_template(
+    template: &serde_json::Value,
+    at: &str,
+    of: TemplateOf,
+    findings: &mut Findings,
+) {
     let field = format!("{at}.template");
     let template: PodTemplateSpec = match parse_at(template, &field) {
         Ok(t) => t,
@@ -580,18 +601,29 @@ fn validate_template(template: &serde_json::Value, at: &str, findings: &mut Find
         }
     };
     let Some(pod) = template.spec else {
-        findings.deny(
-            format!("{field}.spec"),
-            "required: the pod spec with its containers",
-        );
+        if of == TemplateOf::Server {
+            findings.deny(
+                format!("{field}.spec"),
+                "required: the pod spec with its containers",
+            );
+        }
         return;
     };
-    if pod.containers.is_empty() {
+    if pod.containers.is_empty() && of == TemplateOf::Server {
         findings.deny(
             format!("{field}.spec.containers"),
             "must list at least one container",
         );
     }
+    let filled_by_planner = match of {
+        TemplateOf::Server => None,
+        TemplateOf::Router => Some(
+            pod.containers
+                .iter()
+                .position(|c| c.name == ROUTER_CONTAINER)
+                .unwrap_or(0),
+        ),
+    };
     let mut names = BTreeSet::new();
     for (c, container) in pod.containers.iter().enumerate() {
         let at = format!("{field}.spec.containers[{c}]");
@@ -603,10 +635,11 @@ fn validate_template(template: &serde_json::Value, at: &str, findings: &mut Find
                 format!("duplicate container name {:?}", container.name),
             );
         }
-        if container
-            .image
-            .as_deref()
-            .is_none_or(|i| i.trim().is_empty())
+        if filled_by_planner != Some(c)
+            && container
+                .image
+                .as_deref()
+                .is_none_or(|i| i.trim().is_empty())
         {
             findings.deny(format!("{at}.image"), "required: the container image");
         }
@@ -835,6 +868,49 @@ mod tests {
         assert!(
             message.starts_with("spec.roles[2].httproute.rules[0].matches[0].path.value: not a Gateway API HTTPRouteSpec"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_router_template_is_a_base_the_planner_completes() {
+        let with_router = |template: serde_json::Value| {
+            let mut value = pd();
+            value["roles"].as_array_mut().unwrap().push(json!({
+                "name": "router", "componentType": "router", "template": template
+            }));
+            value
+        };
+        for allowed in [
+            json!({"metadata": {"labels": {"team": "a"}}}),
+            json!({"spec": {"nodeSelector": {"pool": "cpu"}}}),
+            json!({"spec": {"containers": [{"name": "epp", "args": ["--v", "4"]}]}}),
+            json!({"spec": {"containers": [
+                {"name": "proxy", "image": "envoy:1"},
+                {"name": "epp"},
+            ]}}),
+            json!({"spec": {"containers": [{"name": "scheduler"}]}}),
+        ] {
+            let findings = validate(&spec(with_router(allowed.clone())));
+            assert!(
+                findings.is_allowed(),
+                "{allowed}: {}",
+                findings.denial_message()
+            );
+        }
+        // Only the endpoint picker's container gets its image from Tandem.
+        assert_eq!(
+            denial(with_router(json!({"spec": {"containers": [
+                {"name": "epp"},
+                {"name": "proxy"},
+            ]}}))),
+            "spec.roles[2].template.spec.containers[1].image: required: the container image"
+        );
+        assert_eq!(
+            denial(with_router(json!({"spec": {"containers": [
+                {"name": "proxy"},
+                {"name": "epp", "image": "epp:1"},
+            ]}}))),
+            "spec.roles[2].template.spec.containers[0].image: required: the container image"
         );
     }
 

@@ -6,6 +6,7 @@ pub mod children;
 pub mod gang;
 pub mod quantity;
 pub mod replicas;
+pub mod router;
 pub mod service;
 pub mod status;
 pub mod topology;
