@@ -173,6 +173,10 @@ fn every_example_fits_the_crds_and_is_admitted() {
                     "{}: admitted object does not fit its CRD: {errors:?}",
                     path.display()
                 );
+            } else if let Some(parsed) = parse_core(object) {
+                parsed.unwrap_or_else(|e| {
+                    panic!("{}: generated {kind} does not parse: {e}", path.display())
+                });
             } else if let Some(upstream) = &upstream {
                 let schema = upstream
                     .get(&(api_version.to_owned(), kind.to_owned()))
@@ -200,6 +204,28 @@ fn every_example_fits_the_crds_and_is_admitted() {
             "generated objects checked against upstream CRDs: {checked_upstream}"
         );
     }
+}
+
+/// Kubernetes' own kinds, parsed as their k8s-openapi types so a wrong field
+/// shows with its path; None for kinds that come from CRDs.
+fn parse_core(object: &Value) -> Option<Result<(), String>> {
+    use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, rbac::v1 as rbac};
+    fn parse<T: serde::de::DeserializeOwned>(object: &Value) -> Result<(), String> {
+        serde_path_to_error::deserialize::<_, T>(object)
+            .map(|_| ())
+            .map_err(|e| format!("{}: {}", e.path(), e.inner()))
+    }
+    Some(
+        match (object["apiVersion"].as_str()?, object["kind"].as_str()?) {
+            ("v1", "ServiceAccount") => parse::<core::ServiceAccount>(object),
+            ("v1", "ConfigMap") => parse::<core::ConfigMap>(object),
+            ("v1", "Service") => parse::<core::Service>(object),
+            ("apps/v1", "Deployment") => parse::<apps::Deployment>(object),
+            ("rbac.authorization.k8s.io/v1", "Role") => parse::<rbac::Role>(object),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => parse::<rbac::RoleBinding>(object),
+            _ => return None,
+        },
+    )
 }
 
 #[test]

@@ -465,3 +465,55 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         "manifests/rbac.yaml does not grant {missing:?}"
     );
 }
+
+#[test]
+fn tandem_holds_every_rule_it_grants_an_endpoint_picker() {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(repo_path("manifests/rbac.yaml")).unwrap();
+    let cluster_role = serde_norway::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .find(|d| d["kind"] == "ClusterRole")
+        .unwrap();
+    let held = |group: &Value, resource: &Value, verb: &Value| {
+        cluster_role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| {
+                let has =
+                    |field: &str, value: &Value| rule[field].as_array().unwrap().contains(value);
+                has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+            })
+    };
+    let mut service = yaml_documents(&repo_path("examples/inferenceservice/router.yaml")).remove(0);
+    service["metadata"]["uid"] = json!("u");
+    // Two endpoint pickers elect a leader: the Role also grants leases and events.
+    let router = service["spec"]["roles"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["componentType"] == "router")
+        .unwrap();
+    router["replicas"] = json!(2);
+    let service: InferenceService = serde_json::from_value(service).unwrap();
+    let objects = tandem::plan::router::router_objects(&service, &Default::default()).unwrap();
+    let role = objects
+        .iter()
+        .find(|o| o["kind"] == "Role")
+        .expect("the endpoint picker has a Role");
+    let mut checked = 0;
+    for rule in role["rules"].as_array().unwrap() {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    assert!(
+                        held(group, resource, verb),
+                        "Tandem grants {group} {resource} {verb} to the endpoint picker but does not hold it"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 10, "{checked}");
+}

@@ -124,7 +124,11 @@ pub fn validate(kind: Kind, namespace: &str, object: &Value, old: Option<&Value>
     let spec = object.get("spec").unwrap_or(&Value::Null);
     match kind {
         Kind::InferenceService => with_spec(spec, |s: inference_service::InferenceServiceSpec| {
-            inference_service::validate(&s)
+            // The children's names depend on the service's name too.
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let mut service = InferenceService::new(name, s);
+            service.metadata.namespace = Some(namespace.to_owned());
+            crate::plan::service::validate(&service)
         }),
         Kind::ResourceScalingGroup => with_spec(
             spec,

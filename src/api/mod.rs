@@ -53,6 +53,12 @@ impl Findings {
         self.warnings.push(warning.into());
     }
 
+    /// Adds everything another check found.
+    pub fn extend(&mut self, other: Findings) {
+        self.violations.extend(other.violations);
+        self.warnings.extend(other.warnings);
+    }
+
     pub fn is_allowed(&self) -> bool {
         self.violations.is_empty()
     }

@@ -7,7 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::status::{self, Observed};
-use super::{children, gang, replicas, topology};
+use super::{children, gang, replicas, router, topology};
+use crate::api::Findings;
 use crate::api::inference_service::{
     self, ComponentType, InferenceService, InferenceServiceStatus,
 };
@@ -36,7 +37,54 @@ pub const POD_GROUP: ChildKind = ChildKind {
     plural: "podgroups",
 };
 
-pub const CHILD_KINDS: [ChildKind; 2] = [LEADER_WORKER_SET, POD_GROUP];
+pub const DEPLOYMENT: ChildKind = ChildKind {
+    api_version: "apps/v1",
+    kind: "Deployment",
+    plural: "deployments",
+};
+
+/// Every kind a service's children can be: the replicas, the PodGroup, and the
+/// router's objects (endpoint picker, its RBAC and config, pool and route).
+pub const CHILD_KINDS: [ChildKind; 10] = [
+    LEADER_WORKER_SET,
+    POD_GROUP,
+    ChildKind {
+        api_version: "v1",
+        kind: "ServiceAccount",
+        plural: "serviceaccounts",
+    },
+    ChildKind {
+        api_version: "rbac.authorization.k8s.io/v1",
+        kind: "Role",
+        plural: "roles",
+    },
+    ChildKind {
+        api_version: "rbac.authorization.k8s.io/v1",
+        kind: "RoleBinding",
+        plural: "rolebindings",
+    },
+    ChildKind {
+        api_version: "v1",
+        kind: "ConfigMap",
+        plural: "configmaps",
+    },
+    DEPLOYMENT,
+    ChildKind {
+        api_version: "v1",
+        kind: "Service",
+        plural: "services",
+    },
+    ChildKind {
+        api_version: "inference.networking.k8s.io/v1",
+        kind: "InferencePool",
+        plural: "inferencepools",
+    },
+    ChildKind {
+        api_version: "gateway.networking.k8s.io/v1",
+        kind: "HTTPRoute",
+        plural: "httproutes",
+    },
+];
 
 impl ChildKind {
     pub fn of(object: &Value) -> Option<ChildKind> {
@@ -67,7 +115,22 @@ pub struct Desired {
 
 /// Plan options that come from the operator's flags, not from the object.
 #[derive(Clone, Debug, Default)]
-pub struct Options {}
+pub struct Options {
+    pub router: router::RouterOptions,
+}
+
+/// Everything that makes an InferenceService unusable: the single-object rules
+/// of `api::inference_service`, the router's rules, and names of children that
+/// Kubernetes would refuse. The webhook and the reconciler both call this, so
+/// the webhook rejects exactly what the controller could not apply.
+pub fn validate(service: &InferenceService) -> Findings {
+    let name = children::service_name(service);
+    let mut findings = inference_service::validate(&service.spec);
+    findings.extend(router::check(&service.spec));
+    findings.extend(router::check_name(name, &service.spec));
+    findings.extend(topology::check_names(name, &service.spec));
+    findings
+}
 
 /// The replica indices of each role, as seen on the LeaderWorkerSets that exist.
 pub fn existing_indices(leader_worker_sets: &[Value]) -> BTreeMap<String, BTreeSet<u32>> {
@@ -90,7 +153,7 @@ pub fn existing_indices(leader_worker_sets: &[Value]) -> BTreeMap<String, BTreeS
 pub fn desired(
     service: &InferenceService,
     existing: &BTreeMap<String, BTreeSet<u32>>,
-    _options: &Options,
+    options: &Options,
 ) -> Result<Vec<Desired>, String> {
     let name = children::service_name(service);
     let revision = children::revision(&service.spec);
@@ -122,6 +185,24 @@ pub fn desired(
             });
         }
         kept.insert(role.name.clone(), indices);
+    }
+    for object in router::router_objects(service, &options.router)? {
+        let why = match object["kind"].as_str().unwrap_or_default() {
+            "InferencePool" => "the router's pool of the serving roles' leaders".to_owned(),
+            "HTTPRoute" => "the router role's httproute, sent to the pool".to_owned(),
+            "ConfigMap" => "the endpoint picker's configuration".to_owned(),
+            "Deployment" => format!(
+                "the endpoint picker, {} replica(s)",
+                service
+                    .spec
+                    .roles
+                    .iter()
+                    .find(|r| r.is_router())
+                    .map_or(1, |r| r.replicas())
+            ),
+            other => format!("the endpoint picker's {other}"),
+        };
+        plan.push(Desired { object, why });
     }
     if let Some(pod_group) = gang::pod_group(service, &kept)? {
         plan.push(Desired {
@@ -172,6 +253,12 @@ pub fn why_delete(service: &InferenceService, object: &Value) -> String {
                     labels[children::REPLICA_INDEX].as_str().unwrap_or("?")
                 ),
             }
+        }
+        (_, "HTTPRoute") if service.spec.roles.iter().any(|r| r.is_router()) => {
+            "the router role has no httproute any more".to_owned()
+        }
+        (_, "ServiceAccount" | "Role" | "RoleBinding" | "ConfigMap" | "Deployment" | "Service" | "InferencePool" | "HTTPRoute") => {
+            "the service has no router role any more".to_owned()
         }
         (_, gang::POD_GROUP_KIND) => {
             "gang scheduling is no longer needed (no prefill/decode pair, no multi-node role, and no volcano schedulerName)".to_owned()
@@ -258,7 +345,7 @@ pub fn reconcile(
     now: &Time,
 ) -> Pass {
     let mut problems = Vec::new();
-    let findings = inference_service::validate(&service.spec);
+    let findings = validate(service);
     let plan = if findings.is_allowed() {
         let leader_worker_sets: Vec<Value> = world
             .children
@@ -335,9 +422,14 @@ pub fn reconcile(
     }
 
     let revision = children::revision(&service.spec);
+    let epp = router::epp_name(children::service_name(service));
+    let router_deployment = world
+        .children
+        .iter()
+        .find(|c| ChildKind::of(c) == Some(DEPLOYMENT) && c["metadata"]["name"] == epp.as_str());
     let observed = Observed {
         pods: world.pods,
-        router: None,
+        router: router_deployment,
         revision: &revision,
         problems: &problems,
     };
@@ -403,8 +495,7 @@ mod tests {
             "spec": {"roles": [
                 {"name": "inference", "componentType": "worker", "replicas": replicas,
                  "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
-                {"name": "router", "componentType": "router"},
-            ]}
+                ]}
         }))
         .unwrap()
     }
@@ -556,6 +647,52 @@ mod tests {
         assert_eq!(
             failed.message,
             "the LeaderWorkerSet API is not installed in the cluster"
+        );
+    }
+
+    #[test]
+    fn a_router_adds_its_objects_and_their_removal_is_explained() {
+        let mut value = serde_json::to_value(service(1)).unwrap();
+        value["spec"]["roles"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "router", "componentType": "router",
+            "httproute": {"parentRefs": [{"name": "gw"}]}}));
+        let routed: InferenceService = serde_json::from_value(value).unwrap();
+        let plan = desired(&routed, &BTreeMap::new(), &Options::default()).unwrap();
+        let kinds: Vec<&str> = plan
+            .iter()
+            .map(|d| d.object["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "LeaderWorkerSet",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "ConfigMap",
+                "Deployment",
+                "Service",
+                "InferencePool",
+                "HTTPRoute"
+            ]
+        );
+        for d in &plan {
+            assert!(
+                ChildKind::of(&d.object).is_some(),
+                "{} is a known child kind",
+                d.object["kind"]
+            );
+        }
+        let pool = plan
+            .iter()
+            .find(|d| d.object["kind"] == "InferencePool")
+            .unwrap();
+        assert_eq!(pool.why, "the router's pool of the serving roles' leaders");
+        assert_eq!(
+            why_delete(&service(1), &pool.object),
+            "the service has no router role any more"
         );
     }
 

@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::children;
-use crate::api::inference_service::{InferenceService, Role};
+use crate::api::Findings;
+use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
 
 /// Ray's GCS port on the leader, which workers join.
 pub const RAY_PORT: i32 = 6379;
@@ -67,6 +68,39 @@ pub fn leader_worker_set(
         "metadata": children::metadata(service, &children::replica_name(name, &role.name, index), &labels),
         "spec": {"replicas": 1, "leaderWorkerTemplate": group},
     }))
+}
+
+/// Names Kubernetes would refuse: the LeaderWorkerSet of a role's highest
+/// replica (`{service}-{role}-{i}`) and the service name as a label value must
+/// be DNS labels of at most 63 characters.
+pub fn check_names(service: &str, spec: &InferenceServiceSpec) -> Findings {
+    let mut findings = Findings::default();
+    if service.len() > 63 {
+        findings.deny(
+            "metadata.name",
+            format!("must be at most 63 characters (it is the value of the {} label on every child), got {}", children::SERVICE, service.len()),
+        );
+        return findings;
+    }
+    for (i, role) in spec
+        .roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_router())
+    {
+        let highest = u32::try_from(role.replicas().max(1) - 1).unwrap_or(0);
+        let name = children::replica_name(service, &role.name, highest);
+        if name.len() > 63 {
+            findings.deny(
+                format!("spec.roles[{i}].name"),
+                format!(
+                    "the LeaderWorkerSet {name:?} of replica {highest} would be {} characters, over Kubernetes' 63: shorten the service or role name",
+                    name.len()
+                ),
+            );
+        }
+    }
+    findings
 }
 
 /// Adds Tandem's labels, the placement's annotations and scheduler to a pod
@@ -348,6 +382,26 @@ mod tests {
         assert_eq!(
             shell_join(&["it's".to_owned(), String::new()]),
             r#"'it'\''s' ''"#
+        );
+    }
+
+    #[test]
+    fn names_over_63_characters_are_refused_with_the_field() {
+        let service = story(1);
+        assert!(check_names("deepseek-r1-inference", &service.spec).is_allowed());
+        let long = "s".repeat(52);
+        // "{52}-inference-1" is 64 characters.
+        let findings = check_names(&long, &service.spec);
+        assert_eq!(
+            findings.denial_message(),
+            format!(
+                "spec.roles[0].name: the LeaderWorkerSet \"{long}-inference-1\" of replica 1 would be 64 characters, over Kubernetes' 63: shorten the service or role name"
+            )
+        );
+        assert!(
+            check_names(&"s".repeat(64), &service.spec)
+                .denial_message()
+                .starts_with("metadata.name: must be at most 63 characters")
         );
     }
 

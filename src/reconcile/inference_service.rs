@@ -209,6 +209,7 @@ pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
     let services: Api<InferenceService> = Api::all(client.clone());
     let lws = api_resource(&service_plan::LEADER_WORKER_SET);
+    let deployments = api_resource(&service_plan::DEPLOYMENT);
     let managed = watcher::Config::default().labels(&format!(
         "{}={}",
         children::MANAGED_BY,
@@ -219,6 +220,12 @@ pub async fn run(ctx: Arc<Context>) {
         .owns_with(
             Api::<DynamicObject>::all_with(client.clone(), &lws),
             lws,
+            managed.clone(),
+        )
+        // The router's endpoint picker: its readiness is the router's status.
+        .owns_with(
+            Api::<DynamicObject>::all_with(client.clone(), &deployments),
+            deployments,
             managed,
         )
         .watches(

@@ -245,36 +245,58 @@ fn probe_routes(ready: Arc<AtomicBool>, metrics: Arc<Metrics>) -> Router {
 
 /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
 pub async fn run(options: ServeOptions) -> Result<(), ServerError> {
+    // Listen for signals before anything says it is serving, so an early
+    // SIGTERM is a graceful stop and not the default action (death).
+    let stop = Termination::listen();
     let server = Server::start(options).await?;
-    termination().await;
+    stop.wait().await;
     tracing::info!("shutting down: finishing in-flight requests");
     server.shutdown();
     server.finished().await
 }
 
-async fn termination() {
-    let ctrl_c = async {
+/// SIGTERM and SIGINT, registered when created.
+struct Termination {
+    #[cfg(unix)]
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Termination {
+    fn listen() -> Termination {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signals = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(term), Ok(int)) => Some((term, int)),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGTERM/SIGINT; serving until killed");
+                    None
+                }
+            };
+            Termination { signals }
+        }
+        #[cfg(not(unix))]
+        Termination {}
+    }
+
+    async fn wait(self) {
+        #[cfg(unix)]
+        match self.signals {
+            Some((mut term, mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+        #[cfg(not(unix))]
         if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+            tracing::warn!(error = %e, "cannot listen for Ctrl-C; serving until killed");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
     }
 }
