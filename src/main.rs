@@ -65,6 +65,10 @@ struct ServeArgs {
     /// After SIGTERM, in-flight requests get this many seconds to finish.
     #[arg(long, default_value_t = 20, env = "TANDEM_SHUTDOWN_GRACE_SECONDS")]
     shutdown_grace_seconds: u64,
+    /// Image of the endpoint picker a router role runs (llm-d's image for
+    /// `strategy: pd-disaggregation`).
+    #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::router::DEFAULT_EPP_IMAGE)]
+    epp_image: String,
     /// Development: make a CA and a loopback serving certificate in --cert-dir,
     /// print the caBundle, and serve on loopback only.
     #[arg(long)]
@@ -82,6 +86,9 @@ struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = render::Format::Yaml)]
     output: render::Format,
+    /// Image of the endpoint picker a router role runs.
+    #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::router::DEFAULT_EPP_IMAGE)]
+    epp_image: String,
     /// The clock for status times (RFC 3339) [default: the Unix epoch, so the
     /// output is the same for the same input].
     #[arg(long)]
@@ -174,6 +181,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
         println!("caBundle: {}", bundle.ca_bundle());
     }
+    let epp_image = args.epp_image;
     let options = server::ServeOptions {
         listen,
         probe_listen,
@@ -196,7 +204,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                 match kube::Client::try_from(config) {
                     Ok(client) => {
                         tracing::info!(%cluster, "reconciling InferenceServices");
-                        let options = plan::service::Options::default();
+                        let options = plan::service::Options {
+                            router: plan::router::RouterOptions { epp_image },
+                        };
                         let ctx = std::sync::Arc::new(reconcile::Context::new(client, options));
                         Some(tokio::spawn(reconcile::inference_service::run(ctx)))
                     }
@@ -224,6 +234,7 @@ fn serve(args: ServeArgs) -> ExitCode {
 
 fn run_render(args: RenderArgs) -> ExitCode {
     let mut options = render::Options::default();
+    options.plan.router.epp_image = args.epp_image;
     if let Some(now) = args.now {
         options.now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
     }

@@ -517,3 +517,176 @@ fn tandem_holds_every_rule_it_grants_an_endpoint_picker() {
     }
     assert!(checked > 10, "{checked}");
 }
+
+fn router_paths(service: &str) -> Vec<String> {
+    vec![
+        format!("/api/v1/namespaces/default/serviceaccounts/{service}-epp"),
+        format!("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/{service}-epp"),
+        format!("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings/{service}-epp"),
+        format!("/api/v1/namespaces/default/configmaps/{service}-epp"),
+        format!("/apis/apps/v1/namespaces/default/deployments/{service}-epp"),
+        format!("/api/v1/namespaces/default/services/{service}-epp"),
+        format!(
+            "/apis/inference.networking.k8s.io/v1/namespaces/default/inferencepools/{service}-pool"
+        ),
+        format!("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/{service}-route"),
+    ]
+}
+
+#[tokio::test]
+async fn a_router_is_added_and_removed() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(
+        &fake,
+        "examples/inferenceservice/story2-prefill-decode.yaml",
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.take_calls();
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router", "replicas": 1, "strategy": "prefix-cache",
+            "httproute": {"parentRefs": [{"name": "inference-gateway"}], "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}]}]}
+        }));
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    let mut expected: Vec<String> = router_paths(&name)
+        .into_iter()
+        .flat_map(|path| [format!("PATCH {path}"), EVENTS.to_owned()])
+        .collect();
+    expected.push(status_patch(&name));
+    assert_eq!(fake.take_writes(), expected);
+    let pool = fake
+        .get(
+            "inference.networking.k8s.io/v1",
+            "InferencePool",
+            "default",
+            &format!("{name}-pool"),
+        )
+        .unwrap();
+    assert_eq!(pool["spec"]["targetPorts"], json!([{"number": 8000}]));
+    let route = fake
+        .get(
+            "gateway.networking.k8s.io/v1",
+            "HTTPRoute",
+            "default",
+            &format!("{name}-route"),
+        )
+        .unwrap();
+    assert_eq!(
+        route["spec"]["rules"][0]["matches"][0]["path"]["value"],
+        "/v1"
+    );
+    assert_eq!(
+        route["spec"]["rules"][0]["backendRefs"][0]["kind"],
+        "InferencePool"
+    );
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["components"]["router"]["phase"], "Pending");
+
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        Vec::<String>::new(),
+        "the router in place: nothing to write"
+    );
+
+    // The endpoint picker becomes ready: only the status changes.
+    fake.edit(
+        "apps/v1",
+        "Deployment",
+        "default",
+        &format!("{name}-epp"),
+        |d| d["status"] = json!({"readyReplicas": 1}),
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), [status_patch(&name)]);
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["components"]["router"]["phase"], "Running");
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|r| r["componentType"] != "router");
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    let mut expected: Vec<String> = router_paths(&name)
+        .into_iter()
+        .flat_map(|path| [format!("DELETE {path}"), EVENTS.to_owned()])
+        .collect();
+    expected.push(status_patch(&name));
+    assert_eq!(fake.take_writes(), expected);
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert!(
+        status["components"].get("router").is_none(),
+        "the removed role's status is gone: {status}"
+    );
+    assert!(event_notes(&fake).iter().any(|n| n
+        == &format!(
+            "Deleted: InferencePool {name}-pool deleted: the service has no router role any more"
+        )));
+}
+
+#[tokio::test]
+async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(
+            "scheduling.volcano.sh/v1beta1",
+            "PodGroup",
+            "default",
+            &name
+        )
+        .is_some()
+    );
+    fake.take_calls();
+
+    // One node per replica: no longer multi-node, so no gang scheduling.
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["multinode"]["nodeCount"] = json!(1)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
+            EVENTS.to_owned(),
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            "DELETE /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
+            status_patch(&name),
+        ]
+    );
+    let lws = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0",
+        )
+        .unwrap();
+    let group = &lws["spec"]["leaderWorkerTemplate"];
+    assert_eq!(group["size"], 1);
+    assert!(group.get("leaderTemplate").is_none());
+    assert!(
+        group["workerTemplate"]["metadata"]
+            .get("annotations")
+            .is_none(),
+        "{}",
+        group["workerTemplate"]
+    );
+    assert!(
+        group["workerTemplate"]["spec"]
+            .get("schedulerName")
+            .is_none()
+    );
+    assert!(event_notes(&fake).iter().any(|n| n.starts_with(
+        "Deleted: PodGroup deepseek-r1-inference deleted: gang scheduling is no longer needed"
+    )));
+}

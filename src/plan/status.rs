@@ -297,10 +297,17 @@ fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
     let ready = deployment
         .and_then(|d| d["status"]["readyReplicas"].as_i64())
         .unwrap_or(0) as i32;
-    let phase = match deployment {
-        _ if ready >= desired => ComponentPhase::Running,
-        None => ComponentPhase::Pending,
-        Some(_) => ComponentPhase::Deploying,
+    // Pending until the endpoint picker has pods, whether or not its
+    // Deployment exists yet; Deploying while they are not all ready.
+    let pods = deployment
+        .and_then(|d| d["status"]["replicas"].as_i64())
+        .unwrap_or(0);
+    let phase = if ready >= desired {
+        ComponentPhase::Running
+    } else if pods == 0 {
+        ComponentPhase::Pending
+    } else {
+        ComponentPhase::Deploying
     };
     Component {
         status: ComponentStatus {
@@ -530,7 +537,7 @@ mod tests {
             .push(json!({"name": "router", "componentType": "router", "replicas": 2}));
         let s: InferenceService = serde_json::from_value(value).unwrap();
         let pods = all_pods(None);
-        let deployment = json!({"status": {"readyReplicas": 1}});
+        let deployment = json!({"status": {"replicas": 2, "readyReplicas": 1}});
         let partial = status(
             &s,
             &Observed {
