@@ -354,6 +354,28 @@ mod tests {
     }
 
     #[test]
+    fn children_that_kubernetes_would_refuse_are_denied_at_admission() {
+        let mut long = story2();
+        let name = "s".repeat(55);
+        long["metadata"]["name"] = json!(name);
+        long["spec"]["roles"][0]["replicas"] = json!(10);
+        let findings = admit(Kind::InferenceService, "default", &long, None).unwrap_err();
+        let message = findings.denial_message();
+        assert!(
+            message.starts_with(&format!("spec.roles[0].name: the LeaderWorkerSet \"{name}-prefill-9\" of replica 9 would be 65 characters, over Kubernetes' 63: shorten the service or role name")),
+            "{message}"
+        );
+        assert!(
+            message.contains("spec.roles[1].name: the LeaderWorkerSet"),
+            "every role is checked: {message}"
+        );
+        // A 53-character name with 8 prefill replicas fits: "...-prefill-7" is 63.
+        long["metadata"]["name"] = json!("s".repeat(53));
+        long["spec"]["roles"][0]["replicas"] = json!(8);
+        assert!(admit(Kind::InferenceService, "default", &long, None).is_ok());
+    }
+
+    #[test]
     fn admit_is_mutate_then_validate() {
         let (object, warnings) = admit(Kind::InferenceService, "default", &story2(), None).unwrap();
         assert_eq!(object["spec"]["roles"][1]["replicas"], json!(1));
