@@ -52,7 +52,15 @@ fn admission(c: &mut Criterion) {
     let mut group = c.benchmark_group("admit");
     for (name, kind, object, namespace) in &cases {
         group.bench_function(*name, |b| {
-            b.iter(|| admission::admit(*kind, namespace, black_box(object), None))
+            b.iter(|| {
+                admission::admit(
+                    *kind,
+                    namespace,
+                    black_box(object),
+                    None,
+                    &admission::lookup::Blind,
+                )
+            })
         });
     }
     group.finish();

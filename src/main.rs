@@ -3,10 +3,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use tandem::{api, certs, plan, reconcile, render, server};
+use tandem::{admission, api, certs, plan, reconcile, render, server};
 
 #[derive(Parser)]
 #[command(
@@ -198,16 +200,20 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(e) => return fail(format!("could not start the async runtime: {e}")),
     };
     runtime.block_on(async {
+        let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
+        let caches_ready = Arc::new(AtomicBool::new(true));
         let controllers = match kube::Config::infer().await {
             Ok(config) => {
                 let cluster = config.cluster_url.clone();
                 match kube::Client::try_from(config) {
                     Ok(client) => {
                         tracing::info!(%cluster, "reconciling InferenceServices");
+                        caches_ready.store(false, Ordering::SeqCst);
+                        lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
-                        let ctx = std::sync::Arc::new(reconcile::Context::new(client, options));
+                        let ctx = Arc::new(reconcile::Context::new(client, options));
                         Some(tokio::spawn(reconcile::inference_service::run(ctx)))
                     }
                     Err(e) => {
@@ -221,7 +227,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 None
             }
         };
-        let served = server::run(options).await;
+        let served = server::run(options, lookup, caches_ready).await;
         if let Some(controllers) = controllers {
             controllers.abort();
         }

@@ -264,11 +264,13 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     let mut denials = Vec::new();
     let mut warnings = Vec::new();
     let mut touched = BTreeSet::new();
+    // Admission sees the world as it was given, like a webhook sees its caches.
+    let known = admission::lookup::Objects::new(by_key.values());
     for (key, object) in by_key.iter_mut() {
         let Some(kind) = Kind::of(&key.api_version, &key.kind) else {
             continue;
         };
-        match admission::admit(kind, &key.namespace, object, None) {
+        match admission::admit(kind, &key.namespace, object, None, &known) {
             Ok((admitted, found)) => {
                 warnings.extend(found.into_iter().map(|w| format!("{key}: {w}")));
                 *object = admitted;
@@ -431,7 +433,7 @@ items:
 - {apiVersion: apps/v1, kind: Deployment, metadata: {name: router, namespace: ai}, spec: {replicas: 2}}
 - apiVersion: fusioninfer.io/v1alpha1
   kind: ScaleView
-  metadata: {name: a, namespace: ai}
+  metadata: {name: a}
   spec: {targetRef: {name: b, componentType: worker}, scalePolicy: [{group: inference}]}
 "#;
 
@@ -445,7 +447,7 @@ items:
                 "InferenceService default/b",
                 "Namespace ai",
                 "Deployment ai/router",
-                "ScaleView ai/a"
+                "ScaleView default/a"
             ]
         );
         let other = parse_world("w.yaml", WORLD, "team").unwrap();

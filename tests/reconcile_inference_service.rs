@@ -33,6 +33,7 @@ fn store_story(fake: &FakeApi, file: &str) -> String {
         "default",
         &object,
         None,
+        &tandem::admission::lookup::Blind,
     )
     .unwrap();
     let stored = fake.insert(admitted);
@@ -448,9 +449,11 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         "leaderworkersets".into(),
         "create".into(),
     ));
-    // What the controller watches (kube-runtime's watches, not in this log).
+    // What the controller and the webhook's caches watch (not in this log).
     for (group, resource) in [
         ("fusioninfer.io", "inferenceservices"),
+        ("fusioninfer.io", "scaleviews"),
+        ("resourcescalinggroup.com", "resourcescalinggroups"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("", "pods"),
     ] {

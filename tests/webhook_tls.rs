@@ -278,6 +278,51 @@ async fn scale_subresource_writes_are_autoscaling_scale_objects() {
 }
 
 #[tokio::test]
+async fn strict_views_refuse_scale_writes_outside_their_range() {
+    // The webhook sees the strict view (as it would through its caches).
+    let mut view = example("examples/scaleview/decode-ondemand-spot.yaml", 1);
+    view["spec"]["strict"] = json!(true);
+    view["spec"]["scalePolicy"][1]["constraints"] = json!({"max": 4});
+    let service = example("examples/scaleview/decode-ondemand-spot.yaml", 0);
+    let lookup = Arc::new(tandem::admission::lookup::Objects::new([&view, &service]));
+    let test = start_server_seeing(|_| {}, lookup).await;
+    let name = view["metadata"]["name"].as_str().unwrap();
+    // ondemand max 2 + spot max 4: the range is [0, 6].
+    let inside = admit(
+        &test,
+        "/validate/scaleviews",
+        &scale_review(name, "default", 6, 1),
+    )
+    .await;
+    assert_eq!(inside["allowed"], true, "{inside}");
+    let outside = admit(
+        &test,
+        "/validate/scaleviews",
+        &scale_review(name, "default", 7, 1),
+    )
+    .await;
+    assert_eq!(outside["allowed"], false);
+    assert_eq!(
+        outside["status"]["message"],
+        "spec.replicas: must be within [0, 6] (the sum of the groups' min and max constraints) because spec.strict is true, got 7"
+    );
+    // The view's own groups are checked against the service it targets.
+    let mut wrong = view.clone();
+    wrong["spec"]["scalePolicy"][1]["group"] = json!("prefill");
+    let denied = admit(
+        &test,
+        "/validate/scaleviews",
+        &review("CREATE", &wrong, None),
+    )
+    .await;
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(
+        denied["status"]["message"],
+        "spec.scalePolicy[1].group: role \"prefill\" of spot-decode is a prefiller, not a decoder"
+    );
+}
+
+#[tokio::test]
 async fn malformed_requests_get_specific_errors_and_the_server_stays_healthy() {
     let test = start_server(|_| {}).await;
     let tls = client_tls(&[&test.ca_pem]);
@@ -490,9 +535,13 @@ async fn certificates_rotate_without_a_failed_request() {
     for file in ["tls.crt", "tls.key"] {
         std::os::unix::fs::symlink(format!("..data/{file}"), dir.path().join(file)).unwrap();
     }
-    let server = tandem::server::Server::start(options(dir.path()))
-        .await
-        .unwrap();
+    let server = tandem::server::Server::start(
+        options(dir.path()),
+        Arc::new(tandem::admission::lookup::Blind),
+        Arc::new(AtomicBool::new(true)),
+    )
+    .await
+    .unwrap();
     let second = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
     let third = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
     let tls = client_tls(&[&first.ca_pem, &second.ca_pem, &third.ca_pem]);

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::Path;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -21,7 +21,7 @@ use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status};
 use serde_json::{Value, json};
 
-use super::{Kind, mutate, validate, validate_scale};
+use super::{Kind, Lookup, mutate, validate, validate_scale};
 use crate::api::Findings;
 use crate::server::metrics::{AdmissionLabels, Metrics};
 
@@ -43,31 +43,38 @@ impl Webhook {
     }
 }
 
+/// What the handlers share: the metrics they record and what they may look up.
+#[derive(Clone)]
+pub struct State {
+    pub metrics: Arc<Metrics>,
+    pub lookup: Arc<dyn Lookup>,
+}
+
 /// The admission routes. Request size and time limits are layered on by the
 /// server, so they hold for every route.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub fn router(state: State) -> Router {
     Router::new()
         .route(
             "/validate/{resource}",
             post(
-                |State(m): State<Arc<Metrics>>,
+                |axum::extract::State(s): axum::extract::State<State>,
                  Path(r): Path<String>,
                  body: Result<Bytes, BytesRejection>| async move {
-                    serve(Webhook::Validate, &r, body, &m)
+                    serve(Webhook::Validate, &r, body, &s)
                 },
             ),
         )
         .route(
             "/mutate/{resource}",
             post(
-                |State(m): State<Arc<Metrics>>,
+                |axum::extract::State(s): axum::extract::State<State>,
                  Path(r): Path<String>,
                  body: Result<Bytes, BytesRejection>| async move {
-                    serve(Webhook::Mutate, &r, body, &m)
+                    serve(Webhook::Mutate, &r, body, &s)
                 },
             ),
         )
-        .with_state(metrics)
+        .with_state(state)
 }
 
 /// What one request came to, for the reply and for the metrics.
@@ -83,11 +90,11 @@ fn serve(
     webhook: Webhook,
     resource: &str,
     body: Result<Bytes, BytesRejection>,
-    metrics: &Metrics,
+    state: &State,
 ) -> Response {
     let started = Instant::now();
     let outcome = match body {
-        Ok(body) => answer(webhook, resource, &body),
+        Ok(body) => answer(webhook, resource, &body, state.lookup.as_ref()),
         Err(rejection) => {
             let status = rejection.status();
             Outcome {
@@ -109,7 +116,9 @@ fn serve(
         operation: outcome.operation,
         verdict: outcome.verdict,
     };
-    metrics.record_admission(labels, started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .record_admission(labels, started.elapsed().as_secs_f64());
     tracing::debug!(status = %outcome.status, verdict = outcome.verdict, "admission answered");
     outcome.body
 }
@@ -132,7 +141,7 @@ fn bad_request(resource: &str, reason: String) -> Outcome {
 }
 
 /// Reads the review, decides, and writes the reply.
-fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
+fn answer(webhook: Webhook, resource: &str, body: &[u8], lookup: &dyn Lookup) -> Outcome {
     let Some(kind) = Kind::from_plural(resource) else {
         let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
         let reason = format!(
@@ -193,7 +202,7 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8]) -> Outcome {
         _ => "other",
     };
     let raw = &review["request"];
-    let verdict = decide(webhook, kind, &request, raw);
+    let verdict = decide(webhook, kind, &request, raw, lookup);
     let (status_label, reply) = reply(&request, verdict);
     Outcome {
         status: StatusCode::OK,
@@ -225,6 +234,7 @@ fn decide(
     kind: Kind,
     request: &AdmissionRequest<DynamicObject>,
     raw: &Value,
+    lookup: &dyn Lookup,
 ) -> Verdict {
     use kube::core::admission::Operation;
 
@@ -245,7 +255,11 @@ fn decide(
         // autoscaling/v1 Scale being written, not the ScaleView.
         return match (kind, sub, webhook) {
             (Kind::ScaleView, "scale", Webhook::Validate) if request.kind.kind == "Scale" => {
-                verdict_of(validate_scale(object, None))
+                verdict_of(validate_scale(
+                    object,
+                    request.namespace.as_deref().unwrap_or("default"),
+                    lookup,
+                ))
             }
             _ => wrong_endpoint(format!(
                 "the {} webhook for {} does not admit the {sub} subresource (got {})",
@@ -287,7 +301,7 @@ fn decide(
                 reason: "Invalid",
             },
         },
-        Webhook::Validate => verdict_of(validate(kind, &namespace, object, old)),
+        Webhook::Validate => verdict_of(validate(kind, &namespace, object, old, lookup)),
     }
 }
 

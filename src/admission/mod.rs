@@ -5,7 +5,9 @@
 //! that is not an AdmissionReview) are the handlers' business; everything about
 //! the object itself is decided here.
 
+pub mod caches;
 pub mod http;
+pub mod lookup;
 
 use std::fmt;
 
@@ -16,6 +18,7 @@ use crate::api::{
     inference_service, resource_scaling_group, scale_view,
 };
 use kube::Resource;
+pub use lookup::Lookup;
 
 /// Tandem's kinds, as the admission endpoints and `render` know them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,7 +123,13 @@ where
 
 /// Everything wrong with a Tandem object (and, on update, with the change from
 /// `old`). `namespace` is where the object lives.
-pub fn validate(kind: Kind, namespace: &str, object: &Value, old: Option<&Value>) -> Findings {
+pub fn validate(
+    kind: Kind,
+    namespace: &str,
+    object: &Value,
+    old: Option<&Value>,
+    lookup: &dyn Lookup,
+) -> Findings {
     let spec = object.get("spec").unwrap_or(&Value::Null);
     match kind {
         Kind::InferenceService => with_spec(spec, |s: inference_service::InferenceServiceSpec| {
@@ -138,6 +147,12 @@ pub fn validate(kind: Kind, namespace: &str, object: &Value, old: Option<&Value>
         ),
         Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
             let mut findings = scale_view::validate(&new);
+            match lookup.inference_service(namespace, &new.target_ref.name) {
+                Some(target) => findings.extend(scale_view::validate_target(&new, target.as_ref())),
+                None => findings.warn(
+                    "spec.targetRef: not checked against the InferenceService: this webhook has no view of the cluster",
+                ),
+            }
             let old_spec = old.and_then(|o| o.get("spec"));
             if let Some(old_spec) = old_spec {
                 // The old object was admitted before; if it no longer parses
@@ -172,9 +187,9 @@ fn with_spec<S: serde::de::DeserializeOwned>(
 }
 
 /// A write to `scaleviews/scale`: the API server sends an `autoscaling/v1`
-/// Scale. `view` is the ScaleView it scales when known; its strict range then
-/// applies to the new total.
-pub fn validate_scale(scale: &Value, view: Option<&scale_view::ScaleViewSpec>) -> Findings {
+/// Scale. The view it scales is looked up; its strict range then applies to the
+/// new total (writes to /scale skip the webhook on the ScaleView itself).
+pub fn validate_scale(scale: &Value, namespace: &str, lookup: &dyn Lookup) -> Findings {
     let parsed: Result<k8s_openapi::api::autoscaling::v1::Scale, _> = api::parse(scale);
     let mut findings = Findings::default();
     let scale = match parsed {
@@ -188,14 +203,21 @@ pub fn validate_scale(scale: &Value, view: Option<&scale_view::ScaleViewSpec>) -
         }
     };
     let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
-    match view {
-        Some(view) => {
-            scale_view::validate_total(view, i64::from(replicas), "spec.replicas", &mut findings)
+    let name = scale.metadata.name.unwrap_or_default();
+    match lookup.scale_view(namespace, &name) {
+        Some(Some(view)) => scale_view::validate_total(
+            &view.spec,
+            i64::from(replicas),
+            "spec.replicas",
+            &mut findings,
+        ),
+        Some(None) => findings.deny("metadata.name", format!("ScaleView {name:?} not found")),
+        None => {
+            if replicas < 0 {
+                findings.deny("spec.replicas", format!("must be >= 0, got {replicas}"));
+            }
+            findings.warn("spec.replicas: the strict range was not checked: this webhook has no view of the cluster");
         }
-        None if replicas < 0 => {
-            findings.deny("spec.replicas", format!("must be >= 0, got {replicas}"))
-        }
-        None => {}
     }
     findings
 }
@@ -207,9 +229,10 @@ pub fn admit(
     namespace: &str,
     object: &Value,
     old: Option<&Value>,
+    lookup: &dyn Lookup,
 ) -> Result<(Value, Vec<String>), Findings> {
     let mutation = mutate(kind, object)?;
-    let findings = validate(kind, namespace, &mutation.object, old);
+    let findings = validate(kind, namespace, &mutation.object, old, lookup);
     if findings.is_allowed() {
         Ok((mutation.object, findings.warnings))
     } else {
@@ -306,7 +329,13 @@ mod tests {
         let findings = mutate(Kind::InferenceService, &bad).unwrap_err();
         assert_eq!(findings.violations[0].field, "spec.roles[0].replicas");
         let missing = json!({"metadata": {"name": "x"}});
-        let findings = validate(Kind::InferenceService, "default", &missing, None);
+        let findings = validate(
+            Kind::InferenceService,
+            "default",
+            &missing,
+            None,
+            &lookup::Blind,
+        );
         assert_eq!(findings.violations[0].field, "spec");
     }
 
@@ -316,40 +345,80 @@ mod tests {
             json!({"spec": {"targetRef": {"name": target, "componentType": "decoder"},
             "scalePolicy": [{"group": "decode"}]}})
         };
-        let findings = validate(Kind::ScaleView, "default", &view("b"), Some(&view("a")));
+        let findings = validate(
+            Kind::ScaleView,
+            "default",
+            &view("b"),
+            Some(&view("a")),
+            &lookup::Blind,
+        );
         assert!(
             findings
                 .denial_message()
                 .starts_with("spec.targetRef: is immutable")
         );
-        assert!(validate(Kind::ScaleView, "default", &view("a"), Some(&view("a"))).is_allowed());
+        assert!(
+            validate(
+                Kind::ScaleView,
+                "default",
+                &view("a"),
+                Some(&view("a")),
+                &lookup::Blind
+            )
+            .is_allowed()
+        );
     }
 
     #[test]
     fn scale_writes() {
         let scale = |replicas: i64| {
             json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
-            "metadata": {"name": "v"}, "spec": {"replicas": replicas}})
+                "metadata": {"name": "v", "namespace": "default"}, "spec": {"replicas": replicas}})
         };
-        assert!(validate_scale(&scale(3), None).is_allowed());
-        assert_eq!(
-            validate_scale(&scale(-1), None).denial_message(),
-            "spec.replicas: must be >= 0, got -1"
-        );
-        let strict: scale_view::ScaleViewSpec = serde_json::from_value(json!({
-            "targetRef": {"name": "s", "componentType": "decoder"}, "strict": true,
-            "scalePolicy": [{"group": "a", "constraints": {"min": 1, "max": 2}}]}))
-        .unwrap();
-        assert!(validate_scale(&scale(2), Some(&strict)).is_allowed());
+        let blind = &lookup::Blind;
+        assert!(validate_scale(&scale(3), "default", blind).is_allowed());
+        assert!(validate_scale(&scale(3), "default", blind).warnings[0].contains("not checked"));
         assert!(
-            validate_scale(&scale(3), Some(&strict))
+            validate_scale(&scale(-1), "default", blind)
+                .denial_message()
+                .starts_with("spec.replicas: must be >= 0, got -1")
+        );
+        let view = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"targetRef": {"name": "s", "componentType": "decoder"}, "strict": true,
+                "scalePolicy": [{"group": "a", "constraints": {"min": 1, "max": 2}}]}});
+        let known = lookup::Objects::new([&view]);
+        assert!(validate_scale(&scale(2), "default", &known).is_allowed());
+        assert!(
+            validate_scale(&scale(3), "default", &known)
                 .denial_message()
                 .contains("must be within [1, 2]")
         );
+        assert_eq!(
+            validate_scale(&scale(2), "other", &known).denial_message(),
+            "metadata.name: ScaleView \"v\" not found"
+        );
         assert!(
-            validate_scale(&json!({"spec": {"replicas": "x"}}), None)
+            validate_scale(&json!({"spec": {"replicas": "x"}}), "default", blind)
                 .denial_message()
                 .starts_with("spec.replicas: not an autoscaling/v1 Scale")
+        );
+    }
+
+    #[test]
+    fn scale_views_are_checked_against_their_target_when_it_can_be_seen() {
+        let view = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"targetRef": {"name": "qwen", "componentType": "decoder"}, "scalePolicy": [{"group": "decode"}]}});
+        let blind = validate(Kind::ScaleView, "default", &view, None, &lookup::Blind);
+        assert!(blind.is_allowed());
+        assert!(blind.warnings[0].starts_with("spec.targetRef: not checked"));
+        let known = lookup::Objects::new([&story2()]);
+        assert!(validate(Kind::ScaleView, "default", &view, None, &known).is_allowed());
+        let empty = lookup::Objects::new([]);
+        assert_eq!(
+            validate(Kind::ScaleView, "default", &view, None, &empty).denial_message(),
+            "spec.targetRef.name: InferenceService \"qwen\" not found in this namespace"
         );
     }
 
@@ -359,7 +428,14 @@ mod tests {
         let name = "s".repeat(55);
         long["metadata"]["name"] = json!(name);
         long["spec"]["roles"][0]["replicas"] = json!(10);
-        let findings = admit(Kind::InferenceService, "default", &long, None).unwrap_err();
+        let findings = admit(
+            Kind::InferenceService,
+            "default",
+            &long,
+            None,
+            &lookup::Blind,
+        )
+        .unwrap_err();
         let message = findings.denial_message();
         assert!(
             message.starts_with(&format!("spec.roles[0].name: the LeaderWorkerSet \"{name}-prefill-9\" of replica 9 would be 65 characters, over Kubernetes' 63: shorten the service or role name")),
@@ -372,17 +448,40 @@ mod tests {
         // A 53-character name with 8 prefill replicas fits: "...-prefill-7" is 63.
         long["metadata"]["name"] = json!("s".repeat(53));
         long["spec"]["roles"][0]["replicas"] = json!(8);
-        assert!(admit(Kind::InferenceService, "default", &long, None).is_ok());
+        assert!(
+            admit(
+                Kind::InferenceService,
+                "default",
+                &long,
+                None,
+                &lookup::Blind
+            )
+            .is_ok()
+        );
     }
 
     #[test]
     fn admit_is_mutate_then_validate() {
-        let (object, warnings) = admit(Kind::InferenceService, "default", &story2(), None).unwrap();
+        let (object, warnings) = admit(
+            Kind::InferenceService,
+            "default",
+            &story2(),
+            None,
+            &lookup::Blind,
+        )
+        .unwrap();
         assert_eq!(object["spec"]["roles"][1]["replicas"], json!(1));
         assert!(warnings.is_empty());
         let mut bad = story2();
         bad["spec"]["roles"][1]["multinode"] = json!({"nodeCount": 0});
-        let findings = admit(Kind::InferenceService, "default", &bad, None).unwrap_err();
+        let findings = admit(
+            Kind::InferenceService,
+            "default",
+            &bad,
+            None,
+            &lookup::Blind,
+        )
+        .unwrap_err();
         assert_eq!(
             findings.denial_message(),
             "spec.roles[1].multinode.nodeCount: must be >= 1, got 0"

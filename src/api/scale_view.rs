@@ -9,7 +9,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::inference_service::ComponentType;
+use super::inference_service::{ComponentType, InferenceService};
 use super::{Findings, dns1123_label_error};
 
 // Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
@@ -266,6 +266,54 @@ pub fn validate_total(spec: &ScaleViewSpec, replicas: i64, field: &str, findings
     }
 }
 
+/// What the view's target must be: an InferenceService in the view's namespace
+/// whose roles of the view's component type include every group.
+pub fn validate_target(spec: &ScaleViewSpec, target: Option<&InferenceService>) -> Findings {
+    let mut findings = Findings::default();
+    let wanted = spec.target_ref.component_type;
+    let Some(target) = target else {
+        findings.deny(
+            "spec.targetRef.name",
+            format!(
+                "InferenceService {:?} not found in this namespace",
+                spec.target_ref.name
+            ),
+        );
+        return findings;
+    };
+    let roles: Vec<&str> = target
+        .spec
+        .roles
+        .iter()
+        .filter(|r| r.component_type == wanted)
+        .map(|r| r.name.as_str())
+        .collect();
+    for (i, policy) in spec.scale_policy.iter().enumerate() {
+        if roles.contains(&policy.group.as_str()) {
+            continue;
+        }
+        let other = target.spec.roles.iter().find(|r| r.name == policy.group);
+        let reason = match other {
+            Some(role) => format!(
+                "role {:?} of {} is a {}, not a {wanted}",
+                policy.group, spec.target_ref.name, role.component_type
+            ),
+            None => format!(
+                "{} has no role {:?}; its {wanted} roles are: {}",
+                spec.target_ref.name,
+                policy.group,
+                if roles.is_empty() {
+                    "none".to_owned()
+                } else {
+                    roles.join(", ")
+                }
+            ),
+        };
+        findings.deny(format!("spec.scalePolicy[{i}].group"), reason);
+    }
+    findings
+}
+
 /// What may not change once a view exists: its target and its set of groups.
 pub fn validate_update(old: &ScaleViewSpec, new: &ScaleViewSpec) -> Findings {
     let mut findings = Findings::default();
@@ -441,6 +489,36 @@ mod tests {
             {"group": "decode-ondemand", "priority": 1, "constraints": {"max": 3}},
         ]);
         assert!(validate_update(&old, &spec(retune)).is_allowed());
+    }
+
+    #[test]
+    fn the_target_must_exist_and_hold_the_groups() {
+        let target: InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService", "metadata": {"name": "spot-decode"},
+            "spec": {"roles": [
+                {"name": "prefill", "componentType": "prefiller"},
+                {"name": "decode-ondemand", "componentType": "decoder"},
+                {"name": "decode-spot", "componentType": "decoder"},
+            ]}
+        }))
+        .unwrap();
+        assert!(validate_target(&spec(spot()), Some(&target)).is_allowed());
+        assert_eq!(
+            validate_target(&spec(spot()), None).denial_message(),
+            "spec.targetRef.name: InferenceService \"spot-decode\" not found in this namespace"
+        );
+        let mut wrong = spot();
+        wrong["scalePolicy"][1]["group"] = json!("prefill");
+        assert_eq!(
+            validate_target(&spec(wrong), Some(&target)).denial_message(),
+            "spec.scalePolicy[1].group: role \"prefill\" of spot-decode is a prefiller, not a decoder"
+        );
+        let mut missing = spot();
+        missing["scalePolicy"][1]["group"] = json!("decode-reserved");
+        assert_eq!(
+            validate_target(&spec(missing), Some(&target)).denial_message(),
+            "spec.scalePolicy[1].group: spot-decode has no role \"decode-reserved\"; its decoder roles are: decode-ondemand, decode-spot"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::admission;
+use crate::admission::{self, Lookup};
 use metrics::Metrics;
 use tls::{CertificateResolver, TlsError};
 
@@ -82,8 +82,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// Loads the certificate, binds both ports and starts serving.
-    pub async fn start(options: ServeOptions) -> Result<Server, ServerError> {
+    /// Loads the certificate, binds both ports and starts serving. Admission
+    /// consults `lookup`; /readyz answers 503 until `caches_ready` is true.
+    pub async fn start(
+        options: ServeOptions,
+        lookup: Arc<dyn Lookup>,
+        caches_ready: Arc<AtomicBool>,
+    ) -> Result<Server, ServerError> {
         let metrics = Arc::new(Metrics::default());
         let certificates = Arc::new(CertificateResolver::new(tls::load(&options.cert_dir)?));
         let watcher = tls::watch(&options.cert_dir, certificates.clone(), metrics.clone())?;
@@ -91,12 +96,15 @@ impl Server {
             tls::server_config(certificates.clone())?,
         ));
 
-        let app = admission::http::router(metrics.clone())
-            .layer(DefaultBodyLimit::max(options.body_limit_bytes))
-            .layer(TimeoutLayer::with_status_code(
-                StatusCode::SERVICE_UNAVAILABLE,
-                options.request_timeout,
-            ));
+        let app = admission::http::router(admission::http::State {
+            metrics: metrics.clone(),
+            lookup,
+        })
+        .layer(DefaultBodyLimit::max(options.body_limit_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            options.request_timeout,
+        ));
         let listener =
             std::net::TcpListener::bind(options.listen).map_err(|source| ServerError::Listen {
                 addr: options.listen,
@@ -137,7 +145,7 @@ impl Server {
                 source,
             })?;
         let (stop_probes, mut stopped) = watch::channel(false);
-        let probes = probe_routes(ready.clone(), metrics.clone());
+        let probes = probe_routes(ready.clone(), caches_ready, metrics.clone());
         let probe_task = tokio::spawn(async move {
             axum::serve(probe_listener, probes)
                 .with_graceful_shutdown(async move {
@@ -198,21 +206,29 @@ impl Server {
     }
 }
 
-fn probe_routes(ready: Arc<AtomicBool>, metrics: Arc<Metrics>) -> Router {
+fn probe_routes(
+    ready: Arc<AtomicBool>,
+    caches_ready: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.load(Ordering::SeqCst);
+                let serving = ready.load(Ordering::SeqCst);
+                let synced = caches_ready.load(Ordering::SeqCst);
                 async move {
-                    if ready {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (
+                    match (serving, synced) {
+                        (true, true) => (StatusCode::OK, "ready"),
+                        (false, _) => (
                             StatusCode::SERVICE_UNAVAILABLE,
                             "not ready: starting or shutting down",
-                        )
+                        ),
+                        (true, false) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "not ready: cluster caches are still loading",
+                        ),
                     }
                 }
             }),
@@ -244,11 +260,15 @@ fn probe_routes(ready: Arc<AtomicBool>, metrics: Arc<Metrics>) -> Router {
 }
 
 /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
-pub async fn run(options: ServeOptions) -> Result<(), ServerError> {
+pub async fn run(
+    options: ServeOptions,
+    lookup: Arc<dyn Lookup>,
+    caches_ready: Arc<AtomicBool>,
+) -> Result<(), ServerError> {
     // Listen for signals before anything says it is serving, so an early
     // SIGTERM is a graceful stop and not the default action (death).
     let stop = Termination::listen();
-    let server = Server::start(options).await?;
+    let server = Server::start(options, lookup, caches_ready).await?;
     stop.wait().await;
     tracing::info!("shutting down: finishing in-flight requests");
     server.shutdown();

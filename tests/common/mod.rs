@@ -207,12 +207,27 @@ pub fn options(dir: &Path) -> ServeOptions {
 }
 
 pub async fn start_server(adjust: impl FnOnce(&mut ServeOptions)) -> TestServer {
+    start_server_seeing(
+        adjust,
+        std::sync::Arc::new(tandem::admission::lookup::Blind),
+    )
+    .await
+}
+
+/// A test server whose admission sees `lookup` (a fixed set of objects).
+pub async fn start_server_seeing(
+    adjust: impl FnOnce(&mut ServeOptions),
+    lookup: std::sync::Arc<dyn tandem::admission::Lookup>,
+) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     let bundle = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
     tandem::certs::write(dir.path(), &bundle).unwrap();
     let mut opts = options(dir.path());
     adjust(&mut opts);
-    let server = Server::start(opts).await.expect("server starts");
+    let ready = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let server = Server::start(opts, lookup, ready)
+        .await
+        .expect("server starts");
     TestServer {
         server,
         dir,
