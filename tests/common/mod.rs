@@ -304,15 +304,33 @@ pub async fn post(
         .and_then(|c| c.first().cloned())
         .ok_or("no certificate presented")?
         .into_owned();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("http handshake: {e}"))?;
-    tokio::spawn(connection);
     let request = hyper::Request::post(path)
-        .header("host", "localhost")
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .unwrap();
+    let (status, body) = exchange(stream, request).await?;
+    Ok(Exchange {
+        status,
+        body,
+        presented,
+    })
+}
+
+/// One HTTP/1.1 request over an open connection: status and body.
+pub async fn exchange<I>(
+    io: I,
+    mut request: hyper::Request<Full<Bytes>>,
+) -> Result<(u16, Bytes), String>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("http handshake: {e}"))?;
+    tokio::spawn(connection);
+    request
+        .headers_mut()
+        .insert("host", http::HeaderValue::from_static("localhost"));
     let response = sender
         .send_request(request)
         .await
@@ -324,11 +342,7 @@ pub async fn post(
         .await
         .map_err(|e| format!("body: {e}"))?
         .to_bytes();
-    Ok(Exchange {
-        status,
-        body,
-        presented,
-    })
+    Ok((status, body))
 }
 
 /// GETs a path of the plain probe port.
@@ -336,25 +350,10 @@ pub async fn probe(addr: SocketAddr, path: &str) -> Result<(u16, String), String
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| format!("http handshake: {e}"))?;
-    tokio::spawn(connection);
     let request = hyper::Request::get(path)
-        .header("host", "localhost")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
+    let (status, body) = exchange(tcp, request).await?;
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
