@@ -4,9 +4,11 @@
 
 pub mod children;
 pub mod gang;
+pub mod locks;
 pub mod quantity;
 pub mod replicas;
 pub mod router;
 pub mod service;
+pub mod split;
 pub mod status;
 pub mod topology;
