@@ -12,3 +12,4 @@ pub mod service;
 pub mod split;
 pub mod status;
 pub mod topology;
+pub mod victims;
