@@ -167,7 +167,7 @@ async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_hi
         .map(|l| l["metadata"]["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["deepseek-r1-inference-inference-0"]);
-    assert!(event_notes(&fake).iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 1 replica(s); replica 2 is not kept"));
+    assert!(event_notes(&fake).iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 1 replica(s); replica 2 is not kept (Ordered: the highest indices go first)"));
 
     // A gap left by hand is refilled at the lowest index.
     fake.edit(IS, "InferenceService", "default", &name, |s| {
@@ -692,4 +692,128 @@ async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() 
     assert!(event_notes(&fake).iter().any(|n| n.starts_with(
         "Deleted: PodGroup deepseek-r1-inference deleted: gang scheduling is no longer needed"
     )));
+}
+
+fn costly_pod(index: u32, worker: u32, cost: i64, revision: &Value) -> Value {
+    let mut pod = pod("inference", index, worker, true, revision);
+    pod["metadata"]["annotations"] =
+        json!({"controller.kubernetes.io/pod-deletion-cost": cost.to_string()});
+    pod
+}
+
+#[tokio::test]
+async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_until_pods_go() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let mut service = yaml_documents(&repo_path(
+        "examples/inferenceservice/story3-multinode.yaml",
+    ))
+    .remove(0);
+    service["spec"]["roles"][0]["replicas"] = json!(4);
+    service["spec"]["roles"][0]["multinode"] = json!({"nodeCount": 2});
+    service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+    service["spec"]["schedulingStrategy"] = json!({"gangPolicy": "TaskMember"});
+    let (admitted, _) = tandem::admission::admit(
+        tandem::admission::Kind::InferenceService,
+        "default",
+        &service,
+        None,
+        &tandem::admission::lookup::Blind,
+    )
+    .unwrap();
+    let name = fake.insert(admitted)["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    reconcile_stored(&fake, &ctx, &name).await;
+    let revision = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0",
+        )
+        .unwrap()["metadata"]["labels"]["fusioninfer.io/revision"]
+        .clone();
+    // Replica scores (two pods each): 100, 50, 0, 75.
+    for (index, costs) in [(0, [50, 50]), (1, [25, 25]), (2, [0, 0]), (3, [40, 35])] {
+        for (worker, cost) in costs.into_iter().enumerate() {
+            fake.insert(costly_pod(index, worker as u32, cost, &revision));
+        }
+    }
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.take_calls();
+    let task_members = |fake: &FakeApi| {
+        fake.get(
+            "scheduling.volcano.sh/v1beta1",
+            "PodGroup",
+            "default",
+            &name,
+        )
+        .unwrap()["spec"]["minTaskMember"]
+            .clone()
+    };
+    assert_eq!(
+        task_members(&fake),
+        json!({"inference-0": 2, "inference-1": 2, "inference-2": 2, "inference-3": 2})
+    );
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(2)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("DELETE {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            format!("DELETE {LWS_PATH}/deepseek-r1-inference-inference-2"),
+            EVENTS.to_owned(),
+            status_patch(&name),
+        ],
+        "the two cheapest go; the PodGroup is not touched while their pods remain"
+    );
+    assert_eq!(task_members(&fake)["inference-2"], 2);
+    let notes = event_notes(&fake);
+    assert!(
+        notes.iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 2 replica(s); Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"),
+        "{notes:#?}"
+    );
+
+    // The pods of the deleted replicas go: now their entries go too.
+    for index in [1, 2] {
+        for worker in 0..2 {
+            let pod = format!("deepseek-r1-inference-inference-{index}-0-{worker}");
+            fake.remove("v1", "Pod", "default", &pod);
+        }
+    }
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    assert_eq!(
+        writes[0],
+        "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference"
+    );
+    assert_eq!(
+        task_members(&fake),
+        json!({"inference-0": 2, "inference-3": 2})
+    );
+
+    // Scaling back to 4 refills the freed indices, lowest first.
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(4)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    assert_eq!(
+        writes[0],
+        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1")
+    );
+    assert_eq!(
+        writes[2],
+        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-2")
+    );
+    assert_eq!(
+        task_members(&fake),
+        json!({"inference-0": 2, "inference-1": 2, "inference-2": 2, "inference-3": 2})
+    );
 }

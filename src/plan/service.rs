@@ -7,10 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::status::{self, Observed};
-use super::{children, gang, replicas, router, topology};
+use super::{children, gang, router, topology, victims};
 use crate::api::Findings;
 use crate::api::inference_service::{
-    self, ComponentType, InferenceService, InferenceServiceStatus,
+    self, ComponentType, InferenceService, InferenceServiceStatus, Role, RoleScaleDownPolicy,
 };
 
 /// The hash of what Tandem last applied to a child.
@@ -132,39 +132,72 @@ pub fn validate(service: &InferenceService) -> Findings {
     findings
 }
 
-/// The replica indices of each role, as seen on the LeaderWorkerSets that exist.
-pub fn existing_indices(leader_worker_sets: &[Value]) -> BTreeMap<String, BTreeSet<u32>> {
-    let mut indices: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-    for lws in leader_worker_sets {
-        let labels = &lws["metadata"]["labels"];
-        let role = labels[children::ROLE_NAME].as_str();
-        let index = labels[children::REPLICA_INDEX]
-            .as_str()
-            .and_then(|i| i.parse().ok());
-        if let (Some(role), Some(index)) = (role, index) {
-            indices.entry(role.to_owned()).or_default().insert(index);
-        }
-    }
-    indices
+/// The replicas of one role as the world shows them.
+struct RoleReplicas {
+    /// Indices with a LeaderWorkerSet (terminating ones included).
+    existing: BTreeSet<u32>,
+    /// Indices on their way out: LWS terminating, or gone with pods left.
+    deleting: BTreeSet<u32>,
+    /// Indices that still have pods.
+    with_pods: BTreeSet<u32>,
+    /// Each replica's deletion cost and readiness, for Binpack.
+    candidates: BTreeMap<u32, victims::Candidate>,
 }
 
-/// Everything the service should have. `existing` holds the replica indices of
-/// each role that exist now.
+fn role_replicas(role: &Role, world: &World<'_>) -> RoleReplicas {
+    let leader_worker_sets: Vec<&Value> = world
+        .children
+        .iter()
+        .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
+        .filter(|o| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str())
+        .collect();
+    let index = |o: &Value| -> Option<u32> {
+        o["metadata"]["labels"][children::REPLICA_INDEX]
+            .as_str()?
+            .parse()
+            .ok()
+    };
+    let existing: BTreeSet<u32> = leader_worker_sets.iter().filter_map(|o| index(o)).collect();
+    let terminating: BTreeSet<u32> = leader_worker_sets
+        .iter()
+        .filter(|o| !o["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|o| index(o))
+        .collect();
+    let with_pods: BTreeSet<u32> = victims::candidates(world.pods, &role.name)
+        .into_keys()
+        .collect();
+    let nodes = usize::try_from(role.node_count()).unwrap_or(1);
+    RoleReplicas {
+        deleting: victims::being_deleted(&existing, &terminating, &with_pods),
+        candidates: victims::role_candidates(world.pods, &role.name, nodes, &existing),
+        existing,
+        with_pods,
+    }
+}
+
+/// Everything the service should have, given what the world has now: which
+/// replica indices each role keeps (Ordered: the lowest; Binpack: the cheapest
+/// to lose go) and, for the PodGroup, the replicas whose pods are still there.
 pub fn desired(
     service: &InferenceService,
-    existing: &BTreeMap<String, BTreeSet<u32>>,
+    world: &World<'_>,
     options: &Options,
 ) -> Result<Vec<Desired>, String> {
     let name = children::service_name(service);
     let revision = children::revision(&service.spec);
     let scheduling = gang::scheduling(&service.spec);
     let mut plan = Vec::new();
-    let mut kept: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    let mut gang_members: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     for role in service.spec.roles.iter().filter(|r| !r.is_router()) {
-        let none = BTreeSet::new();
-        let have = existing.get(&role.name).unwrap_or(&none);
+        let seen = role_replicas(role, world);
         let desired = usize::try_from(role.replicas()).unwrap_or(0);
-        let indices = replicas::ordered(have, desired);
+        let indices = victims::keep(
+            &seen.existing,
+            &seen.deleting,
+            desired,
+            role.scale_down_policy(),
+            &seen.candidates,
+        );
         for &index in &indices {
             let placement = topology::Placement {
                 scheduler_name: scheduling.scheduler_name.clone(),
@@ -184,7 +217,12 @@ pub fn desired(
                 ),
             });
         }
-        kept.insert(role.name.clone(), indices);
+        // A replica that goes keeps its PodGroup entry until its pods are gone.
+        let leaving: BTreeSet<u32> = seen.with_pods.difference(&indices).copied().collect();
+        gang_members.insert(
+            role.name.clone(),
+            victims::pod_group_indices(&indices, &leaving),
+        );
     }
     for object in router::router_objects(service, &options.router)? {
         let why = match object["kind"].as_str().unwrap_or_default() {
@@ -204,7 +242,7 @@ pub fn desired(
         };
         plan.push(Desired { object, why });
     }
-    if let Some(pod_group) = gang::pod_group(service, &kept)? {
+    if let Some(pod_group) = gang::pod_group(service, &gang_members)? {
         plan.push(Desired {
             object: pod_group,
             why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
@@ -239,18 +277,38 @@ fn gang_reason(service: &InferenceService) -> String {
     reasons.join(", ")
 }
 
-/// Why an object the service has is no longer wanted, for the Event.
-pub fn why_delete(service: &InferenceService, object: &Value) -> String {
+/// Why an object the service has is no longer wanted, for the Event. A
+/// replica removed by Binpack names its deletion cost and the costs it beat.
+pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>) -> String {
     let labels = &object["metadata"]["labels"];
     let kind = object["kind"].as_str().unwrap_or("object");
     match (labels[children::ROLE_NAME].as_str(), kind) {
-        (Some(role), "LeaderWorkerSet") => {
-            match service.spec.roles.iter().find(|r| r.name == role) {
-                None => format!("role {role} was removed from the spec"),
-                Some(r) => format!(
-                    "role {role} is scaled to {} replica(s); replica {} is not kept",
-                    r.replicas(),
-                    labels[children::REPLICA_INDEX].as_str().unwrap_or("?")
+        (Some(role_name), "LeaderWorkerSet") => {
+            let Some(role) = service.spec.roles.iter().find(|r| r.name == role_name) else {
+                return format!("role {role_name} was removed from the spec");
+            };
+            let index: Option<u32> = labels[children::REPLICA_INDEX].as_str().and_then(|i| i.parse().ok());
+            let scaled = format!("role {role_name} is scaled to {} replica(s)", role.replicas());
+            match (role.scale_down_policy(), index) {
+                (RoleScaleDownPolicy::Binpack, Some(index)) => {
+                    let seen = role_replicas(role, world);
+                    let score = |i: u32| {
+                        seen.candidates.get(&i).map_or("no pods".to_owned(), |c| {
+                            format!("cost {}{}", c.cost, if c.running { "" } else { ", not running" })
+                        })
+                    };
+                    let desired = usize::try_from(role.replicas()).unwrap_or(0);
+                    let kept = victims::keep(&seen.existing, &seen.deleting, desired, RoleScaleDownPolicy::Binpack, &seen.candidates);
+                    let beaten: Vec<String> = kept.iter().map(|&i| format!("{i} ({})", score(i))).collect();
+                    format!(
+                        "{scaled}; Binpack removes replica {index} ({}) before the replicas it keeps: {}",
+                        score(index),
+                        if beaten.is_empty() { "none".to_owned() } else { beaten.join(", ") }
+                    )
+                }
+                (_, index) => format!(
+                    "{scaled}; replica {} is not kept (Ordered: the highest indices go first)",
+                    index.map_or("?".to_owned(), |i| i.to_string())
                 ),
             }
         }
@@ -347,13 +405,7 @@ pub fn reconcile(
     let mut problems = Vec::new();
     let findings = validate(service);
     let plan = if findings.is_allowed() {
-        let leader_worker_sets: Vec<Value> = world
-            .children
-            .iter()
-            .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
-            .cloned()
-            .collect();
-        match desired(service, &existing_indices(&leader_worker_sets), options) {
+        match desired(service, world, options) {
             Ok(plan) => plan,
             Err(reason) => {
                 problems.push(format!("cannot plan: {reason}"));
@@ -407,16 +459,21 @@ pub fn reconcile(
     let mut delete = Vec::new();
     if problems.is_empty() {
         let kept: BTreeSet<_> = plan.iter().map(|d| identity(&d.object)).collect();
+        // What is already being deleted is not deleted (and announced) again.
         for child in world
             .children
             .iter()
             .filter(|c| !kept.contains(&identity(c)))
+            .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
         {
             let kind = child["kind"].as_str().unwrap_or("object");
             let name = child["metadata"]["name"].as_str().unwrap_or_default();
             delete.push(Delete {
                 object: child.clone(),
-                note: format!("{kind} {name} deleted: {}", why_delete(service, child)),
+                note: format!(
+                    "{kind} {name} deleted: {}",
+                    why_delete(service, child, world)
+                ),
             });
         }
     }
@@ -500,6 +557,16 @@ mod tests {
         .unwrap()
     }
 
+    fn world<'a>(children: &'a [Value], pods: &'a [Value]) -> World<'a> {
+        static NONE: std::sync::LazyLock<BTreeSet<String>> =
+            std::sync::LazyLock::new(BTreeSet::new);
+        World {
+            children,
+            pods,
+            unavailable: &NONE,
+        }
+    }
+
     fn names(plan: &[Desired]) -> Vec<&str> {
         plan.iter()
             .map(|d| d.object["metadata"]["name"].as_str().unwrap())
@@ -508,7 +575,7 @@ mod tests {
 
     #[test]
     fn one_leader_worker_set_per_replica_of_each_serving_role() {
-        let plan = desired(&service(3), &BTreeMap::new(), &Options::default()).unwrap();
+        let plan = desired(&service(3), &world(&[], &[]), &Options::default()).unwrap();
         assert_eq!(
             names(&plan),
             ["qwen-inference-0", "qwen-inference-1", "qwen-inference-2"]
@@ -521,16 +588,51 @@ mod tests {
     }
 
     #[test]
-    fn existing_indices_come_from_labels() {
-        let plan = desired(&service(2), &BTreeMap::new(), &Options::default()).unwrap();
+    fn existing_replicas_come_from_the_leader_worker_sets() {
+        let plan = desired(&service(2), &world(&[], &[]), &Options::default()).unwrap();
         let objects: Vec<Value> = plan.into_iter().map(|d| d.object).collect();
-        let indices = existing_indices(&objects);
-        assert_eq!(indices["inference"], BTreeSet::from([0, 1]));
-        let scaled = desired(&service(1), &indices, &Options::default()).unwrap();
+        let scaled = desired(&service(1), &world(&objects, &[]), &Options::default()).unwrap();
         assert_eq!(names(&scaled), ["qwen-inference-0"]);
         assert_eq!(
-            why_delete(&service(1), &objects[1]),
-            "role inference is scaled to 1 replica(s); replica 1 is not kept"
+            why_delete(&service(1), &objects[1], &world(&objects, &[])),
+            "role inference is scaled to 1 replica(s); replica 1 is not kept (Ordered: the highest indices go first)"
+        );
+    }
+
+    fn pod(index: u32, cost: &str, ready: bool) -> Value {
+        json!({"metadata": {"name": format!("qwen-inference-{index}-0"),
+                "labels": {children::ROLE_NAME: "inference", children::REPLICA_INDEX: index.to_string()},
+                "annotations": {victims::DELETION_COST: cost}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+    }
+
+    #[test]
+    fn binpack_removes_the_cheapest_replicas_and_says_what_they_beat() {
+        let mut value = serde_json::to_value(service(4)).unwrap();
+        value["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+        let four: InferenceService = serde_json::from_value(value.clone()).unwrap();
+        let lws: Vec<Value> = desired(&four, &world(&[], &[]), &Options::default())
+            .unwrap()
+            .into_iter()
+            .map(|d| d.object)
+            .collect();
+        let pods = [
+            pod(0, "100", true),
+            pod(1, "50", true),
+            pod(2, "0", true),
+            pod(3, "75", true),
+        ];
+        value["spec"]["roles"][0]["replicas"] = json!(2);
+        let two: InferenceService = serde_json::from_value(value).unwrap();
+        let kept = desired(&two, &world(&lws, &pods), &Options::default()).unwrap();
+        assert_eq!(
+            names(&kept),
+            ["qwen-inference-0", "qwen-inference-3"],
+            "costs 100/50/0/75 keep 0 and 3"
+        );
+        assert_eq!(
+            why_delete(&two, &lws[2], &world(&lws, &pods)),
+            "role inference is scaled to 2 replica(s); Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"
         );
     }
 
@@ -623,7 +725,7 @@ mod tests {
         assert_eq!(shrunk.delete.len(), 1);
         assert_eq!(
             shrunk.delete[0].note,
-            "LeaderWorkerSet qwen-inference-1 deleted: role inference is scaled to 1 replica(s); replica 1 is not kept"
+            "LeaderWorkerSet qwen-inference-1 deleted: role inference is scaled to 1 replica(s); replica 1 is not kept (Ordered: the highest indices go first)"
         );
 
         let missing = BTreeSet::from(["LeaderWorkerSet".to_owned()]);
@@ -659,7 +761,7 @@ mod tests {
             .push(json!({"name": "router", "componentType": "router",
             "httproute": {"parentRefs": [{"name": "gw"}]}}));
         let routed: InferenceService = serde_json::from_value(value).unwrap();
-        let plan = desired(&routed, &BTreeMap::new(), &Options::default()).unwrap();
+        let plan = desired(&routed, &world(&[], &[]), &Options::default()).unwrap();
         let kinds: Vec<&str> = plan
             .iter()
             .map(|d| d.object["kind"].as_str().unwrap())
@@ -691,7 +793,7 @@ mod tests {
             .unwrap();
         assert_eq!(pool.why, "the router's pool of the serving roles' leaders");
         assert_eq!(
-            why_delete(&service(1), &pool.object),
+            why_delete(&service(1), &pool.object, &world(&[], &[])),
             "the service has no router role any more"
         );
     }

@@ -218,6 +218,20 @@ impl FakeApi {
         self.insert(object);
     }
 
+    /// Deletes a stored object (as another actor would).
+    pub fn remove(&self, api_version: &str, kind: &str, namespace: &str, name: &str) {
+        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
+        let mut state = self.state.lock().unwrap();
+        let removed = state
+            .objects
+            .get_mut(&collection_of(&probe))
+            .and_then(|c| c.remove(name));
+        assert!(
+            removed.is_some(),
+            "{kind} {namespace}/{name} to remove exists"
+        );
+    }
+
     /// Every request since the last `take_calls`.
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut self.state.lock().unwrap().calls)
