@@ -10,3 +10,4 @@ pub mod router;
 pub mod service;
 pub mod status;
 pub mod topology;
+pub mod upgrade;
