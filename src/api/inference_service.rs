@@ -669,7 +669,9 @@ fn validate_scheduling(scheduling: &SchedulingStrategy, findings: &mut Findings)
     }
 }
 
-fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Findings) {
+/// The rules of `spec.upgradeStrategy`; `plan::upgrade` checks the options it
+/// steps with through this same function.
+pub(crate) fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Findings) {
     let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
     let strategy = upgrade.type_.unwrap_or_default();
     let options = upgrade.incremental_upgrade_options.as_ref();

@@ -12,4 +12,5 @@ pub mod service;
 pub mod split;
 pub mod status;
 pub mod topology;
+pub mod upgrade;
 pub mod victims;
