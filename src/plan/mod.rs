@@ -3,9 +3,11 @@
 //! the same functions.
 
 pub mod children;
+pub mod dag;
 pub mod gang;
 pub mod locks;
 pub mod quantity;
+pub mod ratio;
 pub mod replicas;
 pub mod router;
 pub mod service;

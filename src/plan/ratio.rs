@@ -1,0 +1,999 @@
+//! InplaceScaling (DESIGN.md §1.2): a Target follows its Source at a ratio.
+//!
+//! Three decisions, read top to bottom:
+//! 1. [`target_replicas`]: a Target's replicas, `ceil(source × ratio)` computed
+//!    exactly (0.1 × 30 is 3, never 4), then clamped by the binding's min/max.
+//! 2. [`bindings`]: what each binding of a group points at, an [`Endpoint`] (a
+//!    resource, or a role within one), resolving names exactly as
+//!    `api::resource_scaling_group::validate` does.
+//! 3. [`propagate`]: the desired replicas of every Target in a namespace,
+//!    through chains of groups (a Target of one group may be the Source of
+//!    another), in topological order so a chain settles in one pass.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use rust_decimal::Decimal;
+
+use crate::api::resource_scaling_group::{
+    BindingRole, ResourceScalingGroupSpec, ScalingStrategyType, TargetResource,
+};
+use crate::plan::dag::FollowGraph;
+
+/// Where a group's bindings sit, as users write the path.
+pub const BINDINGS_FIELD: &str = "spec.scalingStrategy.inplaceConfig.bindings";
+
+/// The replicas of a Target whose Source has `source` replicas:
+/// `ceil(source × ratio)`, then at most `max`, then at least `min`.
+///
+/// Total on every input: a negative source or ratio counts as 0, the result
+/// saturates at `i32::MAX` and is never negative. Should `min` exceed `max`
+/// (validation denies it), `min` wins: a floor protects availability.
+pub fn target_replicas(source: i32, ratio: Decimal, min: Option<i32>, max: Option<i32>) -> i32 {
+    let followed = ceil_product(source, ratio);
+    let capped = max.map_or(followed, |max| followed.min(max));
+    let floored = min.map_or(capped, |min| capped.max(min));
+    floored.max(0)
+}
+
+/// `ceil(source × ratio)` in integers, so no rounding ever happens: a decimal
+/// is `mantissa / 10^scale` with |mantissa| < 2^96 and scale <= 28, so
+/// `source × mantissa` < 2^31 × 2^96 and `10^scale` < 2^94 both fit an i128
+/// (the saturating operations therefore never saturate).
+fn ceil_product(source: i32, ratio: Decimal) -> i32 {
+    if source <= 0 || ratio <= Decimal::ZERO {
+        return 0;
+    }
+    let numerator = i128::from(source).saturating_mul(ratio.mantissa());
+    let denominator = 10i128.saturating_pow(ratio.scale());
+    let quotient = numerator / denominator + i128::from(numerator % denominator != 0);
+    i32::try_from(quotient).unwrap_or(i32::MAX)
+}
+
+/// What a binding points at: a whole resource (`role` is None) or one role of
+/// a resource with roles (RoleBasedGroup, InferenceService).
+///
+/// Identity is (API group, kind, name, role): the same object is the same
+/// endpoint whatever version its apiVersion is written with (`apps/v1` and
+/// `apps/v1beta2` name one Deployment), so equality, ordering and hashing
+/// ignore the version. Kinds, names and roles compare case-sensitively, as the
+/// API server does; a binding's case-only match was already resolved to the
+/// declared spelling by [`bindings`].
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub role: Option<String>,
+}
+
+impl Endpoint {
+    /// The API group: `apps` for `apps/v1`, empty for the core group (`v1`).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _version)| group)
+    }
+
+    fn identity(&self) -> (&str, &str, &str, Option<&str>) {
+        (self.group(), &self.kind, &self.name, self.role.as_deref())
+    }
+}
+
+impl PartialEq for Endpoint {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for Endpoint {}
+
+impl PartialOrd for Endpoint {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Endpoint {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.identity().cmp(&other.identity())
+    }
+}
+
+impl Hash for Endpoint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+/// `prefill` for a resource, `rolebasedgroup1/Decode` for a role of one
+/// (object names cannot contain `/`, so this never reads two ways).
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.role {
+            None => write!(f, "{}", self.name),
+            Some(role) => write!(f, "{}/{role}", self.name),
+        }
+    }
+}
+
+/// One group's bindings, resolved: the Source and every Target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bindings {
+    pub source: Endpoint,
+    /// Index of the Source in `spec.scalingStrategy.inplaceConfig.bindings`.
+    pub source_binding: usize,
+    /// In binding order.
+    pub targets: Vec<TargetBinding>,
+}
+
+/// A Target and how it follows the Source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetBinding {
+    /// Index in `spec.scalingStrategy.inplaceConfig.bindings`, for field paths.
+    pub binding: usize,
+    pub endpoint: Endpoint,
+    pub ratio: Decimal,
+    pub min: Option<i32>,
+    pub max: Option<i32>,
+}
+
+impl TargetBinding {
+    /// This Target's replicas when the Source has `source`.
+    pub fn replicas(&self, source: i32) -> i32 {
+        target_replicas(source, self.ratio, self.min, self.max)
+    }
+}
+
+/// Resolves an InplaceScaling group's bindings. A binding names a role (by
+/// `subResources[].roleName`) or a resource without roles (by `name`); a
+/// name that matches only up to case resolves to the declared spelling
+/// (seed 000: binding `decode`, role `Decode`). The error names the first
+/// field that stops resolution; `validate` reports all of them.
+pub fn bindings(spec: &ResourceScalingGroupSpec) -> Result<Bindings, String> {
+    let strategy = &spec.scaling_strategy;
+    if strategy.type_ != ScalingStrategyType::InplaceScaling {
+        return Err(format!(
+            "spec.scalingStrategy.type: {:?} has no bindings; only InplaceScaling binds Targets to a Source",
+            strategy.type_
+        ));
+    }
+    let Some(inplace) = &strategy.inplace_config else {
+        return Err(
+            "spec.scalingStrategy.inplaceConfig: required when type is InplaceScaling".into(),
+        );
+    };
+    let names = Bindable::of(&spec.target_resources);
+    let mut source: Option<(usize, Endpoint)> = None;
+    let mut targets = Vec::new();
+    for (i, binding) in inplace.bindings.iter().enumerate() {
+        let here = format!("{BINDINGS_FIELD}[{i}]");
+        let endpoint = names.resolve(&binding.name, &here)?;
+        match binding.role {
+            BindingRole::Source => {
+                if let Some((first, _)) = &source {
+                    return Err(format!(
+                        "{here}.role: only one Source is allowed, {BINDINGS_FIELD}[{first}] is already the Source"
+                    ));
+                }
+                source = Some((i, endpoint));
+            }
+            BindingRole::Target => {
+                let ratio = binding.ratio.as_ref().ok_or_else(|| {
+                    format!(
+                        "{here}.ratio: required for a Target: replicas become ceil(source replicas x ratio)"
+                    )
+                })?;
+                targets.push(TargetBinding {
+                    binding: i,
+                    endpoint,
+                    ratio: ratio.value(),
+                    min: binding.min,
+                    max: binding.max,
+                });
+            }
+        }
+    }
+    let (source_binding, source) = source.ok_or_else(|| {
+        format!("{BINDINGS_FIELD}: needs exactly one binding with role Source, found none")
+    })?;
+    Ok(Bindings {
+        source,
+        source_binding,
+        targets,
+    })
+}
+
+/// The names bindings may use, with what each points at.
+struct Bindable<'a> {
+    /// Bindable name -> every entry that declares it (more than one is a clash).
+    claims: BTreeMap<&'a str, Vec<Claim>>,
+    /// Resources with roles -> their roles (bind a role, not the resource).
+    with_roles: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+struct Claim {
+    /// Where the name is declared: `spec.targetResources[resource]`, and
+    /// `.subResources[role]` within it for a role.
+    resource: usize,
+    role: Option<usize>,
+    /// None when the target resource names no complete object.
+    endpoint: Option<Endpoint>,
+}
+
+impl Claim {
+    /// The field that declares the name (only errors need it, so it is
+    /// formatted then).
+    fn field(&self) -> String {
+        match self.role {
+            None => format!("spec.targetResources[{}].name", self.resource),
+            Some(role) => format!(
+                "spec.targetResources[{}].subResources[{role}].roleName",
+                self.resource
+            ),
+        }
+    }
+}
+
+impl<'a> Bindable<'a> {
+    fn of(targets: &'a [TargetResource]) -> Self {
+        let mut names = Bindable {
+            claims: BTreeMap::new(),
+            with_roles: BTreeMap::new(),
+        };
+        for (i, target) in targets.iter().enumerate() {
+            let object = target.object().map(|o| Endpoint {
+                api_version: o.api_version.to_owned(),
+                kind: o.kind.to_owned(),
+                name: o.name.to_owned(),
+                role: None,
+            });
+            if target.sub_resources.is_empty() {
+                names.claims.entry(&target.name).or_default().push(Claim {
+                    resource: i,
+                    role: None,
+                    endpoint: object,
+                });
+                continue;
+            }
+            let roles = target.sub_resources.iter().map(|s| s.role_name.as_str());
+            names.with_roles.insert(&target.name, roles.collect());
+            for (r, sub) in target.sub_resources.iter().enumerate() {
+                names.claims.entry(&sub.role_name).or_default().push(Claim {
+                    resource: i,
+                    role: Some(r),
+                    endpoint: object.clone().map(|o| Endpoint {
+                        role: Some(sub.role_name.clone()),
+                        ..o
+                    }),
+                });
+            }
+        }
+        names
+    }
+
+    /// What `name` (written at binding `here`) points at.
+    fn resolve(&self, name: &str, here: &str) -> Result<Endpoint, String> {
+        let field = format!("{here}.name");
+        if let Some(claims) = self.claims.get(name) {
+            return Self::claimed(name, claims, &field);
+        }
+        if let Some(roles) = self.with_roles.get(name) {
+            return Err(format!(
+                "{field}: {name:?} has subResources; bind one of its roles instead: {}",
+                roles.join(", ")
+            ));
+        }
+        let folded: Vec<(&&str, &Vec<Claim>)> = self
+            .claims
+            .iter()
+            .filter(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
+            .collect();
+        match folded.as_slice() {
+            [(matched, claims)] => Self::claimed(matched, claims, &field),
+            [] => {
+                let known: Vec<&str> = self.claims.keys().copied().collect();
+                Err(format!(
+                    "{field}: {name:?} names no role or resource (bindable: {})",
+                    known.join(", ")
+                ))
+            }
+            several => {
+                let options: Vec<&str> = several.iter().map(|(n, _)| **n).collect();
+                Err(format!(
+                    "{field}: {name:?} matches several names up to case ({}); write one exactly",
+                    options.join(", ")
+                ))
+            }
+        }
+    }
+
+    fn claimed(name: &str, claims: &[Claim], field: &str) -> Result<Endpoint, String> {
+        match claims {
+            [claim] => claim.endpoint.clone().ok_or_else(|| {
+                format!(
+                    "{field}: {name:?} is declared at {} without a complete object (apiVersion and kind, or targetRef)",
+                    claim.field()
+                )
+            }),
+            several => {
+                let fields: Vec<String> = several.iter().map(Claim::field).collect();
+                Err(format!(
+                    "{field}: {name:?} is declared more than once ({}): a binding name must name one resource or role",
+                    fields.join(", ")
+                ))
+            }
+        }
+    }
+}
+
+/// The desired replicas of every Target, given the current replicas of every
+/// endpoint (`current`) and the resolved bindings of every InplaceScaling
+/// group of a namespace (name, bindings).
+///
+/// Endpoints are visited in topological order, so a Target that is itself a
+/// Source passes on its desired replicas, not its current ones, and a chain of
+/// any length settles in one pass. A Target whose Source has no replicas in
+/// `current` (and is no Target with a decision) is left out: nothing is
+/// decided for it, and its own followers follow its current replicas.
+/// A cycle, or an endpoint that is the Target of two bindings, has no
+/// answer: the error names it and the groups involved.
+pub fn propagate(
+    current: &BTreeMap<Endpoint, i32>,
+    groups: &[(String, Bindings)],
+) -> Result<BTreeMap<Endpoint, i32>, String> {
+    let named: Vec<(&str, &Bindings)> = groups.iter().map(|(n, b)| (n.as_str(), b)).collect();
+    let graph = FollowGraph::new(&named);
+    let order = graph.topological().map_err(|cycle| {
+        format!("{cycle}: the bindings form a cycle, so no replicas satisfy them")
+    })?;
+    let mut desired: BTreeMap<Endpoint, i32> = BTreeMap::new();
+    for endpoint in order {
+        let follows = graph.targeting(endpoint);
+        let follow = match follows.as_slice() {
+            [] => continue,
+            [follow] => *follow,
+            several => {
+                let names: Vec<&str> = several.iter().map(|f| named[f.group].0).collect();
+                return Err(format!(
+                    "{endpoint} is the Target of more than one binding (ResourceScalingGroups {}); it can follow one Source only",
+                    names.join(", ")
+                ));
+            }
+        };
+        let bindings = named[follow.group].1;
+        let source = desired
+            .get(&bindings.source)
+            .or_else(|| current.get(&bindings.source));
+        if let Some(&source) = source {
+            let replicas = bindings.targets[follow.target].replicas(source);
+            desired.insert(endpoint.clone(), replicas);
+        }
+    }
+    Ok(desired)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::resource_scaling_group::{Ratio, validate};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn ratio(value: serde_json::Value) -> Decimal {
+        serde_json::from_value::<Ratio>(value)
+            .expect("test ratio parses")
+            .value()
+    }
+
+    #[test]
+    fn replicas_table() {
+        // (source, ratio as written, min, max, expected)
+        let cases = [
+            (10, json!(1), None, None, 10),
+            (10, json!(2), None, None, 20),
+            (10, json!(1.0), None, None, 10),
+            (10, json!("2.0"), None, None, 20),
+            (30, json!(0.1), None, None, 3),
+            (30, json!("0.1"), None, None, 3),
+            (3, json!(0.25), None, None, 1),
+            (3, json!("0.25"), None, None, 1),
+            (4, json!(0.25), None, None, 1),
+            (5, json!(0.25), None, None, 2),
+            (3, json!(1.5), None, None, 5),
+            (2, json!(1.5), None, None, 3),
+            (7, json!("1e-1"), None, None, 1),
+            (1, json!("0.0000000000000000000000000001"), None, None, 1),
+            (0, json!(4), None, None, 0),
+            (5, json!(0), None, None, 0),
+            (5, json!("0.0"), None, None, 0),
+            (0, json!(0.5), Some(1), None, 1),
+            (10, json!(2), None, Some(15), 15),
+            (10, json!(2), Some(25), Some(30), 25),
+            (10, json!(2), Some(1), Some(30), 20),
+            (1, json!(0.1), Some(2), Some(2), 2),
+            // Invalid inputs still give an answer and never panic.
+            (-5, json!(2), None, None, 0),
+            (5, json!(-2), None, None, 0),
+            (5, json!(1), Some(4), Some(2), 4),
+            (5, json!(1), None, Some(-3), 0),
+            (5, json!(1), Some(-3), None, 5),
+            (i32::MAX, json!(2), None, None, i32::MAX),
+            (i32::MAX, json!(1), None, None, i32::MAX),
+            (i32::MAX, json!(0.5), None, None, 1_073_741_824),
+            (
+                i32::MAX,
+                json!("79228162514264337593543950335"),
+                None,
+                None,
+                i32::MAX,
+            ),
+            (i32::MAX, json!(2), None, Some(40), 40),
+        ];
+        for (source, written, min, max, expected) in cases {
+            assert_eq!(
+                target_replicas(source, ratio(written.clone()), min, max),
+                expected,
+                "source {source}, ratio {written}, min {min:?}, max {max:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rounding_is_exact_where_binary_floats_are_not() {
+        // 0.1 * 30 is 3.0000000000000004 in f64, whose ceiling would be 4.
+        assert_eq!(
+            target_replicas(30, ratio(json!(0.1)), None, None),
+            3,
+            "ceil of an exact 3"
+        );
+        // The smallest excess above an integer still rounds up.
+        let just_above_one = Decimal::from_i128_with_scale(10i128.pow(28) + 1, 28);
+        assert_eq!(
+            target_replicas(i32::MAX - 1, just_above_one, None, None),
+            i32::MAX
+        );
+        assert_eq!(target_replicas(1_000, just_above_one, None, None), 1_001);
+    }
+
+    /// Any decimal rust_decimal can hold, of either sign and any scale.
+    fn any_decimal() -> impl Strategy<Value = Decimal> {
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<bool>(),
+            0u32..=28,
+        )
+            .prop_map(|(lo, mid, hi, negative, scale)| {
+                Decimal::from_parts(lo, mid, hi, negative, scale)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn never_negative_and_within_valid_clamps(
+            source in any::<i32>(),
+            ratio in any_decimal(),
+            min in proptest::option::of(any::<i32>()),
+            max in proptest::option::of(any::<i32>()),
+        ) {
+            let replicas = target_replicas(source, ratio, min, max);
+            prop_assert!(replicas >= 0);
+            if let Some(max) = max && min.is_none_or(|min| min <= max) && max >= 0 {
+                prop_assert!(replicas <= max);
+            }
+            if let Some(min) = min {
+                prop_assert!(replicas >= min);
+            }
+        }
+
+        #[test]
+        fn monotonic_in_the_source(
+            a in any::<i32>(),
+            b in any::<i32>(),
+            ratio in any_decimal(),
+            min in proptest::option::of(any::<i32>()),
+            max in proptest::option::of(any::<i32>()),
+        ) {
+            let (low, high) = (a.min(b), a.max(b));
+            prop_assert!(
+                target_replicas(low, ratio, min, max) <= target_replicas(high, ratio, min, max)
+            );
+        }
+
+        #[test]
+        fn integer_ratios_multiply_exactly(source in 0i32..=i32::MAX, k in 0i64..=100_000) {
+            let expected = i32::try_from(i64::from(source) * k).unwrap_or(i32::MAX);
+            prop_assert_eq!(target_replicas(source, Decimal::from(k), None, None), expected);
+            // However the integer is written: 2, 2.0, 2.000.
+            let rescaled = Decimal::from_i128_with_scale(i128::from(k) * 1000, 3);
+            prop_assert_eq!(target_replicas(source, rescaled, None, None), expected);
+        }
+
+        #[test]
+        fn is_the_ceiling_of_the_exact_product(
+            source in 0i32..1_000_000,
+            mantissa in 0i64..100_000_000,
+            scale in 0u32..=8,
+        ) {
+            // Here the product fits rust_decimal without rounding, so its
+            // arithmetic is an independent oracle.
+            let ratio = Decimal::new(mantissa, scale);
+            let exact = Decimal::from(source) * ratio;
+            let replicas = target_replicas(source, ratio, None, None);
+            let expected = i32::try_from(exact.ceil().mantissa() / 10i128.pow(exact.ceil().scale()))
+                .unwrap_or(i32::MAX);
+            prop_assert_eq!(replicas, expected);
+            if replicas < i32::MAX {
+                prop_assert!(Decimal::from(replicas) >= exact);
+                prop_assert!(Decimal::from(replicas) - Decimal::ONE < exact);
+            }
+        }
+    }
+
+    fn spec(value: serde_json::Value) -> ResourceScalingGroupSpec {
+        serde_json::from_value(value).expect("test spec parses")
+    }
+
+    /// Seed 000's InplaceScaling example, as written.
+    fn seed_inplace() -> serde_json::Value {
+        json!({
+            "targetResources": [
+                {"name": "rolebasedgroup1", "namespace": "ai", "apiVersion": "workloads.x-k8s.io/v1alpha1",
+                 "kind": "RoleBasedGroup", "subResources": [{"roleName": "prefill"}, {"roleName": "Decode"}]},
+                {"name": "router", "namespace": "ai", "apiVersion": "apps/v1", "kind": "Deployment"},
+            ],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "router", "role": "Source"},
+                {"name": "prefill", "role": "Target", "ratio": 1.0},
+                {"name": "decode", "role": "Target", "ratio": 2.0},
+            ]}}
+        })
+    }
+
+    fn endpoint(api_version: &str, kind: &str, name: &str, role: Option<&str>) -> Endpoint {
+        Endpoint {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            role: role.map(Into::into),
+        }
+    }
+
+    fn deployment(name: &str) -> Endpoint {
+        endpoint("apps/v1", "Deployment", name, None)
+    }
+
+    fn rbg_role(role: &str) -> Endpoint {
+        endpoint(
+            "workloads.x-k8s.io/v1alpha1",
+            "RoleBasedGroup",
+            "rolebasedgroup1",
+            Some(role),
+        )
+    }
+
+    #[test]
+    fn seed_bindings_resolve() {
+        let resolved = bindings(&spec(seed_inplace())).expect("seed resolves");
+        assert_eq!(resolved.source, deployment("router"));
+        assert_eq!(resolved.source_binding, 0);
+        let targets: Vec<(usize, &Endpoint, Decimal)> = resolved
+            .targets
+            .iter()
+            .map(|t| (t.binding, &t.endpoint, t.ratio))
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                (1, &rbg_role("prefill"), Decimal::ONE),
+                (2, &rbg_role("Decode"), Decimal::TWO),
+            ]
+        );
+        // The case-only match resolves to the declared spelling.
+        assert_eq!(resolved.targets[1].endpoint.role.as_deref(), Some("Decode"));
+        assert_eq!(
+            resolved.targets[1].endpoint.to_string(),
+            "rolebasedgroup1/Decode"
+        );
+        // Seed 000: router at 10 gives prefill 10 and decode 20.
+        assert_eq!(resolved.targets[0].replicas(10), 10);
+        assert_eq!(resolved.targets[1].replicas(10), 20);
+    }
+
+    #[test]
+    fn target_ref_shape_and_limits_resolve() {
+        let value = json!({
+            "targetResources": [
+                {"name": "front", "targetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "router-sts"}},
+                {"name": "back", "targetRef": {"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView", "name": "decode-view"}},
+            ],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "back", "role": "Target", "ratio": "0.5", "min": 1, "max": 8},
+                {"name": "front", "role": "Source"},
+            ]}}
+        });
+        let resolved = bindings(&spec(value)).expect("resolves");
+        assert_eq!(
+            resolved.source,
+            endpoint("apps/v1", "StatefulSet", "router-sts", None)
+        );
+        assert_eq!(resolved.source_binding, 1);
+        let target = &resolved.targets[0];
+        assert_eq!(target.binding, 0);
+        assert_eq!(
+            target.endpoint,
+            endpoint("fusioninfer.io/v1alpha1", "ScaleView", "decode-view", None)
+        );
+        assert_eq!((target.min, target.max), (Some(1), Some(8)));
+        assert_eq!(target.replicas(0), 1);
+        assert_eq!(target.replicas(5), 3);
+        assert_eq!(target.replicas(100), 8);
+    }
+
+    #[test]
+    fn unresolvable_bindings_name_the_field() {
+        let at = BINDINGS_FIELD;
+        // The seed with the value at a JSON pointer replaced.
+        let set = |pointer: &str, to: serde_json::Value| {
+            let mut value = seed_inplace();
+            *value.pointer_mut(pointer).expect("test pointer exists") = to;
+            bindings(&spec(value)).expect_err("does not resolve")
+        };
+        let binding = |field: &str| format!("/scalingStrategy/inplaceConfig/bindings/{field}");
+        let cases = [
+            (
+                set(&binding("1/name"), json!("encode")),
+                format!("{at}[1].name: \"encode\" names no role or resource (bindable: Decode, prefill, router)"),
+            ),
+            (
+                set(&binding("1/name"), json!("rolebasedgroup1")),
+                format!("{at}[1].name: \"rolebasedgroup1\" has subResources; bind one of its roles instead: prefill, Decode"),
+            ),
+            (
+                set(&binding("1/role"), json!("Source")),
+                format!("{at}[1].role: only one Source is allowed, {at}[0] is already the Source"),
+            ),
+            (
+                set(&binding("0/role"), json!("Target")),
+                format!("{at}[0].ratio: required for a Target: replicas become ceil(source replicas x ratio)"),
+            ),
+            (
+                set("/targetResources/0/subResources/0/roleName", json!("decode")),
+                format!("{at}[1].name: \"prefill\" names no role or resource (bindable: Decode, decode, router)"),
+            ),
+            (
+                set("/targetResources/0/subResources/1/roleName", json!("router")),
+                format!("{at}[0].name: \"router\" is declared more than once (spec.targetResources[0].subResources[1].roleName, spec.targetResources[1].name): a binding name must name one resource or role"),
+            ),
+            (
+                set("/targetResources/1/kind", serde_json::Value::Null),
+                format!("{at}[0].name: \"router\" is declared at spec.targetResources[1].name without a complete object (apiVersion and kind, or targetRef)"),
+            ),
+            (
+                set("/scalingStrategy/inplaceConfig", serde_json::Value::Null),
+                "spec.scalingStrategy.inplaceConfig: required when type is InplaceScaling".to_owned(),
+            ),
+            (
+                set("/scalingStrategy/type", json!("GroupReplication")),
+                "spec.scalingStrategy.type: GroupReplication has no bindings; only InplaceScaling binds Targets to a Source".to_owned(),
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(error, expected);
+        }
+        // Two roles that differ only in case make a case-folded name ambiguous.
+        let mut ambiguous = seed_inplace();
+        ambiguous["targetResources"][0]["subResources"][0]["roleName"] = json!("DECODE");
+        ambiguous["scalingStrategy"]["inplaceConfig"]["bindings"][1]["name"] = json!("router2");
+        ambiguous["targetResources"]
+            .as_array_mut()
+            .expect("array")
+            .push(json!({"name": "router2", "apiVersion": "apps/v1", "kind": "Deployment"}));
+        assert_eq!(
+            bindings(&spec(ambiguous)).expect_err("ambiguous"),
+            format!(
+                "{at}[2].name: \"decode\" matches several names up to case (DECODE, Decode); write one exactly"
+            )
+        );
+        let mut none = seed_inplace();
+        none["scalingStrategy"]["inplaceConfig"]["bindings"][0] =
+            json!({"name": "router", "role": "Target", "ratio": 1});
+        assert_eq!(
+            bindings(&spec(none)).expect_err("no Source"),
+            format!("{at}: needs exactly one binding with role Source, found none")
+        );
+    }
+
+    /// Small specs over a few names that differ in case, so exact, case-only,
+    /// ambiguous, clashing and unknown names all come up.
+    fn small_spec() -> impl Strategy<Value = serde_json::Value> {
+        let name = prop::sample::select(vec!["a", "A", "b", "B", "rbg", "c"]);
+        let resource =
+            (name.clone(), prop::collection::vec(name.clone(), 0..3)).prop_map(|(name, roles)| {
+                let kind = if roles.is_empty() {
+                    "Deployment"
+                } else {
+                    "RoleBasedGroup"
+                };
+                let roles: Vec<serde_json::Value> =
+                    roles.iter().map(|r| json!({"roleName": r})).collect();
+                json!({"name": name, "apiVersion": "apps/v1", "kind": kind, "subResources": roles})
+            });
+        let binding = (name, any::<bool>()).prop_map(|(name, source)| {
+            if source {
+                json!({"name": name, "role": "Source"})
+            } else {
+                json!({"name": name, "role": "Target", "ratio": "1.5"})
+            }
+        });
+        (
+            prop::collection::vec(resource, 1..4),
+            prop::collection::vec(binding, 1..4),
+        )
+            .prop_map(|(resources, bindings)| {
+                json!({
+                    "targetResources": resources,
+                    "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": bindings}}
+                })
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn resolves_names_as_validation_does(value in small_spec()) {
+            let spec = spec(value);
+            let findings = validate(&spec, "ai");
+            let resolved = bindings(&spec);
+            if let Err(error) = &resolved {
+                // Whatever stops resolution is something validate() denies.
+                prop_assert!(!findings.is_allowed(), "{}", error);
+            }
+            if findings.is_allowed() {
+                let resolved = resolved.expect("a valid group resolves");
+                let mut by_binding: BTreeMap<usize, &Endpoint> =
+                    resolved.targets.iter().map(|t| (t.binding, &t.endpoint)).collect();
+                by_binding.insert(resolved.source_binding, &resolved.source);
+                let inplace = spec.scaling_strategy.inplace_config.as_ref().expect("inplace");
+                for (i, binding) in inplace.bindings.iter().enumerate() {
+                    let endpoint = by_binding[&i];
+                    let declared = endpoint.role.as_deref().unwrap_or(&endpoint.name);
+                    // validate() warns exactly when the spelling differs, and
+                    // names the spelling Tandem uses.
+                    let warning = findings.warnings.iter().find(|w| w.starts_with(&format!("{BINDINGS_FIELD}[{i}].name:")));
+                    match warning {
+                        Some(warning) => prop_assert!(warning.ends_with(&format!("Tandem uses {declared:?}")), "{}", warning),
+                        None => prop_assert_eq!(declared, binding.name.as_str()),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn endpoints_are_the_same_object_whatever_the_version() {
+        let v1 = deployment("prefill");
+        let beta = endpoint("apps/v1beta2", "Deployment", "prefill", None);
+        assert_eq!(v1, beta);
+        assert_eq!(v1.cmp(&beta), Ordering::Equal);
+        let hash = |e: &Endpoint| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            e.hash(&mut hasher);
+            hasher.finish()
+        };
+        assert_eq!(hash(&v1), hash(&beta));
+        assert_eq!(endpoint("v1", "Service", "x", None).group(), "");
+        assert_eq!(v1.group(), "apps");
+        for different in [
+            endpoint("extensions/v1beta1", "Deployment", "prefill", None),
+            endpoint("apps/v1", "StatefulSet", "prefill", None),
+            deployment("Prefill"),
+            endpoint("apps/v1", "Deployment", "prefill", Some("prefill")),
+        ] {
+            assert_ne!(v1, different, "{different:?}");
+        }
+    }
+
+    fn chain_group(source: &str, target: &str, written: serde_json::Value) -> Bindings {
+        Bindings {
+            source: deployment(source),
+            source_binding: 0,
+            targets: vec![TargetBinding {
+                binding: 1,
+                endpoint: deployment(target),
+                ratio: ratio(written),
+                min: None,
+                max: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn propagates_the_seed() {
+        let groups = [(
+            "pd-pool".to_owned(),
+            bindings(&spec(seed_inplace())).expect("seed"),
+        )];
+        let current = BTreeMap::from([
+            (deployment("router"), 10),
+            (rbg_role("prefill"), 3),
+            (rbg_role("Decode"), 3),
+        ]);
+        let desired = propagate(&current, &groups).expect("acyclic");
+        assert_eq!(
+            desired,
+            BTreeMap::from([(rbg_role("prefill"), 10), (rbg_role("Decode"), 20)])
+        );
+    }
+
+    #[test]
+    fn chains_settle_in_one_pass_whatever_the_order() {
+        // a -x2-> b -x0.5-> c -x3-> d, listed backwards so one pass in list
+        // order would read stale replicas.
+        let groups = vec![
+            ("c-to-d".to_owned(), chain_group("c", "d", json!(3))),
+            ("b-to-c".to_owned(), chain_group("b", "c", json!(0.5))),
+            ("a-to-b".to_owned(), chain_group("a", "b", json!(2))),
+        ];
+        let current = BTreeMap::from([
+            (deployment("a"), 5),
+            (deployment("b"), 1),
+            (deployment("c"), 1),
+            (deployment("d"), 1),
+        ]);
+        let desired = propagate(&current, &groups).expect("acyclic");
+        assert_eq!(
+            desired,
+            BTreeMap::from([
+                (deployment("b"), 10),
+                (deployment("c"), 5),
+                (deployment("d"), 15),
+            ])
+        );
+        // A second pass over the result changes nothing.
+        let mut settled = current.clone();
+        settled.extend(desired.clone());
+        assert_eq!(propagate(&settled, &groups), Ok(desired));
+    }
+
+    #[test]
+    fn unknown_sources_decide_nothing_downstream_follows_current() {
+        let groups = vec![
+            ("a-to-b".to_owned(), chain_group("a", "b", json!(2))),
+            ("b-to-c".to_owned(), chain_group("b", "c", json!(3))),
+        ];
+        // a is not observed (missing): b is left alone, c follows b's current 4.
+        let current = BTreeMap::from([(deployment("b"), 4), (deployment("c"), 1)]);
+        assert_eq!(
+            propagate(&current, &groups),
+            Ok(BTreeMap::from([(deployment("c"), 12)]))
+        );
+    }
+
+    #[test]
+    fn a_chain_of_a_hundred_groups_settles() {
+        let mut groups: Vec<(String, Bindings)> = (0..100)
+            .map(|i| {
+                (
+                    format!("rsg-{i}"),
+                    chain_group(&format!("d{i}"), &format!("d{}", i + 1), json!(1)),
+                )
+            })
+            .collect();
+        groups.reverse();
+        let current = BTreeMap::from([(deployment("d0"), 7)]);
+        let desired = propagate(&current, &groups).expect("acyclic");
+        assert_eq!(desired.len(), 100);
+        assert!(desired.values().all(|&r| r == 7), "{desired:?}");
+    }
+
+    #[test]
+    fn versions_of_one_object_chain_together() {
+        let mut second = chain_group("b", "c", json!(2));
+        second.source.api_version = "apps/v1beta2".into();
+        let groups = vec![
+            ("b-to-c".to_owned(), second),
+            ("a-to-b".to_owned(), chain_group("a", "b", json!(3))),
+        ];
+        let current = BTreeMap::from([(deployment("a"), 2)]);
+        assert_eq!(
+            propagate(&current, &groups),
+            Ok(BTreeMap::from([
+                (deployment("b"), 6),
+                (deployment("c"), 12)
+            ]))
+        );
+    }
+
+    #[test]
+    fn cycles_and_double_targets_have_no_answer() {
+        let cycle = vec![
+            (
+                "rsg-a".to_owned(),
+                chain_group("prefill", "decode", json!(1)),
+            ),
+            (
+                "rsg-b".to_owned(),
+                chain_group("decode", "prefill", json!(1)),
+            ),
+        ];
+        let current = BTreeMap::from([(deployment("prefill"), 1), (deployment("decode"), 1)]);
+        let error = propagate(&current, &cycle).expect_err("cycle");
+        assert!(
+            error
+                == "prefill -> decode -> prefill via rsg-a, rsg-b: the bindings form a cycle, so no replicas satisfy them"
+                || error
+                    == "decode -> prefill -> decode via rsg-b, rsg-a: the bindings form a cycle, so no replicas satisfy them",
+            "{error}"
+        );
+        let self_loop = vec![("rsg-a".to_owned(), chain_group("a", "a", json!(2)))];
+        assert_eq!(
+            propagate(&current, &self_loop),
+            Err("a -> a via rsg-a: the bindings form a cycle, so no replicas satisfy them".into())
+        );
+        let twice = vec![
+            ("rsg-a".to_owned(), chain_group("a", "c", json!(1))),
+            ("rsg-b".to_owned(), chain_group("b", "c", json!(2))),
+        ];
+        assert_eq!(
+            propagate(&current, &twice),
+            Err("c is the Target of more than one binding (ResourceScalingGroups rsg-a, rsg-b); it can follow one Source only".into())
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn propagation_matches_following_each_chain(
+            parents in prop::collection::vec(proptest::option::of(any::<prop::sample::Index>()), 1..30),
+            ratios in prop::collection::vec((0u32..400, 0u32..3), 30),
+            roots in prop::collection::vec(0i32..50, 30),
+            order in any::<prop::sample::Index>(),
+        ) {
+            // Node i+1 follows an earlier node or is a root: a forest.
+            let mut groups = Vec::new();
+            let mut parent_of = BTreeMap::new();
+            for (i, parent) in parents.iter().enumerate() {
+                let child = i + 1;
+                if let Some(parent) = parent {
+                    let parent = parent.index(child);
+                    parent_of.insert(child, parent);
+                    let (mantissa, scale) = ratios[i];
+                    let mut group = chain_group(&format!("n{parent}"), &format!("n{child}"), json!(1));
+                    group.targets[0].ratio = Decimal::new(i64::from(mantissa), scale);
+                    groups.push((format!("rsg-{child}"), group));
+                }
+            }
+            // Any rotation of the list gives the same answer.
+            if !groups.is_empty() {
+                let shift = order.index(groups.len());
+                groups.rotate_left(shift);
+            }
+            let current: BTreeMap<Endpoint, i32> = (0..=parents.len())
+                .map(|n| (deployment(&format!("n{n}")), roots[n % roots.len()]))
+                .collect();
+            let desired = propagate(&current, &groups).expect("a forest is acyclic");
+            // Oracle: walk each node's chain from its root, node by node.
+            for n in 0..=parents.len() {
+                let mut chain = vec![n];
+                while let Some(&p) = parent_of.get(chain.last().expect("non-empty")) {
+                    chain.push(p);
+                }
+                let root = *chain.last().expect("non-empty");
+                let mut replicas = current[&deployment(&format!("n{root}"))];
+                for &node in chain.iter().rev().skip(1) {
+                    let (mantissa, scale) = ratios[node - 1];
+                    replicas = target_replicas(replicas, Decimal::new(i64::from(mantissa), scale), None, None);
+                }
+                let got = desired.get(&deployment(&format!("n{n}")));
+                if chain.len() == 1 {
+                    prop_assert_eq!(got, None);
+                } else {
+                    prop_assert_eq!(got, Some(&replicas));
+                }
+            }
+        }
+    }
+}
