@@ -297,7 +297,6 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
     use std::collections::BTreeMap;
-    use std::time::{Duration, Instant};
 
     fn spec(value: serde_json::Value) -> ResourceScalingGroupSpec {
         serde_json::from_value(value).expect("test spec parses")
@@ -637,18 +636,11 @@ mod tests {
                 )
             })
             .collect();
-        // Generous for unoptimised test builds on a busy machine; a release
-        // build takes a few milliseconds.
-        let timed = |candidate: (&str, &ResourceScalingGroupSpec)| {
-            let started = Instant::now();
-            let findings = check(&stored, candidate);
-            let elapsed = started.elapsed();
-            assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
-            findings
-        };
+        // Correct at scale; how fast is measured in benches/, not asserted here.
+        let checked = |candidate: (&str, &ResourceScalingGroupSpec)| check(&stored, candidate);
         let (name, candidate) = &stored[5_000];
-        assert_eq!(timed((name, candidate)), Findings::default());
-        let findings = timed(("rsg-back", &follow("d20000", &["d0"])));
+        assert_eq!(checked((name, candidate)), Findings::default());
+        let findings = checked(("rsg-back", &follow("d20000", &["d0"])));
         assert_eq!(findings.violations.len(), 1);
         assert!(
             findings.violations[0]
