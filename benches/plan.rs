@@ -1,0 +1,129 @@
+//! What Tandem's decisions cost as they grow: `cargo bench --bench plan`.
+//! Each group reports throughput per element (replica, group, pod, RSG), so the
+//! growth shows as elements per second staying flat (linear) or falling.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use tandem::api::InferenceService;
+use tandem::api::inference_service::RoleScaleDownPolicy;
+use tandem::api::resource_scaling_group::ResourceScalingGroupSpec;
+use tandem::api::scale_view::ScaleViewSpec;
+use tandem::plan::{dag, ratio, service, split, victims};
+
+fn template() -> Value {
+    json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+        "ports": [{"containerPort": 8000}], "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
+}
+
+/// Topology of a prefill/decode service: 64 replicas of 4 nodes per role.
+fn topology(c: &mut Criterion) {
+    let service: InferenceService = serde_json::from_value(json!({
+        "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "ds", "namespace": "default", "uid": "u"},
+        "spec": {"roles": [
+            {"name": "prefill", "componentType": "prefiller", "replicas": 64, "multinode": {"nodeCount": 4}, "template": template()},
+            {"name": "decode", "componentType": "decoder", "replicas": 64, "multinode": {"nodeCount": 4}, "template": template()},
+        ]}
+    }))
+    .expect("the benchmark service parses");
+    let none = BTreeSet::new();
+    let world = service::World { children: &[], pods: &[], unavailable: &none };
+    let mut group = c.benchmark_group("topology");
+    group.throughput(Throughput::Elements(128));
+    group.bench_function("pd_64x4_per_role", |b| {
+        b.iter(|| service::desired(black_box(&service), &world, &service::Options::default()))
+    });
+    group.finish();
+}
+
+/// The ScaleView split over n groups in three priority tiers.
+fn split_groups(c: &mut Criterion) {
+    let mut group = c.benchmark_group("split");
+    for n in [10usize, 1_000, 10_000] {
+        let policies: Vec<Value> = (0..n)
+            .map(|i| json!({"group": format!("g{i:05}"), "priority": i % 3, "constraints": {"min": i % 2, "max": 4 + i % 7}}))
+            .collect();
+        let spec: ScaleViewSpec = serde_json::from_value(json!({
+            "targetRef": {"name": "s", "componentType": "decoder"}, "scalePolicy": policies}))
+        .expect("the benchmark view parses");
+        let total = i32::try_from(n * 3).unwrap_or(i32::MAX);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &spec, |b, spec| b.iter(|| split::split(black_box(spec), total)));
+    }
+    group.finish();
+}
+
+/// Binpack's choice over n pods: replicas of 4 pods with costs, halved.
+fn binpack(c: &mut Criterion) {
+    let mut group = c.benchmark_group("binpack_victims");
+    for pods_count in [100usize, 10_000, 100_000] {
+        let replicas = pods_count / 4;
+        let pods: Vec<Value> = (0..pods_count)
+            .map(|p| {
+                let index = p / 4;
+                json!({"metadata": {"name": format!("p{p}"),
+                        "labels": {"fusioninfer.io/role-name": "decode", "fusioninfer.io/replica-index": index.to_string()},
+                        "annotations": {victims::DELETION_COST: ((index * 7919) % 1000).to_string()}},
+                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+            })
+            .collect();
+        let existing: BTreeSet<u32> = (0..replicas as u32).collect();
+        group.throughput(Throughput::Elements(pods_count as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(pods_count), &pods, |b, pods| {
+            b.iter(|| {
+                let candidates = victims::role_candidates(black_box(pods), "decode", 4, &existing);
+                victims::keep(&existing, &BTreeSet::new(), replicas / 2, RoleScaleDownPolicy::Binpack, &candidates)
+            })
+        });
+    }
+    group.finish();
+}
+
+/// An InplaceScaling group whose Source is `from` and whose Target is `to`.
+fn follow(from: &str, to: &str) -> ResourceScalingGroupSpec {
+    serde_json::from_value(json!({
+        "targetResources": [
+            {"name": from, "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": to, "apiVersion": "apps/v1", "kind": "Deployment"}],
+        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": from, "role": "Source"}, {"name": to, "role": "Target", "ratio": "1.5"}]}}
+    }))
+    .expect("the benchmark group parses")
+}
+
+/// Ratio propagation through a chain of 100 groups (d0 -> d1 -> ... -> d100).
+fn propagation(c: &mut Criterion) {
+    let chain: Vec<(String, ratio::Bindings)> = (0..100)
+        .map(|i| {
+            let bindings = ratio::bindings(&follow(&format!("d{i}"), &format!("d{}", i + 1))).expect("the chain resolves");
+            (format!("rsg-{i}"), bindings)
+        })
+        .collect();
+    let current: BTreeMap<ratio::Endpoint, i32> = BTreeMap::from([(chain[0].1.source.clone(), 2)]);
+    let mut group = c.benchmark_group("ratio_propagation");
+    group.throughput(Throughput::Elements(100));
+    group.bench_function("chain_100", |b| b.iter(|| ratio::propagate(black_box(&current), &chain)));
+    group.finish();
+}
+
+/// The DAG check of one new group against n stored groups (a binary tree).
+fn dag_check(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dag_check");
+    for n in [10usize, 1_000, 10_000] {
+        let stored: Vec<(String, ResourceScalingGroupSpec)> = (0..n)
+            .map(|i| (format!("rsg-{i}"), follow(&format!("d{i}"), &format!("d{}", 2 * i + 1))))
+            .collect();
+        let candidate = follow(&format!("d{}", 4 * n), "d0");
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &stored, |b, stored| {
+            b.iter(|| dag::check(black_box(stored), ("rsg-new", &candidate)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, topology, split_groups, binpack, propagation, dag_check);
+criterion_main!(benches);
