@@ -8,6 +8,7 @@ pub mod locks;
 pub mod quantity;
 pub mod replicas;
 pub mod router;
+pub mod scale_view;
 pub mod service;
 pub mod split;
 pub mod status;
