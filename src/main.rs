@@ -207,14 +207,16 @@ fn serve(args: ServeArgs) -> ExitCode {
                 let cluster = config.cluster_url.clone();
                 match kube::Client::try_from(config) {
                     Ok(client) => {
-                        tracing::info!(%cluster, "reconciling InferenceServices");
+                        tracing::info!(%cluster, "reconciling InferenceServices and ScaleViews");
                         caches_ready.store(false, Ordering::SeqCst);
                         lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
                         let ctx = Arc::new(reconcile::Context::new(client, options));
-                        Some(tokio::spawn(reconcile::inference_service::run(ctx)))
+                        let services = tokio::spawn(reconcile::inference_service::run(ctx.clone()));
+                        let views = tokio::spawn(reconcile::scale_view::run(ctx));
+                        Some([services, views])
                     }
                     Err(e) => {
                         tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
@@ -228,8 +230,8 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let served = server::run(options, lookup, caches_ready).await;
-        if let Some(controllers) = controllers {
-            controllers.abort();
+        for controller in controllers.into_iter().flatten() {
+            controller.abort();
         }
         match served {
             Ok(()) => ExitCode::SUCCESS,

@@ -326,6 +326,7 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
                 .push(Note::warning("Clamped", clamp_message(spec, &split)));
         }
     }
+    let mut scaled = Vec::new();
     for (group, replicas) in &split.groups {
         let Some((index, role)) = target
             .spec
@@ -339,17 +340,22 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
         if role.replicas() == *replicas {
             continue;
         }
+        scaled.push(format!("{group} from {} to {replicas}", role.replicas()));
         pass.roles.push(RoleScale {
             index,
             role: group.clone(),
             from: role.replicas,
             to: *replicas,
         });
+    }
+    // One Event for all roles: the recorder folds repeats of a reason into
+    // one series, which would hide all but the first role.
+    if !scaled.is_empty() {
         pass.events.push(Note::normal(
             "Scaled",
             format!(
-                "role {group} of InferenceService {target_name} scaled from {} to {replicas} replica(s): {asked} split by priority ({shares})",
-                role.replicas()
+                "scaled roles of InferenceService {target_name}: {}: {asked} split by priority ({shares})",
+                scaled.join(", ")
             ),
         ));
     }
@@ -642,7 +648,7 @@ mod tests {
         );
         assert_eq!(
             pass.events[1].note,
-            "role decode-spot of InferenceService spot-decode scaled from 0 to 2 replica(s): spec.replicas 4 split by priority (decode-ondemand=2, decode-spot=2)"
+            "scaled roles of InferenceService spot-decode: decode-spot from 0 to 2: spec.replicas 4 split by priority (decode-ondemand=2, decode-spot=2)"
         );
     }
 
