@@ -71,6 +71,10 @@ struct ServeArgs {
     /// `strategy: pd-disaggregation`).
     #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::router::DEFAULT_EPP_IMAGE)]
     epp_image: String,
+    /// Tandem's own service account, as the username the API server reports
+    /// for it: its updates may change InferenceService roles a ScaleView locks.
+    #[arg(long, env = "TANDEM_SERVICE_ACCOUNT", default_value = admission::DEFAULT_SERVICE_ACCOUNT)]
+    service_account: String,
     /// Development: make a CA and a loopback serving certificate in --cert-dir,
     /// print the caBundle, and serve on loopback only.
     #[arg(long)]
@@ -191,6 +195,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         body_limit_bytes: args.body_limit_bytes,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        service_account: args.service_account,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
