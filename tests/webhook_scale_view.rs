@@ -209,6 +209,15 @@ async fn a_view_on_a_locked_group_is_a_conflict() {
         response["status"]["message"],
         "spec.scalePolicy[0].group: role \"decode-spot\" of spot-decode is locked by ScaleView spot-decode-sv; delete that view first"
     );
+    // An update of a view already in conflict (it got in without the
+    // webhook) is not refused: it must be able to drop its finalizer.
+    let response = admit(
+        &test,
+        "/validate/scaleviews",
+        &review("UPDATE", &other, Some(&other)),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
     // The holder itself is not in conflict with its own lock.
     let mut holder = yaml_documents(&repo_path(SPOT)).remove(1);
     holder["metadata"]["namespace"] = json!("default");

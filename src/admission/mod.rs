@@ -232,7 +232,11 @@ pub fn validate_as(
             match lookup.inference_service(namespace, &new.target_ref.name) {
                 Some(target) => {
                     findings.extend(scale_view::validate_target(&new, target.as_ref()));
-                    if let Some(target) = &target {
+                    // Only on create: the groups are immutable, so an update
+                    // cannot add a conflict, and refusing one would keep a view
+                    // that got in without the webhook from ever dropping its
+                    // finalizer.
+                    if let (Some(target), None) = (&target, old) {
                         findings.extend(unlocked_groups(object, &new, target));
                     }
                 }
