@@ -30,7 +30,12 @@ fn topology(c: &mut Criterion) {
     }))
     .expect("the benchmark service parses");
     let none = BTreeSet::new();
-    let world = service::World { children: &[], pods: &[], unavailable: &none };
+    let world = service::World {
+        children: &[],
+        pods: &[],
+        unavailable: &none,
+        scale_views: &[],
+    };
     let mut group = c.benchmark_group("topology");
     group.throughput(Throughput::Elements(128));
     group.bench_function("pd_64x4_per_role", |b| {
@@ -51,7 +56,9 @@ fn split_groups(c: &mut Criterion) {
         .expect("the benchmark view parses");
         let total = i32::try_from(n * 3).unwrap_or(i32::MAX);
         group.throughput(Throughput::Elements(n as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(n), &spec, |b, spec| b.iter(|| split::split(black_box(spec), total)));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &spec, |b, spec| {
+            b.iter(|| split::split(black_box(spec), total))
+        });
     }
     group.finish();
 }
@@ -75,7 +82,13 @@ fn binpack(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::from_parameter(pods_count), &pods, |b, pods| {
             b.iter(|| {
                 let candidates = victims::role_candidates(black_box(pods), "decode", 4, &existing);
-                victims::keep(&existing, &BTreeSet::new(), replicas / 2, RoleScaleDownPolicy::Binpack, &candidates)
+                victims::keep(
+                    &existing,
+                    &BTreeSet::new(),
+                    replicas / 2,
+                    RoleScaleDownPolicy::Binpack,
+                    &candidates,
+                )
             })
         });
     }
@@ -98,14 +111,17 @@ fn follow(from: &str, to: &str) -> ResourceScalingGroupSpec {
 fn propagation(c: &mut Criterion) {
     let chain: Vec<(String, ratio::Bindings)> = (0..100)
         .map(|i| {
-            let bindings = ratio::bindings(&follow(&format!("d{i}"), &format!("d{}", i + 1))).expect("the chain resolves");
+            let bindings = ratio::bindings(&follow(&format!("d{i}"), &format!("d{}", i + 1)))
+                .expect("the chain resolves");
             (format!("rsg-{i}"), bindings)
         })
         .collect();
     let current: BTreeMap<ratio::Endpoint, i32> = BTreeMap::from([(chain[0].1.source.clone(), 2)]);
     let mut group = c.benchmark_group("ratio_propagation");
     group.throughput(Throughput::Elements(100));
-    group.bench_function("chain_100", |b| b.iter(|| ratio::propagate(black_box(&current), &chain)));
+    group.bench_function("chain_100", |b| {
+        b.iter(|| ratio::propagate(black_box(&current), &chain))
+    });
     group.finish();
 }
 
@@ -114,7 +130,12 @@ fn dag_check(c: &mut Criterion) {
     let mut group = c.benchmark_group("dag_check");
     for n in [10usize, 1_000, 10_000] {
         let stored: Vec<(String, ResourceScalingGroupSpec)> = (0..n)
-            .map(|i| (format!("rsg-{i}"), follow(&format!("d{i}"), &format!("d{}", 2 * i + 1))))
+            .map(|i| {
+                (
+                    format!("rsg-{i}"),
+                    follow(&format!("d{i}"), &format!("d{}", 2 * i + 1)),
+                )
+            })
             .collect();
         let candidate = follow(&format!("d{}", 4 * n), "d0");
         group.throughput(Throughput::Elements(n as u64));
@@ -125,5 +146,12 @@ fn dag_check(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, topology, split_groups, binpack, propagation, dag_check);
+criterion_group!(
+    benches,
+    topology,
+    split_groups,
+    binpack,
+    propagation,
+    dag_check
+);
 criterion_main!(benches);

@@ -71,6 +71,10 @@ struct ServeArgs {
     /// `strategy: pd-disaggregation`).
     #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::router::DEFAULT_EPP_IMAGE)]
     epp_image: String,
+    /// Tandem's own service account, as the username the API server reports
+    /// for it: its updates may change InferenceService roles a ScaleView locks.
+    #[arg(long, env = "TANDEM_SERVICE_ACCOUNT", default_value = admission::DEFAULT_SERVICE_ACCOUNT)]
+    service_account: String,
     /// Development: make a CA and a loopback serving certificate in --cert-dir,
     /// print the caBundle, and serve on loopback only.
     #[arg(long)]
@@ -191,6 +195,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         body_limit_bytes: args.body_limit_bytes,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        service_account: args.service_account,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -207,14 +212,16 @@ fn serve(args: ServeArgs) -> ExitCode {
                 let cluster = config.cluster_url.clone();
                 match kube::Client::try_from(config) {
                     Ok(client) => {
-                        tracing::info!(%cluster, "reconciling InferenceServices");
+                        tracing::info!(%cluster, "reconciling InferenceServices and ScaleViews");
                         caches_ready.store(false, Ordering::SeqCst);
                         lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
                         let ctx = Arc::new(reconcile::Context::new(client, options));
-                        Some(tokio::spawn(reconcile::inference_service::run(ctx)))
+                        let services = tokio::spawn(reconcile::inference_service::run(ctx.clone()));
+                        let views = tokio::spawn(reconcile::scale_view::run(ctx));
+                        Some([services, views])
                     }
                     Err(e) => {
                         tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
@@ -228,8 +235,8 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let served = server::run(options, lookup, caches_ready).await;
-        if let Some(controllers) = controllers {
-            controllers.abort();
+        for controller in controllers.into_iter().flatten() {
+            controller.abort();
         }
         match served {
             Ok(()) => ExitCode::SUCCESS,

@@ -15,7 +15,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::admission::{self, Kind};
-use crate::api::{InferenceService, Violation};
+use crate::api::{InferenceService, ScaleView, Violation};
+use crate::plan::scale_view as view_plan;
 use crate::plan::service::{self as service_plan, ChildKind, World};
 use crate::plan::{children, status};
 
@@ -291,7 +292,10 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     let mut deleted = BTreeSet::new();
     let mut converged = false;
     for _ in 0..MAX_PASSES {
-        if !reconcile_services(&mut by_key, &mut touched, &mut deleted, options)? {
+        let views_changed = reconcile_scale_views(&mut by_key, &mut touched, options)?;
+        let services_changed =
+            reconcile_services(&mut by_key, &mut touched, &mut deleted, options)?;
+        if !views_changed && !services_changed {
             converged = true;
             break;
         }
@@ -342,12 +346,14 @@ fn reconcile_services(
             .filter(|o| o["metadata"]["labels"][children::SERVICE] == key.name.as_str())
             .cloned()
             .collect();
+        let scale_views = scale_views_in(world, &key.namespace);
         let pass = service_plan::reconcile(
             &service,
             &World {
                 children: &owned,
                 pods: &pods,
                 unavailable: &none,
+                scale_views: &scale_views,
             },
             &options.plan,
             &options.now,
@@ -370,13 +376,101 @@ fn reconcile_services(
             changed = true;
         }
         let current = service.status.clone().unwrap_or_default();
-        if status::reported(&pass.status) != status::reported(&current) {
+        if status::reported(&pass.status) != status::reported(&current)
+            || pass.status.scale_views != current.scale_views
+        {
             if let Some(object) = world.get_mut(&key) {
                 object["status"] = serde_json::to_value(&pass.status).unwrap_or_default();
             }
             touched.insert(key);
             changed = true;
         }
+    }
+    Ok(changed)
+}
+
+/// The ScaleViews of a namespace of the world (those that parse; admission
+/// has refused the others).
+fn scale_views_in(world: &BTreeMap<ObjectKey, Value>, namespace: &str) -> Vec<ScaleView> {
+    world
+        .iter()
+        .filter(|(k, _)| {
+            k.namespace == namespace && Kind::of(&k.api_version, &k.kind) == Some(Kind::ScaleView)
+        })
+        .filter_map(|(_, o)| serde_json::from_value(o.clone()).ok())
+        .collect()
+}
+
+/// One pass of the ScaleView reconciler over every view of the world: the
+/// view's finalizer and status, the lock in its target's status and the
+/// target's role replicas; whether anything changed.
+fn reconcile_scale_views(
+    world: &mut BTreeMap<ObjectKey, Value>,
+    touched: &mut BTreeSet<ObjectKey>,
+    options: &Options,
+) -> Result<bool, RenderError> {
+    let views: Vec<ObjectKey> = world
+        .keys()
+        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::ScaleView))
+        .cloned()
+        .collect();
+    let mut changed = false;
+    for key in views {
+        let unreadable = |e: serde_json::Error, object: &ObjectKey| RenderError::Unreadable {
+            object: object.clone(),
+            reason: e.to_string(),
+        };
+        let view: ScaleView =
+            serde_json::from_value(world[&key].clone()).map_err(|e| unreadable(e, &key))?;
+        let target_key = ObjectKey {
+            api_version: Kind::InferenceService.api_version(),
+            kind: Kind::InferenceService.name().to_owned(),
+            namespace: key.namespace.clone(),
+            name: view.spec.target_ref.name.clone(),
+        };
+        let target: Option<InferenceService> = match world.get(&target_key) {
+            Some(object) => Some(
+                serde_json::from_value(object.clone()).map_err(|e| unreadable(e, &target_key))?,
+            ),
+            None => None,
+        };
+        let pass = view_plan::reconcile(&view, target.as_ref(), &options.now);
+        if let Some(object) = world.get_mut(&key) {
+            if let Some(finalizers) = &pass.finalizers {
+                object["metadata"]["finalizers"] = json!(finalizers);
+                touched.insert(key.clone());
+                changed = true;
+            }
+            if let Some(status) = pass
+                .status
+                .as_ref()
+                .filter(|s| view.status.as_ref() != Some(*s))
+            {
+                object["status"] = serde_json::to_value(status).map_err(|e| unreadable(e, &key))?;
+                touched.insert(key.clone());
+                changed = true;
+            }
+        }
+        if pass.locks.is_none() && pass.roles.is_empty() {
+            continue;
+        }
+        let Some(object) = world.get_mut(&target_key) else {
+            continue;
+        };
+        if let Some(locks) = &pass.locks {
+            object["status"]["scaleViews"] = json!(locks);
+        }
+        let patch =
+            view_plan::role_patch(&pass.roles).map_err(|reason| RenderError::Unreadable {
+                object: target_key.clone(),
+                reason,
+            })?;
+        json_patch::patch(object, &patch).map_err(|e| RenderError::Unreadable {
+            object: target_key.clone(),
+            reason: format!("ScaleView {}: {e}", key.name),
+        })?;
+        touched.insert(target_key);
+        changed = true;
     }
     Ok(changed)
 }

@@ -438,6 +438,39 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         s["spec"]["roles"][0]["replicas"] = json!(1)
     });
     reconcile_stored(&fake, &ctx, &name).await;
+    // The ScaleView reconciler: grab a lock and scale, then release it.
+    let mut spot = yaml_documents(&repo_path("examples/scaleview/decode-ondemand-spot.yaml"));
+    spot[1]["spec"]["replicas"] = json!(4);
+    for (kind, object) in [
+        (tandem::admission::Kind::InferenceService, &spot[0]),
+        (tandem::admission::Kind::ScaleView, &spot[1]),
+    ] {
+        let (admitted, _) = tandem::admission::admit(
+            kind,
+            "default",
+            object,
+            None,
+            &tandem::admission::lookup::Blind,
+        )
+        .unwrap();
+        fake.insert(admitted);
+    }
+    let view = || -> tandem::api::ScaleView {
+        serde_json::from_value(
+            fake.get(IS, "ScaleView", "default", "spot-decode-sv")
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    tandem::reconcile::scale_view::reconcile(Arc::new(view()), ctx.clone())
+        .await
+        .unwrap();
+    fake.edit(IS, "ScaleView", "default", "spot-decode-sv", |v| {
+        v["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:00Z")
+    });
+    tandem::reconcile::scale_view::reconcile(Arc::new(view()), ctx.clone())
+        .await
+        .unwrap();
     let mut needed: Vec<(String, String, String)> = fake
         .take_calls()
         .iter()

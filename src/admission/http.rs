@@ -21,7 +21,7 @@ use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status};
 use serde_json::{Value, json};
 
-use super::{Kind, Lookup, mutate, validate, validate_scale};
+use super::{Kind, Lookup, Requester, mutate, validate_as, validate_scale};
 use crate::api::Findings;
 use crate::server::metrics::{AdmissionLabels, Metrics};
 
@@ -48,6 +48,10 @@ impl Webhook {
 pub struct State {
     pub metrics: Arc<Metrics>,
     pub lookup: Arc<dyn Lookup>,
+    /// The username of Tandem's own service account
+    /// (`system:serviceaccount:NAMESPACE:NAME`): its updates may change roles
+    /// that a ScaleView locks.
+    pub service_account: Arc<str>,
 }
 
 /// The admission routes. Request size and time limits are layered on by the
@@ -94,7 +98,7 @@ fn serve(
 ) -> Response {
     let started = Instant::now();
     let outcome = match body {
-        Ok(body) => answer(webhook, resource, &body, state.lookup.as_ref()),
+        Ok(body) => answer(webhook, resource, &body, state),
         Err(rejection) => {
             let status = rejection.status();
             Outcome {
@@ -141,7 +145,7 @@ fn bad_request(resource: &str, reason: String) -> Outcome {
 }
 
 /// Reads the review, decides, and writes the reply.
-fn answer(webhook: Webhook, resource: &str, body: &[u8], lookup: &dyn Lookup) -> Outcome {
+fn answer(webhook: Webhook, resource: &str, body: &[u8], state: &State) -> Outcome {
     let Some(kind) = Kind::from_plural(resource) else {
         let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
         let reason = format!(
@@ -202,7 +206,18 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8], lookup: &dyn Lookup) ->
         _ => "other",
     };
     let raw = &review["request"];
-    let verdict = decide(webhook, kind, &request, raw, lookup);
+    let requester = Requester {
+        username: request.user_info.username.as_deref().unwrap_or_default(),
+        tandem: &state.service_account,
+    };
+    let verdict = decide(
+        webhook,
+        kind,
+        &request,
+        raw,
+        state.lookup.as_ref(),
+        requester,
+    );
     let (status_label, reply) = reply(&request, verdict);
     Outcome {
         status: StatusCode::OK,
@@ -235,6 +250,7 @@ fn decide(
     request: &AdmissionRequest<DynamicObject>,
     raw: &Value,
     lookup: &dyn Lookup,
+    requester: Requester<'_>,
 ) -> Verdict {
     use kube::core::admission::Operation;
 
@@ -289,7 +305,7 @@ fn decide(
         .or_else(|| object["metadata"]["namespace"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "default".to_owned());
     match webhook {
-        Webhook::Mutate => match mutate(kind, object) {
+        Webhook::Mutate => match mutate(kind, &namespace, object, old, lookup) {
             Ok(mutation) if mutation.patch.0.is_empty() => Verdict::Allow { warnings: vec![] },
             Ok(mutation) => Verdict::Patch {
                 patch: mutation.patch,
@@ -301,7 +317,9 @@ fn decide(
                 reason: "Invalid",
             },
         },
-        Webhook::Validate => verdict_of(validate(kind, &namespace, object, old, lookup)),
+        Webhook::Validate => verdict_of(validate_as(
+            kind, &namespace, object, old, lookup, requester,
+        )),
     }
 }
 
@@ -309,6 +327,12 @@ fn verdict_of(findings: Findings) -> Verdict {
     if findings.is_allowed() {
         Verdict::Allow {
             warnings: findings.warnings,
+        }
+    } else if findings.conflict {
+        Verdict::Deny {
+            findings,
+            code: 409,
+            reason: "Conflict",
         }
     } else {
         Verdict::Deny {

@@ -17,6 +17,7 @@ use crate::api::{
     self, Findings, InferenceService, ResourceScalingGroup, ScaleView, Violation,
     inference_service, resource_scaling_group, scale_view,
 };
+use crate::plan;
 use kube::Resource;
 pub use lookup::Lookup;
 
@@ -85,9 +86,43 @@ pub struct Mutation {
     pub object: Value,
 }
 
+/// Who sent a request: its `userInfo.username`, and the username of Tandem's
+/// own service account, which may write what a ScaleView decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Requester<'a> {
+    pub username: &'a str,
+    pub tandem: &'a str,
+}
+
+/// Tandem's service account as `manifests/rbac.yaml` installs it.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "system:serviceaccount:tandem-system:tandem";
+
+impl Requester<'_> {
+    /// Someone other than Tandem: what `render` and callers that do not know
+    /// the user admit as.
+    pub const OTHER: Requester<'static> = Requester {
+        username: "",
+        tandem: DEFAULT_SERVICE_ACCOUNT,
+    };
+
+    pub fn is_tandem(&self) -> bool {
+        !self.username.is_empty() && self.username == self.tandem
+    }
+}
+
 /// Fills the defaults of a Tandem object. Fails with the same violation the
-/// validating webhook would give when the spec does not parse.
-pub fn mutate(kind: Kind, object: &Value) -> Result<Mutation, Findings> {
+/// validating webhook would give when the spec does not parse. On create
+/// (`old` is None) a ScaleView without spec.replicas starts at its groups'
+/// current sum in the target, and records the target's uid in the
+/// annotation [`plan::scale_view::TARGET_UID`]; both need the `lookup` and
+/// are left out when it cannot see the target.
+pub fn mutate(
+    kind: Kind,
+    namespace: &str,
+    object: &Value,
+    old: Option<&Value>,
+    lookup: &dyn Lookup,
+) -> Result<Mutation, Findings> {
     let spec = object.get("spec").unwrap_or(&Value::Null);
     let defaulted = match kind {
         Kind::InferenceService => default_spec(spec, inference_service::defaults),
@@ -96,17 +131,46 @@ pub fn mutate(kind: Kind, object: &Value) -> Result<Mutation, Findings> {
     }
     .map_err(|violation| Findings {
         violations: vec![violation],
-        warnings: vec![],
+        ..Findings::default()
     })?;
     let mut mutated = object.clone();
     if let Some(map) = mutated.as_object_mut() {
         map.insert("spec".to_owned(), defaulted);
+    }
+    if kind == Kind::ScaleView && old.is_none() {
+        start_from_target(namespace, &mut mutated, lookup);
     }
     let patch = json_patch::diff(object, &mutated);
     Ok(Mutation {
         patch,
         object: mutated,
     })
+}
+
+/// A new ScaleView's starting replicas and target uid, from its target.
+fn start_from_target(namespace: &str, view: &mut Value, lookup: &dyn Lookup) {
+    let Ok(spec) = api::parse_at::<scale_view::ScaleViewSpec>(&view["spec"], "spec") else {
+        return;
+    };
+    let Some(Some(target)) = lookup.inference_service(namespace, &spec.target_ref.name) else {
+        return;
+    };
+    if spec.replicas.is_none() {
+        view["spec"]["replicas"] = Value::from(plan::scale_view::current_total(&spec, &target));
+    }
+    if let Some(uid) = target.metadata.uid.as_deref()
+        && let Some(metadata) = view.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(
+                plan::scale_view::TARGET_UID.to_owned(),
+                Value::String(uid.to_owned()),
+            );
+        }
+    }
 }
 
 fn default_spec<S>(spec: &Value, defaults: fn(&mut S)) -> Result<Value, Violation>
@@ -122,13 +186,27 @@ where
 }
 
 /// Everything wrong with a Tandem object (and, on update, with the change from
-/// `old`). `namespace` is where the object lives.
+/// `old`), sent by someone other than Tandem. `namespace` is where the
+/// object lives.
 pub fn validate(
     kind: Kind,
     namespace: &str,
     object: &Value,
     old: Option<&Value>,
     lookup: &dyn Lookup,
+) -> Findings {
+    validate_as(kind, namespace, object, old, lookup, Requester::OTHER)
+}
+
+/// [`validate`] for a request sent by `requester`: an InferenceService update
+/// that changes a role locked by a ScaleView is refused unless Tandem sends it.
+pub fn validate_as(
+    kind: Kind,
+    namespace: &str,
+    object: &Value,
+    old: Option<&Value>,
+    lookup: &dyn Lookup,
+    requester: Requester<'_>,
 ) -> Findings {
     let spec = object.get("spec").unwrap_or(&Value::Null);
     match kind {
@@ -137,7 +215,11 @@ pub fn validate(
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
             let mut service = InferenceService::new(name, s);
             service.metadata.namespace = Some(namespace.to_owned());
-            crate::plan::service::validate(&service)
+            let mut findings = crate::plan::service::validate(&service);
+            if let Some(old) = old {
+                findings.extend(locked_roles(old, &service, requester));
+            }
+            findings
         }),
         Kind::ResourceScalingGroup => with_spec(
             spec,
@@ -148,7 +230,16 @@ pub fn validate(
         Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
             let mut findings = scale_view::validate(&new);
             match lookup.inference_service(namespace, &new.target_ref.name) {
-                Some(target) => findings.extend(scale_view::validate_target(&new, target.as_ref())),
+                Some(target) => {
+                    findings.extend(scale_view::validate_target(&new, target.as_ref()));
+                    // Only on create: the groups are immutable, so an update
+                    // cannot add a conflict, and refusing one would keep a view
+                    // that got in without the webhook from ever dropping its
+                    // finalizer.
+                    if let (Some(target), None) = (&target, old) {
+                        findings.extend(unlocked_groups(object, &new, target));
+                    }
+                }
                 None => findings.warn(
                     "spec.targetRef: not checked against the InferenceService: this webhook has no view of the cluster",
                 ),
@@ -173,6 +264,48 @@ pub fn validate(
     }
 }
 
+/// An InferenceService update against the ScaleView locks in the stored
+/// object's status ([`plan::locks::check_update`]).
+fn locked_roles(old: &Value, new: &InferenceService, requester: Requester<'_>) -> Findings {
+    match api::parse_at::<InferenceService>(old, "oldObject") {
+        Ok(old) => plan::locks::check_update(&old, new, requester.is_tandem()),
+        Err(v) => {
+            let mut findings = Findings::default();
+            findings.warn(format!(
+                "the ScaleView locks were not checked: the stored object does not parse ({v})"
+            ));
+            findings
+        }
+    }
+}
+
+/// A view's groups that another view locks in the target: a conflict (409)
+/// naming the other view.
+fn unlocked_groups(
+    object: &Value,
+    spec: &scale_view::ScaleViewSpec,
+    target: &InferenceService,
+) -> Findings {
+    let mut findings = Findings::default();
+    let Some(status) = &target.status else {
+        return findings;
+    };
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+    let groups: Vec<&str> = spec.scale_policy.iter().map(|p| p.group.as_str()).collect();
+    for (group, other) in plan::locks::conflicts(status, name, uid, &groups) {
+        let index = groups.iter().position(|g| *g == group).unwrap_or(0);
+        findings.deny_conflict(
+            format!("spec.scalePolicy[{index}].group"),
+            format!(
+                "role {group:?} of {} is locked by ScaleView {other}; delete that view first",
+                spec.target_ref.name
+            ),
+        );
+    }
+    findings
+}
+
 fn with_spec<S: serde::de::DeserializeOwned>(
     spec: &Value,
     check: impl FnOnce(S) -> Findings,
@@ -181,7 +314,7 @@ fn with_spec<S: serde::de::DeserializeOwned>(
         Ok(parsed) => check(parsed),
         Err(violation) => Findings {
             violations: vec![violation],
-            warnings: vec![],
+            ..Findings::default()
         },
     }
 }
@@ -231,7 +364,7 @@ pub fn admit(
     old: Option<&Value>,
     lookup: &dyn Lookup,
 ) -> Result<(Value, Vec<String>), Findings> {
-    let mutation = mutate(kind, object)?;
+    let mutation = mutate(kind, namespace, object, old, lookup)?;
     let findings = validate(kind, namespace, &mutation.object, old, lookup);
     if findings.is_allowed() {
         Ok((mutation.object, findings.warnings))
@@ -273,7 +406,14 @@ mod tests {
 
     #[test]
     fn mutation_only_adds_defaults() {
-        let mutation = mutate(Kind::InferenceService, &story2()).unwrap();
+        let mutation = mutate(
+            Kind::InferenceService,
+            "default",
+            &story2(),
+            None,
+            &lookup::Blind,
+        )
+        .unwrap();
         let paths: Vec<String> = mutation
             .patch
             .0
@@ -298,11 +438,17 @@ mod tests {
         assert_eq!(patched, mutation.object);
         // Defaulting a defaulted object changes nothing.
         assert!(
-            mutate(Kind::InferenceService, &mutation.object)
-                .unwrap()
-                .patch
-                .0
-                .is_empty()
+            mutate(
+                Kind::InferenceService,
+                "default",
+                &mutation.object,
+                None,
+                &lookup::Blind
+            )
+            .unwrap()
+            .patch
+            .0
+            .is_empty()
         );
     }
 
@@ -314,11 +460,17 @@ mod tests {
             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
                 {"name": "a", "role": "Source"}, {"name": "b", "role": "Target", "ratio": 1.0}]}}}});
         assert!(
-            mutate(Kind::ResourceScalingGroup, &rsg)
-                .unwrap()
-                .patch
-                .0
-                .is_empty()
+            mutate(
+                Kind::ResourceScalingGroup,
+                "default",
+                &rsg,
+                None,
+                &lookup::Blind
+            )
+            .unwrap()
+            .patch
+            .0
+            .is_empty()
         );
     }
 
@@ -326,7 +478,14 @@ mod tests {
     fn unparseable_specs_fail_mutation_with_the_field() {
         let mut bad = story2();
         bad["spec"]["roles"][0]["replicas"] = json!("two");
-        let findings = mutate(Kind::InferenceService, &bad).unwrap_err();
+        let findings = mutate(
+            Kind::InferenceService,
+            "default",
+            &bad,
+            None,
+            &lookup::Blind,
+        )
+        .unwrap_err();
         assert_eq!(findings.violations[0].field, "spec.roles[0].replicas");
         let missing = json!({"metadata": {"name": "x"}});
         let findings = validate(

@@ -39,6 +39,9 @@ impl fmt::Display for Violation {
 pub struct Findings {
     pub violations: Vec<Violation>,
     pub warnings: Vec<String>,
+    /// The object conflicts with another one (a group locked by another
+    /// ScaleView): the webhook answers 409 Conflict instead of 422 Invalid.
+    pub conflict: bool,
 }
 
 impl Findings {
@@ -49,6 +52,13 @@ impl Findings {
         });
     }
 
+    /// A violation caused by another object rather than by this one's
+    /// content; it makes the whole denial a conflict (HTTP 409).
+    pub fn deny_conflict(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.deny(field, reason);
+        self.conflict = true;
+    }
+
     pub fn warn(&mut self, warning: impl Into<String>) {
         self.warnings.push(warning.into());
     }
@@ -57,6 +67,7 @@ impl Findings {
     pub fn extend(&mut self, other: Findings) {
         self.violations.extend(other.violations);
         self.warnings.extend(other.warnings);
+        self.conflict |= other.conflict;
     }
 
     pub fn is_allowed(&self) -> bool {

@@ -10,6 +10,7 @@ pub mod quantity;
 pub mod ratio;
 pub mod replicas;
 pub mod router;
+pub mod scale_view;
 pub mod service;
 pub mod split;
 pub mod status;

@@ -7,10 +7,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::status::{self, Observed};
-use super::{children, gang, router, topology, victims};
+use super::{children, gang, router, scale_view, topology, victims};
 use crate::api::Findings;
+use crate::api::ScaleView;
 use crate::api::inference_service::{
     self, ComponentType, InferenceService, InferenceServiceStatus, Role, RoleScaleDownPolicy,
+    ScaleViewLock,
 };
 
 /// The hash of what Tandem last applied to a child.
@@ -334,6 +336,9 @@ pub struct World<'a> {
     pub pods: &'a [Value],
     /// Kinds whose API is not installed in the cluster.
     pub unavailable: &'a BTreeSet<String>,
+    /// The ScaleViews of the service's namespace: lock entries of views not
+    /// among them are stale and dropped (see [`live_scale_views`]).
+    pub scale_views: &'a [ScaleView],
 }
 
 /// How an applied child differs from what was there.
@@ -490,11 +495,24 @@ pub fn reconcile(
         revision: &revision,
         problems: &problems,
     };
+    let mut status = status::status(service, &observed, now);
+    status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
     Pass {
         apply,
         delete,
-        status: status::status(service, &observed, now),
+        status,
     }
+}
+
+/// The ScaleView locks of `service` whose views still exist (DESIGN.md §1.3):
+/// dropping the others on every reconcile means no crash of the ScaleView
+/// controller can leave a role locked forever.
+fn live_scale_views(
+    service: &InferenceService,
+    locks: &[ScaleViewLock],
+    views: &[ScaleView],
+) -> Vec<ScaleViewLock> {
+    scale_view::live_locks(children::service_name(service), locks, views)
 }
 
 fn applied_hash(object: &Value) -> Option<&str> {
@@ -564,6 +582,7 @@ mod tests {
             children,
             pods,
             unavailable: &NONE,
+            scale_views: &[],
         }
     }
 
@@ -674,6 +693,7 @@ mod tests {
                 children: &[],
                 pods: &[],
                 unavailable: &none,
+                scale_views: &[],
             },
             &Options::default(),
             &now,
@@ -690,6 +710,7 @@ mod tests {
                 children: &world,
                 pods: &[],
                 unavailable: &none,
+                scale_views: &[],
             },
             &Options::default(),
             &now,
@@ -703,6 +724,7 @@ mod tests {
                 children: &world,
                 pods: &[],
                 unavailable: &none,
+                scale_views: &[],
             },
             &Options::default(),
             &now,
@@ -718,6 +740,7 @@ mod tests {
                 children: &world,
                 pods: &[],
                 unavailable: &none,
+                scale_views: &[],
             },
             &Options::default(),
             &now,
@@ -735,6 +758,7 @@ mod tests {
                 children: &[],
                 pods: &[],
                 unavailable: &missing,
+                scale_views: &[],
             },
             &Options::default(),
             &now,

@@ -21,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{Context, Error, FIELD_MANAGER};
+use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::children;
 use crate::plan::service::{self as service_plan, CHILD_KINDS, ChildKind, World};
@@ -103,11 +104,17 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         .filter_map(|p| serde_json::to_value(p).ok())
         .collect();
 
+    let scale_views = Api::<ScaleView>::namespaced(ctx.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+
     // Plan.
     let world = World {
         children: &owned,
         pods: &pods,
         unavailable: &unavailable,
+        scale_views: &scale_views,
     };
     let pass = service_plan::reconcile(&service, &world, &ctx.options, &Time((ctx.now)()));
 
@@ -143,14 +150,15 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         }
     }
     let current = service.status.clone().unwrap_or_default();
-    if status::reported(&pass.status) != status::reported(&current) {
+    let stale_locks = pass.status.scale_views != current.scale_views;
+    if status::reported(&pass.status) != status::reported(&current) || stale_locks {
+        let mut patch = status_patch(&current, &pass.status);
+        if stale_locks {
+            drop_stale_locks(&mut patch, &service, &pass.status);
+        }
         let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(status_patch(&current, &pass.status)),
-        )
-        .await?;
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
     }
     Ok(Action::requeue(RESYNC))
 }
@@ -167,6 +175,15 @@ fn status_patch(current: &InferenceServiceStatus, next: &InferenceServiceStatus)
         reported["components"][gone] = Value::Null;
     }
     json!({"status": reported})
+}
+
+/// Adds the lock entries that are still live to a status patch, guarded by
+/// the service's resourceVersion: a lock the ScaleView controller wrote since
+/// the service was read makes the patch fail with 409 (and the reconcile
+/// retry) instead of being dropped.
+fn drop_stale_locks(patch: &mut Value, service: &InferenceService, next: &InferenceServiceStatus) {
+    patch["status"]["scaleViews"] = json!(next.scale_views);
+    patch["metadata"]["resourceVersion"] = json!(service.metadata.resource_version);
 }
 
 async fn record(
@@ -227,6 +244,18 @@ pub async fn run(ctx: Arc<Context>) {
             Api::<DynamicObject>::all_with(client.clone(), &deployments),
             deployments,
             managed,
+        )
+        // A view that goes away may leave a stale lock to drop.
+        .watches(
+            Api::<ScaleView>::all(client.clone()),
+            watcher::Config::default(),
+            |view| {
+                let namespace = view.namespace()?;
+                Some(
+                    ObjectRef::<InferenceService>::new(&view.spec.target_ref.name)
+                        .within(&namespace),
+                )
+            },
         )
         .watches(
             pods,

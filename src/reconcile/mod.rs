@@ -4,6 +4,7 @@
 //! same decisions offline.
 
 pub mod inference_service;
+pub mod scale_view;
 
 use std::sync::Arc;
 

@@ -43,6 +43,10 @@ pub struct ServeOptions {
     pub request_timeout: Duration,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Tandem's own service account as a username
+    /// (`system:serviceaccount:NAMESPACE:NAME`): its InferenceService updates
+    /// may change roles that a ScaleView locks.
+    pub service_account: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +103,7 @@ impl Server {
         let app = admission::http::router(admission::http::State {
             metrics: metrics.clone(),
             lookup,
+            service_account: Arc::from(options.service_account.as_str()),
         })
         .layer(DefaultBodyLimit::max(options.body_limit_bytes))
         .layer(TimeoutLayer::with_status_code(

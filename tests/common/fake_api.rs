@@ -130,6 +130,15 @@ fn respond(code: StatusCode, body: &Value) -> Response<Body> {
         .unwrap()
 }
 
+/// A change of the spec through the main resource bumps the generation, as
+/// the API server does for custom resources; status writes never do.
+fn bump_generation(object: &mut Value, spec_before: &Value, sub: Option<&str>) {
+    if sub.is_none() && object["spec"] != *spec_before {
+        let generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
+        object["metadata"]["generation"] = json!(generation + 1);
+    }
+}
+
 impl FakeApi {
     pub fn new() -> FakeApi {
         FakeApi::default()
@@ -176,6 +185,21 @@ impl FakeApi {
         object
     }
 
+    /// Removes a stored object at once, finalizers or not (as if they had
+    /// been stripped by hand, or the controller crashed before running them).
+    pub fn remove(&self, api_version: &str, kind: &str, namespace: &str, name: &str) {
+        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
+        let mut state = self.state.lock().unwrap();
+        let removed = state
+            .objects
+            .get_mut(&collection_of(&probe))
+            .and_then(|c| c.remove(name));
+        assert!(
+            removed.is_some(),
+            "{kind} {namespace}/{name} to remove exists"
+        );
+    }
+
     /// Marks an API as not installed (its CRD is missing).
     pub fn uninstall(&self, plural: &str) {
         self.state.lock().unwrap().missing.insert(plural.to_owned());
@@ -216,20 +240,6 @@ impl FakeApi {
             .expect("object to edit exists");
         change(&mut object);
         self.insert(object);
-    }
-
-    /// Deletes a stored object (as another actor would).
-    pub fn remove(&self, api_version: &str, kind: &str, namespace: &str, name: &str) {
-        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
-        let mut state = self.state.lock().unwrap();
-        let removed = state
-            .objects
-            .get_mut(&collection_of(&probe))
-            .and_then(|c| c.remove(name));
-        assert!(
-            removed.is_some(),
-            "{kind} {namespace}/{name} to remove exists"
-        );
     }
 
     /// Every request since the last `take_calls`.
@@ -380,6 +390,24 @@ impl FakeApi {
                     );
                 };
                 let patch = body.unwrap_or_default();
+                let spec_before = object["spec"].clone();
+                // A JSON Patch (an array of operations) is applied as a whole
+                // or not at all, like the API server does; a failing `test`
+                // is a 422.
+                if patch.is_array() {
+                    let ops: json_patch::Patch = match serde_json::from_value(patch) {
+                        Ok(ops) => ops,
+                        Err(e) => return status(400, "BadRequest", e.to_string()),
+                    };
+                    let mut patched = object.clone();
+                    if let Err(e) = json_patch::patch(&mut patched, &ops) {
+                        return status(422, "Invalid", format!("the JSON patch failed: {e}"));
+                    }
+                    *object = patched;
+                    bump_generation(object, &spec_before, sub.as_deref());
+                    object["metadata"]["resourceVersion"] = json!(version);
+                    return respond(StatusCode::OK, object);
+                }
                 if let Some(expected) = patch["metadata"]["resourceVersion"].as_str()
                     && object["metadata"]["resourceVersion"].as_str() != Some(expected)
                 {
@@ -392,8 +420,18 @@ impl FakeApi {
                     );
                 }
                 json_patch::merge(object, &patch);
+                bump_generation(object, &spec_before, sub.as_deref());
                 object["metadata"]["resourceVersion"] = json!(version);
-                respond(StatusCode::OK, object)
+                let released = !object["metadata"]["deletionTimestamp"].is_null()
+                    && object["metadata"]["finalizers"]
+                        .as_array()
+                        .is_none_or(Vec::is_empty);
+                let answer = respond(StatusCode::OK, object);
+                if released {
+                    // The last finalizer is gone: the object goes away.
+                    store.remove(&name);
+                }
+                answer
             }
             ("POST", None, _) => {
                 let mut object = body.unwrap_or_default();
@@ -404,6 +442,19 @@ impl FakeApi {
                 object["metadata"]["resourceVersion"] = json!(version);
                 store.insert(name, object.clone());
                 respond(StatusCode::CREATED, &object)
+            }
+            ("DELETE", Some(name), _)
+                if store.get(&name).is_some_and(|o| {
+                    o["metadata"]["finalizers"]
+                        .as_array()
+                        .is_some_and(|f| !f.is_empty())
+                }) =>
+            {
+                // Finalizers hold the object: it is only marked as deleting.
+                let object = store.get_mut(&name).expect("checked above");
+                object["metadata"]["deletionTimestamp"] = json!("2026-11-21T00:00:00Z");
+                object["metadata"]["resourceVersion"] = json!(version);
+                respond(StatusCode::OK, object)
             }
             ("DELETE", Some(name), _) => match store.remove(&name) {
                 Some(_) => status(200, "Deleted", format!("{plural_name} \"{name}\" deleted")),

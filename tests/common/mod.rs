@@ -203,6 +203,7 @@ pub fn options(dir: &Path) -> ServeOptions {
         body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
         request_timeout: Duration::from_secs(4),
         shutdown_grace: Duration::from_secs(10),
+        service_account: tandem::admission::DEFAULT_SERVICE_ACCOUNT.to_owned(),
     }
 }
 

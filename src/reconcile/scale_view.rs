@@ -1,0 +1,183 @@
+//! The ScaleView reconciler: reads the view's target InferenceService, asks
+//! `plan::scale_view::reconcile` what to do, and writes it in the plan's
+//! order: the view's finalizer, the lock in the target's status (a merge
+//! patch carrying the target's resourceVersion, so two views never both win
+//! a role; 409 requeues), the roles' replicas (a JSON Patch testing each
+//! role's name before replacing its replicas), the view's status when it
+//! changed; then an Event for each change saying why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Context, Error};
+use crate::api::{InferenceService, ScaleView};
+use crate::plan::scale_view as view_plan;
+
+/// How often an unchanged view is looked at again.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// How soon a lost race for the target's status is retried.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+/// Reconciles one ScaleView.
+pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let (Some(namespace), Some(name)) = (
+        view.metadata.namespace.as_deref(),
+        view.metadata.name.as_deref(),
+    ) else {
+        return Err(Error::Unnamed(format!("ScaleView {}", view.name_any())));
+    };
+    let views: Api<ScaleView> = Api::namespaced(ctx.client.clone(), namespace);
+    let services: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
+    let target_name = view.spec.target_ref.name.as_str();
+
+    // Observe and plan.
+    let target = services.get_opt(target_name).await?;
+    let pass = view_plan::reconcile(&view, target.as_ref(), &Time((ctx.now)()));
+    let deleting = view.metadata.deletion_timestamp.is_some();
+
+    // The finalizer comes first, so the lock below cannot outlive the view.
+    if !deleting && let Some(finalizers) = &pass.finalizers {
+        patch_finalizers(&views, &view, name, finalizers).await?;
+    }
+    if let (Some(locks), Some(target)) = (&pass.locks, &target) {
+        let patch = json!({
+            "metadata": {"resourceVersion": target.metadata.resource_version},
+            "status": {"scaleViews": locks},
+        });
+        match services
+            .patch_status(target_name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_conflict(&e) => {
+                tracing::debug!(view = name, "the target changed while locking; retrying");
+                return Ok(Action::requeue(CONFLICT_RETRY));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !pass.roles.is_empty() {
+        let patch = view_plan::role_patch(&pass.roles).map_err(|reason| Error::Plan {
+            object: format!("ScaleView {namespace}/{name}"),
+            reason,
+        })?;
+        services
+            .patch(
+                target_name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await?;
+    }
+    if deleting && let Some(finalizers) = &pass.finalizers {
+        patch_finalizers(&views, &view, name, finalizers).await?;
+    }
+    if let Some(status) = &pass.status
+        && view.status.as_ref() != Some(status)
+    {
+        views
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await?;
+    }
+
+    let reference = view.object_ref(&());
+    let secondary = target.as_ref().map(|t| t.object_ref(&()));
+    for note in &pass.events {
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.to_owned(),
+            note: Some(note.note.clone()),
+            action: "Scale".to_owned(),
+            secondary: secondary.clone(),
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason = note.reason, "could not record an event");
+        }
+    }
+    Ok(if deleting {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+/// Writes the view's finalizers, guarded by its resourceVersion.
+async fn patch_finalizers(
+    views: &Api<ScaleView>,
+    view: &ScaleView,
+    name: &str,
+    finalizers: &[String],
+) -> Result<(), Error> {
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": view.metadata.resource_version,
+    }});
+    views
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+fn error_policy(view: Arc<ScaleView>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(view = %view.name_any(), %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(30))
+}
+
+/// Runs the controller until the stream ends (shutdown). A change of a
+/// target (its roles, its readiness) reconciles the views that target it.
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<ScaleView>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let known = controller.store();
+    controller
+        .watches(
+            Api::<InferenceService>::all(client),
+            watcher::Config::default(),
+            move |service| {
+                let namespace = service.namespace();
+                let service_name = service.name_any();
+                known
+                    .state()
+                    .into_iter()
+                    .filter(|view| {
+                        view.namespace() == namespace && view.spec.target_ref.name == service_name
+                    })
+                    .map(|view| ObjectRef::from_obj(view.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(view = %object, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "controller"),
+            }
+        })
+        .await;
+}
