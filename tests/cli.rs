@@ -229,3 +229,43 @@ fn serve_dev_without_a_cluster_serves_admission_and_stops_on_sigterm() {
     let status = child.wait().unwrap();
     assert!(status.success(), "a SIGTERM is a clean stop, got {status}");
 }
+
+#[test]
+fn render_refuses_resource_scaling_groups_that_follow_themselves() {
+    let group = |name: &str, from: &str, to: &str| {
+        format!(
+            "apiVersion: resourcescalinggroup.com/v1\nkind: ResourceScalingGroup\nmetadata: {{name: {name}}}\nspec:\n  targetResources:\n  - {{name: {from}, apiVersion: apps/v1, kind: Deployment}}\n  - {{name: {to}, apiVersion: apps/v1, kind: Deployment}}\n  scalingStrategy:\n    type: InplaceScaling\n    inplaceConfig:\n      bindings:\n      - {{name: {from}, role: Source}}\n      - {{name: {to}, role: Target, ratio: 2}}\n"
+        )
+    };
+    let world = format!(
+        "{}---\n{}",
+        group("rsg-a", "prefill", "decode"),
+        group("rsg-b", "decode", "prefill")
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["render", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(world.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "ResourceScalingGroup default/rsg-b: spec.scalingStrategy.inplaceConfig.bindings[1]"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("via rsg-"),
+        "the cycle names the groups: {stderr}"
+    );
+}

@@ -224,7 +224,23 @@ pub fn validate_as(
         Kind::ResourceScalingGroup => with_spec(
             spec,
             |s: resource_scaling_group::ResourceScalingGroupSpec| {
-                resource_scaling_group::validate(&s, namespace)
+                let mut findings = resource_scaling_group::validate(&s, namespace);
+                // Across every group of the namespace: no resource may follow
+                // itself through a chain, nor be the Target of two bindings.
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                match lookup.resource_scaling_groups(namespace) {
+                    Some(groups) => {
+                        let stored: Vec<(String, resource_scaling_group::ResourceScalingGroupSpec)> = groups
+                            .into_iter()
+                            .map(|g| (kube::ResourceExt::name_any(&g), g.spec))
+                            .collect();
+                        findings.extend(crate::plan::dag::check(&stored, (name, &s)));
+                    }
+                    None => findings.warn(
+                        "spec.scalingStrategy: cycles and double Targets across the namespace's ResourceScalingGroups were not checked: this webhook has no view of the cluster",
+                    ),
+                }
+                findings
             },
         ),
         Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
@@ -617,6 +633,49 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn resource_scaling_groups_that_close_a_cycle_are_denied_naming_it() {
+        let group = |name: &str, from: &str, to: &str| {
+            json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+                "metadata": {"name": name, "namespace": "ai"},
+                "spec": {"targetResources": [
+                    {"name": from, "apiVersion": "apps/v1", "kind": "Deployment"},
+                    {"name": to, "apiVersion": "apps/v1", "kind": "Deployment"}],
+                "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                    {"name": from, "role": "Source"}, {"name": to, "role": "Target", "ratio": 2}]}}}})
+        };
+        let a = group("rsg-a", "prefill", "decode");
+        let b = group("rsg-b", "decode", "prefill");
+        let stored = lookup::Objects::new([&a]);
+        let findings = validate(Kind::ResourceScalingGroup, "ai", &b, None, &stored);
+        let message = findings.denial_message();
+        assert!(
+            message.contains("prefill -> decode -> prefill")
+                || message.contains("decode -> prefill -> decode"),
+            "{message}"
+        );
+        assert!(
+            message.contains("rsg-a") && message.contains("rsg-b"),
+            "{message}"
+        );
+        // The same group alone, or with a group it does not loop with, passes.
+        assert!(
+            validate(
+                Kind::ResourceScalingGroup,
+                "ai",
+                &b,
+                None,
+                &lookup::Objects::new([])
+            )
+            .is_allowed()
+        );
+        let c = group("rsg-c", "decode", "router");
+        assert!(validate(Kind::ResourceScalingGroup, "ai", &c, None, &stored).is_allowed());
+        // Without a cluster the check is skipped, and says so.
+        let blind = validate(Kind::ResourceScalingGroup, "ai", &b, None, &lookup::Blind);
+        assert!(blind.is_allowed() && blind.warnings[0].contains("were not checked"));
     }
 
     #[test]
