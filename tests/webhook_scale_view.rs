@@ -13,20 +13,6 @@ use tandem::admission::{self, Kind, lookup};
 
 const SPOT: &str = "examples/scaleview/decode-ondemand-spot.yaml";
 
-async fn admit(test: &TestServer, path: &str, review: &Value) -> Value {
-    let tls = client_tls(&[&test.ca_pem]);
-    let exchange = post(
-        test.server.webhook_addr,
-        tls,
-        path,
-        serde_json::to_vec(review).unwrap(),
-    )
-    .await
-    .expect("exchange");
-    assert_eq!(exchange.status, 200, "{path}: {}", exchange.text());
-    exchange.json()["response"].clone()
-}
-
 /// The spot service as stored: admitted, decode-ondemand at 2 and decode-spot
 /// at 2, both locked by spot-decode-sv (decode-spot's lock at 3: the view
 /// decided 3 and its write has not landed yet).

@@ -24,28 +24,6 @@ fn in_namespace(mut object: Value, namespace: &str) -> Value {
     object
 }
 
-/// Sends a review, expects HTTP 200 and returns the AdmissionReview response.
-async fn admit(test: &TestServer, path: &str, review: &Value) -> Value {
-    let tls = client_tls(&[&test.ca_pem]);
-    let exchange = post(
-        test.server.webhook_addr,
-        tls,
-        path,
-        serde_json::to_vec(review).unwrap(),
-    )
-    .await
-    .expect("exchange");
-    assert_eq!(exchange.status, 200, "{path}: {}", exchange.text());
-    let reply = exchange.json();
-    assert_eq!(reply["apiVersion"], "admission.k8s.io/v1");
-    assert_eq!(reply["kind"], "AdmissionReview");
-    assert_eq!(
-        reply["response"]["uid"], review["request"]["uid"],
-        "uid echoed"
-    );
-    reply["response"].clone()
-}
-
 #[tokio::test]
 async fn each_kind_is_defaulted_and_validated_over_tls() {
     let test = start_server(|_| {}).await;
