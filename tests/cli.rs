@@ -21,6 +21,19 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `tandem render -f -` with `input` on standard input.
+fn render_stdin(input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["render", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn render_of_an_example_is_deterministic_and_shows_defaults() {
     let args = [
@@ -48,24 +61,11 @@ fn render_of_an_example_is_deterministic_and_shows_defaults() {
 
 #[test]
 fn render_reports_denials_with_exit_status_2() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["render", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            b"apiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\nmetadata: {name: bad, namespace: team}\n\
-              spec:\n  roles:\n  - {name: decode, componentType: decoder, multinode: {nodeCount: 0},\n     \
-              template: {spec: {containers: [{name: vllm, image: vllm}]}}}\n",
-        )
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = render_stdin(
+        b"apiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\nmetadata: {name: bad, namespace: team}\n\
+          spec:\n  roles:\n  - {name: decode, componentType: decoder, multinode: {nodeCount: 0},\n     \
+          template: {spec: {containers: [{name: vllm, image: vllm}]}}}\n",
+    );
     assert_eq!(output.status.code(), Some(2));
     let stderr = text(&output.stderr);
     assert!(
@@ -242,20 +242,7 @@ fn render_refuses_resource_scaling_groups_that_follow_themselves() {
         group("rsg-a", "prefill", "decode"),
         group("rsg-b", "decode", "prefill")
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["render", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(world.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = render_stdin(world.as_bytes());
     assert_eq!(output.status.code(), Some(2));
     let stderr = text(&output.stderr);
     assert!(
