@@ -10,7 +10,6 @@ use common::fake_api::FakeApi;
 use common::{repo_path, yaml_documents};
 use serde_json::{Value, json};
 use tandem::api::InferenceService;
-use tandem::plan::service::Options;
 use tandem::reconcile::Context;
 use tandem::reconcile::inference_service::reconcile;
 
@@ -18,12 +17,6 @@ const IS: &str = "fusioninfer.io/v1alpha1";
 const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets";
 const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
-
-fn context(fake: &FakeApi) -> Arc<Context> {
-    let mut ctx = Context::new(fake.client(), Options::default());
-    ctx.now = Arc::new(|| "2026-11-21T10:00:00Z".parse().unwrap());
-    Arc::new(ctx)
-}
 
 /// Stores a seed story as the API server would after admission.
 fn store_story(fake: &FakeApi, file: &str) -> String {
@@ -56,26 +49,10 @@ fn status_patch(name: &str) -> String {
     )
 }
 
-fn event_notes(fake: &FakeApi) -> Vec<String> {
-    let mut notes: Vec<String> = fake
-        .list("events.k8s.io/v1", "Event", "default")
-        .iter()
-        .map(|e| {
-            format!(
-                "{}: {}",
-                e["reason"].as_str().unwrap(),
-                e["note"].as_str().unwrap()
-            )
-        })
-        .collect();
-    notes.sort();
-    notes
-}
-
 #[tokio::test]
 async fn create_then_nothing_to_write() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     assert_eq!(
@@ -103,7 +80,7 @@ async fn create_then_nothing_to_write() {
         lws["metadata"]["ownerReferences"][0]["uid"],
         "uid-deepseek-r1-inference"
     );
-    let notes = event_notes(&fake);
+    let notes = fake.event_notes();
     assert!(notes[0].starts_with("Created: LeaderWorkerSet deepseek-r1-inference-inference-0 created: replica 0 of role inference (1 of 2 replicas, 4 node(s) each"), "{notes:?}");
 
     let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
@@ -129,7 +106,7 @@ async fn create_then_nothing_to_write() {
 #[tokio::test]
 async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_highest() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.take_calls();
@@ -167,7 +144,7 @@ async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_hi
         .map(|l| l["metadata"]["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["deepseek-r1-inference-inference-0"]);
-    assert!(event_notes(&fake).iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 1 replica(s); replica 2 is not kept (Ordered: the highest indices go first)"));
+    assert!(fake.event_notes().iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 1 replica(s); replica 2 is not kept (Ordered: the highest indices go first)"));
 
     // A gap left by hand is refilled at the lowest index.
     fake.edit(IS, "InferenceService", "default", &name, |s| {
@@ -183,7 +160,7 @@ async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_hi
 #[tokio::test]
 async fn a_template_change_updates_every_replica_and_a_hand_edit_is_set_back() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.take_calls();
@@ -254,16 +231,16 @@ async fn a_template_change_updates_every_replica_and_a_hand_edit_is_set_back() {
         1
     );
     assert!(
-        event_notes(&fake).iter().any(|n| n.starts_with("Reverted: LeaderWorkerSet deepseek-r1-inference-inference-0 was changed outside Tandem and is set back")),
+        fake.event_notes().iter().any(|n| n.starts_with("Reverted: LeaderWorkerSet deepseek-r1-inference-inference-0 was changed outside Tandem and is set back")),
         "{:?}",
-        event_notes(&fake)
+        fake.event_notes()
     );
 }
 
 #[tokio::test]
 async fn only_owned_children_are_deleted() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
     fake.insert(json!({"apiVersion": LWS, "kind": "LeaderWorkerSet",
         "metadata": {"name": "qwen-inference-inference-7", "namespace": "default",
@@ -292,7 +269,7 @@ async fn only_owned_children_are_deleted() {
 async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
     let fake = FakeApi::new();
     fake.uninstall("leaderworkersets");
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     assert_eq!(fake.take_writes(), [status_patch(&name)]);
@@ -323,7 +300,7 @@ fn pod(role: &str, index: u32, worker: u32, ready: bool, revision: &Value) -> Va
 #[tokio::test]
 async fn status_follows_the_pods_and_clears_when_healthy() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     let revision = fake
@@ -431,7 +408,7 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     };
 
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.edit(IS, "InferenceService", "default", &name, |s| {
@@ -572,7 +549,7 @@ fn router_paths(service: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_router_is_added_and_removed() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(
         &fake,
         "examples/inferenceservice/story2-prefill-decode.yaml",
@@ -659,7 +636,7 @@ async fn a_router_is_added_and_removed() {
         status["components"].get("router").is_none(),
         "the removed role's status is gone: {status}"
     );
-    assert!(event_notes(&fake).iter().any(|n| n
+    assert!(fake.event_notes().iter().any(|n| n
         == &format!(
             "Deleted: InferencePool {name}-pool deleted: the service has no router role any more"
         )));
@@ -668,7 +645,7 @@ async fn a_router_is_added_and_removed() {
 #[tokio::test]
 async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     assert!(
@@ -722,7 +699,7 @@ async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() 
             .get("schedulerName")
             .is_none()
     );
-    assert!(event_notes(&fake).iter().any(|n| n.starts_with(
+    assert!(fake.event_notes().iter().any(|n| n.starts_with(
         "Deleted: PodGroup deepseek-r1-inference deleted: gang scheduling is no longer needed"
     )));
 }
@@ -737,7 +714,7 @@ fn costly_pod(index: u32, worker: u32, cost: i64, revision: &Value) -> Value {
 #[tokio::test]
 async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_until_pods_go() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     let mut service = yaml_documents(&repo_path(
         "examples/inferenceservice/story3-multinode.yaml",
     ))
@@ -807,7 +784,7 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
         "the two cheapest go; the PodGroup is not touched while their pods remain"
     );
     assert_eq!(task_members(&fake)["inference-2"], 2);
-    let notes = event_notes(&fake);
+    let notes = fake.event_notes();
     assert!(
         notes.iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 2 replica(s); Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"),
         "{notes:#?}"

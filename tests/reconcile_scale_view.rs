@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use tandem::admission::{self, Kind, lookup};
 use tandem::api::{InferenceService, ScaleView};
 use tandem::plan::scale_view::FINALIZER;
-use tandem::plan::service::Options;
 use tandem::reconcile::Context;
 
 const API: &str = "fusioninfer.io/v1alpha1";
@@ -21,12 +20,6 @@ const SERVICES: &str = "/apis/fusioninfer.io/v1alpha1/namespaces/default/inferen
 const VIEWS: &str = "/apis/fusioninfer.io/v1alpha1/namespaces/default/scaleviews";
 /// An Event written (created, or a repeat patched into its series).
 const EVENT: &str = "event";
-
-fn context(fake: &FakeApi) -> Arc<Context> {
-    let mut ctx = Context::new(fake.client(), Options::default());
-    ctx.now = Arc::new(|| "2026-11-21T10:00:00Z".parse().unwrap());
-    Arc::new(ctx)
-}
 
 /// The spot example's service and view, stored as after admission; the view
 /// asks for `replicas`.
@@ -131,7 +124,7 @@ fn assert_no_writes(fake: &FakeApi) {
 #[tokio::test]
 async fn the_lock_is_grabbed_then_nothing_is_written() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     store_spot(&fake, 4);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
@@ -168,17 +161,7 @@ async fn the_lock_is_grabbed_then_nothing_is_written() {
     );
     assert_eq!(condition(&stored, "Locked")["status"], "True");
     assert_eq!(condition(&stored, "Ready")["reason"], "Scaling");
-    let notes: Vec<String> = fake
-        .list("events.k8s.io/v1", "Event", "default")
-        .iter()
-        .map(|e| {
-            format!(
-                "{}: {}",
-                e["reason"].as_str().unwrap(),
-                e["note"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let notes = fake.event_notes();
     assert!(
         notes.contains(&"Scaled: scaled roles of InferenceService spot-decode: decode-ondemand from 1 to 2, decode-spot from 0 to 2: spec.replicas 4 split by priority (decode-ondemand=2, decode-spot=2)".to_owned()),
         "{notes:?}"
@@ -197,7 +180,7 @@ async fn the_lock_is_grabbed_then_nothing_is_written() {
 #[tokio::test]
 async fn a_new_generation_moves_the_lock_and_the_roles() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     store_spot(&fake, 1);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
@@ -257,7 +240,7 @@ async fn a_new_generation_moves_the_lock_and_the_roles() {
 #[tokio::test]
 async fn a_second_view_on_a_locked_group_is_refused() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     store_spot(&fake, 4);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     fake.insert(json!({
@@ -297,7 +280,7 @@ async fn a_second_view_on_a_locked_group_is_refused() {
 #[tokio::test]
 async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     store_spot(&fake, 4);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     let views: kube::Api<ScaleView> = kube::Api::namespaced(fake.client(), "default");
@@ -327,7 +310,7 @@ async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
 #[tokio::test]
 async fn a_stale_lock_left_by_a_crash_is_dropped_by_the_service_reconciler() {
     let fake = FakeApi::new();
-    let ctx = context(&fake);
+    let ctx = fake.context();
     store_spot(&fake, 4);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     reconcile_service(&fake, &ctx).await;

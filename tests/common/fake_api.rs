@@ -242,6 +242,35 @@ impl FakeApi {
         self.insert(object);
     }
 
+    /// The Events written so far, as sorted `Reason: note` lines.
+    pub fn event_notes(&self) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .list("events.k8s.io/v1", "Event", "default")
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e["reason"].as_str().unwrap_or_default(),
+                    e["note"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        notes.sort();
+        notes
+    }
+
+    /// A reconcile context whose client this fake answers, with the clock fixed
+    /// at 2026-11-21T10:00:00Z.
+    pub fn context(&self) -> std::sync::Arc<tandem::reconcile::Context> {
+        let mut ctx = tandem::reconcile::Context::new(self.client(), Default::default());
+        ctx.now = std::sync::Arc::new(|| {
+            "2026-11-21T10:00:00Z"
+                .parse()
+                .expect("a fixed RFC 3339 time")
+        });
+        std::sync::Arc::new(ctx)
+    }
+
     /// Every request since the last `take_calls`.
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut self.state.lock().unwrap().calls)
