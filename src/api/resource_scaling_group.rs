@@ -373,7 +373,7 @@ pub fn defaults(spec: &mut ResourceScalingGroupSpec) {
 /// the group's own: no target may be elsewhere.
 pub fn validate(spec: &ResourceScalingGroupSpec, namespace: &str) -> Findings {
     let mut findings = Findings::default();
-    let names = validate_targets(&spec.target_resources, namespace, &mut findings);
+    validate_targets(&spec.target_resources, namespace, &mut findings);
     let strategy = &spec.scaling_strategy;
     let at = "spec.scalingStrategy";
     match strategy.type_ {
@@ -400,7 +400,9 @@ pub fn validate(spec: &ResourceScalingGroupSpec, namespace: &str) -> Findings {
                 );
             }
             match &strategy.inplace_config {
-                Some(inplace) => validate_bindings(&inplace.bindings, &names, &mut findings),
+                Some(inplace) => {
+                    validate_bindings(&inplace.bindings, &spec.target_resources, &mut findings)
+                }
                 None => findings.deny(
                     format!("{at}.inplaceConfig"),
                     "required when type is InplaceScaling",
@@ -411,21 +413,126 @@ pub fn validate(spec: &ResourceScalingGroupSpec, namespace: &str) -> Findings {
     findings
 }
 
-/// What bindings may name: each role (by roleName) and each resource without
-/// roles (by name). A resource with roles is not bindable as a whole; its name
-/// is remembered to say which roles to bind instead.
-#[derive(Debug, Default)]
-struct Names {
-    /// Bindable name -> how to describe it ("role \"Decode\" of rbg").
-    bindable: BTreeMap<String, String>,
-    /// Resources with roles -> their role names.
-    with_roles: BTreeMap<String, Vec<String>>,
+/// Where a binding name is declared: a target resource without roles, or one
+/// role (`subResources[role]`) of a target resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Declaration {
+    pub resource: usize,
+    pub role: Option<usize>,
 }
 
-fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut Findings) -> Names {
-    let mut names = Names::default();
+/// What a binding name resolves to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    Exact(Declaration),
+    /// The name matches a declaration only up to case (seed 000: binding
+    /// `decode`, role `Decode`): accepted, with a warning naming `matched`.
+    CaseOnly {
+        declaration: Declaration,
+        matched: String,
+    },
+}
+
+impl Resolution {
+    pub fn declaration(&self) -> Declaration {
+        match self {
+            Resolution::Exact(d) | Resolution::CaseOnly { declaration: d, .. } => *d,
+        }
+    }
+}
+
+/// The one rule for what a binding `name` points at, shared by validation and
+/// by the ratio planner. The error is the reason, without the field.
+pub fn resolve_binding(targets: &[TargetResource], name: &str) -> Result<Resolution, String> {
+    let mut declared: BTreeMap<&str, Vec<Declaration>> = BTreeMap::new();
+    let mut with_roles: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (resource, target) in targets.iter().enumerate() {
+        if target.sub_resources.is_empty() {
+            declared.entry(&target.name).or_default().push(Declaration {
+                resource,
+                role: None,
+            });
+            continue;
+        }
+        with_roles.insert(
+            &target.name,
+            target
+                .sub_resources
+                .iter()
+                .map(|s| s.role_name.as_str())
+                .collect(),
+        );
+        for (role, sub) in target.sub_resources.iter().enumerate() {
+            declared
+                .entry(&sub.role_name)
+                .or_default()
+                .push(Declaration {
+                    resource,
+                    role: Some(role),
+                });
+        }
+    }
+    let one = |name: &str, found: &[Declaration]| -> Result<Declaration, String> {
+        match found {
+            [declaration] => Ok(*declaration),
+            several => {
+                let fields: Vec<String> = several.iter().map(|d| declaration_field(*d)).collect();
+                Err(format!(
+                    "{name:?} is declared more than once ({}): a binding name must name one resource or role",
+                    fields.join(", ")
+                ))
+            }
+        }
+    };
+    if let Some(found) = declared.get(name) {
+        return one(name, found).map(Resolution::Exact);
+    }
+    if let Some(roles) = with_roles.get(name) {
+        return Err(format!(
+            "{name:?} has subResources; bind one of its roles instead: {}",
+            roles.join(", ")
+        ));
+    }
+    let folded: Vec<(&&str, &Vec<Declaration>)> = declared
+        .iter()
+        .filter(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
+        .collect();
+    match folded.as_slice() {
+        [(matched, found)] => Ok(Resolution::CaseOnly {
+            declaration: one(matched, found)?,
+            matched: (**matched).to_owned(),
+        }),
+        [] => {
+            let known: Vec<&str> = declared.keys().copied().collect();
+            Err(format!(
+                "{name:?} names no role or resource (bindable: {})",
+                known.join(", ")
+            ))
+        }
+        several => {
+            let options: Vec<&str> = several.iter().map(|(n, _)| **n).collect();
+            Err(format!(
+                "{name:?} matches several names up to case ({}); write one exactly",
+                options.join(", ")
+            ))
+        }
+    }
+}
+
+/// The field that declares a binding name.
+pub fn declaration_field(declaration: Declaration) -> String {
+    match declaration.role {
+        None => format!("spec.targetResources[{}].name", declaration.resource),
+        Some(role) => format!(
+            "spec.targetResources[{}].subResources[{role}].roleName",
+            declaration.resource
+        ),
+    }
+}
+
+fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut Findings) {
     let mut resource_field: BTreeMap<&str, String> = BTreeMap::new();
-    let mut bindable_field: BTreeMap<String, String> = BTreeMap::new();
+    let mut declared: BTreeMap<&str, String> = BTreeMap::new();
     if targets.is_empty() {
         findings.deny("spec.targetResources", "must list at least one resource");
     }
@@ -501,64 +608,38 @@ fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut 
             );
         }
         if target.sub_resources.is_empty() {
-            let describe = format!("target resource {:?}", target.name);
-            claim(
-                &mut names,
-                &mut bindable_field,
-                &target.name,
-                describe,
-                format!("{at}.name"),
-                findings,
-            );
+            claim(&mut declared, &target.name, format!("{at}.name"), findings);
             continue;
         }
-        let roles: Vec<String> = target
-            .sub_resources
-            .iter()
-            .map(|s| s.role_name.clone())
-            .collect();
-        names.with_roles.insert(target.name.clone(), roles.clone());
-        for (r, role) in roles.iter().enumerate() {
+        for (r, sub) in target.sub_resources.iter().enumerate() {
             let field = format!("{at}.subResources[{r}].roleName");
-            if role.trim().is_empty() {
+            if sub.role_name.trim().is_empty() {
                 findings.deny(field, "must not be empty");
                 continue;
             }
-            let describe = format!("role {role:?} of {}", target.name);
-            claim(
-                &mut names,
-                &mut bindable_field,
-                role,
-                describe,
-                field,
-                findings,
-            );
+            claim(&mut declared, &sub.role_name, field, findings);
         }
     }
-    names
 }
 
 /// Registers a name bindings may use; it must name one thing only.
-fn claim(
-    names: &mut Names,
-    fields: &mut BTreeMap<String, String>,
-    name: &str,
-    describe: String,
+fn claim<'a>(
+    declared: &mut BTreeMap<&'a str, String>,
+    name: &'a str,
     field: String,
     findings: &mut Findings,
 ) {
-    if let Some(first) = fields.get(name) {
+    if let Some(first) = declared.get(name) {
         findings.deny(
             field,
             format!("{name:?} is also {first}: a binding name must name one resource or role"),
         );
         return;
     }
-    fields.insert(name.to_owned(), field);
-    names.bindable.insert(name.to_owned(), describe);
+    declared.insert(name, field);
 }
 
-fn validate_bindings(bindings: &[Binding], names: &Names, findings: &mut Findings) {
+fn validate_bindings(bindings: &[Binding], targets: &[TargetResource], findings: &mut Findings) {
     let at = "spec.scalingStrategy.inplaceConfig.bindings";
     if bindings.is_empty() {
         findings.deny(at, "must list one Source and at least one Target");
@@ -591,7 +672,7 @@ fn validate_bindings(bindings: &[Binding], names: &Names, findings: &mut Finding
                 format!("duplicate binding {:?} (also {at}[{first}])", binding.name),
             );
         }
-        resolve_binding_name(&binding.name, &here, names, findings);
+        resolve_binding_name(&binding.name, &here, targets, findings);
         match binding.role {
             BindingRole::Source => {
                 for (field, set) in [
@@ -645,53 +726,34 @@ fn validate_target_binding(binding: &Binding, here: &str, findings: &mut Finding
     }
 }
 
-/// A binding names a role or a resource without roles. A match that differs
-/// only in case (seed 000: role `Decode`, binding `decode`) is accepted with a
-/// warning.
-fn resolve_binding_name(name: &str, here: &str, names: &Names, findings: &mut Findings) {
+/// A binding names a role or a resource without roles ([`resolve_binding`]).
+/// A match that differs only in case (seed 000: role `Decode`, binding
+/// `decode`) is accepted with a warning.
+fn resolve_binding_name(
+    name: &str,
+    here: &str,
+    targets: &[TargetResource],
+    findings: &mut Findings,
+) {
     let field = format!("{here}.name");
-    if names.bindable.contains_key(name) {
-        return;
-    }
-    if let Some(roles) = names.with_roles.get(name) {
-        findings.deny(
-            field,
-            format!(
-                "{name:?} has subResources; bind one of its roles instead: {}",
-                roles.join(", ")
-            ),
-        );
-        return;
-    }
-    let folded: Vec<(&String, &String)> = names
-        .bindable
-        .iter()
-        .filter(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
-        .collect();
-    match folded.as_slice() {
-        [(matched, described)] => findings.warn(format!(
-            "{field}: {name:?} matches {described} only up to case; Tandem uses {matched:?}"
-        )),
-        [] => {
-            let known: Vec<&str> = names.bindable.keys().map(String::as_str).collect();
-            findings.deny(
-                field,
-                format!(
-                    "{name:?} names no role or resource (bindable: {})",
-                    known.join(", ")
-                ),
-            );
+    match resolve_binding(targets, name) {
+        Ok(Resolution::Exact(_)) => {}
+        Ok(Resolution::CaseOnly {
+            declaration,
+            matched,
+        }) => {
+            let resource = targets
+                .get(declaration.resource)
+                .map_or("", |t| t.name.as_str());
+            let described = match declaration.role {
+                Some(_) => format!("role {matched:?} of {resource}"),
+                None => format!("target resource {matched:?}"),
+            };
+            findings.warn(format!(
+                "{field}: {name:?} matches {described} only up to case; Tandem uses {matched:?}"
+            ));
         }
-        several => {
-            let options: Vec<&str> = several.iter().map(|(n, _)| n.as_str()).collect();
-            findings.deny(
-                field,
-                format!(
-                    "{name:?} matches several names up to case ({}); write one exactly",
-                    options.join(", ")
-                ),
-            );
-        }
+        Err(reason) => findings.deny(field, reason),
     }
 }
 

@@ -18,7 +18,8 @@ use std::hash::{Hash, Hasher};
 use rust_decimal::Decimal;
 
 use crate::api::resource_scaling_group::{
-    BindingRole, ResourceScalingGroupSpec, ScalingStrategyType, TargetResource,
+    BindingRole, ResourceScalingGroupSpec, ScalingStrategyType, TargetResource, declaration_field,
+    resolve_binding,
 };
 use crate::plan::dag::FollowGraph;
 
@@ -165,12 +166,11 @@ pub fn bindings(spec: &ResourceScalingGroupSpec) -> Result<Bindings, String> {
             "spec.scalingStrategy.inplaceConfig: required when type is InplaceScaling".into(),
         );
     };
-    let names = Bindable::of(&spec.target_resources);
     let mut source: Option<(usize, Endpoint)> = None;
     let mut targets = Vec::new();
     for (i, binding) in inplace.bindings.iter().enumerate() {
         let here = format!("{BINDINGS_FIELD}[{i}]");
-        let endpoint = names.resolve(&binding.name, &here)?;
+        let endpoint = endpoint(&spec.target_resources, &binding.name, &here)?;
         match binding.role {
             BindingRole::Source => {
                 if let Some((first, _)) = &source {
@@ -206,127 +206,29 @@ pub fn bindings(spec: &ResourceScalingGroupSpec) -> Result<Bindings, String> {
     })
 }
 
-/// The names bindings may use, with what each points at.
-struct Bindable<'a> {
-    /// Bindable name -> every entry that declares it (more than one is a clash).
-    claims: BTreeMap<&'a str, Vec<Claim>>,
-    /// Resources with roles -> their roles (bind a role, not the resource).
-    with_roles: BTreeMap<&'a str, Vec<&'a str>>,
-}
-
-struct Claim {
-    /// Where the name is declared: `spec.targetResources[resource]`, and
-    /// `.subResources[role]` within it for a role.
-    resource: usize,
-    role: Option<usize>,
-    /// None when the target resource names no complete object.
-    endpoint: Option<Endpoint>,
-}
-
-impl Claim {
-    /// The field that declares the name (only errors need it, so it is
-    /// formatted then).
-    fn field(&self) -> String {
-        match self.role {
-            None => format!("spec.targetResources[{}].name", self.resource),
-            Some(role) => format!(
-                "spec.targetResources[{}].subResources[{role}].roleName",
-                self.resource
-            ),
-        }
-    }
-}
-
-impl<'a> Bindable<'a> {
-    fn of(targets: &'a [TargetResource]) -> Self {
-        let mut names = Bindable {
-            claims: BTreeMap::new(),
-            with_roles: BTreeMap::new(),
-        };
-        for (i, target) in targets.iter().enumerate() {
-            let object = target.object().map(|o| Endpoint {
-                api_version: o.api_version.to_owned(),
-                kind: o.kind.to_owned(),
-                name: o.name.to_owned(),
-                role: None,
-            });
-            if target.sub_resources.is_empty() {
-                names.claims.entry(&target.name).or_default().push(Claim {
-                    resource: i,
-                    role: None,
-                    endpoint: object,
-                });
-                continue;
-            }
-            let roles = target.sub_resources.iter().map(|s| s.role_name.as_str());
-            names.with_roles.insert(&target.name, roles.collect());
-            for (r, sub) in target.sub_resources.iter().enumerate() {
-                names.claims.entry(&sub.role_name).or_default().push(Claim {
-                    resource: i,
-                    role: Some(r),
-                    endpoint: object.clone().map(|o| Endpoint {
-                        role: Some(sub.role_name.clone()),
-                        ..o
-                    }),
-                });
-            }
-        }
-        names
-    }
-
-    /// What `name` (written at binding `here`) points at.
-    fn resolve(&self, name: &str, here: &str) -> Result<Endpoint, String> {
-        let field = format!("{here}.name");
-        if let Some(claims) = self.claims.get(name) {
-            return Self::claimed(name, claims, &field);
-        }
-        if let Some(roles) = self.with_roles.get(name) {
-            return Err(format!(
-                "{field}: {name:?} has subResources; bind one of its roles instead: {}",
-                roles.join(", ")
-            ));
-        }
-        let folded: Vec<(&&str, &Vec<Claim>)> = self
-            .claims
-            .iter()
-            .filter(|(candidate, _)| candidate.eq_ignore_ascii_case(name))
-            .collect();
-        match folded.as_slice() {
-            [(matched, claims)] => Self::claimed(matched, claims, &field),
-            [] => {
-                let known: Vec<&str> = self.claims.keys().copied().collect();
-                Err(format!(
-                    "{field}: {name:?} names no role or resource (bindable: {})",
-                    known.join(", ")
-                ))
-            }
-            several => {
-                let options: Vec<&str> = several.iter().map(|(n, _)| **n).collect();
-                Err(format!(
-                    "{field}: {name:?} matches several names up to case ({}); write one exactly",
-                    options.join(", ")
-                ))
-            }
-        }
-    }
-
-    fn claimed(name: &str, claims: &[Claim], field: &str) -> Result<Endpoint, String> {
-        match claims {
-            [claim] => claim.endpoint.clone().ok_or_else(|| {
-                format!(
-                    "{field}: {name:?} is declared at {} without a complete object (apiVersion and kind, or targetRef)",
-                    claim.field()
-                )
-            }),
-            several => {
-                let fields: Vec<String> = several.iter().map(Claim::field).collect();
-                Err(format!(
-                    "{field}: {name:?} is declared more than once ({}): a binding name must name one resource or role",
-                    fields.join(", ")
-                ))
-            }
-        }
-    }
+/// The endpoint a binding name points at, resolved by the same rule as
+/// validation ([`resolve_binding`]).
+fn endpoint(targets: &[TargetResource], name: &str, here: &str) -> Result<Endpoint, String> {
+    let declaration = resolve_binding(targets, name)
+        .map_err(|reason| format!("{here}.name: {reason}"))?
+        .declaration();
+    let target = targets.get(declaration.resource);
+    let object = target.and_then(TargetResource::object).ok_or_else(|| {
+        format!(
+            "{here}.name: {name:?} is declared at {} without a complete object (apiVersion and kind, or targetRef)",
+            declaration_field(declaration)
+        )
+    })?;
+    let role = declaration
+        .role
+        .and_then(|r| target.and_then(|t| t.sub_resources.get(r)))
+        .map(|sub| sub.role_name.clone());
+    Ok(Endpoint {
+        api_version: object.api_version.to_owned(),
+        kind: object.kind.to_owned(),
+        name: object.name.to_owned(),
+        role,
+    })
 }
 
 /// The desired replicas of every Target, given the current replicas of every
