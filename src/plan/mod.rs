@@ -2,6 +2,7 @@
 //! talks to a cluster; the webhook, the reconcilers and `tandem render` call
 //! the same functions.
 
+pub mod adapter;
 pub mod children;
 pub mod dag;
 pub mod gang;
