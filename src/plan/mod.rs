@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod children;
 pub mod dag;
 pub mod gang;
+pub mod inplace;
 pub mod locks;
 pub mod quantity;
 pub mod ratio;
