@@ -20,8 +20,8 @@
 //!    when the API server refused some of them.
 //!
 //! Nothing here deletes or owns anything: deleting the group leaves every
-//! resource as it is (Retain). An unchanged world gives no patches, no
-//! Events and the status as stored.
+//! resource as it is (Retain), and a group being deleted decides nothing.
+//! An unchanged world gives no patches, no Events and the status as stored.
 
 use std::collections::BTreeMap;
 
@@ -142,17 +142,22 @@ pub const SCALED: &str = "Scaled";
 pub const DRIFT_REPAIRED: &str = "DriftRepaired";
 pub const STALLED: &str = "Stalled";
 
-/// The InplaceScaling groups of a namespace that resolve, by name, with
+/// The InplaceScaling groups of a namespace that resolve and are not being
+/// deleted (a group being deleted drives nothing any more), by name, with
 /// `me` (the group being reconciled) given by its own spec.
-fn resolved<'a>(
-    me: (&'a str, &'a ResourceScalingGroupSpec),
-    groups: &'a [(String, ResourceScalingGroupSpec)],
+fn resolved(
+    me: (&str, &ResourceScalingGroupSpec),
+    groups: &[ResourceScalingGroup],
 ) -> Result<(Vec<(String, Bindings)>, usize), String> {
     let mine = ratio::bindings(me.1)?;
     let mut all: Vec<(String, Bindings)> = groups
         .iter()
-        .filter(|(name, _)| name != me.0)
-        .filter_map(|(name, spec)| Some((name.clone(), ratio::bindings(spec).ok()?)))
+        .filter(|g| g.metadata.deletion_timestamp.is_none())
+        .filter_map(|g| {
+            let name = g.metadata.name.clone()?;
+            (name != me.0).then_some(())?;
+            Some((name, ratio::bindings(&g.spec).ok()?))
+        })
         .collect();
     all.push((me.0.to_owned(), mine));
     let at = all.len() - 1;
@@ -196,7 +201,7 @@ fn relevant(groups: &[(String, Bindings)], me: usize) -> (Vec<usize>, Vec<&Endpo
 pub fn endpoints(
     name: &str,
     spec: &ResourceScalingGroupSpec,
-    groups: &[(String, ResourceScalingGroupSpec)],
+    groups: &[ResourceScalingGroup],
 ) -> Vec<Endpoint> {
     let Ok((all, me)) = resolved((name, spec), groups) else {
         return Vec::new();
@@ -213,11 +218,11 @@ pub fn endpoints(
 }
 
 /// Decides one reconcile of `rsg`, an InplaceScaling group, given the
-/// namespace's groups (`rsg`'s own entry, if listed, is replaced by `rsg`)
-/// and what reading [`endpoints`] gave.
+/// namespace's groups as stored (`rsg`'s own entry, if listed, is replaced
+/// by `rsg`) and what reading [`endpoints`] gave.
 pub fn reconcile(
     rsg: &ResourceScalingGroup,
-    groups: &[(String, ResourceScalingGroupSpec)],
+    groups: &[ResourceScalingGroup],
     observed: &BTreeMap<Endpoint, Observed>,
     now: &Time,
 ) -> Pass {
@@ -230,6 +235,11 @@ pub fn reconcile(
         problems: Vec::new(),
         ready: String::new(),
     };
+    // Retain: a group being deleted scales nothing and reports nothing.
+    if rsg.metadata.deletion_timestamp.is_some() {
+        pass.status = previous;
+        return pass;
+    }
     let (all, me) = match resolved((name, &rsg.spec), groups) {
         Ok(resolved) => resolved,
         Err(reason) => {
@@ -943,27 +953,16 @@ mod tests {
     }
 
     /// A group `name` over Deployments: `source` drives `target` at `ratio`.
-    fn follow(
-        name: &str,
-        source: &str,
-        target: &str,
-        ratio: i64,
-    ) -> (String, ResourceScalingGroupSpec) {
-        (
-            name.to_owned(),
-            serde_json::from_value(json!({
-                "targetResources": [
-                    {"name": source, "apiVersion": "apps/v1", "kind": "Deployment"},
-                    {"name": target, "apiVersion": "apps/v1", "kind": "Deployment"}],
-                "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
-                    {"name": source, "role": "Source"}, {"name": target, "role": "Target", "ratio": ratio}]}}
-            }))
-            .expect("group parses"),
-        )
-    }
-
-    fn group(name: &str, spec: &ResourceScalingGroupSpec) -> ResourceScalingGroup {
-        let mut rsg = ResourceScalingGroup::new(name, spec.clone());
+    fn follow(name: &str, source: &str, target: &str, ratio: i64) -> ResourceScalingGroup {
+        let spec: ResourceScalingGroupSpec = serde_json::from_value(json!({
+            "targetResources": [
+                {"name": source, "apiVersion": "apps/v1", "kind": "Deployment"},
+                {"name": target, "apiVersion": "apps/v1", "kind": "Deployment"}],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": source, "role": "Source"}, {"name": target, "role": "Target", "ratio": ratio}]}}
+        }))
+        .expect("group parses");
+        let mut rsg = ResourceScalingGroup::new(name, spec);
         rsg.metadata.namespace = Some("ai".into());
         rsg.metadata.generation = Some(1);
         rsg
@@ -978,7 +977,7 @@ mod tests {
             follow("a-to-b", "a", "b", 2),
             follow("x-to-y", "x", "y", 5),
         ];
-        let me = group("b-to-c", &groups[1].1);
+        let me = groups[1].clone();
         assert_eq!(
             endpoints("b-to-c", &me.spec, &groups),
             [deployment("b"), deployment("c"), deployment("a")]
@@ -1011,12 +1010,21 @@ mod tests {
         let again = reconcile(&stored, &groups, &settled, &now());
         assert!(again.scales.is_empty());
         assert_eq!(again.status.current_replicas, 8);
+        // a-to-b being deleted drives nothing: c follows b as it is.
+        let mut going = groups.clone();
+        going[2].metadata.deletion_timestamp = Some(now());
+        assert_eq!(
+            endpoints("b-to-c", &me.spec, &going),
+            [deployment("b"), deployment("c")]
+        );
+        let pass = reconcile(&me, &going, &observed, &now());
+        assert!(pass.scales.is_empty(), "c at 3 is b's 1 x 3: {pass:?}");
     }
 
     #[test]
     fn loops_and_shared_targets_stall_instead_of_fighting() {
         let groups = vec![follow("a-to-b", "a", "b", 1), follow("b-to-a", "b", "a", 1)];
-        let me = group("a-to-b", &groups[0].1);
+        let me = groups[0].clone();
         let observed = BTreeMap::from([(deployment("a"), scaled(2)), (deployment("b"), scaled(5))]);
         let pass = reconcile(&me, &groups, &observed, &now());
         assert!(pass.scales.is_empty());
@@ -1029,7 +1037,7 @@ mod tests {
         );
 
         let shared = vec![follow("a-to-c", "a", "c", 1), follow("b-to-c", "b", "c", 2)];
-        let me = group("a-to-c", &shared[0].1);
+        let me = shared[0].clone();
         let pass = reconcile(
             &me,
             &shared,
@@ -1044,7 +1052,7 @@ mod tests {
         // A loop elsewhere in the namespace does not stall an unrelated group.
         let mut elsewhere = groups.clone();
         elsewhere.push(follow("x-to-y", "x", "y", 2));
-        let me = group("x-to-y", &elsewhere[2].1);
+        let me = elsewhere[2].clone();
         let pass = reconcile(
             &me,
             &elsewhere,
@@ -1052,6 +1060,19 @@ mod tests {
             &now(),
         );
         assert_eq!(moves(&pass), [("y".to_owned(), 1, 4, SCALED)]);
+    }
+
+    #[test]
+    fn a_group_being_deleted_leaves_everything_as_it_is() {
+        let mut rsg = seed();
+        rsg.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-21T09:00:00Z".parse().expect("test time"),
+            ));
+        let settled = settle(&rsg, &reconcile(&seed(), &[], &world(10, 10, 20), &now()));
+        let pass = reconcile(&settled, &[], &world(30, 10, 7), &later());
+        assert!(pass.scales.is_empty() && pass.events.is_empty(), "{pass:?}");
+        assert_eq!(Some(&pass.status), settled.status.as_ref());
     }
 
     #[test]

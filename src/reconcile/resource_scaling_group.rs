@@ -41,7 +41,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{Context, Error, FIELD_MANAGER, group_replication};
-use crate::api::resource_scaling_group::{ResourceScalingGroupSpec, ScalingStrategyType};
+use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter::{self, Via};
 use crate::plan::inplace::{self, Note, Observed, Problem, Reading, Request};
@@ -209,16 +209,12 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     {
         return Ok(Action::await_change());
     }
-    let groups: Vec<(String, ResourceScalingGroupSpec)> = listed
-        .iter()
-        .map(|g| (g.name_any(), g.spec.clone()))
-        .collect();
 
     // Observe.
     let mut routes: BTreeMap<Endpoint, Route> = BTreeMap::new();
     let mut observed = BTreeMap::new();
     let mut objects = Objects::new();
-    for endpoint in inplace::endpoints(name, &me.spec, &groups) {
+    for endpoint in inplace::endpoints(name, &me.spec, &listed) {
         let route = route(&ctx, &endpoint).await?;
         let seen = observe(&ctx, namespace, &endpoint, &route, &mut objects).await?;
         observed.insert(endpoint.clone(), seen);
@@ -227,7 +223,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
 
     // Plan.
     let now = Time((ctx.now)());
-    let pass = inplace::reconcile(me, &groups, &observed, &now);
+    let pass = inplace::reconcile(me, &listed, &observed, &now);
     let requests = inplace::patches(&pass.scales).map_err(|reason| Error::Plan {
         object: format!("ResourceScalingGroup {namespace}/{name}"),
         reason,
