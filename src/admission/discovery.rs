@@ -119,7 +119,7 @@ impl ScaleDiscovery {
         };
         let fresh = fetched.at.elapsed() < REFRESH;
         match (&fetched.kinds, fresh) {
-            (Ok(kinds), _) if kinds.contains_key(kind) => Answer::Served(kinds[kind].clone()),
+            (Ok(kinds), _) if let Some(found) = kinds.get(kind) => Answer::Served(found.clone()),
             (Ok(_), true) => Answer::NotServed,
             (Err(reason), true) => Answer::Failed(reason.clone()),
             (_, false) => Answer::Stale,

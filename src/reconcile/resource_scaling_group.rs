@@ -236,10 +236,13 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     };
     let mut refusals: Vec<(Endpoint, Problem)> = Vec::new();
     for request in &requests {
-        let first = &pass.scales[request.scales[0]];
-        let resource = match routes.get(&first.endpoint) {
-            Some(Route::Scale(resource) | Route::Role(resource)) => resource,
-            _ => continue,
+        let route = request
+            .scales
+            .first()
+            .and_then(|&i| pass.scales.get(i))
+            .and_then(|scale| routes.get(&scale.endpoint));
+        let Some(Route::Scale(resource) | Route::Role(resource)) = route else {
+            continue;
         };
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
         let object = request.object.name.as_str();
@@ -256,8 +259,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
         match sent {
             Ok(()) => {}
             Err(e) if is_refusal(&e) => {
-                for &i in &request.scales {
-                    let scale = &pass.scales[i];
+                for scale in request.scales.iter().filter_map(|&i| pass.scales.get(i)) {
                     let problem = if is_not_found(&e) {
                         Problem::gone(&scale.name, &answer(&e))
                     } else {
