@@ -212,7 +212,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 let cluster = config.cluster_url.clone();
                 match kube::Client::try_from(config) {
                     Ok(client) => {
-                        tracing::info!(%cluster, "reconciling InferenceServices and ScaleViews");
+                        tracing::info!(%cluster, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups");
                         caches_ready.store(false, Ordering::SeqCst);
                         lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
                         let options = plan::service::Options {
@@ -220,8 +220,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                         };
                         let ctx = Arc::new(reconcile::Context::new(client, options));
                         let services = tokio::spawn(reconcile::inference_service::run(ctx.clone()));
-                        let views = tokio::spawn(reconcile::scale_view::run(ctx));
-                        Some([services, views])
+                        let views = tokio::spawn(reconcile::scale_view::run(ctx.clone()));
+                        let groups = tokio::spawn(reconcile::resource_scaling_group::run(ctx));
+                        Some([services, views, groups])
                     }
                     Err(e) => {
                         tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");

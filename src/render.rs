@@ -15,7 +15,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::admission::{self, Kind};
-use crate::api::{InferenceService, ScaleView, Violation};
+use crate::api::resource_scaling_group::ScalingStrategyType;
+use crate::api::{InferenceService, ResourceScalingGroup, ScaleView, Violation};
+use crate::plan::adapter::{self, Via};
+use crate::plan::inplace::{self, Observed, Reading};
+use crate::plan::ratio::Endpoint;
 use crate::plan::scale_view as view_plan;
 use crate::plan::service::{self as service_plan, ChildKind, World};
 use crate::plan::{children, status};
@@ -292,10 +296,11 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     let mut deleted = BTreeSet::new();
     let mut converged = false;
     for _ in 0..MAX_PASSES {
+        let groups_changed = reconcile_scaling_groups(&mut by_key, &mut touched, options)?;
         let views_changed = reconcile_scale_views(&mut by_key, &mut touched, options)?;
         let services_changed =
             reconcile_services(&mut by_key, &mut touched, &mut deleted, options)?;
-        if !views_changed && !services_changed {
+        if !groups_changed && !views_changed && !services_changed {
             converged = true;
             break;
         }
@@ -473,6 +478,172 @@ fn reconcile_scale_views(
         changed = true;
     }
     Ok(changed)
+}
+
+/// One pass of the ResourceScalingGroup reconciler over every InplaceScaling
+/// group of the world: the Targets it scales (their objects as a `/scale`
+/// write or the role patch would leave them) and its status; whether
+/// anything changed. A chain settles in the first pass: each group follows
+/// what its Source is about to become.
+fn reconcile_scaling_groups(
+    world: &mut BTreeMap<ObjectKey, Value>,
+    touched: &mut BTreeSet<ObjectKey>,
+    options: &Options,
+) -> Result<bool, RenderError> {
+    let keys: Vec<ObjectKey> = world
+        .keys()
+        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::ResourceScalingGroup))
+        .cloned()
+        .collect();
+    // Render changes no CustomResourceDefinition: gather them once.
+    let crds: Vec<Value> = world
+        .values()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .cloned()
+        .collect();
+    let mut changed = false;
+    for key in keys {
+        let unreadable = |reason: String, object: &ObjectKey| RenderError::Unreadable {
+            object: object.clone(),
+            reason,
+        };
+        let rsg: ResourceScalingGroup = serde_json::from_value(world[&key].clone())
+            .map_err(|e| unreadable(e.to_string(), &key))?;
+        if rsg.spec.scaling_strategy.type_ != ScalingStrategyType::InplaceScaling {
+            continue;
+        }
+        let groups: Vec<ResourceScalingGroup> = world
+            .iter()
+            .filter(|(k, _)| {
+                k.namespace == key.namespace
+                    && Kind::of(&k.api_version, &k.kind) == Some(Kind::ResourceScalingGroup)
+            })
+            .filter_map(|(_, o)| serde_json::from_value(o.clone()).ok())
+            .collect();
+        let mut observed = BTreeMap::new();
+        for endpoint in inplace::endpoints(&key.name, &rsg.spec, &groups) {
+            let seen = observe(world, &crds, &key.namespace, &endpoint);
+            observed.insert(endpoint, seen);
+        }
+        let pass = inplace::reconcile(&rsg, &groups, &observed, &options.now);
+        for scale in &pass.scales {
+            let Some(target) = world_key(world, &key.namespace, &scale.endpoint) else {
+                continue;
+            };
+            let Some(object) = world.get_mut(&target) else {
+                continue;
+            };
+            match &scale.from {
+                Reading::Scale { .. } => {
+                    let (path, _) = scale_field(&crds, &scale.endpoint)
+                        .map_err(|reason| unreadable(reason, &target))?;
+                    let patch = adapter::object_patch(&path, scale.to)
+                        .map_err(|reason| unreadable(reason, &target))?;
+                    json_patch::merge(object, &patch);
+                }
+                Reading::Role(reading) => {
+                    let role = scale.endpoint.role.as_deref().unwrap_or_default();
+                    let patch = adapter::role_patch(&[(role, reading, scale.to)])
+                        .map_err(|reason| unreadable(reason, &target))?;
+                    json_patch::patch(object, &patch).map_err(|e| {
+                        unreadable(format!("ResourceScalingGroup {}: {e}", key.name), &target)
+                    })?;
+                }
+            }
+            touched.insert(target);
+            changed = true;
+        }
+        if rsg.status.as_ref() != Some(&pass.status)
+            && let Some(object) = world.get_mut(&key)
+        {
+            object["status"] =
+                serde_json::to_value(&pass.status).map_err(|e| unreadable(e.to_string(), &key))?;
+            touched.insert(key);
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+/// The key of the object an endpoint names in `namespace`, whatever version
+/// its apiVersion is written with.
+fn world_key(
+    world: &BTreeMap<ObjectKey, Value>,
+    namespace: &str,
+    endpoint: &Endpoint,
+) -> Option<ObjectKey> {
+    world
+        .keys()
+        .find(|k| {
+            k.namespace == namespace
+                && k.kind == endpoint.kind
+                && k.name == endpoint.name
+                && adapter::group_version(&k.api_version).0 == endpoint.group()
+        })
+        .cloned()
+}
+
+/// Where an object scaled through `/scale` keeps its replicas, and what an
+/// unset field means: the adapter table, Kubernetes' built-in kinds, then
+/// the world's CustomResourceDefinitions.
+fn scale_field(crds: &[Value], endpoint: &Endpoint) -> Result<(String, i32), String> {
+    let (api_version, kind) = (endpoint.api_version.as_str(), endpoint.kind.as_str());
+    if let Some(known) = adapter::known(api_version, kind) {
+        return Ok((adapter::SPEC_REPLICAS.to_owned(), known.unset));
+    }
+    match adapter::builtin_has_scale(api_version, kind) {
+        Some(true) => return Ok((adapter::SPEC_REPLICAS.to_owned(), 1)),
+        Some(false) => return Err(format!("{kind} ({api_version}) has no scale subresource")),
+        None => {}
+    }
+    match crds
+        .iter()
+        .find_map(|crd| adapter::crd_scale(crd, api_version, kind))
+    {
+        Some(Some(path)) => Ok((path, 0)),
+        Some(None) => Err(format!("{kind} ({api_version}) has no scale subresource")),
+        None => Err(format!(
+            "{kind} ({api_version}): the world has no CustomResourceDefinition for it, so its scale subresource is unknown"
+        )),
+    }
+}
+
+/// Reads an endpoint from the world as the controller reads it from the
+/// API server.
+fn observe(
+    world: &BTreeMap<ObjectKey, Value>,
+    crds: &[Value],
+    namespace: &str,
+    endpoint: &Endpoint,
+) -> Observed {
+    let (kind, name) = (&endpoint.kind, &endpoint.name);
+    let via = adapter::known(&endpoint.api_version, kind).map_or(Via::Scale, |k| k.via);
+    let field = match via {
+        Via::Scale => match scale_field(crds, endpoint) {
+            Ok(field) => Some(field),
+            Err(why) => return Observed::Unsupported(why),
+        },
+        Via::Role => None,
+    };
+    let Some(object) = world_key(world, namespace, endpoint).and_then(|k| world.get(&k)) else {
+        return Observed::Missing(format!("{kind} {name} not found"));
+    };
+    match (field, endpoint.role.as_deref()) {
+        (Some((path, unset)), None) => match adapter::object_replicas(object, &path, unset) {
+            Ok(replicas) => Observed::Read(Reading::Scale { replicas }),
+            Err(why) => Observed::Unsupported(format!("{kind} {name}: {why}")),
+        },
+        (None, Some(role)) => match adapter::role_replicas(object, role) {
+            Ok(reading) => Observed::Read(Reading::Role(reading)),
+            Err(what) => Observed::Missing(format!("{kind} {name} {what}")),
+        },
+        (Some(_), Some(_)) => {
+            Observed::Unsupported(format!("a {kind} has no roles; bind it as a whole"))
+        }
+        (None, None) => Observed::Unsupported(format!(
+            "a {kind} is scaled per role; bind one of its roles"
+        )),
+    }
 }
 
 impl Rendered {

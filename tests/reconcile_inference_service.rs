@@ -448,6 +448,7 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     tandem::reconcile::scale_view::reconcile(Arc::new(view()), ctx.clone())
         .await
         .unwrap();
+    scale_every_adapted_kind(&fake, &ctx).await;
     let mut needed: Vec<(String, String, String)> = fake
         .take_calls()
         .iter()
@@ -466,6 +467,9 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         ("resourcescalinggroup.com", "resourcescalinggroups"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("", "pods"),
+        // The ResourceScalingGroup controller's triggers.
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
     ] {
         needed.push((group.into(), resource.into(), "watch".into()));
         needed.push((group.into(), resource.into(), "list".into()));
@@ -477,6 +481,58 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         missing.is_empty(),
         "manifests/rbac.yaml does not grant {missing:?}"
     );
+}
+
+/// The ResourceScalingGroup reconciler scales one Target of every adapted
+/// kind (in namespace ai): a StatefulSet, a LeaderWorkerSet and a ScaleView
+/// through /scale, roles of an InferenceService and of a RoleBasedGroup.
+async fn scale_every_adapted_kind(fake: &FakeApi, ctx: &Arc<Context>) {
+    let mut spot = yaml_documents(&repo_path("examples/scaleview/decode-ondemand-spot.yaml"));
+    for object in &mut spot {
+        object["metadata"]["namespace"] = json!("ai");
+        fake.insert(object.clone());
+    }
+    for (api_version, kind, name) in [
+        ("apps/v1", "Deployment", "router"),
+        ("apps/v1", "StatefulSet", "cache"),
+        (LWS, "LeaderWorkerSet", "workers"),
+    ] {
+        fake.insert(json!({"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": "ai"}, "spec": {"replicas": 1}}));
+    }
+    fake.insert(json!({"apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup",
+        "metadata": {"name": "rbg", "namespace": "ai"}, "spec": {"roles": [{"name": "decode", "replicas": 1}]}}));
+    let target = |name: &str, api_version: &str, kind: &str| json!({"name": name, "apiVersion": api_version, "kind": kind});
+    let group = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "every-kind", "namespace": "ai"},
+        "spec": {"targetResources": [
+            target("router", "apps/v1", "Deployment"),
+            target("cache", "apps/v1", "StatefulSet"),
+            target("workers", LWS, "LeaderWorkerSet"),
+            target("spot-decode-sv", IS, "ScaleView"),
+            {"name": "spot-decode", "apiVersion": IS, "kind": "InferenceService", "subResources": [{"roleName": "prefill"}]},
+            {"name": "rbg", "apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup", "subResources": [{"roleName": "decode"}]}],
+        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "router", "role": "Source"},
+            {"name": "cache", "role": "Target", "ratio": 3},
+            {"name": "workers", "role": "Target", "ratio": 3},
+            {"name": "spot-decode-sv", "role": "Target", "ratio": 3},
+            {"name": "prefill", "role": "Target", "ratio": 3},
+            {"name": "decode", "role": "Target", "ratio": 3}]}}}});
+    let stored = fake.insert(group);
+    let group: tandem::api::ResourceScalingGroup = serde_json::from_value(stored).unwrap();
+    tandem::reconcile::resource_scaling_group::reconcile(Arc::new(group), ctx.clone())
+        .await
+        .unwrap();
+    let rbg = fake
+        .get("workloads.x-k8s.io/v1alpha1", "RoleBasedGroup", "ai", "rbg")
+        .unwrap();
+    assert_eq!(
+        rbg["spec"]["roles"][0]["replicas"], 3,
+        "every Target was scaled"
+    );
+    let view = fake.get(IS, "ScaleView", "ai", "spot-decode-sv").unwrap();
+    assert_eq!(view["spec"]["replicas"], 3);
 }
 
 #[test]

@@ -213,6 +213,134 @@ async fn warnings_and_denials_name_the_field() {
     );
 }
 
+/// The seed's InplaceScaling group in namespace ai, with `change` applied to its spec.
+fn inplace_with(change: impl FnOnce(&mut Value)) -> Value {
+    let mut rsg = in_namespace(
+        example("examples/resourcescalinggroup/inplace-scaling.yaml", 0),
+        "ai",
+    );
+    change(&mut rsg["spec"]);
+    rsg
+}
+
+async fn denial(test: &TestServer, rsg: &Value) -> String {
+    let reply = admit(
+        test,
+        "/validate/resourcescalinggroups",
+        &review("CREATE", rsg, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], false, "{reply}");
+    reply["status"]["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn resource_scaling_groups_are_denied_naming_the_problem() {
+    // The webhook sees one stored group, prefill -> decode, as through its caches.
+    let stored = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "prefill-to-decode", "namespace": "ai"},
+        "spec": {"targetResources": [
+            {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "prefill", "role": "Source"}, {"name": "decode", "role": "Target", "ratio": 2}]}}}});
+    let lookup = Arc::new(tandem::admission::lookup::Objects::new([&stored]));
+    let test = start_server_seeing(|_| {}, lookup).await;
+
+    let second_source = inplace_with(|spec| {
+        spec["scalingStrategy"]["inplaceConfig"]["bindings"][1]["role"] = json!("Source");
+        spec["scalingStrategy"]["inplaceConfig"]["bindings"][1]
+            .as_object_mut()
+            .unwrap()
+            .remove("ratio");
+    });
+    assert_eq!(
+        denial(&test, &second_source).await,
+        "spec.scalingStrategy.inplaceConfig.bindings[1].role: only one Source is allowed, spec.scalingStrategy.inplaceConfig.bindings[0] is already the Source"
+    );
+
+    let unknown_name = inplace_with(|spec| {
+        spec["scalingStrategy"]["inplaceConfig"]["bindings"][2]["name"] = json!("encode");
+    });
+    assert_eq!(
+        denial(&test, &unknown_name).await,
+        "spec.scalingStrategy.inplaceConfig.bindings[2].name: \"encode\" names no role or resource (bindable: Decode, prefill, router)"
+    );
+    let no_name = inplace_with(|spec| {
+        spec["targetResources"][1]
+            .as_object_mut()
+            .unwrap()
+            .remove("name");
+    });
+    assert!(
+        denial(&test, &no_name)
+            .await
+            .starts_with("spec.targetResources[1]: missing field `name`")
+    );
+
+    let elsewhere = inplace_with(|spec| spec["targetResources"][1]["namespace"] = json!("other"));
+    assert_eq!(
+        denial(&test, &elsewhere).await,
+        "spec.targetResources[1].namespace: must be the ResourceScalingGroup's own namespace \"ai\", got \"other\": a group may not reach into another namespace"
+    );
+
+    let daemon_set = inplace_with(|spec| spec["targetResources"][1]["kind"] = json!("DaemonSet"));
+    let message = denial(&test, &daemon_set).await;
+    assert!(
+        message.starts_with("spec.targetResources[1].kind: DaemonSet (apps/v1) cannot be scaled in place: it has no scale subresource. Tandem scales Deployment and StatefulSet (apps/v1), LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and ScaleView (fusioninfer.io/v1alpha1) through /scale; roles of RoleBasedGroup"),
+        "{message}"
+    );
+
+    // decode -> prefill closes a loop with the stored prefill -> decode.
+    let reverse = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "decode-to-prefill", "namespace": "ai"},
+        "spec": {"targetResources": [
+            {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "decode", "role": "Source"}, {"name": "prefill", "role": "Target", "ratio": 1}]}}}});
+    assert_eq!(
+        denial(&test, &reverse).await,
+        "spec.scalingStrategy.inplaceConfig.bindings[1]: prefill -> decode -> prefill via prefill-to-decode, decode-to-prefill: scaling would follow itself round this loop forever"
+    );
+
+    // The seed's group itself passes, with the case warning, beside the stored one.
+    let seed = inplace_with(|_| {});
+    let reply = admit(
+        &test,
+        "/validate/resourcescalinggroups",
+        &review("CREATE", &seed, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], true, "{reply}");
+}
+
+#[tokio::test]
+async fn a_kind_the_webhook_cannot_look_up_is_a_warning() {
+    let test = start_server(|_| {}).await;
+    let custom = inplace_with(|spec| {
+        spec["targetResources"][1]["apiVersion"] = json!("example.com/v1");
+        spec["targetResources"][1]["kind"] = json!("Router");
+    });
+    let reply = admit(
+        &test,
+        "/validate/resourcescalinggroups",
+        &review("CREATE", &custom, None),
+    )
+    .await;
+    assert_eq!(reply["allowed"], true, "{reply}");
+    let warnings: Vec<&str> = reply["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        warnings.contains(&"spec.targetResources[1].kind: Router (example.com/v1) was not checked for a scale subresource: this webhook cannot see the cluster's API discovery; without one it cannot be scaled"),
+        "{warnings:?}"
+    );
+}
+
 #[tokio::test]
 async fn scale_subresource_writes_are_autoscaling_scale_objects() {
     let test = start_server(|_| {}).await;

@@ -1,6 +1,7 @@
 //! The webhook's view of the cluster: kube-runtime reflector caches of
 //! InferenceServices, ScaleViews and ResourceScalingGroups, kept current by
-//! watches. Readiness waits until all three have listed once.
+//! watches, and API discovery for kinds with a scale subresource. Readiness
+//! waits until all three caches have listed once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,12 +12,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use super::Lookup;
+use super::discovery::ScaleDiscovery;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::plan::adapter;
 
 pub struct Caches {
     services: Store<InferenceService>,
     views: Store<ScaleView>,
     groups: Store<ResourceScalingGroup>,
+    discovery: ScaleDiscovery,
 }
 
 fn watch<K>(client: &Client) -> Store<K>
@@ -55,6 +59,7 @@ impl Caches {
             services: watch(client),
             views: watch(client),
             groups: watch(client),
+            discovery: ScaleDiscovery::new(client.clone()),
         };
         let (services, views, groups) = (
             caches.services.clone(),
@@ -111,5 +116,13 @@ impl Lookup for Caches {
         let mut groups = in_namespace(&self.groups, namespace);
         groups.sort_by_key(|g| g.name_any());
         Some(groups)
+    }
+
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        adapter::builtin_has_scale(api_version, kind).or_else(|| {
+            self.discovery
+                .cached(api_version, kind)
+                .map(|found| found.is_some_and(|d| d.has_scale))
+        })
     }
 }

@@ -1,8 +1,9 @@
 //! What admission may look up besides the object under review: the target of
 //! a ScaleView, the views that lock a service's roles, the ResourceScalingGroups
-//! of a namespace. The webhook reads kube-runtime caches, `render` reads its
-//! world, and a server without a cluster knows nothing (the checks that need a
-//! lookup then become warnings instead of guesses).
+//! of a namespace, and whether a kind has a scale subresource. The webhook
+//! reads kube-runtime caches and API discovery, `render` reads its world, and
+//! a server without a cluster knows only Kubernetes' built-in kinds (the
+//! checks that need a lookup then become warnings instead of guesses).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +11,7 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::plan::adapter;
 
 /// Objects admission can consult. `None` means "cannot know" (no cluster),
 /// which is different from "does not exist" (`Some(None)` / an empty list).
@@ -17,6 +19,9 @@ pub trait Lookup: Send + Sync {
     fn inference_service(&self, namespace: &str, name: &str) -> Option<Option<InferenceService>>;
     fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>>;
     fn resource_scaling_groups(&self, namespace: &str) -> Option<Vec<ResourceScalingGroup>>;
+    /// Whether the API of `apiVersion` `kind` has a scale subresource (false
+    /// also when the kind is not served at all).
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool>;
 
     fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
         self.scale_views(namespace)
@@ -37,6 +42,10 @@ impl Lookup for Blind {
     fn resource_scaling_groups(&self, _: &str) -> Option<Vec<ResourceScalingGroup>> {
         None
     }
+    /// Kubernetes' own kinds are known to the binary; nothing else is.
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        adapter::builtin_has_scale(api_version, kind)
+    }
 }
 
 /// A fixed set of objects: the world of `tandem render`, or a test's.
@@ -45,6 +54,8 @@ pub struct Objects {
     services: BTreeMap<(String, String), InferenceService>,
     views: BTreeMap<String, Vec<ScaleView>>,
     groups: BTreeMap<String, Vec<ResourceScalingGroup>>,
+    /// CustomResourceDefinitions of the world, which say which kinds scale.
+    crds: Vec<Value>,
 }
 
 impl Objects {
@@ -77,6 +88,9 @@ impl Objects {
                         known.groups.entry(namespace).or_default().push(group);
                     }
                 }
+                (Some("apiextensions.k8s.io/v1"), Some("CustomResourceDefinition")) => {
+                    known.crds.push(object.clone());
+                }
                 _ => {}
             }
         }
@@ -97,5 +111,52 @@ impl Lookup for Objects {
     }
     fn resource_scaling_groups(&self, namespace: &str) -> Option<Vec<ResourceScalingGroup>> {
         Some(self.groups.get(namespace).cloned().unwrap_or_default())
+    }
+    /// Built-in kinds, then the CRDs of the world; a kind neither knows is
+    /// unknown (a world need not list its CRDs).
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        adapter::builtin_has_scale(api_version, kind).or_else(|| {
+            self.crds
+                .iter()
+                .find_map(|crd| adapter::crd_scale(crd, api_version, kind))
+                .map(|path| path.is_some())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn scale_subresources_come_from_built_ins_and_the_world_s_crds() {
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "things.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Thing", "plural": "things"}, "scope": "Namespaced",
+            "versions": [
+                {"name": "v1", "served": true, "storage": true, "subresources": {"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}},
+                {"name": "v1beta1", "served": true, "storage": false},
+            ]}});
+        let world = Objects::new([&crd]);
+        let cases = [
+            ("apps/v1", "Deployment", Some(true), Some(true)),
+            ("apps/v1", "DaemonSet", Some(false), Some(false)),
+            ("example.com/v1", "Thing", None, Some(true)),
+            ("example.com/v1beta1", "Thing", None, Some(false)),
+            ("example.com/v1", "Other", None, None),
+        ];
+        for (api_version, kind, blind, known) in cases {
+            assert_eq!(
+                Blind.has_scale(api_version, kind),
+                blind,
+                "{api_version} {kind}"
+            );
+            assert_eq!(
+                world.has_scale(api_version, kind),
+                known,
+                "{api_version} {kind}"
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! the object itself is decided here.
 
 pub mod caches;
+pub mod discovery;
 pub mod http;
 pub mod lookup;
 
@@ -225,6 +226,11 @@ pub fn validate_as(
             spec,
             |s: resource_scaling_group::ResourceScalingGroupSpec| {
                 let mut findings = resource_scaling_group::validate(&s, namespace);
+                // Every resource of an InplaceScaling group can be scaled.
+                findings.extend(plan::adapter::check(
+                    &s,
+                    &|api_version: &str, kind: &str| lookup.has_scale(api_version, kind),
+                ));
                 // Across every group of the namespace: no resource may follow
                 // itself through a chain, nor be the Target of two bindings.
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
@@ -676,6 +682,87 @@ mod tests {
         // Without a cluster the check is skipped, and says so.
         let blind = validate(Kind::ResourceScalingGroup, "ai", &b, None, &lookup::Blind);
         assert!(blind.is_allowed() && blind.warnings[0].contains("were not checked"));
+    }
+
+    #[test]
+    fn resource_scaling_groups_name_only_kinds_that_scale() {
+        let group = |api_version: &str, kind: &str| {
+            json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+                "metadata": {"name": "rsg", "namespace": "ai"},
+                "spec": {"targetResources": [
+                    {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+                    {"name": "agents", "apiVersion": api_version, "kind": kind}],
+                "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                    {"name": "router", "role": "Source"}, {"name": "agents", "role": "Target", "ratio": 1}]}}}})
+        };
+        let denied = validate(
+            Kind::ResourceScalingGroup,
+            "ai",
+            &group("apps/v1", "DaemonSet"),
+            None,
+            &lookup::Blind,
+        );
+        assert!(
+            denied.denial_message().starts_with(
+                "spec.targetResources[1].kind: DaemonSet (apps/v1) cannot be scaled in place: it has no scale subresource. Tandem scales Deployment and StatefulSet (apps/v1)"
+            ),
+            "{}",
+            denied.denial_message()
+        );
+        // Without discovery a custom kind is a warning, not a guess.
+        let blind = validate(
+            Kind::ResourceScalingGroup,
+            "ai",
+            &group("example.com/v1", "Agent"),
+            None,
+            &lookup::Blind,
+        );
+        assert!(blind.is_allowed());
+        assert!(
+            blind.warnings.iter().any(|w| w.starts_with(
+                "spec.targetResources[1].kind: Agent (example.com/v1) was not checked for a scale subresource"
+            )),
+            "{:?}",
+            blind.warnings
+        );
+        // With the kind's CRD in view, it is known either way.
+        let crd = |scale: bool| {
+            let mut version = json!({"name": "v1", "served": true, "storage": true});
+            if scale {
+                version["subresources"] = json!({"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}});
+            }
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": "agents.example.com"},
+                "spec": {"group": "example.com", "names": {"kind": "Agent", "plural": "agents"},
+                    "scope": "Namespaced", "versions": [version]}})
+        };
+        let (with, without) = (crd(true), crd(false));
+        let scaled = lookup::Objects::new([&with]);
+        let findings = validate(
+            Kind::ResourceScalingGroup,
+            "ai",
+            &group("example.com/v1", "Agent"),
+            None,
+            &scaled,
+        );
+        assert!(
+            findings.is_allowed() && findings.warnings.is_empty(),
+            "{findings:?}"
+        );
+        let unscaled = lookup::Objects::new([&without]);
+        assert!(
+            validate(
+                Kind::ResourceScalingGroup,
+                "ai",
+                &group("example.com/v1", "Agent"),
+                None,
+                &unscaled,
+            )
+            .denial_message()
+            .starts_with(
+                "spec.targetResources[1].kind: Agent (example.com/v1) cannot be scaled in place"
+            )
+        );
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! talks to a cluster; the webhook, the reconcilers and `tandem render` call
 //! the same functions.
 
+pub mod adapter;
 pub mod children;
 pub mod dag;
 pub mod gang;
+pub mod inplace;
 pub mod locks;
 pub mod quantity;
 pub mod ratio;

@@ -180,8 +180,10 @@ pub fn reported(status: &InferenceServiceStatus) -> Value {
     })
 }
 
-/// A condition, keeping its last transition time when its status is unchanged.
-fn condition(
+/// A condition, keeping its last transition time when its status is unchanged
+/// (so an unchanged world gives an unchanged status). `previous` are the
+/// object's conditions as stored.
+pub fn condition(
     previous: &[Condition],
     type_: &str,
     is_true: bool,

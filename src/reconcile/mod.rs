@@ -3,7 +3,9 @@
 //! reconcile of an unchanged world writes nothing, and `tandem render` runs the
 //! same decisions offline.
 
+pub mod group_replication;
 pub mod inference_service;
+pub mod resource_scaling_group;
 pub mod scale_view;
 
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use jiff::Timestamp;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
+use crate::admission::discovery::ScaleDiscovery;
 use crate::plan::service::Options;
 
 /// The field manager of every server-side apply Tandem makes.
@@ -30,7 +33,11 @@ pub enum Error {
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    /// Who records Tandem's Events, for a recorder of one's own.
+    pub reporter: Reporter,
     pub options: Options,
+    /// Which kinds outside the adapter table have a scale subresource.
+    pub discovery: ScaleDiscovery,
     /// The clock, fixed in tests.
     pub now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
 }
@@ -43,7 +50,9 @@ impl Context {
             instance,
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            reporter,
+            discovery: ScaleDiscovery::new(client.clone()),
             client,
             options,
             now: Arc::new(Timestamp::now),

@@ -1,7 +1,8 @@
 //! An in-memory Kubernetes API server behind kube-rs's `tower-test` mock
 //! service: enough of lists (with label selectors), gets, server-side apply,
-//! merge patches, deletes and creates for reconcilers to run against, with a
-//! log of every request so tests can assert exactly what was written.
+//! merge and JSON patches, the `/scale` subresource, deletes and creates for
+//! reconcilers to run against, with a log of every request so tests can
+//! assert exactly what was written.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,9 @@ struct State {
     objects: BTreeMap<String, BTreeMap<String, Value>>,
     /// Plurals whose API is not installed: every request gets 404.
     missing: BTreeSet<String>,
+    /// Plurals whose writes are refused, with the status code (as an
+    /// admission webhook or missing RBAC would).
+    refused: BTreeMap<String, u16>,
     calls: Vec<Call>,
     version: u64,
 }
@@ -48,7 +52,8 @@ fn plural(kind: &str) -> String {
     match kind {
         "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
         | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
-        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet" => {
+        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet"
+        | "RoleBasedGroup" => {
             format!("{}s", kind.to_lowercase())
         }
         "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),
@@ -130,6 +135,38 @@ fn respond(code: StatusCode, body: &Value) -> Response<Body> {
         .unwrap()
 }
 
+/// Where a kind's `/scale` subresource keeps its replicas, by plural, and
+/// what an object without them reports: the workloads' replicas were
+/// defaulted to 1 when the API server stored them; a custom resource's
+/// missing field reads as 0.
+fn scale_field(plural: &str) -> (&'static str, i64) {
+    match plural {
+        "deployments" | "statefulsets" | "leaderworkersets" => ("/spec/replicas", 1),
+        "resourcescalinggroups" => ("/spec/scalingStrategy/groupConfig/replicas", 0),
+        _ => ("/spec/replicas", 0),
+    }
+}
+
+/// The autoscaling/v1 Scale of an object (`spec.replicas` omitted when 0,
+/// as the API server's `omitempty` does).
+fn scale_of(object: &Value, plural: &str) -> Value {
+    let (path, unset) = scale_field(plural);
+    let replicas = object
+        .pointer(path)
+        .and_then(Value::as_i64)
+        .unwrap_or(unset);
+    let meta = &object["metadata"];
+    let mut scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"]},
+        "spec": {},
+        "status": {"replicas": object["status"]["replicas"].as_i64().unwrap_or(0)}});
+    if replicas != 0 {
+        scale["spec"]["replicas"] = json!(replicas);
+    }
+    scale
+}
+
 /// A change of the spec through the main resource bumps the generation, as
 /// the API server does for custom resources; status writes never do.
 fn bump_generation(object: &mut Value, spec_before: &Value, sub: Option<&str>) {
@@ -205,6 +242,15 @@ impl FakeApi {
         self.state.lock().unwrap().missing.insert(plural.to_owned());
     }
 
+    /// Refuses every write to a plural with `code` from now on.
+    pub fn refuse_writes(&self, plural: &str, code: u16) {
+        self.state
+            .lock()
+            .unwrap()
+            .refused
+            .insert(plural.to_owned(), code);
+    }
+
     pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
         let state = self.state.lock().unwrap();
@@ -242,10 +288,15 @@ impl FakeApi {
         self.insert(object);
     }
 
-    /// The Events written so far, as sorted `Reason: note` lines.
+    /// The Events written so far in namespace default, as sorted `Reason: note` lines.
     pub fn event_notes(&self) -> Vec<String> {
+        self.event_notes_in("default")
+    }
+
+    /// The Events written so far in `namespace`, as sorted `Reason: note` lines.
+    pub fn event_notes_in(&self, namespace: &str) -> Vec<String> {
         let mut notes: Vec<String> = self
-            .list("events.k8s.io/v1", "Event", "default")
+            .list("events.k8s.io/v1", "Event", namespace)
             .iter()
             .map(|e| {
                 format!(
@@ -288,6 +339,10 @@ impl FakeApi {
     async fn answer(&self, request: Request<Body>) -> Response<Body> {
         let method = request.method().as_str().to_owned();
         let path = request.uri().path().to_owned();
+        let apply = request
+            .headers()
+            .get("content-type")
+            .is_some_and(|t| t.as_bytes() == b"application/apply-patch+yaml");
         let query = request.uri().query().unwrap_or_default().to_owned();
         let bytes = request
             .into_body()
@@ -348,6 +403,15 @@ impl FakeApi {
                 format!("the server could not find the requested resource ({plural_name})"),
             );
         }
+        if let Some(&code) = state.refused.get(&plural_name)
+            && method != "GET"
+        {
+            return status(
+                code,
+                "Forbidden",
+                format!("{method} {plural_name} is refused by this test"),
+            );
+        }
         state.version += 1;
         let version = state.version.to_string();
         let store = state.objects.entry(collection.clone()).or_default();
@@ -364,6 +428,39 @@ impl FakeApi {
                     &json!({"apiVersion": api_version, "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
                 )
             }
+            ("GET", Some(name), Some("scale")) => match store.get(&name) {
+                Some(object) => respond(StatusCode::OK, &scale_of(object, &plural_name)),
+                None => status(
+                    404,
+                    "NotFound",
+                    format!("{plural_name} \"{name}\" not found"),
+                ),
+            },
+            ("PATCH", Some(name), Some("scale")) => {
+                // A merge patch of the Scale: its spec.replicas lands in the
+                // object's replicas field, which is a spec change.
+                let Some(object) = store.get_mut(&name) else {
+                    return status(
+                        404,
+                        "NotFound",
+                        format!("{plural_name} \"{name}\" not found"),
+                    );
+                };
+                let patch = body.unwrap_or_default();
+                let mut scale = scale_of(object, &plural_name);
+                json_patch::merge(&mut scale, &patch);
+                let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
+                let spec_before = object["spec"].clone();
+                let (path, _) = scale_field(&plural_name);
+                let mut merge = json!(replicas);
+                for field in path.rsplit('/').filter(|f| !f.is_empty()) {
+                    merge = json!({ field: merge });
+                }
+                json_patch::merge(object, &merge);
+                bump_generation(object, &spec_before, None);
+                object["metadata"]["resourceVersion"] = json!(version);
+                respond(StatusCode::OK, &scale_of(object, &plural_name))
+            }
             ("GET", Some(name), _) => match store.get(&name) {
                 Some(object) => respond(StatusCode::OK, object),
                 None => status(
@@ -372,7 +469,7 @@ impl FakeApi {
                     format!("{plural_name} \"{name}\" not found"),
                 ),
             },
-            ("PATCH", Some(name), None) if query.contains("fieldManager") && body.is_some() => {
+            ("PATCH", Some(name), None) if apply && body.is_some() => {
                 // Server-side apply by a single manager: the applied object
                 // replaces what it names; server fields and status stay.
                 let mut applied = body.unwrap_or_default();
