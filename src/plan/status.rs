@@ -181,7 +181,7 @@ pub fn reported(status: &InferenceServiceStatus) -> Value {
 }
 
 /// A condition, keeping its last transition time when its status is unchanged.
-fn condition(
+pub fn condition(
     previous: &[Condition],
     type_: &str,
     is_true: bool,
