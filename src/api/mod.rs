@@ -212,7 +212,11 @@ mod tests {
         assert_eq!(dns1123_subdomain_error("unit-01-prefill"), None);
         assert_eq!(dns1123_subdomain_error("a.b-c.d"), None);
         assert_eq!(dns1123_subdomain_error(&"a".repeat(253)), None);
-        assert!(dns1123_subdomain_error(&"a".repeat(254)).unwrap().contains("253"));
+        assert!(
+            dns1123_subdomain_error(&"a".repeat(254))
+                .unwrap()
+                .contains("253")
+        );
         for bad in ["", "A", "a..b", ".a", "a.", "a_b", "a.-b"] {
             assert!(
                 dns1123_subdomain_error(bad).unwrap().contains("subdomain"),

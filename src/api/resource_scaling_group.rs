@@ -1268,8 +1268,7 @@ mod tests {
         assert!(validate(&spec(deployment), "ai").is_allowed());
         // The local name of the targetRef shape becomes part of the clone name.
         let mut upper = group_replication();
-        upper["targetResources"][1] =
-            json!({"name": "Decode", "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "decode"}});
+        upper["targetResources"][1] = json!({"name": "Decode", "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "decode"}});
         assert!(denial(upper).starts_with(
             "spec.targetResources[1].name: clones are named {prefix}-{NN}-{name}, and \"inference-unit-00-Decode\" must be a DNS-1123 subdomain"
         ));
@@ -1278,14 +1277,17 @@ mod tests {
     #[test]
     fn a_scale_view_is_not_replicated() {
         let mut value = group_replication();
-        value["targetResources"][1] = json!({"name": "decode", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"});
+        value["targetResources"][1] =
+            json!({"name": "decode", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"});
         assert_eq!(
             denial(value),
             "spec.targetResources[1].kind: a ScaleView cannot be replicated: every clone would target the same InferenceService and fight over its roles; replicate the InferenceService instead"
         );
         let mut nested = group_replication();
         nested["targetResources"][1] = json!({"name": "d", "targetRef": {"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView", "name": "decode"}});
-        assert!(denial(nested).starts_with("spec.targetResources[1].targetRef.kind: a ScaleView cannot be replicated"));
+        assert!(denial(nested).starts_with(
+            "spec.targetResources[1].targetRef.kind: a ScaleView cannot be replicated"
+        ));
         // InplaceScaling binds ScaleViews at a ratio: allowed there.
         let mut inplace = inplace();
         inplace["targetResources"][1]["kind"] = json!("ScaleView");

@@ -720,7 +720,8 @@ mod tests {
     #[test]
     fn refill_is_the_issue_table() {
         // (live, being deleted, desired, created)
-        let cases: [(&[u32], &[u32], usize, &[u32]); 6] = [
+        type Case = (&'static [u32], &'static [u32], usize, &'static [u32]);
+        let cases: [Case; 6] = [
             (&[0, 2, 4], &[], 5, &[1, 3]),
             (&[10], &[], 3, &[0, 1]),
             (&[0], &[1], 3, &[2]),
