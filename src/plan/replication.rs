@@ -367,7 +367,7 @@ struct Target<'a> {
 /// The groups as the world shows them.
 #[derive(Default)]
 struct Groups<'a> {
-    /// The clones of each group (index ≥ 1), by target resource order.
+    /// The clones of each group (index ≥ 1), in target resource order.
     clones: BTreeMap<u32, Vec<&'a Value>>,
     /// Objects of the RSG that are no clone of any target in any group.
     stale: Vec<(&'a Value, String)>,
@@ -417,6 +417,7 @@ fn observe<'a>(
 ) -> Groups<'a> {
     let rsg_name = rsg.metadata.name.as_deref().unwrap_or_default();
     let mut groups = Groups::default();
+    let mut positioned: BTreeMap<u32, Vec<(usize, &Value)>> = BTreeMap::new();
     for object in world.objects.iter().filter(|o| owns(rsg, prefix, o)) {
         let label = text(&object["metadata"]["labels"][GROUP_LABEL]);
         let index = match group_index(prefix, label) {
@@ -429,15 +430,15 @@ fn observe<'a>(
                 continue;
             }
         };
-        let cloned = targets.iter().any(|t| {
+        let target = targets.iter().position(|t| {
             t.object().is_some_and(|o| {
                 object["apiVersion"] == o.api_version
                     && object["kind"] == o.kind
                     && name_of(object) == clone_name(prefix, index, &t.name)
             })
         });
-        if cloned {
-            groups.clones.entry(index).or_default().push(object);
+        if let Some(target) = target {
+            positioned.entry(index).or_default().push((target, object));
         } else {
             groups.stale.push((
                 object,
@@ -447,6 +448,13 @@ fn observe<'a>(
                 ),
             ));
         }
+    }
+    // In target resource order, whatever order the world lists them in.
+    for (index, mut clones) in positioned {
+        clones.sort_by_key(|(target, _)| *target);
+        groups
+            .clones
+            .insert(index, clones.into_iter().map(|(_, c)| c).collect());
     }
     for pod in world
         .pods
@@ -585,6 +593,19 @@ pub fn workload_ready(object: &Value) -> Result<(), String> {
     }
 }
 
+/// Whether a resource is ready once `planned` is applied to `current` (when
+/// `applied`): a new one has no ready replicas yet, a changed spec rolls
+/// out, anything else is as [`workload_ready`] reads it.
+fn readiness(planned: &Value, current: Option<&Value>, applied: bool) -> Result<(), String> {
+    match current {
+        None => workload_ready(planned),
+        Some(current) if applied && !service::contains(&current["spec"], &planned["spec"]) => {
+            Err("is rolling out a change".to_owned())
+        }
+        Some(current) => workload_ready(current),
+    }
+}
+
 /// Decides one reconcile of `rsg` (GroupReplication) in `world` at `now`.
 pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> Pass {
     let mut spec = rsg.spec.clone();
@@ -712,11 +733,24 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         victims::refill(&live, &groups.deleting, desired)
     };
 
-    // What should be applied: the originals' labels, each kept group's clones.
+    // What should be applied: the originals' labels, each kept group's
+    // clones; and which of them are not ready, as they will be after this
+    // pass (a spec this pass changes rolls out, a clone it creates has no
+    // ready replicas), so the next pass over the same world reports the same.
     let mut apply = Vec::new();
+    let mut not_ready = Vec::new();
     for target in &targets {
         let adopted = adoption_of(rsg, &prefix, target.template);
-        let Some(change) = service::change_of(&adopted, Some(target.template)) else {
+        let change = service::change_of(&adopted, Some(target.template));
+        if let Err(reason) = readiness(&adopted, Some(target.template), change.is_some()) {
+            not_ready.push(format!(
+                "{} {} ({}) {reason}",
+                target.kind,
+                name_of(target.template),
+                group_id(&prefix, 0)
+            ));
+        }
+        let Some(change) = change else {
             continue;
         };
         let why = format!(
@@ -743,17 +777,6 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
             .copied()
             .find(|c| name_of(c) == name && kind_of(c) == kind)
     };
-    let mut not_ready = Vec::new();
-    for target in &targets {
-        if let Err(reason) = workload_ready(target.template) {
-            not_ready.push(format!(
-                "{} {} ({}) {reason}",
-                target.kind,
-                name_of(target.template),
-                group_id(&prefix, 0)
-            ));
-        }
-    }
     for (position, &index) in kept.iter().enumerate() {
         if index == victims::ORIGINAL_GROUP {
             continue;
@@ -762,12 +785,11 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
             let clone = clone_of(rsg, &prefix, target.template, &target.resource.name, index);
             let name = name_of(&clone).to_owned();
             let current = existing_clone(index, &name, target.kind);
-            match current.map(workload_ready) {
-                None => not_ready.push(format!("{} {name} is being created", target.kind)),
-                Some(Err(reason)) => not_ready.push(format!("{} {name} {reason}", target.kind)),
-                Some(Ok(())) => {}
+            let change = service::change_of(&clone, current);
+            if let Err(reason) = readiness(&clone, current, change.is_some()) {
+                not_ready.push(format!("{} {name} {reason}", target.kind));
             }
-            let Some(change) = service::change_of(&clone, current) else {
+            let Some(change) = change else {
                 continue;
             };
             let why = match change {
@@ -1186,12 +1208,9 @@ mod tests {
             .find(|c| c.type_ == READY)
             .unwrap();
         assert_eq!(ready.status, "False");
-        assert!(
-            ready
-                .message
-                .starts_with("Deployment inference-unit-01-prefill is being created"),
-            "{}",
-            ready.message
+        assert_eq!(
+            ready.message,
+            "Deployment prefill (inference-unit-00) is rolling out a change; Deployment decode (inference-unit-00) is rolling out a change; Deployment inference-unit-01-prefill has 0/2 replicas ready; Deployment inference-unit-01-decode has 0/2 replicas ready; Deployment inference-unit-02-prefill has 0/2 replicas ready; and 1 more"
         );
     }
 

@@ -558,7 +558,9 @@ pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
     applied_hash(desired) == applied_hash(observed) && contains(observed, desired)
 }
 
-fn contains(have: &Value, want: &Value) -> bool {
+/// Whether every field of `want` is in `have` with the same value (lists
+/// element by element); fields only `have` has do not matter.
+pub fn contains(have: &Value, want: &Value) -> bool {
     match (have, want) {
         (Value::Object(have), Value::Object(want)) => want
             .iter()
