@@ -448,6 +448,48 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     tandem::reconcile::scale_view::reconcile(Arc::new(view()), ctx.clone())
         .await
         .unwrap();
+    // The GroupReplication reconciler: clone two Deployments, scale back.
+    let mut documents = yaml_documents(&repo_path(
+        "examples/render/group-replication-scale-up.yaml",
+    ));
+    for document in &mut documents {
+        document["metadata"]["namespace"] = json!("default");
+    }
+    for target in documents[0]["spec"]["targetResources"]
+        .as_array_mut()
+        .unwrap()
+    {
+        target["namespace"] = json!("default");
+    }
+    let (group, _) = tandem::admission::admit(
+        tandem::admission::Kind::ResourceScalingGroup,
+        "default",
+        &documents[0],
+        None,
+        &tandem::admission::lookup::Blind,
+    )
+    .unwrap();
+    fake.insert(group);
+    for deployment in documents.drain(1..) {
+        fake.insert(deployment);
+    }
+    let rsg = "resourcescalinggroup.com/v1";
+    let group = || -> tandem::api::ResourceScalingGroup {
+        serde_json::from_value(
+            fake.get(rsg, "ResourceScalingGroup", "default", "pd-cluster")
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
+        .await
+        .unwrap();
+    fake.edit(rsg, "ResourceScalingGroup", "default", "pd-cluster", |g| {
+        g["spec"]["scalingStrategy"]["groupConfig"]["replicas"] = json!(1)
+    });
+    tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
+        .await
+        .unwrap();
     let mut needed: Vec<(String, String, String)> = fake
         .take_calls()
         .iter()
@@ -459,6 +501,18 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         "leaderworkersets".into(),
         "create".into(),
     ));
+    // GroupReplication clones every kind it knows the plural of the same way.
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("fusioninfer.io", "inferenceservices"),
+        ("workloads.x-k8s.io", "rolebasedgroups"),
+    ] {
+        for verb in ["get", "list", "create", "patch", "delete"] {
+            needed.push((group.into(), resource.into(), verb.into()));
+        }
+    }
     // What the controller and the webhook's caches watch (not in this log).
     for (group, resource) in [
         ("fusioninfer.io", "inferenceservices"),
