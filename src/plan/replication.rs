@@ -220,22 +220,22 @@ fn label_pod_template(template: &mut Map<String, Value>, labels: &BTreeMap<Strin
     }
 }
 
-/// The paths of the pod templates of `kind` outside roles.
-fn pod_template_paths(kind: &str) -> Vec<[&'static str; 3]> {
-    match kind {
-        "LeaderWorkerSet" => vec![
-            ["spec", "leaderWorkerTemplate", "leaderTemplate"],
-            ["spec", "leaderWorkerTemplate", "workerTemplate"],
-        ],
-        _ if KINDS_WITH_ROLES.contains(&kind) => Vec::new(),
-        // Deployment, StatefulSet, and any other kind that keeps its pod
-        // template where they do.
-        _ => vec![["spec", "template", ""]],
-    }
-}
+/// Where a LeaderWorkerSet keeps its pod templates.
+const LEADER_WORKER_TEMPLATES: [&[&str]; 2] = [
+    &["spec", "leaderWorkerTemplate", "leaderTemplate"],
+    &["spec", "leaderWorkerTemplate", "workerTemplate"],
+];
 
-fn path_of(path: &[&'static str; 3]) -> Vec<&'static str> {
-    path.iter().copied().filter(|p| !p.is_empty()).collect()
+/// Where a Deployment, a StatefulSet and most other workloads keep theirs.
+const POD_TEMPLATE: [&[&str]; 1] = [&["spec", "template"]];
+
+/// The paths of the pod templates of `kind` outside roles.
+fn pod_template_paths(kind: &str) -> &'static [&'static [&'static str]] {
+    match kind {
+        "LeaderWorkerSet" => &LEADER_WORKER_TEMPLATES,
+        _ if KINDS_WITH_ROLES.contains(&kind) => &[],
+        _ => &POD_TEMPLATE,
+    }
 }
 
 /// Adds `labels` to every pod template of `object` that is present: by
@@ -243,7 +243,7 @@ fn path_of(path: &[&'static str; 3]) -> Vec<&'static str> {
 fn label_pod_templates(object: &mut Value, labels: &BTreeMap<String, String>) {
     let kind = kind_of(object).to_owned();
     for path in pod_template_paths(&kind) {
-        if let Some(template) = present_object(object, &path_of(&path)) {
+        if let Some(template) = present_object(object, path) {
             label_pod_template(template, labels);
         }
     }
@@ -341,14 +341,16 @@ pub fn adoption_of(rsg: &ResourceScalingGroup, prefix: &str, template: &Value) -
             "labels": labels,
         },
     });
-    let mut template = template.clone();
-    for path in pod_template_paths(kind_of(&template)) {
-        let path = path_of(&path);
-        if present_object(&mut template, &path).is_none() {
+    for path in pod_template_paths(kind_of(template)) {
+        let present = path
+            .iter()
+            .try_fold(template, |node, key| node.get(*key))
+            .is_some_and(Value::is_object);
+        if !present {
             continue;
         }
         let mut node = &mut partial;
-        for key in &path {
+        for key in *path {
             // `partial` is built here from objects only, so every step is one.
             node = &mut node[*key];
         }
