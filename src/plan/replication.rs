@@ -39,7 +39,9 @@
 //!   resource of every kept group (originals included) exists and reports
 //!   all its replicas ready (`status.readyReplicas` against `spec.replicas`
 //!   at the current generation, or a Ready condition for kinds without
-//!   replicas); Stalled is True while the plan cannot be made (a template or
+//!   replicas), judged as things will be after this pass (a clone it creates
+//!   has no ready replica, a spec it changes rolls out), so the next pass over
+//!   the same world reports the same; Stalled is True while the plan cannot be made (a template or
 //!   its API missing, a spec the webhook would deny), and then nothing is
 //!   written but status.
 
