@@ -20,6 +20,7 @@ use crate::api::{InferenceService, ResourceScalingGroup, ScaleView, Violation};
 use crate::plan::adapter::{self, Via};
 use crate::plan::inplace::{self, Observed, Reading};
 use crate::plan::ratio::Endpoint;
+use crate::plan::replication;
 use crate::plan::scale_view as view_plan;
 use crate::plan::service::{self as service_plan, ChildKind, World};
 use crate::plan::{children, status};
@@ -300,7 +301,9 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         let views_changed = reconcile_scale_views(&mut by_key, &mut touched, options)?;
         let services_changed =
             reconcile_services(&mut by_key, &mut touched, &mut deleted, options)?;
-        if !groups_changed && !views_changed && !services_changed {
+        let replications_changed =
+            reconcile_group_replications(&mut by_key, &mut touched, &mut deleted, options)?;
+        if !groups_changed && !views_changed && !services_changed && !replications_changed {
             converged = true;
             break;
         }
@@ -386,6 +389,128 @@ fn reconcile_services(
         {
             if let Some(object) = world.get_mut(&key) {
                 object["status"] = serde_json::to_value(&pass.status).unwrap_or_default();
+            }
+            touched.insert(key);
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+/// Merges what server-side apply sends into an object: maps field by field,
+/// lists and scalars replaced (what Tandem applies to an object it does not
+/// own, such as the labels on a GroupReplication template).
+fn merge_applied(object: &mut Value, applied: &Value) {
+    match (object, applied) {
+        (Value::Object(object), Value::Object(applied)) => {
+            for (key, value) in applied {
+                merge_applied(object.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (object, applied) => *object = applied.clone(),
+    }
+}
+
+/// One pass of the GroupReplication reconciler over every
+/// ResourceScalingGroup of the world whose strategy is GroupReplication: the
+/// originals' group labels, the clones, the victims, the status; whether
+/// anything changed. Pod readiness and deletion costs come from the world.
+fn reconcile_group_replications(
+    world: &mut BTreeMap<ObjectKey, Value>,
+    touched: &mut BTreeSet<ObjectKey>,
+    deleted: &mut BTreeSet<ObjectKey>,
+    options: &Options,
+) -> Result<bool, RenderError> {
+    let groups: Vec<ObjectKey> = world
+        .keys()
+        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::ResourceScalingGroup))
+        .cloned()
+        .collect();
+    let none = BTreeSet::new();
+    let mut changed = false;
+    for key in groups {
+        let rsg: ResourceScalingGroup =
+            serde_json::from_value(world[&key].clone()).map_err(|e| RenderError::Unreadable {
+                object: key.clone(),
+                reason: e.to_string(),
+            })?;
+        if rsg.spec.scaling_strategy.type_ != ScalingStrategyType::GroupReplication {
+            continue;
+        }
+        let template_keys: Vec<Option<ObjectKey>> = rsg
+            .spec
+            .target_resources
+            .iter()
+            .map(|t| {
+                t.object().map(|o| ObjectKey {
+                    api_version: o.api_version.to_owned(),
+                    kind: o.kind.to_owned(),
+                    namespace: key.namespace.clone(),
+                    name: o.name.to_owned(),
+                })
+            })
+            .collect();
+        let templates: Vec<Option<Value>> = template_keys
+            .iter()
+            .map(|k| k.as_ref().and_then(|k| world.get(k)).cloned())
+            .collect();
+        let labelled = |o: &&Value| {
+            o["metadata"]["namespace"] == key.namespace.as_str()
+                && o["metadata"]["labels"][replication::NAME_LABEL] == key.name.as_str()
+        };
+        let objects: Vec<Value> = world
+            .values()
+            .filter(|o| !(o["apiVersion"] == "v1" && o["kind"] == "Pod"))
+            .filter(labelled)
+            .cloned()
+            .collect();
+        let pods: Vec<Value> = world
+            .values()
+            .filter(|o| o["apiVersion"] == "v1" && o["kind"] == "Pod")
+            .filter(labelled)
+            .cloned()
+            .collect();
+        let pass = replication::reconcile(
+            &rsg,
+            &replication::World {
+                templates: &templates,
+                objects: &objects,
+                pods: &pods,
+                unavailable: &none,
+            },
+            &options.now,
+        );
+        for step in pass.apply {
+            let object_key = ObjectKey::of(&step.object);
+            let is_template = template_keys.iter().flatten().any(|k| *k == object_key);
+            match world.get_mut(&object_key) {
+                Some(original) if is_template => merge_applied(original, &step.object),
+                existing => {
+                    let status = existing.and_then(|o| o.get("status")).cloned();
+                    let mut object = step.object;
+                    if let Some(status) = status {
+                        object["status"] = status;
+                    }
+                    world.insert(object_key.clone(), object);
+                }
+            }
+            touched.insert(object_key);
+            changed = true;
+        }
+        for step in pass.delete {
+            let object_key = ObjectKey::of(&step.object);
+            world.remove(&object_key);
+            touched.remove(&object_key);
+            deleted.insert(object_key);
+            changed = true;
+        }
+        if rsg.status.as_ref() != Some(&pass.status) {
+            if let Some(object) = world.get_mut(&key) {
+                object["status"] =
+                    serde_json::to_value(&pass.status).map_err(|e| RenderError::Unreadable {
+                        object: key.clone(),
+                        reason: e.to_string(),
+                    })?;
             }
             touched.insert(key);
             changed = true;

@@ -256,3 +256,73 @@ fn render_refuses_resource_scaling_groups_that_follow_themselves() {
         "the cycle names the groups: {stderr}"
     );
 }
+
+#[test]
+fn render_replicates_groups_and_deletes_the_binpack_victims() {
+    let up = tandem(&[
+        "render",
+        "-o",
+        "json",
+        "-f",
+        "examples/render/group-replication-scale-up.yaml",
+    ]);
+    assert!(up.status.success(), "{}", text(&up.stderr));
+    let rendered: Value = serde_json::from_slice(&up.stdout).unwrap();
+    let names: Vec<&str> = rendered["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "decode",
+            "inference-unit-01-decode",
+            "inference-unit-01-prefill",
+            "inference-unit-02-decode",
+            "inference-unit-02-prefill",
+            "prefill",
+            "pd-cluster"
+        ],
+        "the originals with their group labels, two groups of clones, the group"
+    );
+    assert_eq!(rendered["delete"], serde_json::json!([]));
+    let original = &rendered["apply"][5];
+    assert_eq!(
+        original["spec"]["template"]["metadata"]["labels"]["resourcescalinggroup.com/group"],
+        "inference-unit-00"
+    );
+    assert_eq!(
+        original["spec"]["template"]["spec"]["containers"][0]["name"], "vllm",
+        "an original keeps its spec: only the labels are applied"
+    );
+    let group = &rendered["apply"][6];
+    assert_eq!(group["status"]["currentReplicas"], 3);
+    assert_eq!(
+        rendered["apply"][2]["spec"]["selector"]["matchLabels"]["resourcescalinggroup.com/group"],
+        "inference-unit-01"
+    );
+
+    let args = [
+        "render",
+        "-f",
+        "examples/render/group-replication-binpack.yaml",
+    ];
+    let down = tandem(&args);
+    assert!(down.status.success(), "{}", text(&down.stderr));
+    assert_eq!(down.stdout, tandem(&args).stdout, "same input, same bytes");
+    let out = text(&down.stdout);
+    let deletes: Vec<&str> = out.lines().filter(|l| l.starts_with("# delete")).collect();
+    assert_eq!(
+        deletes,
+        [
+            "# delete apps/v1 Deployment ai/inference-unit-02-decode",
+            "# delete apps/v1 Deployment ai/inference-unit-02-prefill",
+            "# delete apps/v1 Deployment ai/inference-unit-03-decode",
+            "# delete apps/v1 Deployment ai/inference-unit-03-prefill",
+        ],
+        "groups 02 (cost 10) and 03 (cost 75) go, 01 (cost 150) stays: {out}"
+    );
+    assert!(out.contains("currentReplicas: 2"), "{out}");
+}

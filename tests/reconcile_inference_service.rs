@@ -449,6 +449,48 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         .await
         .unwrap();
     scale_every_adapted_kind(&fake, &ctx).await;
+    // The GroupReplication reconciler: clone two Deployments, scale back.
+    let mut documents = yaml_documents(&repo_path(
+        "examples/render/group-replication-scale-up.yaml",
+    ));
+    for document in &mut documents {
+        document["metadata"]["namespace"] = json!("default");
+    }
+    for target in documents[0]["spec"]["targetResources"]
+        .as_array_mut()
+        .unwrap()
+    {
+        target["namespace"] = json!("default");
+    }
+    let (group, _) = tandem::admission::admit(
+        tandem::admission::Kind::ResourceScalingGroup,
+        "default",
+        &documents[0],
+        None,
+        &tandem::admission::lookup::Blind,
+    )
+    .unwrap();
+    fake.insert(group);
+    for deployment in documents.drain(1..) {
+        fake.insert(deployment);
+    }
+    let rsg = "resourcescalinggroup.com/v1";
+    let group = || -> tandem::api::ResourceScalingGroup {
+        serde_json::from_value(
+            fake.get(rsg, "ResourceScalingGroup", "default", "pd-cluster")
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
+        .await
+        .unwrap();
+    fake.edit(rsg, "ResourceScalingGroup", "default", "pd-cluster", |g| {
+        g["spec"]["scalingStrategy"]["groupConfig"]["replicas"] = json!(1)
+    });
+    tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
+        .await
+        .unwrap();
     let mut needed: Vec<(String, String, String)> = fake
         .take_calls()
         .iter()
@@ -460,6 +502,18 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         "leaderworkersets".into(),
         "create".into(),
     ));
+    // GroupReplication clones every kind it knows the plural of the same way.
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("fusioninfer.io", "inferenceservices"),
+        ("workloads.x-k8s.io", "rolebasedgroups"),
+    ] {
+        for verb in ["get", "list", "create", "patch", "delete"] {
+            needed.push((group.into(), resource.into(), verb.into()));
+        }
+    }
     // What the controller and the webhook's caches watch (not in this log).
     for (group, resource) in [
         ("fusioninfer.io", "inferenceservices"),
@@ -845,6 +899,23 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
         notes.iter().any(|n| n == "Deleted: LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 2 replica(s); Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"),
         "{notes:#?}"
     );
+
+    // Scaled to 3 while replicas 1 and 2 still have pods: they count toward
+    // the total until gone (issue 6), so no replica is created yet.
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(3)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    assert!(
+        writes.iter().all(|w| !w.contains("leaderworkersets")),
+        "nothing is created while replicas are being deleted: {writes:?}"
+    );
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(2)
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.take_calls();
 
     // The pods of the deleted replicas go: now their entries go too.
     for index in [1, 2] {

@@ -137,6 +137,33 @@ pub fn dns1123_label_error(value: &str) -> Option<String> {
     None
 }
 
+/// Kubernetes' DNS-1123 subdomain: what most object names must be (at most
+/// 253 characters, DNS-1123 labels joined by dots).
+pub fn dns1123_subdomain_error(value: &str) -> Option<String> {
+    if value.len() > 253 {
+        return Some(format!(
+            "must be at most 253 characters, got {} ({value:?})",
+            value.len()
+        ));
+    }
+    let labels_valid = !value.is_empty()
+        && value.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+                && bytes[0].is_ascii_alphanumeric()
+                && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        });
+    if !labels_valid {
+        return Some(format!(
+            "must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit), got {value:?}"
+        ));
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +205,23 @@ mod tests {
         assert!(dns1123_label_error("-a").is_some());
         assert!(dns1123_label_error("a_b").is_some());
         assert!(dns1123_label_error(&"a".repeat(64)).unwrap().contains("63"));
+    }
+
+    #[test]
+    fn dns1123_subdomains() {
+        assert_eq!(dns1123_subdomain_error("unit-01-prefill"), None);
+        assert_eq!(dns1123_subdomain_error("a.b-c.d"), None);
+        assert_eq!(dns1123_subdomain_error(&"a".repeat(253)), None);
+        assert!(
+            dns1123_subdomain_error(&"a".repeat(254))
+                .unwrap()
+                .contains("253")
+        );
+        for bad in ["", "A", "a..b", ".a", "a.", "a_b", "a.-b"] {
+            assert!(
+                dns1123_subdomain_error(bad).unwrap().contains("subdomain"),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -12,7 +12,7 @@ use rust_decimal::Decimal;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Findings, dns1123_label_error, schema};
+use super::{Findings, dns1123_label_error, dns1123_subdomain_error, schema};
 
 // Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
 // the repeated keys as duplicated attributes.
@@ -385,7 +385,10 @@ pub fn validate(spec: &ResourceScalingGroupSpec, namespace: &str) -> Findings {
                 );
             }
             match &strategy.group_config {
-                Some(group) => validate_group_config(group, &mut findings),
+                Some(group) => {
+                    validate_group_config(group, &mut findings);
+                    validate_clones(&spec.target_resources, group, &mut findings);
+                }
                 None => findings.deny(
                     format!("{at}.groupConfig"),
                     "required when type is GroupReplication",
@@ -815,6 +818,87 @@ fn validate_group_config(group: &GroupConfig, findings: &mut Findings) {
     }
 }
 
+/// Kinds whose object names become label values (LeaderWorkerSet's
+/// `leaderworkerset.sigs.k8s.io/name`, a StatefulSet's
+/// `controller-revision-hash` and pod names, Tandem's `fusioninfer.io/service`,
+/// RoleBasedGroup's name label): their clones' names must be DNS-1123 labels.
+pub const KINDS_NAMED_AS_LABELS: [&str; 4] = [
+    "LeaderWorkerSet",
+    "StatefulSet",
+    "InferenceService",
+    "RoleBasedGroup",
+];
+
+/// What GroupReplication needs of the target resources: none is a ScaleView,
+/// and every clone name the group's replicas can need is a name Kubernetes
+/// accepts. New groups take the lowest free index and never one above
+/// `replicas - 1` (an index being deleted counts toward the total), so the
+/// longest clone name is that of index `replicas - 1`.
+fn validate_clones(targets: &[TargetResource], group: &GroupConfig, findings: &mut Findings) {
+    let Some(prefix) = group.prefix() else {
+        return;
+    };
+    if dns1123_label_error(prefix).is_some() {
+        return;
+    }
+    let prefix_field = if group.group_name_prefix.is_some() {
+        "spec.scalingStrategy.groupConfig.groupNamePrefix"
+    } else {
+        "spec.scalingStrategy.groupConfig.groupName"
+    };
+    let highest = u32::try_from(group.replicas().max(1) - 1).unwrap_or(0);
+    for (i, target) in targets.iter().enumerate() {
+        let at = format!("spec.targetResources[{i}]");
+        let Some(object) = target.object() else {
+            continue;
+        };
+        if object.kind == "ScaleView" {
+            findings.deny(
+                if target.target_ref.is_some() {
+                    format!("{at}.targetRef.kind")
+                } else {
+                    format!("{at}.kind")
+                },
+                "a ScaleView cannot be replicated: every clone would target the same InferenceService and fight over its roles; replicate the InferenceService instead",
+            );
+            continue;
+        }
+        let name = clone_name(prefix, highest, &target.name);
+        let as_label = KINDS_NAMED_AS_LABELS.contains(&object.kind);
+        let (limit, problem) = if as_label {
+            (63, dns1123_label_error(&name))
+        } else {
+            (253, dns1123_subdomain_error(&name))
+        };
+        let Some(problem) = problem else {
+            continue;
+        };
+        if name.len() > limit {
+            findings.deny(
+                prefix_field,
+                format!(
+                    "the clone {name:?} of {at} (group {}) would be {} characters, over the {limit} a {}'s name may have{}: shorten the prefix or the resource name",
+                    group_id(prefix, highest),
+                    name.len(),
+                    object.kind,
+                    if as_label { " (it becomes a label value)" } else { "" },
+                ),
+            );
+        } else {
+            findings.deny(
+                format!("{at}.name"),
+                format!("clones are named {{prefix}}-{{NN}}-{{name}}, and {name:?} {problem}"),
+            );
+        }
+    }
+}
+
+/// The name of the clone of target resource `resource` (its local name) in
+/// group `index`: `{prefix}-{NN}-{resource}`.
+pub fn clone_name(prefix: &str, index: u32, resource: &str) -> String {
+    format!("{}-{resource}", group_id(prefix, index))
+}
+
 /// The index of a group id `{prefix}-{NN}` (NN zero-padded to two digits or more).
 pub fn group_index(prefix: &str, id: &str) -> Option<u32> {
     let digits = id.strip_prefix(prefix)?.strip_prefix('-')?;
@@ -1151,6 +1235,64 @@ mod tests {
                 "expected {expected:?}, got {message:?}"
             );
         }
+    }
+
+    #[test]
+    fn clone_names_must_fit() {
+        assert_eq!(clone_name("unit", 1, "prefill"), "unit-01-prefill");
+        assert_eq!(clone_name("unit", 100, "prefill"), "unit-100-prefill");
+        let at = "spec.scalingStrategy.groupConfig";
+        // A LeaderWorkerSet's name is a label value: 63 characters at most,
+        // checked for the highest index the replicas need.
+        let lws = |prefix: &str, replicas: i32| {
+            let mut value = group_replication();
+            value["targetResources"][0]["kind"] = json!("LeaderWorkerSet");
+            value["targetResources"][0]["apiVersion"] = json!("leaderworkerset.x-k8s.io/v1");
+            value["scalingStrategy"]["groupConfig"] =
+                json!({"groupNamePrefix": prefix, "replicas": replicas});
+            value
+        };
+        // 52 + "-99-" + "prefill" = 63.
+        let fits = "p".repeat(52);
+        assert!(validate(&spec(lws(&fits, 100)), "ai").is_allowed());
+        assert_eq!(
+            denial(lws(&fits, 101)),
+            format!(
+                "{at}.groupNamePrefix: the clone \"{fits}-100-prefill\" of spec.targetResources[0] (group {fits}-100) would be 64 characters, over the 63 a LeaderWorkerSet's name may have (it becomes a label value): shorten the prefix or the resource name"
+            )
+        );
+        // A Deployment's name is a subdomain: the same name is fine.
+        let mut deployment = lws(&fits, 101);
+        deployment["targetResources"][0]["kind"] = json!("Deployment");
+        deployment["targetResources"][0]["apiVersion"] = json!("apps/v1");
+        assert!(validate(&spec(deployment), "ai").is_allowed());
+        // The local name of the targetRef shape becomes part of the clone name.
+        let mut upper = group_replication();
+        upper["targetResources"][1] = json!({"name": "Decode", "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "decode"}});
+        assert!(denial(upper).starts_with(
+            "spec.targetResources[1].name: clones are named {prefix}-{NN}-{name}, and \"inference-unit-00-Decode\" must be a DNS-1123 subdomain"
+        ));
+    }
+
+    #[test]
+    fn a_scale_view_is_not_replicated() {
+        let mut value = group_replication();
+        value["targetResources"][1] =
+            json!({"name": "decode", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"});
+        assert_eq!(
+            denial(value),
+            "spec.targetResources[1].kind: a ScaleView cannot be replicated: every clone would target the same InferenceService and fight over its roles; replicate the InferenceService instead"
+        );
+        let mut nested = group_replication();
+        nested["targetResources"][1] = json!({"name": "d", "targetRef": {"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView", "name": "decode"}});
+        assert!(denial(nested).starts_with(
+            "spec.targetResources[1].targetRef.kind: a ScaleView cannot be replicated"
+        ));
+        // InplaceScaling binds ScaleViews at a ratio: allowed there.
+        let mut inplace = inplace();
+        inplace["targetResources"][1]["kind"] = json!("ScaleView");
+        inplace["targetResources"][1]["apiVersion"] = json!("fusioninfer.io/v1alpha1");
+        assert!(validate(&spec(inplace), "ai").is_allowed());
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod locks;
 pub mod quantity;
 pub mod ratio;
 pub mod replicas;
+pub mod replication;
 pub mod router;
 pub mod scale_view;
 pub mod service;

@@ -360,6 +360,28 @@ impl Change {
             Change::Revert => "Reverted",
         }
     }
+
+    /// The Event's note for applying `kind` `name` because of `why`.
+    pub fn note(self, kind: &str, name: &str, why: &str) -> String {
+        match self {
+            Change::Create => format!("{kind} {name} created: {why}"),
+            Change::Update => format!("{kind} {name} updated: {why}"),
+            Change::Revert => {
+                format!("{kind} {name} was changed outside Tandem and is set back: {why}")
+            }
+        }
+    }
+}
+
+/// How applying `desired` (stamped, see [`stamp`]) changes `current`, the
+/// object as observed; None when it is [`up_to_date`] and nothing is written.
+pub fn change_of(desired: &Value, current: Option<&Value>) -> Option<Change> {
+    match current {
+        Some(c) if up_to_date(desired, c) => None,
+        Some(c) if applied_hash(c) == applied_hash(desired) => Some(Change::Revert),
+        Some(_) => Some(Change::Update),
+        None => Some(Change::Create),
+    }
 }
 
 /// A child to server-side apply (stamped with its applied hash).
@@ -441,20 +463,10 @@ pub fn reconcile(
             .children
             .iter()
             .find(|c| identity(c) == identity(&object));
-        let change = match current {
-            Some(c) if up_to_date(&object, c) => continue,
-            Some(c) if applied_hash(c) == applied_hash(&object) => Change::Revert,
-            Some(_) => Change::Update,
-            None => Change::Create,
+        let Some(change) = change_of(&object, current) else {
+            continue;
         };
-        let note = match change {
-            Change::Create => format!("{kind} {name} created: {}", planned.why),
-            Change::Update => format!("{kind} {name} updated: {}", planned.why),
-            Change::Revert => format!(
-                "{kind} {name} was changed outside Tandem and is set back: {}",
-                planned.why
-            ),
-        };
+        let note = change.note(kind, name, &planned.why);
         apply.push(Apply {
             object,
             change,
@@ -546,7 +558,9 @@ pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
     applied_hash(desired) == applied_hash(observed) && contains(observed, desired)
 }
 
-fn contains(have: &Value, want: &Value) -> bool {
+/// Whether every field of `want` is in `have` with the same value (lists
+/// element by element); fields only `have` has do not matter.
+pub fn contains(have: &Value, want: &Value) -> bool {
     match (have, want) {
         (Value::Object(have), Value::Object(want)) => want
             .iter()

@@ -8,7 +8,8 @@
 //! that are not fully running go first, then the lowest score, then the
 //! highest index; with no annotations this is the Ordered policy's "highest
 //! index first". Scale-up fills the lowest free index, and an index whose
-//! replica is still being deleted stays reserved until its pods are gone.
+//! replica is still being deleted counts toward the total and stays reserved
+//! until its pods are gone ([`refill`]).
 //! Gang bookkeeping (the PodGroup's entries for a replica) stays until the
 //! replica's pods are gone, so a PodGroup never loses a member whose pods still
 //! run, and never asks for more members than exist while a role scales down.
@@ -223,14 +224,15 @@ pub fn victims(candidates: &BTreeMap<u32, Candidate>, remove: usize) -> Vec<u32>
 /// their way out (see [`being_deleted`]).
 ///
 /// - Ordered: exactly [`replicas::ordered`], the behaviour before Binpack.
-/// - Binpack: a replica in `deleting` no longer counts and is never kept.
-///   With more live replicas than desired, [`victims`] are removed, weighing
-///   each live replica by `candidates` (one without an entry has no pods yet;
-///   pods terminating under a live LeaderWorkerSet are a restart, so it is
-///   weighed as not running rather than skipped). With fewer, the lowest
-///   indices that are neither live nor being deleted are created: an index
-///   still being deleted is reserved until it is gone. Survivors above the
-///   desired count stay where they are and count toward it.
+/// - Binpack: a replica in `deleting` is never kept. With more live replicas
+///   than desired, [`victims`] are removed, weighing each live replica by
+///   `candidates` (one without an entry has no pods yet; pods terminating
+///   under a live LeaderWorkerSet are a restart, so it is weighed as not
+///   running rather than skipped). With fewer, [`refill`]: a replica still
+///   being deleted counts toward the total and its index is reserved until it
+///   is gone, so `{0, 1 being deleted}` scaled to 3 creates only 2 (and 1
+///   once it is gone). Survivors above the desired count stay where they are
+///   and count toward it.
 pub fn keep(
     existing: &BTreeSet<u32>,
     deleting: &BTreeSet<u32>,
@@ -274,8 +276,25 @@ fn binpack_keep(
         }
         return kept;
     }
+    refill(&kept, deleting, desired)
+}
+
+/// Scale-up (DESIGN.md §1.4, issue 6), for replicas of a role and for groups
+/// of a ResourceScalingGroup alike: `live` are kept and the lowest free
+/// indices are added until `live` plus those still being deleted make
+/// `desired`. An index in `deleting` counts toward the total until it is gone
+/// and is never reused before then; with as many or more than `desired`
+/// already there, nothing is added (and nothing removed: that is the
+/// scale-down choice's job).
+///
+/// `{0,2,4}` to 5 adds 1 and 3; `{10}` to 3 adds 0 and 1; `{0}` with 1 being
+/// deleted, to 3, adds only 2.
+pub fn refill(live: &BTreeSet<u32>, deleting: &BTreeSet<u32>, desired: usize) -> BTreeSet<u32> {
+    let mut kept = live.clone();
+    let on_their_way_out = deleting.difference(live).count();
+    let target = desired.saturating_sub(on_their_way_out);
     let mut next = Some(0u32);
-    while kept.len() < desired {
+    while kept.len() < target {
         let Some(index) = next else {
             // Every u32 index is taken or reserved: nothing more can be made.
             break;
@@ -658,18 +677,25 @@ mod tests {
                 &[0, 1, 2, 3, 4][..],
             ),
             (
-                "an index being deleted is reserved",
+                "an index being deleted counts until it is gone",
                 &[0, 1],
                 &[1],
                 2,
-                &[0, 2],
+                &[0],
             ),
             (
-                "a deleting replica no longer counts",
+                "the issue's {0, 1 being deleted} to 3 creates only 2",
                 &[0, 1],
                 &[1],
                 3,
-                &[0, 2, 3],
+                &[0, 2],
+            ),
+            (
+                "deleting indices with no object left count too",
+                &[0],
+                &[1, 2],
+                5,
+                &[0, 3, 4],
             ),
             ("gone and free again", &[0], &[], 2, &[0, 1]),
             ("lowest missing first", &[10], &[], 3, &[0, 1, 10]),
@@ -688,6 +714,29 @@ mod tests {
                 set(expected),
                 "{why}"
             );
+        }
+    }
+
+    #[test]
+    fn refill_is_the_issue_table() {
+        // (live, being deleted, desired, created)
+        type Case = (&'static [u32], &'static [u32], usize, &'static [u32]);
+        let cases: [Case; 6] = [
+            (&[0, 2, 4], &[], 5, &[1, 3]),
+            (&[10], &[], 3, &[0, 1]),
+            (&[0], &[1], 3, &[2]),
+            (&[0], &[1], 2, &[]),
+            (&[0, 1, 2], &[], 2, &[]),
+            (&[], &[0, 1, 2], 4, &[3]),
+        ];
+        for (live, deleting, desired, created) in cases {
+            let kept = refill(&set(live), &set(deleting), desired);
+            let new: Vec<u32> = kept.difference(&set(live)).copied().collect();
+            assert_eq!(
+                new, created,
+                "{live:?} with {deleting:?} being deleted to {desired}"
+            );
+            assert!(set(live).is_subset(&kept), "refill never removes");
         }
     }
 
@@ -790,10 +839,11 @@ mod tests {
             "R-1 keeps its PodGroup entry while its pod is there"
         );
 
-        // Scaled to 4 before R-1 is gone: R-1 is reserved, so 3 and 4 come.
+        // Scaled to 4 before R-1 is gone: R-1 counts and is reserved, so
+        // only 3 comes now.
         assert_eq!(
             keep(&existing, &deleting, 4, binpack, &BTreeMap::new()),
-            set(&[0, 2, 3, 4])
+            set(&[0, 2, 3])
         );
 
         // Stage 3: R-1's pod is gone; its entry goes.
@@ -968,11 +1018,13 @@ mod tests {
         ) {
             let kept = keep(&existing, &deleting, desired, RoleScaleDownPolicy::Binpack, &candidates);
             let live: BTreeSet<u32> = existing.difference(&deleting).copied().collect();
-            prop_assert_eq!(kept.len(), desired);
             prop_assert!(kept.is_disjoint(&deleting));
             if desired <= live.len() {
+                prop_assert_eq!(kept.len(), desired);
                 prop_assert!(kept.is_subset(&live));
             } else {
+                // What is being deleted counts toward the total until gone.
+                prop_assert_eq!(kept.len(), live.len().max(desired.saturating_sub(deleting.len())));
                 prop_assert!(live.is_subset(&kept));
                 // New indices are the lowest free ones.
                 let created: Vec<u32> = kept.difference(&live).copied().collect();

@@ -8,19 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, FIELD_MANAGER};
+use super::{Context, Error, FIELD_MANAGER, is_not_found, record};
 use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::children;
@@ -36,10 +35,6 @@ fn api_resource(kind: &ChildKind) -> ApiResource {
         &GroupVersionKind::gvk(kind.group(), kind.version(), kind.kind),
         kind.plural,
     )
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
 fn child_api(
@@ -184,36 +179,6 @@ fn status_patch(current: &InferenceServiceStatus, next: &InferenceServiceStatus)
 fn drop_stale_locks(patch: &mut Value, service: &InferenceService, next: &InferenceServiceStatus) {
     patch["status"]["scaleViews"] = json!(next.scale_views);
     patch["metadata"]["resourceVersion"] = json!(service.metadata.resource_version);
-}
-
-async fn record(
-    ctx: &Context,
-    reference: &ObjectReference,
-    reason: &str,
-    note: &str,
-    child: &Value,
-) {
-    let secondary = ObjectReference {
-        api_version: child["apiVersion"].as_str().map(str::to_owned),
-        kind: child["kind"].as_str().map(str::to_owned),
-        name: child["metadata"]["name"].as_str().map(str::to_owned),
-        namespace: child["metadata"]["namespace"].as_str().map(str::to_owned),
-        ..Default::default()
-    };
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.to_owned(),
-        note: Some(note.to_owned()),
-        action: if reason == "Deleted" {
-            "Delete".to_owned()
-        } else {
-            "Apply".to_owned()
-        },
-        secondary: Some(secondary),
-    };
-    if let Err(e) = ctx.recorder.publish(&event, reference).await {
-        tracing::warn!(error = %e, reason, "could not record an event");
-    }
 }
 
 fn error_policy(service: Arc<InferenceService>, error: &Error, _ctx: Arc<Context>) -> Action {

@@ -11,8 +11,10 @@ pub mod scale_view;
 use std::sync::Arc;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use serde_json::Value;
 
 use crate::admission::discovery::ScaleDiscovery;
 use crate::plan::service::Options;
@@ -57,5 +59,42 @@ impl Context {
             options,
             now: Arc::new(Timestamp::now),
         }
+    }
+}
+
+/// Whether the API server answered 404: the object, or its whole API, is not there.
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// Records a Normal Event on `reference` about a change to `child`: `reason`
+/// is `Created`, `Updated`, `Reverted` or `Deleted`, `note` says why.
+pub(crate) async fn record(
+    ctx: &Context,
+    reference: &ObjectReference,
+    reason: &str,
+    note: &str,
+    child: &Value,
+) {
+    let secondary = ObjectReference {
+        api_version: child["apiVersion"].as_str().map(str::to_owned),
+        kind: child["kind"].as_str().map(str::to_owned),
+        name: child["metadata"]["name"].as_str().map(str::to_owned),
+        namespace: child["metadata"]["namespace"].as_str().map(str::to_owned),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_owned(),
+        note: Some(note.to_owned()),
+        action: if reason == "Deleted" {
+            "Delete".to_owned()
+        } else {
+            "Apply".to_owned()
+        },
+        secondary: Some(secondary),
+    };
+    if let Err(e) = ctx.recorder.publish(&event, reference).await {
+        tracing::warn!(error = %e, reason, "could not record an event");
     }
 }

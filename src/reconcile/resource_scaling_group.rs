@@ -20,7 +20,7 @@
 //!
 //! Triggers: the groups themselves; Deployments, StatefulSets,
 //! InferenceServices and ScaleViews, each mapped to the groups that name
-//! it; and every group again after [`RESYNC`], which is how a change of the
+//! it or own it as a GroupReplication clone; and every group again after [`RESYNC`], which is how a change of the
 //! other kinds (LeaderWorkerSets, RoleBasedGroups, discovered kinds) is seen.
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +46,7 @@ use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter::{self, Via};
 use crate::plan::inplace::{self, Note, Observed, Problem, Reading, Request};
 use crate::plan::ratio::Endpoint;
+use crate::plan::replication::NAME_LABEL;
 
 /// How often a group is reconciled when nothing it watches changed: the
 /// longest a Source of an unwatched kind (LeaderWorkerSet, RoleBasedGroup,
@@ -338,7 +339,8 @@ fn error_policy(rsg: Arc<ResourceScalingGroup>, error: &Error, _ctx: Arc<Context
     Action::requeue(Duration::from_secs(30))
 }
 
-/// The groups of `object`'s namespace that name it (API group, kind, name).
+/// The groups of `object`'s namespace that name it (API group, kind, name),
+/// or whose clone it is (labelled `resourcescalinggroup.com/name`).
 fn naming(
     groups: &Store<ResourceScalingGroup>,
     group: &str,
@@ -354,13 +356,19 @@ fn naming(
         .into_iter()
         .filter(|rsg| rsg.metadata.namespace.as_deref() == namespace)
         .filter(|rsg| {
-            rsg.spec.target_resources.iter().any(|t| {
-                t.object().is_some_and(|o| {
-                    adapter::group_version(o.api_version).0 == group
-                        && o.kind == kind
-                        && Some(o.name) == name
+            object
+                .meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(NAME_LABEL))
+                == rsg.metadata.name.as_ref()
+                || rsg.spec.target_resources.iter().any(|t| {
+                    t.object().is_some_and(|o| {
+                        adapter::group_version(o.api_version).0 == group
+                            && o.kind == kind
+                            && Some(o.name) == name
+                    })
                 })
-            })
         })
         .map(|rsg| ObjectRef::from_obj(rsg.as_ref()))
         .collect()

@@ -41,6 +41,10 @@ struct State {
     refused: BTreeMap<String, u16>,
     calls: Vec<Call>,
     version: u64,
+    /// What each field manager last server-side applied, by collection path,
+    /// name and manager: fields it applied before and leaves out now are
+    /// removed, everyone else's stay.
+    applied: BTreeMap<(String, String, String), Value>,
 }
 
 #[derive(Clone, Default)]
@@ -116,6 +120,40 @@ fn matches_selector(object: &Value, selector: &str) -> bool {
             Some((k, v)) => labels[k].as_str() == Some(v),
             None => !labels[term].is_null(),
         })
+}
+
+/// Removes from `object` what `before` (a manager's last applied
+/// configuration) had and `now` (its new one) leaves out; lists and scalars
+/// are atomic.
+fn drop_unapplied(object: &mut Value, before: &Value, now: &Value) {
+    let (Some(object), Some(before)) = (object.as_object_mut(), before.as_object()) else {
+        return;
+    };
+    for (key, was) in before {
+        match now.get(key) {
+            None => {
+                object.remove(key);
+            }
+            Some(is) => {
+                if let Some(child) = object.get_mut(key) {
+                    drop_unapplied(child, was, is);
+                }
+            }
+        }
+    }
+}
+
+/// Merges an applied configuration into an object: maps field by field,
+/// lists and scalars replaced.
+fn merge_applied(object: &mut Value, applied: &Value) {
+    match (object, applied) {
+        (Value::Object(object), Value::Object(applied)) => {
+            for (key, value) in applied {
+                merge_applied(object.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (object, applied) => *object = applied.clone(),
+    }
 }
 
 fn status(code: u16, reason: &str, message: String) -> Response<Body> {
@@ -414,6 +452,8 @@ impl FakeApi {
         }
         state.version += 1;
         let version = state.version.to_string();
+        let state = &mut *state;
+        let applied_before = &mut state.applied;
         let store = state.objects.entry(collection.clone()).or_default();
         match (method.as_str(), name, sub.as_deref()) {
             ("GET", None, _) => {
@@ -470,10 +510,26 @@ impl FakeApi {
                 ),
             },
             ("PATCH", Some(name), None) if apply && body.is_some() => {
-                // Server-side apply by a single manager: the applied object
-                // replaces what it names; server fields and status stay.
-                let mut applied = body.unwrap_or_default();
+                // Server-side apply: what the manager applied before and
+                // leaves out now is removed, the rest of the object (other
+                // managers' fields) stays and the applied fields are merged
+                // in; server fields and status stay.
+                let manager = query_param(&query, "fieldManager").unwrap_or_default();
+                let configuration = body.unwrap_or_default();
                 let previous = store.get(&name).cloned();
+                let key = (collection.clone(), name.clone(), manager);
+                let mut applied = match &previous {
+                    Some(previous) => {
+                        let mut merged = previous.clone();
+                        if let Some(before) = applied_before.get(&key) {
+                            drop_unapplied(&mut merged, before, &configuration);
+                        }
+                        merge_applied(&mut merged, &configuration);
+                        merged
+                    }
+                    None => configuration.clone(),
+                };
+                applied_before.insert(key, configuration);
                 let spec_changed = previous
                     .as_ref()
                     .map(|p| p["spec"] != applied["spec"])
