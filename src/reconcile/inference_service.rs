@@ -1,7 +1,8 @@
 //! The InferenceService reconciler: lists the service's children and pods,
 //! asks `plan::service::reconcile` what to do, server-side applies and deletes
 //! that, writes status when it changed, and records an Event for every change
-//! saying why.
+//! saying why, and for every step of an upgrade. It looks again when the plan
+//! says the next upgrade step is due (Gateways are not watched).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -135,7 +136,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             &reference,
             step.change.reason(),
             &step.note,
-            &step.object,
+            Some(&step.object),
         )
         .await;
     }
@@ -144,10 +145,13 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             continue;
         };
         match api.delete(&child, &DeleteParams::background()).await {
-            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, &step.object).await,
+            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, Some(&step.object)).await,
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
+    }
+    for event in &pass.events {
+        record(&ctx, &reference, event.reason, &event.note, None).await;
     }
     let current = service.status.clone().unwrap_or_default();
     let stale_locks = pass.status.scale_views != current.scale_views;
@@ -160,7 +164,9 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(
+        pass.requeue.map_or(RESYNC, |d| d.min(RESYNC)),
+    ))
 }
 
 /// A merge patch of this reconciler's status fields; components of roles that
@@ -186,30 +192,33 @@ fn drop_stale_locks(patch: &mut Value, service: &InferenceService, next: &Infere
     patch["metadata"]["resourceVersion"] = json!(service.metadata.resource_version);
 }
 
+/// Records an Event on the service: about `child` when the change was to a
+/// child, about the service itself (an upgrade step) otherwise.
 async fn record(
     ctx: &Context,
     reference: &ObjectReference,
     reason: &str,
     note: &str,
-    child: &Value,
+    child: Option<&Value>,
 ) {
-    let secondary = ObjectReference {
+    let secondary = child.map(|child| ObjectReference {
         api_version: child["apiVersion"].as_str().map(str::to_owned),
         kind: child["kind"].as_str().map(str::to_owned),
         name: child["metadata"]["name"].as_str().map(str::to_owned),
         namespace: child["metadata"]["namespace"].as_str().map(str::to_owned),
         ..Default::default()
+    });
+    let action = match (reason, child) {
+        ("Deleted", _) => "Delete",
+        (_, Some(_)) => "Apply",
+        (_, None) => "Upgrade",
     };
     let event = Event {
         type_: EventType::Normal,
         reason: reason.to_owned(),
         note: Some(note.to_owned()),
-        action: if reason == "Deleted" {
-            "Delete".to_owned()
-        } else {
-            "Apply".to_owned()
-        },
-        secondary: Some(secondary),
+        action: action.to_owned(),
+        secondary,
     };
     if let Err(e) = ctx.recorder.publish(&event, reference).await {
         tracing::warn!(error = %e, reason, "could not record an event");

@@ -48,7 +48,8 @@ fn plural(kind: &str) -> String {
     match kind {
         "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
         | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
-        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet" => {
+        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet"
+        | "ControllerRevision" => {
             format!("{}s", kind.to_lowercase())
         }
         "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),
