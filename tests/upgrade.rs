@@ -399,3 +399,104 @@ fn generated_gateway_route_and_revisions_fit_the_upstream_crds() {
             .is_empty()
     );
 }
+
+/// Runs `tandem render` on the mid-upgrade example at `now`, as JSON.
+fn render_at(now: &str) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "render",
+            "-f",
+            "examples/render/incremental-upgrade-step.yaml",
+            "--now",
+            now,
+            "-o",
+            "json",
+        ])
+        .current_dir(repo_path(""))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn rendered<'a>(out: &'a Value, kind: &str) -> &'a Value {
+    out["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {out}"))
+}
+
+#[test]
+fn render_now_shows_the_next_step_from_the_given_statuses() {
+    let (v1, v2) = ("f5d1d225f2", "f56bd0e55b");
+    let backends =
+        |out: &Value| rendered(out, "HTTPRoute")["spec"]["rules"][0]["backendRefs"].clone();
+    let condition = |out: &Value, t: &str| {
+        rendered(out, "InferenceService")["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .unwrap()
+            .clone()
+    };
+
+    // The interval has passed: one traffic step, then render stops, as the
+    // rewritten route is not programmed yet.
+    let due = render_at("2026-11-21T10:00:30Z");
+    assert_eq!(
+        backends(&due),
+        json!([{"name": format!("{NAME}-{v1}"), "port": 8000, "weight": 75},
+               {"name": format!("{NAME}-{v2}"), "port": 8000, "weight": 25}])
+    );
+    assert_eq!(
+        rendered(&due, "InferenceService")["status"]["upgrade"]["pending"],
+        json!({"revision": v2, "targetCapacity": 40, "trafficRoutedPercent": 25,
+               "lastTrafficMoveTime": "2026-11-21T10:00:30Z"})
+    );
+    assert_eq!(
+        condition(&due, "UpgradeInProgress")["reason"],
+        "WaitingForRoute"
+    );
+    assert_eq!(condition(&due, "Progressing")["reason"], "Upgrading");
+    assert_eq!(due["delete"], json!([]));
+
+    // Not yet: the weights stay, and the status says when the next step is due.
+    let early = render_at("2026-11-21T10:00:05Z");
+    assert_eq!(
+        backends(&early),
+        json!([{"name": format!("{NAME}-{v1}"), "port": 8000, "weight": 80},
+               {"name": format!("{NAME}-{v2}"), "port": 8000, "weight": 20}])
+    );
+    let upgrading = condition(&early, "UpgradeInProgress");
+    assert_eq!(upgrading["reason"], "WaitingForInterval");
+    assert!(
+        upgrading["message"].as_str().unwrap().ends_with(&format!(
+            "next traffic step to revision {v2} at 2026-11-21T10:00:10Z (intervalSeconds 10)"
+        )),
+        "{upgrading}"
+    );
+    // The active revision's replicas run as they are: the spec no longer
+    // describes them and nothing records their templates, so they are
+    // neither rewritten nor deleted.
+    let lws: Vec<&str> = early["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "LeaderWorkerSet")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        lws,
+        [
+            format!("{NAME}-inference-0-{v2}"),
+            format!("{NAME}-inference-1-{v2}")
+        ]
+    );
+}

@@ -251,7 +251,7 @@ pub struct UpgradeStrategy {
     /// RollingUpdate (default), NewRevision, IncrementalUpgrade or None.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<UpgradeType>,
-    /// Options of IncrementalUpgrade.
+    /// Options of IncrementalUpgrade; NewRevision uses only its gatewayClassName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental_upgrade_options: Option<IncrementalUpgradeOptions>,
 }
@@ -292,7 +292,7 @@ pub struct IncrementalUpgradeOptions {
     /// Seconds between traffic steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_seconds: Option<i32>,
-    /// GatewayClass of the Gateway Tandem creates for the service.
+    /// GatewayClass of the Gateway Tandem creates for the service (NewRevision and IncrementalUpgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_class_name: Option<String>,
 }
@@ -378,6 +378,8 @@ pub struct RoleReplicas {
     pub replicas: i32,
 }
 
+/// The revisions of a NewRevision or IncrementalUpgrade service: the active
+/// one, and the pending one while an upgrade or rollback is under way.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeStatus {
@@ -391,11 +393,13 @@ pub struct UpgradeStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionStatus {
+    /// The revision hash, the value of the fusioninfer.io/revision label on its LeaderWorkerSets and pods.
     pub revision: String,
     /// Percent of the desired replicas this revision is scaled to.
     pub target_capacity: i32,
     /// Percent of the traffic routed to this revision.
     pub traffic_routed_percent: i32,
+    /// When traffic last moved between the revisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_traffic_move_time: Option<Time>,
 }

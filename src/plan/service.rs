@@ -768,9 +768,28 @@ fn report_rollout(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     status.upgrade = rollout.upgrade.clone();
+    let moving = rollout
+        .upgrade
+        .as_ref()
+        .and_then(|u| u.pending.as_ref())
+        .is_some();
     status.conditions.retain(|c| {
         ![rollout::UPGRADE_IN_PROGRESS, rollout::ROLLBACK_IN_PROGRESS].contains(&c.type_.as_str())
+            && !(moving && c.type_ == "Progressing")
     });
+    if moving {
+        // Both revisions' pods are expected, so none is outdated; the service
+        // is progressing all the same while capacity and traffic move.
+        status.conditions.push(status::condition(
+            previous,
+            "Progressing",
+            true,
+            "Upgrading",
+            "capacity and traffic are moving between revisions (see UpgradeInProgress and RollbackInProgress)".to_owned(),
+            service.metadata.generation,
+            now,
+        ));
+    }
     for report in &rollout.conditions {
         status.conditions.push(status::condition(
             previous,
