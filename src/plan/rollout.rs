@@ -1302,4 +1302,71 @@ mod tests {
             .unwrap();
         assert_eq!((rollback.is_true, rollback.reason), (true, "Stalled"));
     }
+
+    /// The worked example of docs/upgrades.md: surge 25, step 5, interval
+    /// 30 s, 4 replicas, a reconcile every 10 s and replicas ready 40 s
+    /// after they are created, as a Markdown table of every step the real
+    /// reconcile pass takes.
+    fn worked_example() -> String {
+        let mut cluster = installed_cluster("vllm:1");
+        cluster.set_spec("vllm:2");
+        let v2 = children::revision(&cluster.service.spec);
+        let start = cluster.now;
+        let history = cluster.run_until(settled);
+        let mut table = "| t | step | old revision: capacity / traffic | new revision: capacity / traffic | replicas old + new |\n|---|---|---|---|---|\n".to_owned();
+        let replicas = |r: Option<&RevisionStatus>| {
+            r.map_or(0, |r| upgrade::replicas_for(4, r.target_capacity))
+        };
+        let show = |r: Option<&RevisionStatus>| {
+            r.map_or("removed".to_owned(), |r| {
+                format!("{}% / {}%", r.target_capacity, r.traffic_routed_percent)
+            })
+        };
+        for (now, pass, status) in history
+            .iter()
+            .filter(|(_, pass, _)| !pass.events.is_empty())
+        {
+            let (old, new) = match (status.active.as_ref(), status.pending.as_ref()) {
+                (Some(active), None) if active.revision == v2 => (None, Some(active)),
+                (active, pending) => (active, pending),
+            };
+            let steps: Vec<&str> = pass.events.iter().map(|e| e.reason).collect();
+            table.push_str(&format!(
+                "| {}s | {} | {} | {} | {} + {} |\n",
+                now.duration_since(start).as_secs(),
+                steps.join(", "),
+                show(old),
+                show(new),
+                replicas(old),
+                replicas(new),
+            ));
+        }
+        table
+    }
+
+    #[test]
+    fn the_worked_example_in_the_docs_is_what_the_plan_does() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/upgrades.md");
+        let (begin, end) = (
+            "<!-- worked example: begin -->\n",
+            "<!-- worked example: end -->",
+        );
+        let table = worked_example();
+        let doc = std::fs::read_to_string(path).unwrap_or_default();
+        let current = doc
+            .split_once(begin)
+            .and_then(|(_, rest)| rest.split_once(end))
+            .map(|(table, _)| table);
+        if std::env::var_os("TANDEM_WRITE_DOCS").is_some() {
+            let (head, tail) = doc.split_once(begin).expect("the doc has the begin marker");
+            let (_, tail) = tail.split_once(end).expect("the doc has the end marker");
+            std::fs::write(path, format!("{head}{begin}{table}{end}{tail}")).unwrap();
+            return;
+        }
+        assert_eq!(
+            current,
+            Some(table.as_str()),
+            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::rollout::tests::the_worked_example"
+        );
+    }
 }
