@@ -773,10 +773,11 @@ fn report_rollout(
         .as_ref()
         .and_then(|u| u.pending.as_ref())
         .is_some();
-    status.conditions.retain(|c| {
-        ![rollout::UPGRADE_IN_PROGRESS, rollout::ROLLBACK_IN_PROGRESS].contains(&c.type_.as_str())
-            && !(moving && c.type_ == "Progressing")
-    });
+    let replaced = |type_: &str| {
+        [rollout::UPGRADE_IN_PROGRESS, rollout::ROLLBACK_IN_PROGRESS].contains(&type_)
+            || moving && type_ == "Progressing"
+    };
+    status.conditions.retain(|c| !replaced(&c.type_));
     if moving {
         // Both revisions' pods are expected, so none is outdated; the service
         // is progressing all the same while capacity and traffic move.

@@ -421,6 +421,21 @@ mod tests {
                 .denial_message()
                 .starts_with("metadata.name: must be at most 63 characters")
         );
+
+        // A revision beside another one adds "-{revision}" to its names.
+        let mut beside = service.clone();
+        beside.spec.upgrade_strategy = Some(crate::api::inference_service::UpgradeStrategy {
+            type_: Some(crate::api::inference_service::UpgradeType::IncrementalUpgrade),
+            incremental_upgrade_options: None,
+        });
+        let fits = "s".repeat(41);
+        assert!(check_names(&fits, &service.spec).is_allowed());
+        assert_eq!(
+            check_names(&fits, &beside.spec).denial_message(),
+            format!(
+                "spec.roles[0].name: the LeaderWorkerSet \"{fits}-inference-1-0000000000\" of replica 1 would be 64 characters, over Kubernetes' 63: shorten the service or role name"
+            )
+        );
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! revisions and says what moves next; the reconciler applies it, observes the
 //! result and calls again. Nothing here reads the clock: `now` is passed in.
 //!
+//! [`plan::rollout`](super::rollout) calls it once per reconcile with the
+//! revisions of `status.upgrade`; NewRevision runs the same machine at full
+//! surge with traffic moving all at once ([`Pace::AllAtOnce`]).
+//!
 //! The state machine is KubeRay's `NewClusterWithIncrementalUpgrade`, read in
 //! `ray-project/kuberay`, `ray-operator/controllers/ray/rayservice_controller.go`
 //! (commit caf57e18): `checkIfNeedTargetCapacityUpdate` (the Gateway and route
