@@ -322,4 +322,43 @@ mod tests {
             Naming::Plain
         );
     }
+
+    proptest::proptest! {
+        /// Whatever LeaderWorkerSets exist, two revisions side by side never
+        /// share a naming (so never a LeaderWorkerSet name), and a revision
+        /// that has LeaderWorkerSets keeps the naming one of them has.
+        #[test]
+        fn side_by_side_revisions_never_share_names(
+            existing in proptest::collection::vec((0u32..3, 0usize..3, proptest::bool::ANY), 0..8),
+            active in 0usize..3,
+            pending in 0usize..3,
+        ) {
+            let revisions = ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"];
+            let objects: Vec<Value> = existing
+                .iter()
+                .map(|&(index, revision, plain)| {
+                    let name = if plain {
+                        format!("qwen-inference-{index}")
+                    } else {
+                        format!("qwen-inference-{index}-{}", revisions[revision])
+                    };
+                    lws(&name, index, revisions[revision])
+                })
+                .collect();
+            let sets: Vec<&Value> = objects.iter().collect();
+            proptest::prop_assume!(active != pending);
+            let live = [revisions[active], revisions[pending]];
+            let namings = side_by_side_namings("qwen", &live, &sets);
+            proptest::prop_assert_eq!(namings.len(), 2);
+            proptest::prop_assert_ne!(&namings[0], &namings[1]);
+            let own: Vec<Naming> = sets
+                .iter()
+                .filter(|o| of(o) == Some(live[0]))
+                .filter_map(|o| Naming::of("qwen", o))
+                .collect();
+            if !own.is_empty() {
+                proptest::prop_assert!(own.contains(&namings[0]));
+            }
+        }
+    }
 }
