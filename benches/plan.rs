@@ -39,7 +39,15 @@ fn topology(c: &mut Criterion) {
     let mut group = c.benchmark_group("topology");
     group.throughput(Throughput::Elements(128));
     group.bench_function("pd_64x4_per_role", |b| {
-        b.iter(|| service::desired(black_box(&service), &world, &service::Options::default()))
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH);
+        b.iter(|| {
+            service::desired(
+                black_box(&service),
+                &world,
+                &service::Options::default(),
+                &now,
+            )
+        })
     });
     group.finish();
 }

@@ -369,8 +369,17 @@ fn reconcile_services(
         for step in pass.apply {
             let child = ObjectKey::of(&step.object);
             let mut object = step.object;
-            if let Some(status) = world.get(&child).and_then(|o| o.get("status")) {
-                object["status"] = status.clone();
+            if let Some(existing) = world.get(&child) {
+                if let Some(status) = existing.get("status") {
+                    object["status"] = status.clone();
+                }
+                // As the API server does: a new spec is a new generation, so
+                // a status the input gave for the old one (a Gateway
+                // controller's observedGeneration) no longer counts for it.
+                if existing.get("spec") != object.get("spec") && existing.get("status").is_some() {
+                    let generation = existing["metadata"]["generation"].as_i64().unwrap_or(1);
+                    object["metadata"]["generation"] = json!(generation + 1);
+                }
             }
             world.insert(child.clone(), object);
             touched.insert(child);

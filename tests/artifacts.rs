@@ -222,6 +222,7 @@ fn parse_core(object: &Value) -> Option<Result<(), String>> {
             ("v1", "Service") => parse::<core::Service>(object),
             ("apps/v1", "Deployment") => parse::<apps::Deployment>(object),
             ("apps/v1", "StatefulSet") => parse::<apps::StatefulSet>(object),
+            ("apps/v1", "ControllerRevision") => parse::<apps::ControllerRevision>(object),
             ("rbac.authorization.k8s.io/v1", "Role") => parse::<rbac::Role>(object),
             ("rbac.authorization.k8s.io/v1", "RoleBinding") => parse::<rbac::RoleBinding>(object),
             _ => return None,

@@ -491,17 +491,20 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
         .await
         .unwrap();
+    // An IncrementalUpgrade: its Gateway, route, per-revision Services and
+    // records, installed and then taking its first step.
+    let name = store_story(&fake, "examples/inferenceservice/incremental-upgrade.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2")
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
     let mut needed: Vec<(String, String, String)> = fake
         .take_calls()
         .iter()
         .map(|c| permission(&c.method, &c.path))
         .collect();
     // Server-side apply creates what does not exist yet: create and patch.
-    needed.push((
-        "leaderworkerset.x-k8s.io".into(),
-        "leaderworkersets".into(),
-        "create".into(),
-    ));
     // GroupReplication clones every kind it knows the plural of the same way.
     for (group, resource) in [
         ("apps", "deployments"),
@@ -514,6 +517,21 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
             needed.push((group.into(), resource.into(), verb.into()));
         }
     }
+    for (group, resource) in [
+        ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("gateway.networking.k8s.io", "gateways"),
+        ("gateway.networking.k8s.io", "httproutes"),
+        ("", "services"),
+        ("apps", "controllerrevisions"),
+    ] {
+        needed.push((group.into(), resource.into(), "create".into()));
+    }
+    assert!(
+        needed
+            .iter()
+            .any(|(_, resource, verb)| resource == "gateways" && verb == "patch"),
+        "the upgrade's requests are in the log"
+    );
     // What the controller and the webhook's caches watch (not in this log).
     for (group, resource) in [
         ("fusioninfer.io", "inferenceservices"),

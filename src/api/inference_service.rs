@@ -69,6 +69,16 @@ pub struct InferenceServiceSpec {
     pub upgrade_strategy: Option<UpgradeStrategy>,
 }
 
+impl InferenceServiceSpec {
+    /// `spec.upgradeStrategy.type`, RollingUpdate when unset.
+    pub fn upgrade_type(&self) -> UpgradeType {
+        self.upgrade_strategy
+            .as_ref()
+            .and_then(|u| u.type_)
+            .unwrap_or_default()
+    }
+}
+
 /// The semantic role of a component.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
@@ -241,7 +251,7 @@ pub struct UpgradeStrategy {
     /// RollingUpdate (default), NewRevision, IncrementalUpgrade or None.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<UpgradeType>,
-    /// Options of IncrementalUpgrade.
+    /// Options of IncrementalUpgrade; NewRevision uses only its gatewayClassName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental_upgrade_options: Option<IncrementalUpgradeOptions>,
 }
@@ -259,6 +269,17 @@ pub enum UpgradeType {
     None,
 }
 
+impl UpgradeType {
+    /// NewRevision and IncrementalUpgrade run the pending revision beside the
+    /// active one, each with its own LeaderWorkerSets, behind a Gateway.
+    pub fn runs_revisions_side_by_side(self) -> bool {
+        matches!(
+            self,
+            UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade
+        )
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IncrementalUpgradeOptions {
@@ -271,7 +292,7 @@ pub struct IncrementalUpgradeOptions {
     /// Seconds between traffic steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval_seconds: Option<i32>,
-    /// GatewayClass of the Gateway Tandem creates for the service.
+    /// GatewayClass of the Gateway Tandem creates for the service (NewRevision and IncrementalUpgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway_class_name: Option<String>,
 }
@@ -357,6 +378,8 @@ pub struct RoleReplicas {
     pub replicas: i32,
 }
 
+/// The revisions of a NewRevision or IncrementalUpgrade service: the active
+/// one, and the pending one while an upgrade or rollback is under way.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeStatus {
@@ -370,11 +393,13 @@ pub struct UpgradeStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionStatus {
+    /// The revision hash, the value of the fusioninfer.io/revision label on its LeaderWorkerSets and pods.
     pub revision: String,
     /// Percent of the desired replicas this revision is scaled to.
     pub target_capacity: i32,
     /// Percent of the traffic routed to this revision.
     pub traffic_routed_percent: i32,
+    /// When traffic last moved between the revisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_traffic_move_time: Option<Time>,
 }
@@ -671,25 +696,65 @@ fn validate_scheduling(scheduling: &SchedulingStrategy, findings: &mut Findings)
 
 /// The rules of `spec.upgradeStrategy`; `plan::upgrade` checks the options it
 /// steps with through this same function.
+///
+/// IncrementalUpgrade needs `stepSizePercent`, `intervalSeconds` and
+/// `gatewayClassName`, with 0 < step ≤ maxSurgePercent ≤ 100 and an interval
+/// above 0. NewRevision moves traffic through a Gateway too, so it needs
+/// `gatewayClassName` (from the same options; the others are ignored, with a
+/// warning). RollingUpdate and None use no Gateway and ignore the options.
 pub(crate) fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Findings) {
     let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
     let strategy = upgrade.type_.unwrap_or_default();
     let options = upgrade.incremental_upgrade_options.as_ref();
-    if strategy != UpgradeType::IncrementalUpgrade {
-        if options.is_some() {
+    match (strategy, options) {
+        (UpgradeType::IncrementalUpgrade | UpgradeType::NewRevision, None) => {
+            let needed = if strategy == UpgradeType::NewRevision {
+                "gatewayClassName"
+            } else {
+                "stepSizePercent, intervalSeconds and gatewayClassName"
+            };
+            findings.deny(
+                at,
+                format!("required when spec.upgradeStrategy.type is {strategy:?}: set {needed}"),
+            );
+            return;
+        }
+        (UpgradeType::RollingUpdate | UpgradeType::None, Some(_)) => {
             findings.warn(format!(
-                "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}, not IncrementalUpgrade"
+                "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}, which uses no Gateway"
             ));
+            return;
+        }
+        (UpgradeType::RollingUpdate | UpgradeType::None, None) => return,
+        _ => {}
+    }
+    let Some(options) = options else {
+        return;
+    };
+    if options
+        .gateway_class_name
+        .as_deref()
+        .is_none_or(|c| c.trim().is_empty())
+    {
+        findings.deny(
+            format!("{at}.gatewayClassName"),
+            format!("required for {strategy:?}: the GatewayClass of the Gateway Tandem creates"),
+        );
+    }
+    if strategy == UpgradeType::NewRevision {
+        for (field, set) in [
+            ("maxSurgePercent", options.max_surge_percent.is_some()),
+            ("stepSizePercent", options.step_size_percent.is_some()),
+            ("intervalSeconds", options.interval_seconds.is_some()),
+        ] {
+            if set {
+                findings.warn(format!(
+                    "{at}.{field} is ignored: NewRevision brings the new revision to full size and moves all traffic at once"
+                ));
+            }
         }
         return;
     }
-    let Some(options) = options else {
-        findings.deny(
-            at,
-            "required when spec.upgradeStrategy.type is IncrementalUpgrade: set stepSizePercent, intervalSeconds and gatewayClassName",
-        );
-        return;
-    };
     let surge = options
         .max_surge_percent
         .unwrap_or(IncrementalUpgradeOptions::DEFAULT_MAX_SURGE_PERCENT);
@@ -724,16 +789,6 @@ pub(crate) fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Finding
             format!("must be > 0, got {interval}"),
         ),
         Some(_) => {}
-    }
-    if options
-        .gateway_class_name
-        .as_deref()
-        .is_none_or(|c| c.trim().is_empty())
-    {
-        findings.deny(
-            format!("{at}.gatewayClassName"),
-            "required for IncrementalUpgrade: the GatewayClass of the Gateway Tandem creates",
-        );
     }
 }
 
@@ -1036,6 +1091,7 @@ mod tests {
         value
     }
 
+    /// Issue 7's validation table: each case names the field it breaks.
     #[test]
     fn incremental_upgrade_options() {
         let valid = json!({"maxSurgePercent": 20, "stepSizePercent": 5, "intervalSeconds": 10, "gatewayClassName": "istio"});
@@ -1043,57 +1099,64 @@ mod tests {
         let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
         let cases = [
             (
-                "maxSurgePercent",
-                json!(200),
+                "surge 200",
+                json!({"maxSurgePercent": 200}),
                 format!("{at}.maxSurgePercent: must be between 1 and 100, got 200"),
             ),
             (
-                "maxSurgePercent",
-                json!(0),
+                "surge 0",
+                json!({"maxSurgePercent": 0}),
                 format!("{at}.maxSurgePercent: must be between 1 and 100, got 0"),
             ),
             (
-                "stepSizePercent",
-                json!(null),
+                "step missing",
+                json!({"stepSizePercent": null}),
                 format!("{at}.stepSizePercent: required for IncrementalUpgrade"),
             ),
             (
-                "stepSizePercent",
-                json!(0),
+                "step 0",
+                json!({"stepSizePercent": 0}),
                 format!("{at}.stepSizePercent: must be > 0, got 0"),
             ),
             (
-                "stepSizePercent",
-                json!(75),
-                format!("{at}.stepSizePercent: must be <= maxSurgePercent (20), got 75"),
+                "step 75 with surge 50",
+                json!({"maxSurgePercent": 50, "stepSizePercent": 75}),
+                format!("{at}.stepSizePercent: must be <= maxSurgePercent (50), got 75"),
             ),
             (
-                "intervalSeconds",
-                json!(0),
+                "interval 0",
+                json!({"intervalSeconds": 0}),
                 format!("{at}.intervalSeconds: must be > 0, got 0"),
             ),
             (
-                "intervalSeconds",
-                json!(null),
+                "interval missing",
+                json!({"intervalSeconds": null}),
                 format!("{at}.intervalSeconds: required for IncrementalUpgrade"),
             ),
             (
-                "gatewayClassName",
-                json!(""),
+                "empty class",
+                json!({"gatewayClassName": ""}),
+                format!("{at}.gatewayClassName: required for IncrementalUpgrade"),
+            ),
+            (
+                "blank class",
+                json!({"gatewayClassName": "  "}),
                 format!("{at}.gatewayClassName: required for IncrementalUpgrade"),
             ),
         ];
-        for (field, value, expected) in cases {
+        for (name, change, expected) in cases {
             let mut options = valid.clone();
-            if value.is_null() {
-                options.as_object_mut().unwrap().remove(field);
-            } else {
-                options[field] = value;
+            for (field, value) in change.as_object().unwrap() {
+                if value.is_null() {
+                    options.as_object_mut().unwrap().remove(field);
+                } else {
+                    options[field] = value.clone();
+                }
             }
             let message = denial(incremental(options));
             assert!(
                 message.starts_with(&expected),
-                "expected {expected:?}, got {message:?}"
+                "{name}: expected {expected:?}, got {message:?}"
             );
         }
         // maxSurgePercent defaults to 100, so a step of 75 alone is fine.
@@ -1108,14 +1171,48 @@ mod tests {
     }
 
     #[test]
-    fn incremental_options_with_another_strategy_warn() {
+    fn new_revision_needs_a_gateway_class_and_ignores_the_steps() {
+        let at = "spec.upgradeStrategy.incrementalUpgradeOptions";
         let mut value = pd();
-        value["upgradeStrategy"] =
-            json!({"type": "NewRevision", "incrementalUpgradeOptions": {"stepSizePercent": 5}});
+        value["upgradeStrategy"] = json!({"type": "NewRevision"});
+        assert_eq!(
+            denial(value.clone()),
+            format!(
+                "{at}: required when spec.upgradeStrategy.type is NewRevision: set gatewayClassName"
+            )
+        );
+        value["upgradeStrategy"]["incrementalUpgradeOptions"] = json!({"gatewayClassName": ""});
+        assert!(
+            denial(value.clone())
+                .starts_with(&format!("{at}.gatewayClassName: required for NewRevision"))
+        );
+        value["upgradeStrategy"]["incrementalUpgradeOptions"] =
+            json!({"gatewayClassName": "istio", "stepSizePercent": 5});
         let findings = validate(&spec(value));
-        assert!(findings.is_allowed());
-        assert_eq!(findings.warnings.len(), 1);
-        assert!(findings.warnings[0].contains("is ignored"));
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        assert_eq!(
+            findings.warnings,
+            [format!(
+                "{at}.stepSizePercent is ignored: NewRevision brings the new revision to full size and moves all traffic at once"
+            )]
+        );
+    }
+
+    #[test]
+    fn incremental_options_with_another_strategy_warn() {
+        for strategy in ["RollingUpdate", "None"] {
+            let mut value = pd();
+            value["upgradeStrategy"] =
+                json!({"type": strategy, "incrementalUpgradeOptions": {"stepSizePercent": 5}});
+            let findings = validate(&spec(value));
+            assert!(findings.is_allowed());
+            assert_eq!(findings.warnings.len(), 1);
+            assert!(
+                findings.warnings[0].contains("is ignored"),
+                "{:?}",
+                findings.warnings
+            );
+        }
     }
 
     #[test]

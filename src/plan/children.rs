@@ -35,6 +35,53 @@ pub fn replica_name(service: &str, role: &str, index: u32) -> String {
     format!("{service}-{role}-{index}")
 }
 
+/// How the LeaderWorkerSets of one revision are named. A service that was
+/// never upgraded has only [`Naming::Plain`] replicas, the seed's
+/// `{service}-{role}-{i}`; a revision that runs beside another one during a
+/// NewRevision or IncrementalUpgrade upgrade takes its hash as a suffix,
+/// `{service}-{role}-{i}-{revision}`, and keeps those names once it is the
+/// only one (LeaderWorkerSets cannot be renamed).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Naming {
+    /// `{service}-{role}-{i}`.
+    Plain,
+    /// `{service}-{role}-{i}-{suffix}`.
+    Suffixed(String),
+}
+
+impl Naming {
+    /// The LeaderWorkerSet of replica `index` of `role`.
+    pub fn replica_name(&self, service: &str, role: &str, index: u32) -> String {
+        match self {
+            Naming::Plain => replica_name(service, role, index),
+            Naming::Suffixed(suffix) => format!("{}-{suffix}", replica_name(service, role, index)),
+        }
+    }
+
+    /// Characters the naming adds to the seed's name.
+    pub fn extra_len(&self) -> usize {
+        match self {
+            Naming::Plain => 0,
+            Naming::Suffixed(suffix) => suffix.len() + 1,
+        }
+    }
+
+    /// The naming of a LeaderWorkerSet of `service`, from its name and its
+    /// role and replica-index labels; None when it fits neither form.
+    pub fn of(service: &str, object: &Value) -> Option<Naming> {
+        let labels = &object["metadata"]["labels"];
+        let role = labels[ROLE_NAME].as_str()?;
+        let index: u32 = labels[REPLICA_INDEX].as_str()?.parse().ok()?;
+        let name = object["metadata"]["name"].as_str()?;
+        let plain = replica_name(service, role, index);
+        if name == plain {
+            return Some(Naming::Plain);
+        }
+        let suffix = name.strip_prefix(&plain)?.strip_prefix('-')?;
+        (!suffix.is_empty()).then(|| Naming::Suffixed(suffix.to_owned()))
+    }
+}
+
 /// Volcano's task name of one replica: `{role}-{index}`.
 pub fn task_name(role: &str, index: u32) -> String {
     format!("{role}-{index}")
@@ -116,6 +163,9 @@ pub fn service_name(service: &InferenceService) -> &str {
     service.metadata.name.as_deref().unwrap_or_default()
 }
 
+/// The length of a revision hash ([`revision`]).
+pub const REVISION_LEN: usize = 10;
+
 /// A short, stable hash of everything that shapes the pods of a service: each
 /// serving role's name, component type, node count and template, and the
 /// scheduling strategy. Replica counts, scale-down policies, router settings and
@@ -138,7 +188,7 @@ pub fn revision(spec: &InferenceServiceSpec) -> String {
     // serde_json maps are sorted, so the bytes are canonical.
     let bytes = serde_json::to_vec(&shape).unwrap_or_default();
     let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    digest.as_ref()[..5]
+    digest.as_ref()[..REVISION_LEN / 2]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -176,6 +226,36 @@ mod tests {
     }
 
     #[test]
+    fn a_revision_beside_another_is_named_with_its_hash() {
+        let lws = |name: &str| json!({"metadata": {"name": name, "labels": {ROLE_NAME: "decode", REPLICA_INDEX: "2"}}});
+        let suffixed = Naming::Suffixed("0a1b2c3d4e".into());
+        assert_eq!(
+            Naming::Plain.replica_name("qwen", "decode", 2),
+            "qwen-decode-2"
+        );
+        assert_eq!(
+            suffixed.replica_name("qwen", "decode", 2),
+            "qwen-decode-2-0a1b2c3d4e"
+        );
+        assert_eq!(suffixed.extra_len(), 11);
+        assert_eq!(
+            Naming::of("qwen", &lws("qwen-decode-2")),
+            Some(Naming::Plain)
+        );
+        assert_eq!(
+            Naming::of("qwen", &lws("qwen-decode-2-0a1b2c3d4e")),
+            Some(suffixed)
+        );
+        for other in ["qwen-decode-3", "qwen-decode-2-", "other-decode-2"] {
+            assert_eq!(Naming::of("qwen", &lws(other)), None, "{other}");
+        }
+        assert_eq!(
+            Naming::of("qwen", &json!({"metadata": {"name": "qwen-decode-2"}})),
+            None
+        );
+    }
+
+    #[test]
     fn metadata_carries_labels_and_the_owner() {
         let s = service(story2());
         let labels = role_labels("qwen", &s.spec.roles[0]);
@@ -198,7 +278,7 @@ mod tests {
     fn revision_changes_with_templates_not_with_replicas() {
         let base = service(story2());
         let r = revision(&base.spec);
-        assert_eq!(r.len(), 10);
+        assert_eq!(r.len(), REVISION_LEN);
         assert_eq!(r, revision(&base.spec), "stable");
         let mut scaled = story2();
         scaled["spec"]["roles"][0]["replicas"] = json!(7);

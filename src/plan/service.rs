@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
+use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
-use super::{children, gang, router, scale_view, topology, victims};
+use super::{children, gang, revision, router, scale_view, topology, traffic, upgrade, victims};
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
     self, ComponentType, InferenceService, InferenceServiceStatus, Role, RoleScaleDownPolicy,
-    ScaleViewLock,
+    ScaleViewLock, UpgradeType,
 };
 
 /// The hash of what Tandem last applied to a child.
@@ -45,9 +46,22 @@ pub const DEPLOYMENT: ChildKind = ChildKind {
     plural: "deployments",
 };
 
-/// Every kind a service's children can be: the replicas, the PodGroup, and the
-/// router's objects (endpoint picker, its RBAC and config, pool and route).
-pub const CHILD_KINDS: [ChildKind; 10] = [
+pub const GATEWAY: ChildKind = ChildKind {
+    api_version: traffic::GATEWAY_API_VERSION,
+    kind: "Gateway",
+    plural: "gateways",
+};
+
+pub const CONTROLLER_REVISION: ChildKind = ChildKind {
+    api_version: revision::CONTROLLER_REVISION_API_VERSION,
+    kind: revision::CONTROLLER_REVISION_KIND,
+    plural: "controllerrevisions",
+};
+
+/// Every kind a service's children can be: the replicas, the PodGroup, the
+/// router's objects (endpoint picker, its RBAC and config, pool and route),
+/// and an upgrade's Gateway, per-revision Services and revision records.
+pub const CHILD_KINDS: [ChildKind; 12] = [
     LEADER_WORKER_SET,
     POD_GROUP,
     ChildKind {
@@ -86,6 +100,8 @@ pub const CHILD_KINDS: [ChildKind; 10] = [
         kind: "HTTPRoute",
         plural: "httproutes",
     },
+    GATEWAY,
+    CONTROLLER_REVISION,
 ];
 
 impl ChildKind {
@@ -131,6 +147,7 @@ pub fn validate(service: &InferenceService) -> Findings {
     findings.extend(router::check(&service.spec));
     findings.extend(router::check_name(name, &service.spec));
     findings.extend(topology::check_names(name, &service.spec));
+    findings.extend(traffic::check(name, &service.spec));
     findings
 }
 
@@ -146,85 +163,192 @@ struct RoleReplicas {
     candidates: BTreeMap<u32, victims::Candidate>,
 }
 
-fn role_replicas(role: &Role, world: &World<'_>) -> RoleReplicas {
-    let leader_worker_sets: Vec<&Value> = world
-        .children
+/// The replicas of `role` among `leader_worker_sets` (those of one run) and
+/// `pods` (the run's pods).
+fn role_replicas(role: &Role, leader_worker_sets: &[&Value], pods: &[Value]) -> RoleReplicas {
+    let leader_worker_sets: Vec<&Value> = leader_worker_sets
         .iter()
-        .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
+        .copied()
         .filter(|o| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str())
         .collect();
-    let index = |o: &Value| -> Option<u32> {
-        o["metadata"]["labels"][children::REPLICA_INDEX]
-            .as_str()?
-            .parse()
-            .ok()
-    };
-    let existing: BTreeSet<u32> = leader_worker_sets.iter().filter_map(|o| index(o)).collect();
+    let existing: BTreeSet<u32> = leader_worker_sets
+        .iter()
+        .filter_map(|o| index_of(o))
+        .collect();
     let terminating: BTreeSet<u32> = leader_worker_sets
         .iter()
         .filter(|o| !o["metadata"]["deletionTimestamp"].is_null())
-        .filter_map(|o| index(o))
+        .filter_map(|o| index_of(o))
         .collect();
-    let with_pods: BTreeSet<u32> = victims::candidates(world.pods, &role.name)
-        .into_keys()
-        .collect();
+    let with_pods: BTreeSet<u32> = victims::candidates(pods, &role.name).into_keys().collect();
     let nodes = usize::try_from(role.node_count()).unwrap_or(1);
     RoleReplicas {
         deleting: victims::being_deleted(&existing, &terminating, &with_pods),
-        candidates: victims::role_candidates(world.pods, &role.name, nodes, &existing),
+        candidates: victims::role_candidates(pods, &role.name, nodes, &existing),
         existing,
         with_pods,
     }
 }
 
-/// Everything the service should have, given what the world has now: which
-/// replica indices each role keeps (Ordered: the lowest; Binpack: the cheapest
-/// to lose go) and, for the PodGroup, the replicas whose pods are still there.
+fn index_of(object: &Value) -> Option<u32> {
+    object["metadata"]["labels"][children::REPLICA_INDEX]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+/// The LeaderWorkerSets of the service that belong to `run`.
+fn members<'a>(run: &Run, world: &World<'a>) -> Vec<&'a Value> {
+    world
+        .children
+        .iter()
+        .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
+        .filter(|o| run.members != Members::Labelled || revision::of(o) == Some(&run.revision))
+        .collect()
+}
+
+/// The pods of the service that belong to `run`.
+fn run_pods(run: &Run, world: &World<'_>) -> Vec<Value> {
+    world
+        .pods
+        .iter()
+        .filter(|p| run.members != Members::Labelled || revision::of(p) == Some(&run.revision))
+        .cloned()
+        .collect()
+}
+
+/// What the plan wants: objects to apply, existing objects to leave exactly as
+/// they are (a replica that keeps its revision under strategy None, a revision
+/// whose record is gone, a revision's record), and what it could not do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub desired: Vec<Desired>,
+    pub kept: BTreeSet<(String, String, String)>,
+    pub problems: Vec<String>,
+}
+
+fn key(object: &Value) -> (String, String, String) {
+    let (a, k, n) = identity(object);
+    (a.to_owned(), k.to_owned(), n.to_owned())
+}
+
+/// Everything the service should have, given what the world has now and the
+/// time (upgrades step with it): see [`plan`].
 pub fn desired(
     service: &InferenceService,
     world: &World<'_>,
     options: &Options,
+    now: &Time,
 ) -> Result<Vec<Desired>, String> {
+    let rollout = rollout::plan(
+        service,
+        world.children,
+        world.pods,
+        world.unavailable,
+        now.0,
+    );
+    Ok(plan(service, world, options, &rollout)?.desired)
+}
+
+/// Everything the service should have for `rollout`'s revisions: for each
+/// revision and serving role, the replica indices it keeps at its capacity
+/// (Ordered: the lowest; Binpack: the cheapest to lose go), the router's
+/// objects, an upgrade's Gateway, route, per-revision Services and records,
+/// and, for the PodGroup, the replicas whose pods are still there.
+pub fn plan(
+    service: &InferenceService,
+    world: &World<'_>,
+    options: &Options,
+    rollout: &Rollout,
+) -> Result<Plan, String> {
     let name = children::service_name(service);
-    let revision = children::revision(&service.spec);
-    let scheduling = gang::scheduling(&service.spec);
-    let mut plan = Vec::new();
+    let mut plan = Plan::default();
     let mut gang_members: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-    for role in service.spec.roles.iter().filter(|r| !r.is_router()) {
-        let seen = role_replicas(role, world);
-        let desired = usize::try_from(role.replicas()).unwrap_or(0);
-        let indices = victims::keep(
-            &seen.existing,
-            &seen.deleting,
-            desired,
-            role.scale_down_policy(),
-            &seen.candidates,
-        );
-        for &index in &indices {
-            let placement = topology::Placement {
-                scheduler_name: scheduling.scheduler_name.clone(),
-                annotations: if scheduling.gang {
-                    gang::pod_annotations(name, &role.name, index)
+    for run in &rollout.runs {
+        let spec = run.spec.as_ref().unwrap_or(&service.spec);
+        let scheduling = gang::scheduling(spec);
+        let members = members(run, world);
+        let pods = run_pods(run, world);
+        for role in spec.roles.iter().filter(|r| !r.is_router()) {
+            let seen = role_replicas(role, &members, &pods);
+            let full = rollout::desired_replicas(service, role);
+            let count = upgrade::replicas_for(full, run.capacity);
+            let policy = service
+                .spec
+                .roles
+                .iter()
+                .find(|r| r.name == role.name)
+                .unwrap_or(role)
+                .scale_down_policy();
+            let indices = victims::keep(
+                &seen.existing,
+                &seen.deleting,
+                usize::try_from(count).unwrap_or(0),
+                policy,
+                &seen.candidates,
+            );
+            for &index in &indices {
+                let at_index = |o: &&&Value| {
+                    o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str()
+                        && index_of(o) == Some(index)
+                };
+                let left_alone = match (run.members, &run.spec) {
+                    (Members::AllKeepingOthers, _) => members
+                        .iter()
+                        .filter(at_index)
+                        .find(|o| revision::of(o) != Some(&run.revision)),
+                    (Members::Labelled, None) => members.iter().find(at_index),
+                    _ => None,
+                };
+                if let Some(existing) = left_alone {
+                    plan.kept.insert(key(existing));
+                    continue;
+                }
+                if run.spec.is_none() {
+                    plan.problems.push(format!(
+                        "replica {index} of role {} in revision {} cannot be made: the revision's pod templates are not recorded",
+                        role.name, run.revision
+                    ));
+                    continue;
+                }
+                let placement = topology::Placement {
+                    scheduler_name: scheduling.scheduler_name.clone(),
+                    annotations: if scheduling.gang {
+                        gang::pod_annotations(name, &role.name, index)
+                    } else {
+                        BTreeMap::new()
+                    },
+                };
+                let share = if run.capacity < 100 {
+                    format!(", {}% of {full}", run.capacity)
                 } else {
-                    BTreeMap::new()
-                },
-            };
-            plan.push(Desired {
-                object: topology::leader_worker_set(service, role, index, &revision, &placement)?,
-                why: format!(
-                    "replica {index} of role {} ({} of {desired} replicas, {} node(s) each, revision {revision})",
-                    role.name,
-                    index + 1,
-                    role.node_count()
-                ),
-            });
+                    String::new()
+                };
+                plan.desired.push(Desired {
+                    object: topology::leader_worker_set(
+                        service,
+                        role,
+                        index,
+                        &run.revision,
+                        &run.naming,
+                        &placement,
+                    )?,
+                    why: format!(
+                        "replica {index} of role {} ({} of {count} replicas{share}, {} node(s) each, revision {})",
+                        role.name,
+                        index + 1,
+                        role.node_count(),
+                        run.revision
+                    ),
+                });
+            }
+            // A replica that goes keeps its PodGroup entry until its pods are gone.
+            let leaving: BTreeSet<u32> = seen.with_pods.difference(&indices).copied().collect();
+            gang_members
+                .entry(role.name.clone())
+                .or_default()
+                .extend(victims::pod_group_indices(&indices, &leaving));
         }
-        // A replica that goes keeps its PodGroup entry until its pods are gone.
-        let leaving: BTreeSet<u32> = seen.with_pods.difference(&indices).copied().collect();
-        gang_members.insert(
-            role.name.clone(),
-            victims::pod_group_indices(&indices, &leaving),
-        );
     }
     for object in router::router_objects(service, &options.router)? {
         let why = match object["kind"].as_str().unwrap_or_default() {
@@ -242,15 +366,78 @@ pub fn desired(
             ),
             other => format!("the endpoint picker's {other}"),
         };
-        plan.push(Desired { object, why });
+        plan.desired.push(Desired { object, why });
+    }
+    if let Some(traffic) = &rollout.traffic {
+        traffic_objects(service, world, rollout, traffic, &mut plan)?;
     }
     if let Some(pod_group) = gang::pod_group(service, &gang_members)? {
-        plan.push(Desired {
+        plan.desired.push(Desired {
             object: pod_group,
             why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
         });
     }
     Ok(plan)
+}
+
+/// The Gateway, the route with one weighted backend per revision, each
+/// revision's Service, and each revision's record (written once, then kept).
+fn traffic_objects(
+    service: &InferenceService,
+    world: &World<'_>,
+    rollout: &Rollout,
+    traffic: &rollout::Traffic,
+    plan: &mut Plan,
+) -> Result<(), String> {
+    let name = children::service_name(service);
+    let strategy = service.spec.upgrade_type();
+    let port = router::serving_port(&service.spec).map_err(|v| v.to_string())?;
+    plan.desired.push(Desired {
+        object: traffic::gateway(service, &traffic.gateway_class, port)?,
+        why: format!(
+            "{strategy:?} moves traffic between revisions through it (gatewayClassName {})",
+            traffic.gateway_class
+        ),
+    });
+    let split = traffic
+        .backends
+        .iter()
+        .map(|(revision, weight)| format!("revision {revision} {weight}%"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    plan.desired.push(Desired {
+        object: traffic::route(service, &traffic.backends, port)?,
+        why: format!("traffic split: {split}"),
+    });
+    let spec_revision = children::revision(&service.spec);
+    for run in &rollout.runs {
+        plan.desired.push(Desired {
+            object: traffic::revision_service(service, &run.revision, port),
+            why: format!(
+                "the leaders of revision {}, a backend of the route",
+                run.revision
+            ),
+        });
+        let record_name = revision::record_name(name, &run.revision);
+        let existing = world
+            .children
+            .iter()
+            .find(|c| revision::is_record(c) && c["metadata"]["name"] == record_name.as_str());
+        match existing {
+            Some(record) => {
+                plan.kept.insert(key(record));
+            }
+            None if run.revision == spec_revision => plan.desired.push(Desired {
+                object: revision::record(service, revision::next_number(world.children))?,
+                why: format!(
+                    "the record of revision {}'s pod templates, to rebuild its replicas once the spec has moved on",
+                    run.revision
+                ),
+            }),
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// Why a service is gang-scheduled, in the words of DESIGN.md §1.1.
@@ -293,7 +480,12 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
             let scaled = format!("role {role_name} is scaled to {} replica(s)", role.replicas());
             match (role.scale_down_policy(), index) {
                 (RoleScaleDownPolicy::Binpack, Some(index)) => {
-                    let seen = role_replicas(role, world);
+                    let all: Vec<&Value> = world
+                        .children
+                        .iter()
+                        .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
+                        .collect();
+                    let seen = role_replicas(role, &all, world.pods);
                     let score = |i: u32| {
                         seen.candidates.get(&i).map_or("no pods".to_owned(), |c| {
                             format!("cost {}{}", c.cost, if c.running { "" } else { ", not running" })
@@ -313,6 +505,21 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
                     index.map_or("?".to_owned(), |i| i.to_string())
                 ),
             }
+        }
+        (_, "Gateway" | "HTTPRoute")
+            if !(service.spec.upgrade_type().runs_revisions_side_by_side()
+                || kind == "HTTPRoute" && service.spec.roles.iter().any(|r| r.is_router())) =>
+        {
+            format!(
+                "spec.upgradeStrategy.type is {:?}, which moves no traffic through a Gateway",
+                service.spec.upgrade_type()
+            )
+        }
+        (_, "Service" | revision::CONTROLLER_REVISION_KIND) if labels[children::REVISION].is_string() => {
+            format!(
+                "revision {} no longer runs",
+                labels[children::REVISION].as_str().unwrap_or_default()
+            )
         }
         (_, "HTTPRoute") if service.spec.roles.iter().any(|r| r.is_router()) => {
             "the router role has no httproute any more".to_owned()
@@ -400,12 +607,17 @@ pub struct Delete {
     pub note: String,
 }
 
-/// One reconcile of one service: what to write, and the status to report.
+/// One reconcile of one service: what to write, the status to report, the
+/// Events about the service itself (upgrade steps), and when to look again.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pass {
     pub apply: Vec<Apply>,
     pub delete: Vec<Delete>,
     pub status: InferenceServiceStatus,
+    pub events: Vec<rollout::Event>,
+    /// Look again after this long even if nothing changes (the next traffic
+    /// step of an upgrade); None when only a change needs a look.
+    pub requeue: Option<std::time::Duration>,
 }
 
 fn text(value: &Value) -> &str {
@@ -420,9 +632,10 @@ fn identity(object: &Value) -> (&str, &str, &str) {
     )
 }
 
-/// Decides one reconcile of `service` in `world`: the children to apply (those
-/// that differ from the plan), the children to delete (what the plan no longer
-/// has; nothing while the plan cannot be made), and the next status.
+/// Decides one reconcile of `service` in `world` at `now`: the children to
+/// apply (those that differ from the plan), the children to delete (what the
+/// plan neither wants nor keeps; nothing while the plan cannot be made), the
+/// next status, and the upgrade's step (see [`rollout`]).
 pub fn reconcile(
     service: &InferenceService,
     world: &World<'_>,
@@ -431,28 +644,46 @@ pub fn reconcile(
 ) -> Pass {
     let mut problems = Vec::new();
     let findings = validate(service);
-    let plan = if findings.is_allowed() {
-        match desired(service, world, options) {
+    // A spec the webhook would deny (stored before the webhook was installed)
+    // is reported, not applied, and its upgrade does not move.
+    let rollout = findings.is_allowed().then(|| {
+        rollout::plan(
+            service,
+            world.children,
+            world.pods,
+            world.unavailable,
+            now.0,
+        )
+    });
+    let planned = match &rollout {
+        Some(rollout) => match plan(service, world, options, rollout) {
             Ok(plan) => plan,
             Err(reason) => {
                 problems.push(format!("cannot plan: {reason}"));
-                Vec::new()
+                Plan::default()
             }
+        },
+        None => {
+            problems.push(format!("invalid spec: {}", findings.denial_message()));
+            Plan::default()
         }
-    } else {
-        // A spec the webhook would deny (stored before the webhook was
-        // installed) is reported, not applied.
-        problems.push(format!("invalid spec: {}", findings.denial_message()));
-        Vec::new()
     };
+    problems.extend(planned.problems.iter().cloned());
+    if let Some(rollout) = &rollout {
+        problems.extend(rollout.problems.iter().cloned());
+    }
     for missing in world.unavailable {
-        if plan.iter().any(|d| d.object["kind"] == missing.as_str()) {
+        if planned
+            .desired
+            .iter()
+            .any(|d| d.object["kind"] == missing.as_str())
+        {
             problems.push(format!("the {missing} API is not installed in the cluster"));
         }
     }
 
     let mut apply = Vec::new();
-    for planned in &plan {
+    for planned in &planned.desired {
         let object = stamp(planned.object.clone());
         let kind = object["kind"].as_str().unwrap_or_default();
         if world.unavailable.contains(kind) {
@@ -475,27 +706,37 @@ pub fn reconcile(
     }
     let mut delete = Vec::new();
     if problems.is_empty() {
-        let kept: BTreeSet<_> = plan.iter().map(|d| identity(&d.object)).collect();
+        let mut kept: BTreeSet<(String, String, String)> =
+            planned.desired.iter().map(|d| key(&d.object)).collect();
+        kept.extend(planned.kept.iter().cloned());
         // What is already being deleted is not deleted (and announced) again.
         for child in world
             .children
             .iter()
-            .filter(|c| !kept.contains(&identity(c)))
+            .filter(|c| !kept.contains(&key(c)))
             .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
         {
             let kind = child["kind"].as_str().unwrap_or("object");
             let name = child["metadata"]["name"].as_str().unwrap_or_default();
+            let why = match &rollout {
+                Some(rollout) => why_gone(service, rollout, child, world),
+                None => why_delete(service, child, world),
+            };
             delete.push(Delete {
                 object: child.clone(),
-                note: format!(
-                    "{kind} {name} deleted: {}",
-                    why_delete(service, child, world)
-                ),
+                note: format!("{kind} {name} deleted: {why}"),
             });
         }
     }
 
-    let revision = children::revision(&service.spec);
+    let spec_revision = children::revision(&service.spec);
+    let revisions: Vec<&str> = match (service.spec.upgrade_type(), &rollout) {
+        (UpgradeType::None, _) => Vec::new(),
+        (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, Some(rollout)) => {
+            rollout.revisions()
+        }
+        _ => vec![spec_revision.as_str()],
+    };
     let epp = router::epp_name(children::service_name(service));
     let router_deployment = world
         .children
@@ -504,15 +745,117 @@ pub fn reconcile(
     let observed = Observed {
         pods: world.pods,
         router: router_deployment,
-        revision: &revision,
+        revisions: &revisions,
         problems: &problems,
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
+    if let Some(rollout) = &rollout {
+        report_rollout(service, rollout, &mut status, now);
+    }
+    let (events, requeue) = rollout.map_or_else(Default::default, |r| {
+        (r.events, r.requeue.map(|d| d.unsigned_abs()))
+    });
     Pass {
         apply,
         delete,
         status,
+        events,
+        requeue,
+    }
+}
+
+/// Puts the rollout's `status.upgrade` and its UpgradeInProgress and
+/// RollbackInProgress conditions into `status` (the strategies without them
+/// drop both).
+fn report_rollout(
+    service: &InferenceService,
+    rollout: &Rollout,
+    status: &mut InferenceServiceStatus,
+    now: &Time,
+) {
+    let previous = service
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    status.upgrade = rollout.upgrade.clone();
+    let moving = rollout
+        .upgrade
+        .as_ref()
+        .and_then(|u| u.pending.as_ref())
+        .is_some();
+    let replaced = |type_: &str| {
+        [rollout::UPGRADE_IN_PROGRESS, rollout::ROLLBACK_IN_PROGRESS].contains(&type_)
+            || moving && type_ == "Progressing"
+    };
+    status.conditions.retain(|c| !replaced(&c.type_));
+    if moving {
+        // Both revisions' pods are expected, so none is outdated; the service
+        // is progressing all the same while capacity and traffic move.
+        status.conditions.push(status::condition(
+            previous,
+            "Progressing",
+            true,
+            "Upgrading",
+            "capacity and traffic are moving between revisions (see UpgradeInProgress and RollbackInProgress)".to_owned(),
+            service.metadata.generation,
+            now,
+        ));
+    }
+    for report in &rollout.conditions {
+        status.conditions.push(status::condition(
+            previous,
+            report.type_,
+            report.is_true,
+            report.reason,
+            report.message.clone(),
+            service.metadata.generation,
+            now,
+        ));
+    }
+    status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+}
+
+/// Why a child goes, for the Event: a revision's replica, Service or record
+/// in the words of the upgrade; anything else as [`why_delete`] says.
+fn why_gone(
+    service: &InferenceService,
+    rollout: &Rollout,
+    child: &Value,
+    world: &World<'_>,
+) -> String {
+    let labels = &child["metadata"]["labels"];
+    let side_by_side = rollout.runs.iter().any(|r| r.members == Members::Labelled);
+    let is_replica = ChildKind::of(child) == Some(LEADER_WORKER_SET);
+    let Some(child_revision) = labels[children::REVISION]
+        .as_str()
+        .filter(|_| side_by_side && is_replica)
+    else {
+        return why_delete(service, child, world);
+    };
+    let role = labels[children::ROLE_NAME].as_str().unwrap_or_default();
+    let index = labels[children::REPLICA_INDEX].as_str().unwrap_or("?");
+    match rollout.runs.iter().find(|r| r.revision == child_revision) {
+        Some(run) => {
+            let full = run
+                .spec
+                .as_ref()
+                .unwrap_or(&service.spec)
+                .roles
+                .iter()
+                .find(|r| r.name == role)
+                .map_or(0, |r| rollout::desired_replicas(service, r));
+            format!(
+                "revision {child_revision} runs at {}% capacity: role {role} keeps {} of {full} replica(s), and replica {index} is not among them",
+                run.capacity,
+                upgrade::replicas_for(full, run.capacity)
+            )
+        }
+        None => format!(
+            "revision {child_revision} no longer runs (running: {})",
+            rollout.revisions().join(", ")
+        ),
     }
 }
 
@@ -600,6 +943,10 @@ mod tests {
         }
     }
 
+    fn epoch() -> Time {
+        Time(jiff::Timestamp::UNIX_EPOCH)
+    }
+
     fn names(plan: &[Desired]) -> Vec<&str> {
         plan.iter()
             .map(|d| d.object["metadata"]["name"].as_str().unwrap())
@@ -608,7 +955,7 @@ mod tests {
 
     #[test]
     fn one_leader_worker_set_per_replica_of_each_serving_role() {
-        let plan = desired(&service(3), &world(&[], &[]), &Options::default()).unwrap();
+        let plan = desired(&service(3), &world(&[], &[]), &Options::default(), &epoch()).unwrap();
         assert_eq!(
             names(&plan),
             ["qwen-inference-0", "qwen-inference-1", "qwen-inference-2"]
@@ -622,9 +969,15 @@ mod tests {
 
     #[test]
     fn existing_replicas_come_from_the_leader_worker_sets() {
-        let plan = desired(&service(2), &world(&[], &[]), &Options::default()).unwrap();
+        let plan = desired(&service(2), &world(&[], &[]), &Options::default(), &epoch()).unwrap();
         let objects: Vec<Value> = plan.into_iter().map(|d| d.object).collect();
-        let scaled = desired(&service(1), &world(&objects, &[]), &Options::default()).unwrap();
+        let scaled = desired(
+            &service(1),
+            &world(&objects, &[]),
+            &Options::default(),
+            &epoch(),
+        )
+        .unwrap();
         assert_eq!(names(&scaled), ["qwen-inference-0"]);
         assert_eq!(
             why_delete(&service(1), &objects[1], &world(&objects, &[])),
@@ -644,7 +997,7 @@ mod tests {
         let mut value = serde_json::to_value(service(4)).unwrap();
         value["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
         let four: InferenceService = serde_json::from_value(value.clone()).unwrap();
-        let lws: Vec<Value> = desired(&four, &world(&[], &[]), &Options::default())
+        let lws: Vec<Value> = desired(&four, &world(&[], &[]), &Options::default(), &epoch())
             .unwrap()
             .into_iter()
             .map(|d| d.object)
@@ -657,7 +1010,7 @@ mod tests {
         ];
         value["spec"]["roles"][0]["replicas"] = json!(2);
         let two: InferenceService = serde_json::from_value(value).unwrap();
-        let kept = desired(&two, &world(&lws, &pods), &Options::default()).unwrap();
+        let kept = desired(&two, &world(&lws, &pods), &Options::default(), &epoch()).unwrap();
         assert_eq!(
             names(&kept),
             ["qwen-inference-0", "qwen-inference-3"],
@@ -799,7 +1152,7 @@ mod tests {
             .push(json!({"name": "router", "componentType": "router",
             "httproute": {"parentRefs": [{"name": "gw"}]}}));
         let routed: InferenceService = serde_json::from_value(value).unwrap();
-        let plan = desired(&routed, &world(&[], &[]), &Options::default()).unwrap();
+        let plan = desired(&routed, &world(&[], &[]), &Options::default(), &epoch()).unwrap();
         let kinds: Vec<&str> = plan
             .iter()
             .map(|d| d.object["kind"].as_str().unwrap())

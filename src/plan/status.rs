@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::children;
 use crate::api::inference_service::{
-    ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, Role,
+    ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
 
 /// Container states that will not get better by waiting.
@@ -32,8 +32,11 @@ pub struct Observed<'a> {
     pub pods: &'a [Value],
     /// The router's endpoint-picker Deployment, when the service has a router.
     pub router: Option<&'a Value>,
-    /// The revision the pods should run (`fusioninfer.io/revision`).
-    pub revision: &'a str,
+    /// The revisions the pods should run (`fusioninfer.io/revision`): the
+    /// spec's, and during an upgrade the other revision that runs beside it.
+    /// Pods of any other revision are outdated. Empty when any revision may
+    /// run (strategy None leaves running replicas on their revision).
+    pub revisions: &'a [&'a str],
     /// What keeps the service from being applied (an API that is not
     /// installed, a spec the webhook would deny): reported as Failed.
     pub problems: &'a [String],
@@ -163,20 +166,40 @@ pub fn status(
         conditions: kept,
         components,
         ready: Some(format!("{ready}/{desired}")),
-        // Owned by the ScaleView and upgrade controllers: carried over as is.
+        // Owned by the ScaleView controller: carried over as is. The upgrade
+        // is decided by plan::rollout, which sets it after this.
         scale_views: previous.scale_views,
         upgrade: previous.upgrade,
     }
 }
 
-/// The part of the status the InferenceService reconciler writes; scaleViews
-/// and upgrade belong to other controllers.
+/// The part of the status the InferenceService reconciler writes (scaleViews
+/// belong to the ScaleView controller). `upgrade` is written whole, with every
+/// field present (null when unset), so that a merge patch of it removes what
+/// the status no longer has.
 pub fn reported(status: &InferenceServiceStatus) -> Value {
+    let revision = |r: Option<&RevisionStatus>| {
+        r.map_or(Value::Null, |r| {
+            serde_json::json!({
+                "revision": r.revision,
+                "targetCapacity": r.target_capacity,
+                "trafficRoutedPercent": r.traffic_routed_percent,
+                "lastTrafficMoveTime": r.last_traffic_move_time,
+            })
+        })
+    };
+    let upgrade = status.upgrade.as_ref().map_or(Value::Null, |u| {
+        serde_json::json!({
+            "active": revision(u.active.as_ref()),
+            "pending": revision(u.pending.as_ref()),
+        })
+    });
     serde_json::json!({
         "observedGeneration": status.observed_generation,
         "conditions": status.conditions,
         "components": status.components,
         "ready": status.ready,
+        "upgrade": upgrade,
     })
 }
 
@@ -249,16 +272,7 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         .filter(|p| label(p, children::ROLE_NAME) == Some(role.name.as_str()))
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .collect();
-    let mut by_replica: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
-    for pod in &pods {
-        if let Some(index) = label(pod, children::REPLICA_INDEX) {
-            by_replica.entry(index).or_default().push(pod);
-        }
-    }
-    let ready_replicas = by_replica
-        .values()
-        .filter(|group| group.len() as i32 == nodes && group.iter().all(|p| pod_is_ready(p)))
-        .count() as i32;
+    let ready_replicas = ready_replicas(&pods, nodes);
     let ready_pods = pods.iter().filter(|p| pod_is_ready(p)).count() as i32;
     let failure = pods.iter().find_map(|p| pod_failure(p));
     let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
@@ -267,7 +281,8 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         .iter()
         .filter_map(|p| label(p, children::REVISION))
         .collect();
-    let outdated = revisions.iter().any(|r| *r != observed.revision);
+    let outdated =
+        !observed.revisions.is_empty() && revisions.iter().any(|r| !observed.revisions.contains(r));
     let phase = if failure.is_some() {
         ComponentPhase::Failed
     } else if unknown {
@@ -292,6 +307,26 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         failure,
         outdated,
     }
+}
+
+/// The replicas among `pods` (of one role, not being deleted) whose every one
+/// of `nodes` pods is ready. Pods are grouped by revision and replica index,
+/// so replica 0 of two revisions running side by side are two replicas.
+pub fn ready_replicas(pods: &[&Value], nodes: i32) -> i32 {
+    let mut by_replica: BTreeMap<(&str, &str), Vec<&Value>> = BTreeMap::new();
+    for pod in pods {
+        if let Some(index) = label(pod, children::REPLICA_INDEX) {
+            let revision = label(pod, children::REVISION).unwrap_or_default();
+            by_replica.entry((revision, index)).or_default().push(pod);
+        }
+    }
+    let ready = by_replica
+        .values()
+        .filter(|group| {
+            i32::try_from(group.len()) == Ok(nodes) && group.iter().all(|p| pod_is_ready(p))
+        })
+        .count();
+    i32::try_from(ready).unwrap_or(i32::MAX)
 }
 
 fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
@@ -376,7 +411,7 @@ mod tests {
             &Observed {
                 pods,
                 router: None,
-                revision: "r1",
+                revisions: &["r1"],
                 problems: &[],
             },
             &time(now),
@@ -502,7 +537,7 @@ mod tests {
             &Observed {
                 pods: &pods,
                 router: None,
-                revision: "r1",
+                revisions: &["r1"],
                 problems: &problems,
             },
             &time("2026-11-21T10:00:00Z"),
@@ -531,6 +566,74 @@ mod tests {
     }
 
     #[test]
+    fn two_revisions_side_by_side_are_separate_replicas() {
+        let mut pods = all_pods(None);
+        // Decode replica 0 of a second revision, beside the first one's.
+        for worker in 0..4 {
+            let mut pod = pod("decode", 0, worker, worker != 3);
+            pod["metadata"]["labels"][children::REVISION] = json!("r2");
+            pods.push(pod);
+        }
+        let decode: Vec<&Value> = pods
+            .iter()
+            .filter(|p| label(p, children::ROLE_NAME) == Some("decode"))
+            .collect();
+        assert_eq!(
+            ready_replicas(&decode, 4),
+            2,
+            "r1's two replicas; r2's replica 0 is not whole, and does not spoil r1's"
+        );
+        let both = status(
+            &service(),
+            &Observed {
+                pods: &pods,
+                router: None,
+                revisions: &["r1", "r2"],
+                problems: &[],
+            },
+            &time("2026-11-21T10:00:00Z"),
+        );
+        assert_eq!(find(&both, "Progressing").status, "False");
+        let any = status(
+            &service(),
+            &Observed {
+                pods: &pods,
+                router: None,
+                revisions: &[],
+                problems: &[],
+            },
+            &time("2026-11-21T10:00:00Z"),
+        );
+        assert_eq!(
+            find(&any, "Progressing").status,
+            "False",
+            "no revision is outdated when any may run"
+        );
+        let only_r1 = compute(&service(), &pods, "2026-11-21T10:00:00Z");
+        assert_eq!(find(&only_r1, "Progressing").reason, "Updating");
+    }
+
+    #[test]
+    fn the_upgrade_is_reported_whole_so_a_merge_patch_clears_what_went() {
+        let mut s = InferenceServiceStatus::default();
+        assert_eq!(reported(&s)["upgrade"], Value::Null);
+        s.upgrade = Some(crate::api::inference_service::UpgradeStatus {
+            active: Some(RevisionStatus {
+                revision: "r2".into(),
+                target_capacity: 100,
+                traffic_routed_percent: 100,
+                last_traffic_move_time: None,
+            }),
+            pending: None,
+        });
+        assert_eq!(
+            reported(&s)["upgrade"],
+            serde_json::json!({"active": {"revision": "r2", "targetCapacity": 100,
+                "trafficRoutedPercent": 100, "lastTrafficMoveTime": null}, "pending": null})
+        );
+    }
+
+    #[test]
     fn the_router_is_ready_when_its_deployment_is() {
         let mut value = serde_json::to_value(service()).unwrap();
         value["spec"]["roles"]
@@ -545,7 +648,7 @@ mod tests {
             &Observed {
                 pods: &pods,
                 router: Some(&deployment),
-                revision: "r1",
+                revisions: &["r1"],
                 problems: &[],
             },
             &time("2026-11-21T10:00:00Z"),
@@ -566,7 +669,7 @@ mod tests {
             &Observed {
                 pods: &pods,
                 router: Some(&deployment),
-                revision: "r1",
+                revisions: &["r1"],
                 problems: &[],
             },
             &time("2026-11-21T10:00:00Z"),

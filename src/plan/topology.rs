@@ -30,12 +30,14 @@ pub struct Placement {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// The LeaderWorkerSet of replica `index` of `role`.
+/// The LeaderWorkerSet of replica `index` of `role` in `revision`, named by
+/// `naming`.
 pub fn leader_worker_set(
     service: &InferenceService,
     role: &Role,
     index: u32,
     revision: &str,
+    naming: &children::Naming,
     placement: &Placement,
 ) -> Result<Value, String> {
     let name = children::service_name(service);
@@ -65,14 +67,16 @@ pub fn leader_worker_set(
     Ok(json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": children::metadata(service, &children::replica_name(name, &role.name, index), &labels),
+        "metadata": children::metadata(service, &naming.replica_name(name, &role.name, index), &labels),
         "spec": {"replicas": 1, "leaderWorkerTemplate": group},
     }))
 }
 
 /// Names Kubernetes would refuse: the LeaderWorkerSet of a role's highest
-/// replica (`{service}-{role}-{i}`) and the service name as a label value must
-/// be DNS labels of at most 63 characters.
+/// replica (`{service}-{role}-{i}`, with the revision suffix of
+/// [`children::Naming::Suffixed`] when the upgrade strategy runs two
+/// revisions side by side) and the service name as a label value must be DNS
+/// labels of at most 63 characters.
 pub fn check_names(service: &str, spec: &InferenceServiceSpec) -> Findings {
     let mut findings = Findings::default();
     if service.len() > 63 {
@@ -89,7 +93,12 @@ pub fn check_names(service: &str, spec: &InferenceServiceSpec) -> Findings {
         .filter(|(_, r)| !r.is_router())
     {
         let highest = u32::try_from(role.replicas().max(1) - 1).unwrap_or(0);
-        let name = children::replica_name(service, &role.name, highest);
+        let naming = if spec.upgrade_type().runs_revisions_side_by_side() {
+            children::Naming::Suffixed("0".repeat(children::REVISION_LEN))
+        } else {
+            children::Naming::Plain
+        };
+        let name = naming.replica_name(service, &role.name, highest);
         if name.len() > 63 {
             findings.deny(
                 format!("spec.roles[{i}].name"),
@@ -295,6 +304,7 @@ mod tests {
             &service.spec.roles[0],
             1,
             "abc",
+            &children::Naming::Plain,
             &Placement::default(),
         )
         .unwrap();
@@ -318,7 +328,15 @@ mod tests {
     #[test]
     fn multi_node_leader_runs_ray_head_then_the_serve_command() {
         let service = story(4);
-        let lws = leader_worker_set(&service, &service.spec.roles[0], 0, "abc", &gang()).unwrap();
+        let lws = leader_worker_set(
+            &service,
+            &service.spec.roles[0],
+            0,
+            "abc",
+            &children::Naming::Plain,
+            &gang(),
+        )
+        .unwrap();
         let group = &lws["spec"]["leaderWorkerTemplate"];
         assert_eq!(group["size"], 4);
         let leader = &group["leaderTemplate"]["spec"]["containers"][0];
@@ -403,6 +421,21 @@ mod tests {
                 .denial_message()
                 .starts_with("metadata.name: must be at most 63 characters")
         );
+
+        // A revision beside another one adds "-{revision}" to its names.
+        let mut beside = service.clone();
+        beside.spec.upgrade_strategy = Some(crate::api::inference_service::UpgradeStrategy {
+            type_: Some(crate::api::inference_service::UpgradeType::IncrementalUpgrade),
+            incremental_upgrade_options: None,
+        });
+        let fits = "s".repeat(41);
+        assert!(check_names(&fits, &service.spec).is_allowed());
+        assert_eq!(
+            check_names(&fits, &beside.spec).denial_message(),
+            format!(
+                "spec.roles[0].name: the LeaderWorkerSet \"{fits}-inference-1-0000000000\" of replica 1 would be 64 characters, over Kubernetes' 63: shorten the service or role name"
+            )
+        );
     }
 
     #[test]
@@ -416,6 +449,7 @@ mod tests {
             &service.spec.roles[0],
             0,
             "r",
+            &children::Naming::Plain,
             &Placement::default(),
         )
         .unwrap();

@@ -8,6 +8,10 @@
 //! revisions and says what moves next; the reconciler applies it, observes the
 //! result and calls again. Nothing here reads the clock: `now` is passed in.
 //!
+//! [`plan::rollout`](super::rollout) calls it once per reconcile with the
+//! revisions of `status.upgrade`; NewRevision runs the same machine at full
+//! surge with traffic moving all at once ([`Pace::AllAtOnce`]).
+//!
 //! The state machine is KubeRay's `NewClusterWithIncrementalUpgrade`, read in
 //! `ray-project/kuberay`, `ray-operator/controllers/ray/rayservice_controller.go`
 //! (commit caf57e18): `checkIfNeedTargetCapacityUpdate` (the Gateway and route
@@ -283,7 +287,7 @@ pub fn step(
     gateway: &Gateway,
     now: Timestamp,
 ) -> Step {
-    advance(options, active, pending, gateway, now, Way::Forward)
+    Pace::Incremental(options.clone()).step(active, pending, gateway, now)
 }
 
 /// One step of rolling back to `active` when the spec returns to it: the
@@ -311,7 +315,56 @@ pub fn rollback_step(
     gateway: &Gateway,
     now: Timestamp,
 ) -> Step {
-    advance(options, active, pending, gateway, now, Way::Back)
+    Pace::Incremental(options.clone()).rollback_step(active, pending, gateway, now)
+}
+
+/// How an upgrade moves: IncrementalUpgrade's steps, or NewRevision's
+/// blue/green, which is the same machine with `maxSurgePercent` 100,
+/// `stepSizePercent` 100, no interval, and traffic that moves only once the
+/// gaining revision's replicas are all ready: the pending revision is brought
+/// to full size, takes all traffic at once when it is ready, and then the
+/// active revision is scaled to 0 and removed. A rollback before the switch
+/// drops the pending revision; after it, traffic switches back at once.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pace {
+    Incremental(IncrementalUpgradeOptions),
+    AllAtOnce,
+}
+
+impl Pace {
+    /// The next step towards the pending revision ([`step`]).
+    pub fn step(
+        &self,
+        active: &Revision,
+        pending: &Revision,
+        gateway: &Gateway,
+        now: Timestamp,
+    ) -> Step {
+        advance(self.settings(), active, pending, gateway, now, Way::Forward)
+    }
+
+    /// The next step back to the active revision ([`rollback_step`]).
+    pub fn rollback_step(
+        &self,
+        active: &Revision,
+        pending: &Revision,
+        gateway: &Gateway,
+        now: Timestamp,
+    ) -> Step {
+        advance(self.settings(), active, pending, gateway, now, Way::Back)
+    }
+
+    fn settings(&self) -> Result<Settings, String> {
+        match self {
+            Pace::Incremental(options) => settings(options),
+            Pace::AllAtOnce => Ok(Settings {
+                surge: 100,
+                step_size: 100,
+                interval: SignedDuration::ZERO,
+                all_at_once: true,
+            }),
+        }
+    }
 }
 
 /// Which revision gains capacity and traffic.
@@ -328,6 +381,9 @@ struct Settings {
     surge: i32,
     step_size: i32,
     interval: SignedDuration,
+    /// Traffic moves only when the gaining revision's ready replicas cover
+    /// the whole new share (NewRevision), not as far as they cover it.
+    all_at_once: bool,
 }
 
 fn settings(options: &IncrementalUpgradeOptions) -> Result<Settings, String> {
@@ -350,6 +406,7 @@ fn settings(options: &IncrementalUpgradeOptions) -> Result<Settings, String> {
                 .unwrap_or(IncrementalUpgradeOptions::DEFAULT_MAX_SURGE_PERCENT),
             step_size,
             interval: SignedDuration::from_secs(i64::from(interval)),
+            all_at_once: false,
         }),
         _ => Err(findings.denial_message()),
     }
@@ -369,7 +426,7 @@ fn normalized(active: &Revision, pending: &Revision) -> (Revision, Revision) {
 }
 
 fn advance(
-    options: &IncrementalUpgradeOptions,
+    settings: Result<Settings, String>,
     active: &Revision,
     pending: &Revision,
     gateway: &Gateway,
@@ -383,7 +440,7 @@ fn advance(
         moved: Moved::Nothing(wait),
         reason,
     };
-    let settings = match settings(options) {
+    let settings = match settings {
         Ok(settings) => settings,
         Err(denial) => return hold(active, pending, Wait::InvalidOptions, denial),
     };
@@ -457,7 +514,15 @@ fn advance(
 
     let mut goal = (gainer.traffic + settings.step_size).min(gainer.target_capacity);
     if goal > gainer.traffic {
-        goal = goal.min(gainer.traffic.max(gainer.ready_percent));
+        goal = if settings.all_at_once {
+            if gainer.ready_percent >= goal {
+                goal
+            } else {
+                gainer.traffic
+            }
+        } else {
+            goal.min(gainer.traffic.max(gainer.ready_percent))
+        };
     }
     if goal == gainer.traffic {
         let reason = format!(
@@ -724,6 +789,59 @@ mod tests {
             (70, 30)
         );
         assert_eq!(split(&next), (80, 20));
+    }
+
+    #[test]
+    fn all_at_once_brings_the_new_revision_to_full_size_then_switches() {
+        let pace = Pace::AllAtOnce;
+        let ready = &Gateway::READY;
+        let active = revision("v1", 100, 100, 100);
+        let grown = pace.step(&active, &Revision::at("v2", 0, 0), ready, t0());
+        assert_eq!(grown.moved, Moved::Capacity);
+        assert_eq!(
+            (grown.active.target_capacity, grown.pending.target_capacity),
+            (100, 100)
+        );
+        let almost = Revision {
+            ready_percent: 99,
+            ..grown.pending.clone()
+        };
+        let held = pace.step(&grown.active, &almost, ready, t0());
+        assert_eq!(
+            held.moved,
+            Moved::Nothing(Wait::Readiness),
+            "{}",
+            held.reason
+        );
+        let full = Revision {
+            ready_percent: 100,
+            ..grown.pending.clone()
+        };
+        let switched = pace.step(&grown.active, &full, ready, t0());
+        assert_eq!(switched.moved, Moved::Traffic);
+        assert_eq!(split(&switched), (0, 100), "all traffic at once");
+        let shrunk = pace.step(&switched.active, &switched.pending, ready, t0());
+        assert_eq!(
+            (shrunk.moved, shrunk.active.target_capacity),
+            (Moved::Capacity, 0)
+        );
+        let done = pace.step(&shrunk.active, &shrunk.pending, ready, t0());
+        assert_eq!(done.survivor().map(|r| r.name.as_str()), Some("v2"));
+
+        // Back before the switch: the pending revision is dropped.
+        let dropped = pace.rollback_step(&grown.active, &almost, ready, t0());
+        assert_eq!(
+            (dropped.moved, dropped.pending.target_capacity),
+            (Moved::Capacity, 0)
+        );
+        let back = pace.rollback_step(&dropped.active, &dropped.pending, ready, t0());
+        assert_eq!(back.survivor().map(|r| r.name.as_str()), Some("v1"));
+        // Back after it: all traffic returns at once, with no interval to wait.
+        let returned = pace.rollback_step(&switched.active, &switched.pending, ready, t0());
+        assert_eq!(
+            (returned.moved, split(&returned)),
+            (Moved::Traffic, (100, 0))
+        );
     }
 
     #[test]

@@ -175,7 +175,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
             &reference,
             step.change.reason(),
             &step.note,
-            &step.object,
+            Some(&step.object),
         )
         .await;
     }
@@ -184,7 +184,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
             continue;
         };
         match api.delete(&object_name, &DeleteParams::background()).await {
-            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, &step.object).await,
+            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, Some(&step.object)).await,
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }

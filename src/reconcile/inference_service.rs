@@ -1,7 +1,8 @@
 //! The InferenceService reconciler: lists the service's children and pods,
 //! asks `plan::service::reconcile` what to do, server-side applies and deletes
 //! that, writes status when it changed, and records an Event for every change
-//! saying why.
+//! saying why, and for every step of an upgrade. It looks again when the plan
+//! says the next upgrade step is due (Gateways are not watched).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -130,7 +131,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             &reference,
             step.change.reason(),
             &step.note,
-            &step.object,
+            Some(&step.object),
         )
         .await;
     }
@@ -139,10 +140,13 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             continue;
         };
         match api.delete(&child, &DeleteParams::background()).await {
-            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, &step.object).await,
+            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, Some(&step.object)).await,
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
+    }
+    for event in &pass.events {
+        record(&ctx, &reference, event.reason, &event.note, None).await;
     }
     let current = service.status.clone().unwrap_or_default();
     let stale_locks = pass.status.scale_views != current.scale_views;
@@ -155,7 +159,9 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(
+        pass.requeue.map_or(RESYNC, |d| d.min(RESYNC)),
+    ))
 }
 
 /// A merge patch of this reconciler's status fields; components of roles that

@@ -67,32 +67,34 @@ pub(crate) fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
-/// Records a Normal Event on `reference` about a change to `child`: `reason`
-/// is `Created`, `Updated`, `Reverted` or `Deleted`, `note` says why.
+/// Records a Normal Event on `reference`: about a change to `child` (`reason`
+/// `Created`, `Updated`, `Reverted` or `Deleted`), or with no child about the
+/// object itself (an upgrade step); `note` says why.
 pub(crate) async fn record(
     ctx: &Context,
     reference: &ObjectReference,
     reason: &str,
     note: &str,
-    child: &Value,
+    child: Option<&Value>,
 ) {
-    let secondary = ObjectReference {
+    let secondary = child.map(|child| ObjectReference {
         api_version: child["apiVersion"].as_str().map(str::to_owned),
         kind: child["kind"].as_str().map(str::to_owned),
         name: child["metadata"]["name"].as_str().map(str::to_owned),
         namespace: child["metadata"]["namespace"].as_str().map(str::to_owned),
         ..Default::default()
+    });
+    let action = match (reason, child) {
+        ("Deleted", _) => "Delete",
+        (_, Some(_)) => "Apply",
+        (_, None) => "Upgrade",
     };
     let event = Event {
         type_: EventType::Normal,
         reason: reason.to_owned(),
         note: Some(note.to_owned()),
-        action: if reason == "Deleted" {
-            "Delete".to_owned()
-        } else {
-            "Apply".to_owned()
-        },
-        secondary: Some(secondary),
+        action: action.to_owned(),
+        secondary,
     };
     if let Err(e) = ctx.recorder.publish(&event, reference).await {
         tracing::warn!(error = %e, reason, "could not record an event");

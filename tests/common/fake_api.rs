@@ -57,7 +57,7 @@ fn plural(kind: &str) -> String {
         "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
         | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
         | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet"
-        | "RoleBasedGroup" => {
+        | "RoleBasedGroup" | "ControllerRevision" => {
             format!("{}s", kind.to_lowercase())
         }
         "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),

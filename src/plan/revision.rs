@@ -1,0 +1,364 @@
+//! The revisions of an InferenceService: which one each LeaderWorkerSet runs,
+//! how each revision's LeaderWorkerSets are named, and the record of what a
+//! revision's pods are made of.
+//!
+//! A revision is the hash of everything that shapes the pods
+//! ([`children::revision`]). With NewRevision and IncrementalUpgrade two
+//! revisions can run side by side, and the one the spec no longer describes
+//! may have to grow again (a rollback to it while the spec names a third
+//! revision). Its pod templates are then nowhere in the spec, so each revision
+//! that runs side by side is recorded, as a Deployment records its
+//! ReplicaSets' templates: an `apps/v1` ControllerRevision `{svc}-{revision}`
+//! whose `data` holds the serving roles and the scheduling strategy. The
+//! record is written once (its `data` is immutable) and removed with its
+//! revision.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::children::{self, Naming, REVISION, service_labels, service_name};
+use crate::api::inference_service::{
+    InferenceService, InferenceServiceSpec, Role, SchedulingStrategy,
+};
+
+pub const CONTROLLER_REVISION_API_VERSION: &str = "apps/v1";
+pub const CONTROLLER_REVISION_KIND: &str = "ControllerRevision";
+
+/// What a ControllerRevision records of a revision: exactly the parts of the
+/// spec its hash covers, with the roles' other settings (replicas, scale-down
+/// policy) as they were when it was recorded.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    roles: Vec<Role>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scheduling_strategy: Option<SchedulingStrategy>,
+}
+
+/// `{svc}-{revision}`: the ControllerRevision of one revision.
+pub fn record_name(service: &str, revision: &str) -> String {
+    format!("{service}-{revision}")
+}
+
+/// The ControllerRevision recording the spec's revision, numbered `number`
+/// (one more than any recorded before, as Deployments number theirs).
+pub fn record(service: &InferenceService, number: i64) -> Result<Value, String> {
+    let svc = service_name(service);
+    let revision = children::revision(&service.spec);
+    let record = Record {
+        roles: service
+            .spec
+            .roles
+            .iter()
+            .filter(|r| !r.is_router())
+            .cloned()
+            .collect(),
+        scheduling_strategy: service.spec.scheduling_strategy.clone(),
+    };
+    let mut labels = service_labels(svc);
+    labels.insert(REVISION.to_owned(), revision.clone());
+    Ok(json!({
+        "apiVersion": CONTROLLER_REVISION_API_VERSION,
+        "kind": CONTROLLER_REVISION_KIND,
+        "metadata": children::metadata(service, &record_name(svc, &revision), &labels),
+        "data": serde_json::to_value(&record)
+            .map_err(|e| format!("could not record revision {revision}: {e}"))?,
+        "revision": number,
+    }))
+}
+
+/// Whether a child is one of the service's ControllerRevisions.
+pub fn is_record(object: &Value) -> bool {
+    object["apiVersion"] == CONTROLLER_REVISION_API_VERSION
+        && object["kind"] == CONTROLLER_REVISION_KIND
+}
+
+/// The number the next record gets: one more than the highest recorded.
+pub fn next_number(children: &[Value]) -> i64 {
+    children
+        .iter()
+        .filter(|c| is_record(c))
+        .filter_map(|c| c["revision"].as_i64())
+        .max()
+        .map_or(1, |n| n.saturating_add(1))
+}
+
+/// The spec of every recorded revision, by revision: the recorded serving
+/// roles and scheduling strategy with the rest of the service's current spec
+/// (router, upgrade strategy). A record whose content does not hash to the
+/// revision its label names (edited by hand, or from another version of
+/// Tandem) is not used.
+pub fn recorded(
+    service: &InferenceService,
+    children: &[Value],
+) -> BTreeMap<String, InferenceServiceSpec> {
+    let mut specs = BTreeMap::new();
+    for object in children.iter().filter(|c| is_record(c)) {
+        let Some(revision) = object["metadata"]["labels"][REVISION].as_str() else {
+            continue;
+        };
+        let Ok(record) = serde_json::from_value::<Record>(object["data"].clone()) else {
+            continue;
+        };
+        let mut roles: Vec<Role> = service
+            .spec
+            .roles
+            .iter()
+            .filter(|r| r.is_router())
+            .cloned()
+            .collect();
+        roles.extend(record.roles);
+        let spec = InferenceServiceSpec {
+            roles,
+            scheduling_strategy: record.scheduling_strategy,
+            upgrade_strategy: service.spec.upgrade_strategy.clone(),
+        };
+        if children::revision(&spec) == revision {
+            specs.insert(revision.to_owned(), spec);
+        }
+    }
+    specs
+}
+
+/// The revision a LeaderWorkerSet runs (its `fusioninfer.io/revision` label).
+pub fn of(object: &Value) -> Option<&str> {
+    object["metadata"]["labels"][REVISION].as_str()
+}
+
+/// The naming a set of LeaderWorkerSets already uses: plain when any of them
+/// is, else the first one's suffix (by name), None when there are none or
+/// none fits a naming.
+fn naming_in<'a>(service: &str, sets: impl IntoIterator<Item = &'a Value>) -> Option<Naming> {
+    let mut namings: Vec<Naming> = sets
+        .into_iter()
+        .filter_map(|o| Naming::of(service, o))
+        .collect();
+    namings.sort();
+    namings.into_iter().next()
+}
+
+/// The naming of a service that runs one set of LeaderWorkerSets
+/// (RollingUpdate, None): the one its LeaderWorkerSets use, plain for a new
+/// service.
+pub fn single_naming(service: &str, leader_worker_sets: &[&Value]) -> Naming {
+    naming_in(service, leader_worker_sets.iter().copied()).unwrap_or(Naming::Plain)
+}
+
+/// The naming of each of `revisions` running side by side, in order: a
+/// revision keeps the naming its LeaderWorkerSets have; one without any is
+/// plain unless another LeaderWorkerSet of the service is plain (then it is
+/// suffixed with its hash). Two revisions never share a naming.
+pub fn side_by_side_namings(
+    service: &str,
+    revisions: &[&str],
+    leader_worker_sets: &[&Value],
+) -> Vec<Naming> {
+    let mut namings: Vec<Naming> = Vec::new();
+    for revision in revisions {
+        let own = naming_in(
+            service,
+            leader_worker_sets
+                .iter()
+                .copied()
+                .filter(|o| of(o) == Some(*revision)),
+        );
+        let plain_taken = leader_worker_sets
+            .iter()
+            .any(|o| of(o) != Some(*revision) && Naming::of(service, o) == Some(Naming::Plain));
+        let mut naming = match own {
+            Some(naming) => naming,
+            None if plain_taken => Naming::Suffixed((*revision).to_owned()),
+            None => Naming::Plain,
+        };
+        if namings.contains(&naming) {
+            naming = Naming::Suffixed((*revision).to_owned());
+        }
+        namings.push(naming);
+    }
+    namings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(image: &str) -> InferenceService {
+        serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen", "namespace": "ai", "uid": "u-1"},
+            "spec": {"roles": [
+                {"name": "inference", "componentType": "worker", "replicas": 4,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": image}]}}},
+                {"name": "router", "componentType": "router"},
+            ]}
+        }))
+        .unwrap()
+    }
+
+    fn lws(name: &str, index: u32, revision: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": {
+            children::ROLE_NAME: "inference", children::REPLICA_INDEX: index.to_string(), REVISION: revision}}})
+    }
+
+    #[test]
+    fn a_record_gives_back_the_revisions_spec() {
+        let v1 = service("vllm:1");
+        let record = record(&v1, 3).unwrap();
+        let revision = children::revision(&v1.spec);
+        assert_eq!(record["metadata"]["name"], format!("qwen-{revision}"));
+        assert_eq!(record["metadata"]["labels"][REVISION], revision.as_str());
+        assert_eq!(record["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(record["revision"], 3);
+        assert_eq!(
+            record["data"]["roles"].as_array().unwrap().len(),
+            1,
+            "serving roles only"
+        );
+
+        // The spec has moved on to another image: the record still gives v1.
+        let v2 = service("vllm:2");
+        let specs = recorded(&v2, std::slice::from_ref(&record));
+        assert_eq!(specs.len(), 1);
+        let spec = &specs[&revision];
+        assert_eq!(children::revision(spec), revision);
+        assert_eq!(
+            spec.roles[0].name, "router",
+            "the router comes from the current spec"
+        );
+        assert_eq!(spec.roles[1].template, v1.spec.roles[0].template);
+
+        let mut edited = record.clone();
+        edited["data"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("x");
+        assert!(
+            recorded(&v2, &[edited]).is_empty(),
+            "a record that no longer hashes to its label"
+        );
+        assert!(
+            recorded(
+                &v2,
+                &[
+                    json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+            "metadata": {"labels": {REVISION: revision}}, "data": "nonsense"})
+                ]
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn records_are_numbered_one_after_another() {
+        assert_eq!(next_number(&[]), 1);
+        let numbered =
+            |n: i64| json!({"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": n});
+        assert_eq!(
+            next_number(&[
+                numbered(4),
+                numbered(2),
+                json!({"kind": "Service", "revision": 9})
+            ]),
+            5
+        );
+    }
+
+    #[test]
+    fn namings_keep_what_exists_and_never_collide() {
+        let plain_a = lws("qwen-inference-0", 0, "aaaaaaaaaa");
+        let suffixed_b = lws("qwen-inference-0-bbbbbbbbbb", 0, "bbbbbbbbbb");
+        let plain_b = lws("qwen-inference-1", 1, "bbbbbbbbbb");
+        let suffixed = |r: &str| Naming::Suffixed(r.to_owned());
+        for (name, revisions, sets, expected) in [
+            (
+                "a new service",
+                vec!["aaaaaaaaaa"],
+                vec![],
+                vec![Naming::Plain],
+            ),
+            (
+                "an upgrade starts beside plain replicas",
+                vec!["aaaaaaaaaa", "bbbbbbbbbb"],
+                vec![&plain_a],
+                vec![Naming::Plain, suffixed("bbbbbbbbbb")],
+            ),
+            (
+                "the upgraded revision keeps its suffix",
+                vec!["bbbbbbbbbb"],
+                vec![&suffixed_b],
+                vec![suffixed("bbbbbbbbbb")],
+            ),
+            (
+                "the next upgrade takes the plain names again",
+                vec!["bbbbbbbbbb", "cccccccccc"],
+                vec![&suffixed_b],
+                vec![suffixed("bbbbbbbbbb"), Naming::Plain],
+            ),
+            (
+                "plain wins within a revision",
+                vec!["bbbbbbbbbb"],
+                vec![&suffixed_b, &plain_b],
+                vec![Naming::Plain],
+            ),
+            (
+                "two revisions without replicas",
+                vec!["aaaaaaaaaa", "bbbbbbbbbb"],
+                vec![],
+                vec![Naming::Plain, suffixed("bbbbbbbbbb")],
+            ),
+        ] {
+            assert_eq!(
+                side_by_side_namings("qwen", &revisions, &sets),
+                expected,
+                "{name}"
+            );
+        }
+        assert_eq!(single_naming("qwen", &[]), Naming::Plain);
+        assert_eq!(
+            single_naming("qwen", &[&suffixed_b]),
+            suffixed("bbbbbbbbbb")
+        );
+        assert_eq!(
+            single_naming("qwen", &[&suffixed_b, &plain_b]),
+            Naming::Plain
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever LeaderWorkerSets exist, two revisions side by side never
+        /// share a naming (so never a LeaderWorkerSet name), and a revision
+        /// that has LeaderWorkerSets keeps the naming one of them has.
+        #[test]
+        fn side_by_side_revisions_never_share_names(
+            existing in proptest::collection::vec((0u32..3, 0usize..3, proptest::bool::ANY), 0..8),
+            active in 0usize..3,
+            pending in 0usize..3,
+        ) {
+            let revisions = ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"];
+            let objects: Vec<Value> = existing
+                .iter()
+                .map(|&(index, revision, plain)| {
+                    let name = if plain {
+                        format!("qwen-inference-{index}")
+                    } else {
+                        format!("qwen-inference-{index}-{}", revisions[revision])
+                    };
+                    lws(&name, index, revisions[revision])
+                })
+                .collect();
+            let sets: Vec<&Value> = objects.iter().collect();
+            proptest::prop_assume!(active != pending);
+            let live = [revisions[active], revisions[pending]];
+            let namings = side_by_side_namings("qwen", &live, &sets);
+            proptest::prop_assert_eq!(namings.len(), 2);
+            proptest::prop_assert_ne!(&namings[0], &namings[1]);
+            let own: Vec<Naming> = sets
+                .iter()
+                .filter(|o| of(o) == Some(live[0]))
+                .filter_map(|o| Naming::of("qwen", o))
+                .collect();
+            if !own.is_empty() {
+                proptest::prop_assert!(own.contains(&namings[0]));
+            }
+        }
+    }
+}

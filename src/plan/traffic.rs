@@ -1,0 +1,420 @@
+//! The Gateway API objects through which NewRevision and IncrementalUpgrade
+//! move traffic between revisions (seed 004, DESIGN.md §1.5), and what their
+//! status says.
+//!
+//! | Object | Name | What it is for |
+//! |---|---|---|
+//! | Gateway | `{svc}-gateway` | one HTTP listener on the serving port, of `gatewayClassName` |
+//! | HTTPRoute | `{svc}-route` | one weighted backend per revision; the weights sum to 100 |
+//! | Service | `{svc}-{revision}` | one per revision: its leaders on the serving port |
+//!
+//! Nothing here exists for RollingUpdate and None, so those strategies work in
+//! a cluster without the Gateway API. The objects are built from the
+//! `gateway-api` crate's types, so their fields are the upstream CRDs'.
+
+use std::collections::BTreeMap;
+
+use gateway_api::apis::standard::gateways::{GatewayListeners, GatewaySpec};
+use gateway_api::apis::standard::httproutes::{
+    HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs, HttpRouteSpec,
+};
+use serde_json::{Value, json};
+
+use super::children::{self, LWS_WORKER_INDEX, REVISION, SERVICE, service_labels, service_name};
+use super::router;
+use super::upgrade::Gateway;
+use crate::api::Findings;
+use crate::api::inference_service::{InferenceService, InferenceServiceSpec};
+
+pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
+/// The Gateway's only listener.
+pub const LISTENER: &str = "http";
+
+/// `{svc}-gateway`: the Gateway.
+pub fn gateway_name(service: &str) -> String {
+    format!("{service}-gateway")
+}
+
+/// `{svc}-route`: the HTTPRoute (the name the router's route has too; a
+/// service has one or the other, see [`check`]).
+pub fn route_name(service: &str) -> String {
+    router::route_name(service)
+}
+
+/// `{svc}-{revision}`: the Service of one revision's leaders.
+pub fn revision_service_name(service: &str, revision: &str) -> String {
+    format!("{service}-{revision}")
+}
+
+/// What a side-by-side upgrade needs beyond the single-object rules: the
+/// names of the Gateway and the per-revision Services must be DNS-1035 labels
+/// of at most 63 characters, the serving roles must listen on one port (the
+/// Services and the listener have one), and the service has no router role:
+/// a router's InferencePool would need one pool and one endpoint picker per
+/// revision, which Tandem does not build yet. Nothing for RollingUpdate and
+/// None.
+pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
+    let mut findings = Findings::default();
+    let strategy = spec.upgrade_type();
+    if !strategy.runs_revisions_side_by_side() {
+        return findings;
+    }
+    if let Some((i, _)) = spec.roles.iter().enumerate().find(|(_, r)| r.is_router()) {
+        findings.deny(
+            "spec.upgradeStrategy.type",
+            format!(
+                "{strategy:?} is not supported for a service with a router role (spec.roles[{i}]) yet: \
+                 each revision would need its own InferencePool and endpoint picker; use RollingUpdate"
+            ),
+        );
+    }
+    let longest = revision_service_name(name, &"0".repeat(children::REVISION_LEN));
+    if longest.len() > 63 || gateway_name(name).len() > 63 {
+        findings.deny(
+            "metadata.name",
+            format!(
+                "must be at most {} characters for {strategy:?}: each revision's Service {longest:?} must fit in 63",
+                63 - (longest.len() - name.len())
+            ),
+        );
+    } else if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        findings.deny(
+            "metadata.name",
+            format!(
+                "must start with a lowercase letter for {strategy:?}: each revision's Service {longest:?} must be a DNS-1035 label"
+            ),
+        );
+    }
+    if let Err(violation) = router::serving_port(spec) {
+        findings.violations.push(violation);
+    }
+    findings
+}
+
+/// The Gateway: one HTTP listener on the serving port, as seed 004's example.
+pub fn gateway(service: &InferenceService, class: &str, port: u16) -> Result<Value, String> {
+    let svc = service_name(service);
+    let spec = GatewaySpec {
+        gateway_class_name: class.to_owned(),
+        listeners: vec![GatewayListeners {
+            name: LISTENER.to_owned(),
+            protocol: "HTTP".to_owned(),
+            port: i32::from(port),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Ok(json!({
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "Gateway",
+        "metadata": children::metadata(service, &gateway_name(svc), &service_labels(svc)),
+        "spec": to_value(&spec)?,
+    }))
+}
+
+/// The HTTPRoute on the Gateway's listener: one rule with one backend per
+/// revision, `(revision, weight)` in the order given, each the revision's
+/// Service on the serving port.
+pub fn route(
+    service: &InferenceService,
+    backends: &[(String, i32)],
+    port: u16,
+) -> Result<Value, String> {
+    let svc = service_name(service);
+    let spec = HttpRouteSpec {
+        parent_refs: Some(vec![HttpRouteParentRefs {
+            group: Some("gateway.networking.k8s.io".to_owned()),
+            kind: Some("Gateway".to_owned()),
+            name: gateway_name(svc),
+            section_name: Some(LISTENER.to_owned()),
+            ..Default::default()
+        }]),
+        rules: Some(vec![HttpRouteRules {
+            backend_refs: Some(
+                backends
+                    .iter()
+                    .map(|(revision, weight)| HttpRouteRulesBackendRefs {
+                        name: revision_service_name(svc, revision),
+                        port: Some(i32::from(port)),
+                        weight: Some(*weight),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    Ok(json!({
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "HTTPRoute",
+        "metadata": children::metadata(service, &route_name(svc), &service_labels(svc)),
+        "spec": to_value(&spec)?,
+    }))
+}
+
+/// The Service of one revision: its leaders (LeaderWorkerSet's worker index
+/// 0) on the serving port.
+pub fn revision_service(service: &InferenceService, revision: &str, port: u16) -> Value {
+    let svc = service_name(service);
+    let mut labels = service_labels(svc);
+    labels.insert(REVISION.to_owned(), revision.to_owned());
+    let selector = BTreeMap::from([
+        (SERVICE, svc),
+        (REVISION, revision),
+        (LWS_WORKER_INDEX, "0"),
+    ]);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": children::metadata(service, &revision_service_name(svc, revision), &labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": LISTENER, "protocol": "TCP", "port": port, "targetPort": port}],
+        },
+    })
+}
+
+fn to_value(spec: &impl serde::Serialize) -> Result<Value, String> {
+    serde_json::to_value(spec).map_err(|e| format!("could not write a Gateway API object: {e}"))
+}
+
+/// What the service's Gateway and HTTPRoute report, from its children: the
+/// Gateway is Accepted and Programmed, and the route's parent status for that
+/// Gateway is Accepted with ResolvedRefs. A condition counts only when it is
+/// True and, when it says which generation it observed, was observed for the
+/// object's current generation: weights written since the Gateway controller
+/// last looked are not programmed yet.
+pub fn observe(service: &InferenceService, children: &[Value]) -> Gateway {
+    let svc = service_name(service);
+    let find = |kind: &str, name: &str| {
+        children.iter().find(|c| {
+            c["apiVersion"] == GATEWAY_API_VERSION
+                && c["kind"] == kind
+                && c["metadata"]["name"] == name
+        })
+    };
+    let gateway = find("Gateway", &gateway_name(svc));
+    let route = find("HTTPRoute", &route_name(svc));
+    let parent = route.and_then(|route| {
+        route["status"]["parents"].as_array()?.iter().find(|p| {
+            let reference = &p["parentRef"];
+            reference["name"] == gateway_name(svc).as_str()
+                && reference["kind"].as_str().is_none_or(|k| k == "Gateway")
+                && reference["namespace"]
+                    .as_str()
+                    .is_none_or(|ns| Some(ns) == service.metadata.namespace.as_deref())
+        })
+    });
+    let generation =
+        |object: Option<&Value>| object.and_then(|o| o["metadata"]["generation"].as_i64());
+    let route_generation = generation(route);
+    Gateway {
+        accepted: gateway
+            .is_some_and(|g| is_true(&g["status"]["conditions"], "Accepted", generation(Some(g)))),
+        programmed: gateway.is_some_and(|g| {
+            is_true(
+                &g["status"]["conditions"],
+                "Programmed",
+                generation(Some(g)),
+            )
+        }),
+        route_accepted: parent
+            .is_some_and(|p| is_true(&p["conditions"], "Accepted", route_generation)),
+        route_resolved_refs: parent
+            .is_some_and(|p| is_true(&p["conditions"], "ResolvedRefs", route_generation)),
+    }
+}
+
+fn is_true(conditions: &Value, type_: &str, generation: Option<i64>) -> bool {
+    conditions.as_array().is_some_and(|conditions| {
+        conditions.iter().any(|c| {
+            c["type"] == type_
+                && c["status"] == "True"
+                && match (c["observedGeneration"].as_i64(), generation) {
+                    (Some(observed), Some(current)) => observed >= current,
+                    _ => true,
+                }
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(extra: Value) -> InferenceService {
+        let mut value = json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen", "namespace": "ai", "uid": "u-1"},
+            "spec": {"roles": [
+                {"name": "inference", "componentType": "worker", "replicas": 4,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1",
+                    "ports": [{"containerPort": 8000}]}]}}},
+            ],
+            "upgradeStrategy": {"type": "IncrementalUpgrade", "incrementalUpgradeOptions":
+                {"maxSurgePercent": 25, "stepSizePercent": 5, "intervalSeconds": 30, "gatewayClassName": "istio"}}}
+        });
+        json_patch::merge(&mut value, &extra);
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_gateway_has_one_http_listener_of_the_class() {
+        let gateway = gateway(&service(json!({})), "istio", 8000).unwrap();
+        assert_eq!(gateway["metadata"]["name"], "qwen-gateway");
+        assert_eq!(gateway["metadata"]["namespace"], "ai");
+        assert_eq!(gateway["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(
+            gateway["spec"],
+            json!({"gatewayClassName": "istio",
+                   "listeners": [{"name": "http", "protocol": "HTTP", "port": 8000}]})
+        );
+    }
+
+    #[test]
+    fn the_route_has_one_weighted_backend_per_revision() {
+        let backends = [("aaaaaaaaaa".to_owned(), 70), ("bbbbbbbbbb".to_owned(), 30)];
+        let route = route(&service(json!({})), &backends, 8000).unwrap();
+        assert_eq!(route["metadata"]["name"], "qwen-route");
+        assert_eq!(
+            route["spec"],
+            json!({
+                "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                "name": "qwen-gateway", "sectionName": "http"}],
+                "rules": [{"backendRefs": [
+                    {"name": "qwen-aaaaaaaaaa", "port": 8000, "weight": 70},
+                    {"name": "qwen-bbbbbbbbbb", "port": 8000, "weight": 30},
+                ]}],
+            })
+        );
+    }
+
+    #[test]
+    fn a_revision_service_selects_that_revisions_leaders() {
+        let object = revision_service(&service(json!({})), "aaaaaaaaaa", 8000);
+        assert_eq!(object["metadata"]["name"], "qwen-aaaaaaaaaa");
+        assert_eq!(object["metadata"]["labels"][REVISION], "aaaaaaaaaa");
+        assert_eq!(
+            object["spec"]["selector"],
+            json!({SERVICE: "qwen", REVISION: "aaaaaaaaaa", LWS_WORKER_INDEX: "0"})
+        );
+        assert_eq!(
+            object["spec"]["ports"],
+            json!([{"name": "http", "protocol": "TCP", "port": 8000, "targetPort": 8000}])
+        );
+    }
+
+    fn gateway_status(accepted: &str, programmed: &str, observed: i64) -> Value {
+        json!({"apiVersion": GATEWAY_API_VERSION, "kind": "Gateway",
+        "metadata": {"name": "qwen-gateway", "namespace": "ai", "generation": 1},
+        "status": {"conditions": [
+            {"type": "Accepted", "status": accepted, "observedGeneration": observed},
+            {"type": "Programmed", "status": programmed, "observedGeneration": observed},
+        ]}})
+    }
+
+    fn route_status(parent: &str, accepted: &str, resolved: &str, observed: i64) -> Value {
+        json!({"apiVersion": GATEWAY_API_VERSION, "kind": "HTTPRoute",
+        "metadata": {"name": "qwen-route", "namespace": "ai", "generation": 2},
+        "status": {"parents": [{"controllerName": "istio.io/gateway-controller",
+            "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": parent},
+            "conditions": [
+                {"type": "Accepted", "status": accepted, "observedGeneration": observed},
+                {"type": "ResolvedRefs", "status": resolved, "observedGeneration": observed},
+            ]}]}})
+    }
+
+    #[test]
+    fn observe_reads_the_gateway_and_the_routes_parent() {
+        let s = service(json!({}));
+        let ready = [
+            gateway_status("True", "True", 1),
+            route_status("qwen-gateway", "True", "True", 2),
+        ];
+        assert_eq!(observe(&s, &ready), Gateway::READY);
+        assert_eq!(observe(&s, &[]), Gateway::default());
+        let cases = [
+            (
+                "not programmed",
+                [gateway_status("True", "False", 1), ready[1].clone()],
+                Gateway {
+                    programmed: false,
+                    ..Gateway::READY
+                },
+            ),
+            (
+                "gateway status of an older generation",
+                [gateway_status("True", "True", 0), ready[1].clone()],
+                Gateway {
+                    accepted: false,
+                    programmed: false,
+                    ..Gateway::READY
+                },
+            ),
+            (
+                "refs not resolved",
+                [
+                    ready[0].clone(),
+                    route_status("qwen-gateway", "True", "False", 2),
+                ],
+                Gateway {
+                    route_resolved_refs: false,
+                    ..Gateway::READY
+                },
+            ),
+            (
+                "weights not programmed yet",
+                [
+                    ready[0].clone(),
+                    route_status("qwen-gateway", "True", "True", 1),
+                ],
+                Gateway {
+                    route_accepted: false,
+                    route_resolved_refs: false,
+                    ..Gateway::READY
+                },
+            ),
+            (
+                "accepted by another parent only",
+                [ready[0].clone(), route_status("other", "True", "True", 2)],
+                Gateway {
+                    route_accepted: false,
+                    route_resolved_refs: false,
+                    ..Gateway::READY
+                },
+            ),
+        ];
+        for (name, children, expected) in cases {
+            assert_eq!(observe(&s, &children), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_side_by_side_strategies_are_checked() {
+        let rolling = service(json!({"spec": {"upgradeStrategy": {"type": "RollingUpdate"}}}));
+        assert!(check("9qwen", &rolling.spec).is_allowed());
+
+        let s = service(json!({}));
+        assert!(check("qwen", &s.spec).is_allowed());
+        assert_eq!(
+            check("9qwen", &s.spec).denial_message(),
+            "metadata.name: must start with a lowercase letter for IncrementalUpgrade: each revision's Service \"9qwen-0000000000\" must be a DNS-1035 label"
+        );
+        assert_eq!(
+            check(&"q".repeat(53), &s.spec).denial_message(),
+            "metadata.name: must be at most 52 characters for IncrementalUpgrade: each revision's Service \"qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq-0000000000\" must fit in 63"
+        );
+        let routed = service(json!({"spec": {"roles": [
+            {"name": "inference", "componentType": "worker",
+             "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
+            {"name": "router", "componentType": "router"},
+        ]}}));
+        assert!(
+            check("qwen", &routed.spec)
+                .denial_message()
+                .starts_with("spec.upgradeStrategy.type: IncrementalUpgrade is not supported for a service with a router role (spec.roles[1]) yet")
+        );
+    }
+}

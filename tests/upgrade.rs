@@ -1,0 +1,502 @@
+//! Issue 7, upgrades without doubling GPUs: the InferenceService reconciler
+//! against the in-memory API server through one capacity step and one traffic
+//! step of an IncrementalUpgrade (and nothing written within the interval),
+//! a cluster without the Gateway API, and the generated Gateway, HTTPRoute and
+//! LeaderWorkerSets against the upstream CRDs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::fake_api::FakeApi;
+use common::{repo_path, upstream_crds, upstream_schemas, yaml_documents};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use tandem::api::InferenceService;
+use tandem::reconcile::Context;
+use tandem::reconcile::inference_service::reconcile;
+
+const IS: &str = "fusioninfer.io/v1alpha1";
+const LWS: &str = "leaderworkerset.x-k8s.io/v1";
+const GATEWAY_API: &str = "gateway.networking.k8s.io/v1";
+const EXAMPLE: &str = "examples/inferenceservice/incremental-upgrade.yaml";
+const NAME: &str = "qwen-incremental";
+const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
+
+fn path(kind_path: &str, name: &str) -> String {
+    format!("PATCH {kind_path}/{name}")
+}
+
+const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets";
+const ROUTE_PATH: &str = "/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes";
+const SERVICE_PATH: &str = "/api/v1/namespaces/default/services";
+const RECORD_PATH: &str = "/apis/apps/v1/namespaces/default/controllerrevisions";
+const STATUS: &str = "PATCH /apis/fusioninfer.io/v1alpha1/namespaces/default/inferenceservices/qwen-incremental/status";
+
+/// A reconcile context whose clock reads `at`.
+fn context_at(fake: &FakeApi, at: &str) -> Arc<Context> {
+    let mut ctx = Context::new(fake.client(), Default::default());
+    let now: jiff::Timestamp = at.parse().unwrap();
+    ctx.now = Arc::new(move || now);
+    Arc::new(ctx)
+}
+
+fn store_example(fake: &FakeApi) {
+    let object = yaml_documents(&repo_path(EXAMPLE)).remove(0);
+    let (admitted, _) = tandem::admission::admit(
+        tandem::admission::Kind::InferenceService,
+        "default",
+        &object,
+        None,
+        &tandem::admission::lookup::Blind,
+    )
+    .unwrap();
+    fake.insert(admitted);
+}
+
+async fn reconcile_at(fake: &FakeApi, at: &str) -> Action {
+    let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
+    let service: InferenceService = serde_json::from_value(stored).unwrap();
+    reconcile(Arc::new(service), context_at(fake, at))
+        .await
+        .expect("reconcile succeeds")
+}
+
+/// What the Gateway controller writes once it has programmed the current
+/// generation of the Gateway and the route.
+fn program_gateway(fake: &FakeApi) {
+    let condition = |t: &str, generation: &Value| {
+        json!({"type": t, "status": "True", "reason": t, "message": "",
+               "lastTransitionTime": "2026-11-21T09:00:00Z", "observedGeneration": generation})
+    };
+    fake.edit(GATEWAY_API, "Gateway", "default", &format!("{NAME}-gateway"), |g| {
+        let generation = g["metadata"]["generation"].clone();
+        g["status"] = json!({"conditions": [condition("Accepted", &generation), condition("Programmed", &generation)]});
+    });
+    fake.edit(GATEWAY_API, "HTTPRoute", "default", &format!("{NAME}-route"), |r| {
+        let generation = r["metadata"]["generation"].clone();
+        r["status"] = json!({"parents": [{"controllerName": "example.com/gateway",
+            "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": format!("{NAME}-gateway")},
+            "conditions": [condition("Accepted", &generation), condition("ResolvedRefs", &generation)]}]});
+    });
+}
+
+/// A ready pod (the leader) for every LeaderWorkerSet, as LWS would make.
+fn ready_pods(fake: &FakeApi) {
+    for lws in fake.list(LWS, "LeaderWorkerSet", "default") {
+        let labels = &lws["metadata"]["labels"];
+        let name = lws["metadata"]["name"].as_str().unwrap();
+        fake.insert(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{name}-0"), "namespace": "default", "labels": {
+                "fusioninfer.io/service": NAME, "fusioninfer.io/role-name": labels["fusioninfer.io/role-name"],
+                "fusioninfer.io/replica-index": labels["fusioninfer.io/replica-index"],
+                "fusioninfer.io/revision": labels["fusioninfer.io/revision"],
+                "leaderworkerset.sigs.k8s.io/worker-index": "0"}},
+            "spec": {"nodeName": "gpu-1", "containers": [{"name": "vllm", "image": "v"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}));
+    }
+}
+
+fn revision_of(fake: &FakeApi) -> String {
+    let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
+    let service: InferenceService = serde_json::from_value(stored).unwrap();
+    tandem::plan::children::revision(&service.spec)
+}
+
+fn weights(fake: &FakeApi) -> Vec<(String, i64)> {
+    let route = fake
+        .get(
+            GATEWAY_API,
+            "HTTPRoute",
+            "default",
+            &format!("{NAME}-route"),
+        )
+        .unwrap();
+    route["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap().to_owned(),
+                b["weight"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn upgrade_status(fake: &FakeApi) -> Value {
+    fake.get(IS, "InferenceService", "default", NAME).unwrap()["status"]["upgrade"].clone()
+}
+
+/// Installs the example, lets its replicas become ready and its Gateway be
+/// programmed, then changes the image: the returned revisions are the old
+/// and the new one.
+async fn installed_then_changed(fake: &FakeApi) -> (String, String) {
+    store_example(fake);
+    reconcile_at(fake, "2026-11-21T09:00:00Z").await;
+    ready_pods(fake);
+    program_gateway(fake);
+    reconcile_at(fake, "2026-11-21T09:00:10Z").await;
+    let v1 = revision_of(fake);
+    assert_eq!(weights(fake), [(format!("{NAME}-{v1}"), 100)]);
+    fake.edit(IS, "InferenceService", "default", NAME, |s| {
+        s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+            json!("vllm/vllm-openai:v0.12.0");
+    });
+    fake.take_calls();
+    (v1, revision_of(fake))
+}
+
+#[tokio::test]
+async fn one_capacity_step_then_one_traffic_step_then_nothing_within_the_interval() {
+    let fake = FakeApi::new();
+    let (v1, v2) = installed_then_changed(&fake).await;
+
+    // Capacity: the pending revision starts at 0/0 and grows by maxSurgePercent
+    // 20, ceil(4 × 20 / 100) = 1 replica, beside the 4 of the active one.
+    let action = reconcile_at(&fake, "2026-11-21T10:00:00Z").await;
+    let pending_lws = format!("{NAME}-inference-0-{v2}");
+    assert_eq!(
+        fake.take_writes(),
+        [
+            path(LWS_PATH, &pending_lws),
+            EVENTS.to_owned(),
+            path(ROUTE_PATH, &format!("{NAME}-route")),
+            EVENTS.to_owned(),
+            path(SERVICE_PATH, &format!("{NAME}-{v2}")),
+            EVENTS.to_owned(),
+            path(RECORD_PATH, &format!("{NAME}-{v2}")),
+            EVENTS.to_owned(),
+            EVENTS.to_owned(),
+            EVENTS.to_owned(),
+            STATUS.to_owned(),
+        ]
+    );
+    assert_eq!(
+        weights(&fake),
+        [(format!("{NAME}-{v1}"), 100), (format!("{NAME}-{v2}"), 0)]
+    );
+    assert_eq!(
+        upgrade_status(&fake)["pending"],
+        json!({"revision": v2, "targetCapacity": 20, "trafficRoutedPercent": 0})
+    );
+    assert_eq!(fake.list(LWS, "LeaderWorkerSet", "default").len(), 5);
+    let notes = fake.event_notes();
+    assert!(
+        notes.contains(&format!("UpgradeStarted: upgrade from revision {v1} to revision {v2} started (IncrementalUpgrade: maxSurgePercent 20, stepSizePercent 5, intervalSeconds 10)")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&format!("UpgradeCapacity: revision {v2} scaled up from 0% to 20% of the desired replicas (maxSurgePercent 20)")),
+        "{notes:?}"
+    );
+    // Its replica is not ready: look again soon, pods are watched anyway.
+    assert_eq!(action, Action::requeue(Duration::from_secs(30)));
+
+    // Traffic: its replica is ready and the route programmed; the first
+    // traffic step moves 5 % at once.
+    ready_pods(&fake);
+    program_gateway(&fake);
+    fake.take_calls();
+    let action = reconcile_at(&fake, "2026-11-21T10:00:05Z").await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            path(ROUTE_PATH, &format!("{NAME}-route")),
+            EVENTS.to_owned(),
+            EVENTS.to_owned(),
+            STATUS.to_owned(),
+        ]
+    );
+    assert_eq!(
+        weights(&fake),
+        [(format!("{NAME}-{v1}"), 95), (format!("{NAME}-{v2}"), 5)]
+    );
+    assert_eq!(
+        upgrade_status(&fake)["pending"],
+        json!({"revision": v2, "targetCapacity": 20, "trafficRoutedPercent": 5,
+               "lastTrafficMoveTime": "2026-11-21T10:00:05Z"})
+    );
+    assert!(
+        fake.event_notes().contains(&format!(
+            "UpgradeTraffic: moved traffic to revision {v2} from 0% to 5%; revision {v1} keeps 95%"
+        )),
+        "{:?}",
+        fake.event_notes()
+    );
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(10)),
+        "the next step is due in intervalSeconds"
+    );
+
+    // Within the interval: the world is unchanged, nothing is written, and
+    // the next look is when the next step is due.
+    program_gateway(&fake);
+    fake.take_calls();
+    let action = reconcile_at(&fake, "2026-11-21T10:00:09Z").await;
+    assert_eq!(fake.take_writes(), Vec::<String>::new());
+    assert_eq!(action, Action::requeue(Duration::from_secs(6)));
+    let status = fake.get(IS, "InferenceService", "default", NAME).unwrap()["status"].clone();
+    let upgrading = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "UpgradeInProgress")
+        .unwrap()
+        .clone();
+    assert_eq!(upgrading["status"], "True");
+    assert_eq!(upgrading["reason"], "WaitingForInterval");
+}
+
+#[tokio::test]
+async fn without_the_gateway_api_the_service_runs_and_the_upgrade_is_stalled() {
+    let fake = FakeApi::new();
+    fake.uninstall("gateways");
+    fake.uninstall("httproutes");
+    store_example(&fake);
+    reconcile_at(&fake, "2026-11-21T10:00:00Z").await;
+    let lws = fake.list(LWS, "LeaderWorkerSet", "default");
+    assert_eq!(lws.len(), 4, "the replicas run without the Gateway API");
+    let status = fake.get(IS, "InferenceService", "default", NAME).unwrap()["status"].clone();
+    let condition = |t: &str| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(condition("Failed")["status"], "True");
+    assert_eq!(
+        condition("Failed")["message"],
+        "the Gateway API is not installed in the cluster; the HTTPRoute API is not installed in the cluster"
+    );
+
+    fake.edit(IS, "InferenceService", "default", NAME, |s| {
+        s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+            json!("vllm/vllm-openai:v0.12.0");
+    });
+    reconcile_at(&fake, "2026-11-21T10:00:10Z").await;
+    let status = fake.get(IS, "InferenceService", "default", NAME).unwrap()["status"].clone();
+    let upgrading = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "UpgradeInProgress")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (upgrading["status"].as_str(), upgrading["reason"].as_str()),
+        (Some("True"), Some("Stalled"))
+    );
+    assert!(upgrading["message"].as_str().unwrap().contains(
+        "the Gateway API (gateway.networking.k8s.io Gateway and HTTPRoute) is not installed"
+    ));
+    assert_eq!(
+        status["upgrade"]["pending"]["targetCapacity"], 0,
+        "nothing moves"
+    );
+    assert_eq!(fake.list(LWS, "LeaderWorkerSet", "default").len(), 4);
+
+    // Another strategy needs nothing of it.
+    fake.edit(IS, "InferenceService", "default", NAME, |s| {
+        s["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate"});
+    });
+    reconcile_at(&fake, "2026-11-21T10:00:20Z").await;
+    let status = fake.get(IS, "InferenceService", "default", NAME).unwrap()["status"].clone();
+    assert_eq!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Failed")
+            .unwrap()["status"],
+        "False"
+    );
+    assert!(status.get("upgrade").is_none(), "{status}");
+    assert!(
+        !status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "UpgradeInProgress"),
+        "{status}"
+    );
+}
+
+#[test]
+fn generated_gateway_route_and_revisions_fit_the_upstream_crds() {
+    let Some(dir) = upstream_crds("generated_gateway_route_and_revisions_fit_the_upstream_crds")
+    else {
+        return;
+    };
+    let schemas = upstream_schemas(&dir);
+    // Mid-upgrade, with both revisions: render the example with a status
+    // that records a pending revision and a programmed Gateway.
+    let mut world = yaml_documents(&repo_path(EXAMPLE));
+    let revision = |object: &Value| {
+        let service: InferenceService = serde_json::from_value(object.clone()).unwrap();
+        tandem::plan::children::revision(&service.spec)
+    };
+    let v1 = revision(&world[0]);
+    world[0]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!("vllm/vllm-openai:v0.12.0");
+    let v2 = revision(&world[0]);
+    world[0]["status"] = json!({"upgrade": {
+        "active": {"revision": v1, "targetCapacity": 100, "trafficRoutedPercent": 60},
+        "pending": {"revision": v2, "targetCapacity": 40, "trafficRoutedPercent": 40},
+    }});
+    let rendered = tandem::render::render(world, &Default::default()).unwrap();
+    let mut checked = Vec::new();
+    for object in &rendered.apply {
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let kind = object["kind"].as_str().unwrap();
+        let Some(schema) = schemas.get(&(api_version.to_owned(), kind.to_owned())) else {
+            continue;
+        };
+        let errors = schema.errors(object);
+        assert!(
+            errors.is_empty(),
+            "{kind} {}: {errors:?}",
+            object["metadata"]["name"]
+        );
+        checked.push(kind.to_owned());
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        ["Gateway", "HTTPRoute", "LeaderWorkerSet", "LeaderWorkerSet"],
+        "no LeaderWorkerSet of the active revision is written: the world has none of it, and nothing records its templates"
+    );
+    let route = rendered
+        .apply
+        .iter()
+        .find(|o| o["kind"] == "HTTPRoute")
+        .unwrap();
+    let backends: Vec<(&str, i64)> = route["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["name"].as_str().unwrap(), b["weight"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        backends,
+        [
+            (format!("{NAME}-{v1}").as_str(), 60),
+            (format!("{NAME}-{v2}").as_str(), 40)
+        ]
+    );
+    // And the schemas are strict enough to catch a wrong route.
+    let mut bad = route.clone();
+    bad["spec"]["rules"][0]["backendRefs"][0]["weight"] = json!(-1);
+    assert!(
+        !schemas[&(GATEWAY_API.to_owned(), "HTTPRoute".to_owned())]
+            .errors(&bad)
+            .is_empty()
+    );
+}
+
+/// Runs `tandem render` on the mid-upgrade example at `now`, as JSON.
+fn render_at(now: &str) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "render",
+            "-f",
+            "examples/render/incremental-upgrade-step.yaml",
+            "--now",
+            now,
+            "-o",
+            "json",
+        ])
+        .current_dir(repo_path(""))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn rendered<'a>(out: &'a Value, kind: &str) -> &'a Value {
+    out["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {out}"))
+}
+
+#[test]
+fn render_now_shows_the_next_step_from_the_given_statuses() {
+    let (v1, v2) = ("f5d1d225f2", "f56bd0e55b");
+    let backends =
+        |out: &Value| rendered(out, "HTTPRoute")["spec"]["rules"][0]["backendRefs"].clone();
+    let condition = |out: &Value, t: &str| {
+        rendered(out, "InferenceService")["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .unwrap()
+            .clone()
+    };
+
+    // The interval has passed: one traffic step, then render stops, as the
+    // rewritten route is not programmed yet.
+    let due = render_at("2026-11-21T10:00:30Z");
+    assert_eq!(
+        backends(&due),
+        json!([{"name": format!("{NAME}-{v1}"), "port": 8000, "weight": 75},
+               {"name": format!("{NAME}-{v2}"), "port": 8000, "weight": 25}])
+    );
+    assert_eq!(
+        rendered(&due, "InferenceService")["status"]["upgrade"]["pending"],
+        json!({"revision": v2, "targetCapacity": 40, "trafficRoutedPercent": 25,
+               "lastTrafficMoveTime": "2026-11-21T10:00:30Z"})
+    );
+    assert_eq!(
+        condition(&due, "UpgradeInProgress")["reason"],
+        "WaitingForRoute"
+    );
+    assert_eq!(condition(&due, "Progressing")["reason"], "Upgrading");
+    assert_eq!(due["delete"], json!([]));
+
+    // Not yet: the weights stay, and the status says when the next step is due.
+    let early = render_at("2026-11-21T10:00:05Z");
+    assert_eq!(
+        backends(&early),
+        json!([{"name": format!("{NAME}-{v1}"), "port": 8000, "weight": 80},
+               {"name": format!("{NAME}-{v2}"), "port": 8000, "weight": 20}])
+    );
+    let upgrading = condition(&early, "UpgradeInProgress");
+    assert_eq!(upgrading["reason"], "WaitingForInterval");
+    assert!(
+        upgrading["message"].as_str().unwrap().ends_with(&format!(
+            "next traffic step to revision {v2} at 2026-11-21T10:00:10Z (intervalSeconds 10)"
+        )),
+        "{upgrading}"
+    );
+    // The active revision's replicas run as they are: the spec no longer
+    // describes them and nothing records their templates, so they are
+    // neither rewritten nor deleted.
+    let lws: Vec<&str> = early["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "LeaderWorkerSet")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        lws,
+        [
+            format!("{NAME}-inference-0-{v2}"),
+            format!("{NAME}-inference-1-{v2}")
+        ]
+    );
+}
