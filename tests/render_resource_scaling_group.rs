@@ -213,3 +213,48 @@ spec:
     assert_eq!(condition(group, "Stalled")["reason"], "UnsupportedKind");
     assert!(find(&rendered.apply, "Agent", "tools").is_none());
 }
+
+/// DESIGN.md §1.2 with §1.3: an HPA on the prefill view (it has set 3), the
+/// group makes the decode view follow at 1:4, and that view fills on-demand
+/// (at most 2) before spot.
+#[test]
+fn hpa_on_prefill_and_decode_following_at_one_to_four_over_on_demand_and_spot() {
+    let text =
+        std::fs::read_to_string(repo_path("examples/render/hpa-prefill-decode-follows.yaml"))
+            .unwrap();
+    let world = parse_world("hpa-prefill-decode-follows", &text, "default").unwrap();
+    let rendered = render(world, &Options::default()).unwrap();
+    assert!(rendered.warnings.is_empty(), "{:?}", rendered.warnings);
+    let objects = &rendered.apply;
+    let decode_view = find(objects, "ScaleView", "spot-decode-sv").unwrap();
+    assert_eq!(decode_view["spec"]["replicas"], 12, "4 x prefill's 3");
+    let service = find(objects, "InferenceService", "spot-decode").unwrap();
+    let roles: Vec<(&str, i64)> = service["spec"]["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap(), r["replicas"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        roles,
+        [("prefill", 3), ("decode-ondemand", 2), ("decode-spot", 10)]
+    );
+    let group = find(objects, "ResourceScalingGroup", "prefill-decode-ratio").unwrap();
+    assert_eq!(group["status"]["currentReplicas"], 3);
+    assert_eq!(condition(group, "Ready")["status"], "True");
+    let spot = objects
+        .iter()
+        .filter(|o| {
+            o["kind"] == "LeaderWorkerSet"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("spot-decode-decode-spot-")
+        })
+        .count();
+    assert_eq!(spot, 10);
+    assert!(
+        find(objects, "HorizontalPodAutoscaler", "spot-prefill-sv").is_none(),
+        "the HPA is only read"
+    );
+}
