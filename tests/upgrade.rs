@@ -548,6 +548,73 @@ fn generated_gateway_route_and_revisions_fit_the_upstream_crds() {
     );
 }
 
+#[test]
+fn a_router_services_pools_and_route_fit_the_upstream_crds() {
+    let Some(dir) = upstream_crds("a_router_services_pools_and_route_fit_the_upstream_crds") else {
+        return;
+    };
+    let schemas = upstream_schemas(&dir);
+    let mut world = vec![routed_example()];
+    let revision = |object: &Value| {
+        let service: InferenceService = serde_json::from_value(object.clone()).unwrap();
+        tandem::plan::children::revision(&service.spec)
+    };
+    let v1 = revision(&world[0]);
+    world[0]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!("vllm/vllm-openai:v0.12.0");
+    let v2 = revision(&world[0]);
+    world[0]["status"] = json!({"upgrade": {
+        "active": {"revision": v1, "targetCapacity": 100, "trafficRoutedPercent": 60},
+        "pending": {"revision": v2, "targetCapacity": 40, "trafficRoutedPercent": 40},
+    }});
+    let rendered = tandem::render::render(world, &Default::default()).unwrap();
+    let mut checked = Vec::new();
+    for object in &rendered.apply {
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let kind = object["kind"].as_str().unwrap();
+        let Some(schema) = schemas.get(&(api_version.to_owned(), kind.to_owned())) else {
+            continue;
+        };
+        let errors = schema.errors(object);
+        assert!(
+            errors.is_empty(),
+            "{kind} {}: {errors:?}",
+            object["metadata"]["name"]
+        );
+        checked.push(format!(
+            "{kind} {}",
+            object["metadata"]["name"].as_str().unwrap()
+        ));
+    }
+    checked.retain(|c| !c.starts_with("LeaderWorkerSet"));
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            format!("Gateway {NAME}-gateway"),
+            format!("HTTPRoute {NAME}-route"),
+            format!("InferencePool {NAME}-pool"),
+            format!("InferencePool {NAME}-pool-{v2}"),
+        ]
+    );
+    let route = rendered
+        .apply
+        .iter()
+        .find(|o| o["kind"] == "HTTPRoute")
+        .unwrap();
+    assert_eq!(
+        route["spec"]["rules"][0]["backendRefs"],
+        json!([
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": format!("{NAME}-pool"), "weight": 60},
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": format!("{NAME}-pool-{v2}"), "weight": 40},
+        ])
+    );
+    // No per-revision Service: the pools are the backends.
+    assert!(!rendered.apply.iter().any(
+        |o| o["kind"] == "Service" && o["metadata"]["name"] == format!("{NAME}-{v2}").as_str()
+    ));
+}
+
 /// Runs `tandem render` on the mid-upgrade example at `now`, as JSON.
 fn render_at(now: &str) -> Value {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
