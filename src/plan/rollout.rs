@@ -1106,11 +1106,11 @@ mod tests {
 
         let history = cluster.run_until(settled);
         assert_eq!(cluster.backends(), [(pool2.clone(), 100)]);
-        assert_eq!(names_of(&cluster, "InferencePool"), [pool2.clone()]);
+        assert_eq!(names_of(&cluster, "InferencePool"), [pool2.as_str()]);
         let epp2 = format!("qwen-epp-{v2}");
-        assert_eq!(names_of(&cluster, "Deployment"), [epp2.clone()]);
-        assert_eq!(names_of(&cluster, "ConfigMap"), [epp2.clone()]);
-        assert_eq!(names_of(&cluster, "Service"), [epp2.clone()]);
+        assert_eq!(names_of(&cluster, "Deployment"), [epp2.as_str()]);
+        assert_eq!(names_of(&cluster, "ConfigMap"), [epp2.as_str()]);
+        assert_eq!(names_of(&cluster, "Service"), [epp2.as_str()]);
         assert_eq!(names_of(&cluster, "ServiceAccount"), ["qwen-epp"]);
         assert_one_picker_per_revision_pool(&cluster);
         let notes: Vec<&str> = history

@@ -13,6 +13,13 @@
 //! | InferencePool | `{svc}-pool` | the leaders of every serving role, and which EPP picks among them |
 //! | HTTPRoute | `{svc}-route` | the user's matches and filters, with the pool as the only backend |
 //!
+//! With NewRevision and IncrementalUpgrade ([`revision_router_objects`]) each
+//! revision has its own pool (selecting only its leaders) and endpoint picker
+//! (ConfigMap, Deployment, Service), `{svc}-pool`/`{svc}-epp` for a revision
+//! with the seed's replica names and `{svc}-pool-{revision}`/`{svc}-epp-{revision}`
+//! for a suffixed one; the RBAC is shared, and the route is the upgrade's
+//! (`super::traffic::pool_route`), which folds in the router's `httproute`.
+//!
 //! Versions. The EPP's flags, ports, probes and RBAC follow GIE v1.6
 //! (`registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0`, the release of
 //! the InferencePool v1 CRD in `shared/crds`): `cmd/epp/runner/options.go`
