@@ -2,7 +2,9 @@
 //! against the in-memory API server through one capacity step and one traffic
 //! step of an IncrementalUpgrade (and nothing written within the interval),
 //! a cluster without the Gateway API, and the generated Gateway, HTTPRoute and
-//! LeaderWorkerSets against the upstream CRDs.
+//! LeaderWorkerSets against the upstream CRDs; the same for a service with a
+//! router role, whose revisions each have an InferencePool and an endpoint
+//! picker.
 
 mod common;
 
@@ -43,7 +45,23 @@ fn context_at(fake: &FakeApi, at: &str) -> Arc<Context> {
 }
 
 fn store_example(fake: &FakeApi) {
-    let object = yaml_documents(&repo_path(EXAMPLE)).remove(0);
+    store(fake, yaml_documents(&repo_path(EXAMPLE)).remove(0));
+}
+
+/// The example with a router role whose httproute attaches to the user's
+/// own Gateway and keeps a path match.
+fn routed_example() -> Value {
+    let mut object = yaml_documents(&repo_path(EXAMPLE)).remove(0);
+    object["spec"]["roles"].as_array_mut().unwrap().push(json!({
+        "name": "router", "componentType": "router",
+        "httproute": {"parentRefs": [{"name": "inference-gateway"}],
+                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}]}]},
+    }));
+    object
+}
+
+/// Stores `object` as the API server would: through Tandem's admission.
+fn store(fake: &FakeApi, object: Value) {
     let (admitted, _) = tandem::admission::admit(
         tandem::admission::Kind::InferenceService,
         "default",
@@ -135,12 +153,19 @@ fn upgrade_status(fake: &FakeApi) -> Value {
 /// and the new one.
 async fn installed_then_changed(fake: &FakeApi) -> (String, String) {
     store_example(fake);
+    settle_then_change(fake, |v1| format!("{NAME}-{v1}")).await
+}
+
+/// Lets the stored service's replicas become ready and its Gateway be
+/// programmed (the route's one backend is `backend` of the revision), then
+/// changes the image: the returned revisions are the old and the new one.
+async fn settle_then_change(fake: &FakeApi, backend: impl Fn(&str) -> String) -> (String, String) {
     reconcile_at(fake, "2026-11-21T09:00:00Z").await;
     ready_pods(fake);
     program_gateway(fake);
     reconcile_at(fake, "2026-11-21T09:00:10Z").await;
     let v1 = revision_of(fake);
-    assert_eq!(weights(fake), [(format!("{NAME}-{v1}"), 100)]);
+    assert_eq!(weights(fake), [(backend(&v1), 100)]);
     fake.edit(IS, "InferenceService", "default", NAME, |s| {
         s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
             json!("vllm/vllm-openai:v0.12.0");
@@ -249,6 +274,129 @@ async fn one_capacity_step_then_one_traffic_step_then_nothing_within_the_interva
         .clone();
     assert_eq!(upgrading["status"], "True");
     assert_eq!(upgrading["reason"], "WaitingForInterval");
+}
+
+const CONFIG_MAP_PATH: &str = "/api/v1/namespaces/default/configmaps";
+const DEPLOYMENT_PATH: &str = "/apis/apps/v1/namespaces/default/deployments";
+const POOL_PATH: &str = "/apis/inference.networking.k8s.io/v1/namespaces/default/inferencepools";
+
+#[tokio::test]
+async fn a_router_service_steps_capacity_then_traffic_through_one_pool_per_revision() {
+    let fake = FakeApi::new();
+    store(&fake, routed_example());
+    let (v1, v2) = settle_then_change(&fake, |_| format!("{NAME}-pool")).await;
+    let pool2 = format!("{NAME}-pool-{v2}");
+    let epp2 = format!("{NAME}-epp-{v2}");
+
+    // Capacity: the pending revision's first replica, and its own endpoint
+    // picker and pool; the route gets the pool as a backend at weight 0.
+    reconcile_at(&fake, "2026-11-21T10:00:00Z").await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            path(LWS_PATH, &format!("{NAME}-inference-0-{v2}")),
+            EVENTS.to_owned(),
+            path(CONFIG_MAP_PATH, &epp2),
+            EVENTS.to_owned(),
+            path(DEPLOYMENT_PATH, &epp2),
+            EVENTS.to_owned(),
+            path(SERVICE_PATH, &epp2),
+            EVENTS.to_owned(),
+            path(POOL_PATH, &pool2),
+            EVENTS.to_owned(),
+            path(ROUTE_PATH, &format!("{NAME}-route")),
+            EVENTS.to_owned(),
+            path(RECORD_PATH, &format!("{NAME}-{v2}")),
+            EVENTS.to_owned(),
+            EVENTS.to_owned(),
+            EVENTS.to_owned(),
+            STATUS.to_owned(),
+        ]
+    );
+    assert_eq!(
+        weights(&fake),
+        [(format!("{NAME}-pool"), 100), (pool2.clone(), 0)]
+    );
+    let pool = fake
+        .get(
+            "inference.networking.k8s.io/v1",
+            "InferencePool",
+            "default",
+            &pool2,
+        )
+        .unwrap();
+    assert_eq!(
+        pool["spec"]["selector"]["matchLabels"],
+        json!({"fusioninfer.io/service": NAME, "fusioninfer.io/revision": v2,
+               "leaderworkerset.sigs.k8s.io/worker-index": "0"})
+    );
+    assert_eq!(pool["spec"]["endpointPickerRef"]["name"], epp2.as_str());
+    let active_pool = fake
+        .get(
+            "inference.networking.k8s.io/v1",
+            "InferencePool",
+            "default",
+            &format!("{NAME}-pool"),
+        )
+        .unwrap();
+    assert_eq!(
+        active_pool["spec"]["selector"]["matchLabels"]["fusioninfer.io/revision"],
+        v1.as_str()
+    );
+    let route = fake
+        .get(
+            GATEWAY_API,
+            "HTTPRoute",
+            "default",
+            &format!("{NAME}-route"),
+        )
+        .unwrap();
+    let parents: Vec<&str> = route["spec"]["parentRefs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        parents,
+        [format!("{NAME}-gateway").as_str(), "inference-gateway"]
+    );
+    assert_eq!(
+        route["spec"]["rules"][0]["matches"],
+        json!([{"path": {"type": "PathPrefix", "value": "/v1"}}])
+    );
+    assert!(
+        fake.event_notes().contains(&format!(
+            "Created: InferencePool {pool2} created: the router's pool of the leaders of revision {v2}"
+        )),
+        "{:?}",
+        fake.event_notes()
+    );
+
+    // Traffic: the first step moves 5 % to the new pool.
+    ready_pods(&fake);
+    program_gateway(&fake);
+    fake.take_calls();
+    reconcile_at(&fake, "2026-11-21T10:00:05Z").await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            path(ROUTE_PATH, &format!("{NAME}-route")),
+            EVENTS.to_owned(),
+            EVENTS.to_owned(),
+            STATUS.to_owned(),
+        ]
+    );
+    assert_eq!(
+        weights(&fake),
+        [(format!("{NAME}-pool"), 95), (pool2.clone(), 5)]
+    );
+
+    // Within the interval nothing is written.
+    program_gateway(&fake);
+    fake.take_calls();
+    reconcile_at(&fake, "2026-11-21T10:00:09Z").await;
+    assert_eq!(fake.take_writes(), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -398,6 +546,73 @@ fn generated_gateway_route_and_revisions_fit_the_upstream_crds() {
             .errors(&bad)
             .is_empty()
     );
+}
+
+#[test]
+fn a_router_services_pools_and_route_fit_the_upstream_crds() {
+    let Some(dir) = upstream_crds("a_router_services_pools_and_route_fit_the_upstream_crds") else {
+        return;
+    };
+    let schemas = upstream_schemas(&dir);
+    let mut world = vec![routed_example()];
+    let revision = |object: &Value| {
+        let service: InferenceService = serde_json::from_value(object.clone()).unwrap();
+        tandem::plan::children::revision(&service.spec)
+    };
+    let v1 = revision(&world[0]);
+    world[0]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!("vllm/vllm-openai:v0.12.0");
+    let v2 = revision(&world[0]);
+    world[0]["status"] = json!({"upgrade": {
+        "active": {"revision": v1, "targetCapacity": 100, "trafficRoutedPercent": 60},
+        "pending": {"revision": v2, "targetCapacity": 40, "trafficRoutedPercent": 40},
+    }});
+    let rendered = tandem::render::render(world, &Default::default()).unwrap();
+    let mut checked = Vec::new();
+    for object in &rendered.apply {
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let kind = object["kind"].as_str().unwrap();
+        let Some(schema) = schemas.get(&(api_version.to_owned(), kind.to_owned())) else {
+            continue;
+        };
+        let errors = schema.errors(object);
+        assert!(
+            errors.is_empty(),
+            "{kind} {}: {errors:?}",
+            object["metadata"]["name"]
+        );
+        checked.push(format!(
+            "{kind} {}",
+            object["metadata"]["name"].as_str().unwrap()
+        ));
+    }
+    checked.retain(|c| !c.starts_with("LeaderWorkerSet"));
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            format!("Gateway {NAME}-gateway"),
+            format!("HTTPRoute {NAME}-route"),
+            format!("InferencePool {NAME}-pool"),
+            format!("InferencePool {NAME}-pool-{v2}"),
+        ]
+    );
+    let route = rendered
+        .apply
+        .iter()
+        .find(|o| o["kind"] == "HTTPRoute")
+        .unwrap();
+    assert_eq!(
+        route["spec"]["rules"][0]["backendRefs"],
+        json!([
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": format!("{NAME}-pool"), "weight": 60},
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": format!("{NAME}-pool-{v2}"), "weight": 40},
+        ])
+    );
+    // No per-revision Service: the pools are the backends.
+    assert!(!rendered.apply.iter().any(
+        |o| o["kind"] == "Service" && o["metadata"]["name"] == format!("{NAME}-{v2}").as_str()
+    ));
 }
 
 /// Runs `tandem render` on the mid-upgrade example at `now`, as JSON.

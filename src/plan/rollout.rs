@@ -682,11 +682,11 @@ mod tests {
             pass
         }
 
+        /// The same service (router, strategy, status) with another image.
         fn set_spec(&mut self, image: &str) {
-            let strategy = serde_json::to_value(&self.service.spec.upgrade_strategy).unwrap();
-            let status = self.service.status.take();
-            self.service = service(image, strategy);
-            self.service.status = status;
+            let mut value = serde_json::to_value(&self.service).unwrap();
+            value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!(image);
+            self.service = serde_json::from_value(value).unwrap();
         }
 
         fn upgrade(&self) -> UpgradeStatus {
@@ -1009,6 +1009,126 @@ mod tests {
         );
         assert_eq!(cluster.backends(), [(format!("qwen-{v3}"), 100)]);
         assert_eq!(cluster.images(), BTreeSet::from(["vllm:3".to_owned()]));
+    }
+
+    /// The example's service with a router role whose route attaches to the
+    /// user's own Gateway too.
+    fn routed(image: &str) -> InferenceService {
+        let mut value = serde_json::to_value(service(image, incremental())).unwrap();
+        value["spec"]["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router",
+            "httproute": {"parentRefs": [{"name": "inference-gateway"}],
+                          "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}]}]},
+        }));
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn names_of(cluster: &Cluster, kind: &str) -> Vec<String> {
+        cluster
+            .of_kind(kind)
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Every pool selects the leaders of the revision it is labelled with, and
+    /// its endpoint picker serves that pool.
+    fn assert_one_picker_per_revision_pool(cluster: &Cluster) {
+        for pool in cluster.of_kind("InferencePool") {
+            let revision = pool["metadata"]["labels"][REVISION].as_str().unwrap();
+            assert_eq!(
+                pool["spec"]["selector"]["matchLabels"][REVISION], revision,
+                "{pool}"
+            );
+            let epp = pool["spec"]["endpointPickerRef"]["name"].as_str().unwrap();
+            let deployment = cluster.children[&("Deployment".to_owned(), epp.to_owned())].clone();
+            assert_eq!(
+                deployment["spec"]["template"]["spec"]["containers"][0]["args"][1],
+                pool["metadata"]["name"]
+            );
+        }
+    }
+
+    #[test]
+    fn a_router_upgrades_through_one_pool_and_endpoint_picker_per_revision() {
+        let mut cluster = Cluster::new(routed("vllm:1"));
+        cluster.run_until(|c| {
+            c.pods()
+                .iter()
+                .all(|p| p["status"]["conditions"][0]["status"] == "True")
+        });
+        let v1 = children::revision(&cluster.service.spec);
+        // Never upgraded: today's router names, and one route.
+        assert_eq!(names_of(&cluster, "InferencePool"), ["qwen-pool"]);
+        assert_eq!(names_of(&cluster, "Deployment"), ["qwen-epp"]);
+        assert_eq!(names_of(&cluster, "Service"), ["qwen-epp"]);
+        assert_eq!(names_of(&cluster, "HTTPRoute"), ["qwen-route"]);
+        assert_eq!(cluster.backends(), [("qwen-pool".to_owned(), 100)]);
+        let route = cluster.of_kind("HTTPRoute")[0];
+        assert_eq!(route["spec"]["parentRefs"][1]["name"], "inference-gateway");
+        assert_eq!(
+            route["spec"]["rules"][0]["matches"][0]["path"]["value"],
+            "/v1"
+        );
+        assert_one_picker_per_revision_pool(&cluster);
+
+        cluster.set_spec("vllm:2");
+        let v2 = children::revision(&cluster.service.spec);
+        let pool2 = format!("qwen-pool-{v2}");
+        // run_until checks that the weights sum to 100 after every pass.
+        let history = cluster.run_until(|c| {
+            c.upgrade()
+                .pending
+                .is_some_and(|p| p.traffic_routed_percent >= 50)
+        });
+        let mut splits: Vec<Vec<String>> = history
+            .iter()
+            .map(|(_, _, u)| {
+                let mut pools = vec!["qwen-pool".to_owned()];
+                pools.extend(u.pending.as_ref().map(|_| pool2.clone()));
+                pools
+            })
+            .collect();
+        splits.dedup();
+        assert_eq!(splits, [vec!["qwen-pool".to_owned(), pool2.clone()]]);
+        let weights = cluster.backends();
+        assert_eq!(
+            weights.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+            ["qwen-pool", pool2.as_str()]
+        );
+        assert_eq!(weights[1].1, 50);
+        assert_eq!(
+            names_of(&cluster, "InferencePool"),
+            ["qwen-pool".to_owned(), pool2.clone()]
+        );
+        assert_eq!(names_of(&cluster, "HTTPRoute"), ["qwen-route"]);
+        assert_one_picker_per_revision_pool(&cluster);
+
+        let history = cluster.run_until(settled);
+        assert_eq!(cluster.backends(), [(pool2.clone(), 100)]);
+        assert_eq!(names_of(&cluster, "InferencePool"), [pool2.as_str()]);
+        let epp2 = format!("qwen-epp-{v2}");
+        assert_eq!(names_of(&cluster, "Deployment"), [epp2.as_str()]);
+        assert_eq!(names_of(&cluster, "ConfigMap"), [epp2.as_str()]);
+        assert_eq!(names_of(&cluster, "Service"), [epp2.as_str()]);
+        assert_eq!(names_of(&cluster, "ServiceAccount"), ["qwen-epp"]);
+        assert_one_picker_per_revision_pool(&cluster);
+        let notes: Vec<&str> = history
+            .iter()
+            .flat_map(|(_, pass, _)| &pass.delete)
+            .map(|d| d.note.as_str())
+            .collect();
+        for gone in [
+            "InferencePool qwen-pool",
+            "Deployment qwen-epp",
+            "ConfigMap qwen-epp",
+            "Service qwen-epp",
+        ] {
+            let note = format!("{gone} deleted: revision {v1} no longer runs");
+            assert!(notes.contains(&note.as_str()), "{note} in {notes:#?}");
+        }
+        let again = cluster.reconcile();
+        assert!(again.apply.is_empty() && again.delete.is_empty() && again.events.is_empty());
     }
 
     #[test]

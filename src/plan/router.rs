@@ -13,6 +13,13 @@
 //! | InferencePool | `{svc}-pool` | the leaders of every serving role, and which EPP picks among them |
 //! | HTTPRoute | `{svc}-route` | the user's matches and filters, with the pool as the only backend |
 //!
+//! With NewRevision and IncrementalUpgrade ([`revision_router_objects`]) each
+//! revision has its own pool (selecting only its leaders) and endpoint picker
+//! (ConfigMap, Deployment, Service), `{svc}-pool`/`{svc}-epp` for a revision
+//! with the seed's replica names and `{svc}-pool-{revision}`/`{svc}-epp-{revision}`
+//! for a suffixed one; the RBAC is shared, and the route is the upgrade's
+//! (`super::traffic::pool_route`), which folds in the router's `httproute`.
+//!
 //! Versions. The EPP's flags, ports, probes and RBAC follow GIE v1.6
 //! (`registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0`, the release of
 //! the InferencePool v1 CRD in `shared/crds`): `cmd/epp/runner/options.go`
@@ -36,7 +43,8 @@ use crate::api::inference_service::{
 use crate::api::{Findings, Violation};
 
 use super::children::{
-    self, COMPONENT_TYPE, LWS_WORKER_INDEX, SERVICE, role_labels, service_labels, service_name,
+    self, COMPONENT_TYPE, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, role_labels, service_labels,
+    service_name,
 };
 
 /// The GIE endpoint picker whose flags, ports and plugins this module uses:
@@ -511,48 +519,161 @@ fn generated_config(strategy: RoutingStrategy) -> Value {
 /// router`. Without `httproute` on the router there is no HTTPRoute: a route
 /// needs `parentRefs` to attach to a Gateway, and Tandem cannot guess them, so
 /// the pool is then reachable only through routes the user writes.
+///
+/// This is the router of RollingUpdate and None, where one pool selects the
+/// leaders of every revision. NewRevision and IncrementalUpgrade use
+/// [`revision_router_objects`] instead.
 pub fn router_objects(
     service: &InferenceService,
     options: &RouterOptions,
 ) -> Result<Vec<Value>, String> {
-    let Some((_, router)) = router_of(&service.spec) else {
+    let Some(router) = checked_router(service)? else {
         return Ok(Vec::new());
     };
     let svc = service_name(service);
-    if let Some(reason) = name_error(svc) {
+    let mut objects = rbac_objects(service, router);
+    objects.extend(picker_objects(service, router, options, None)?);
+    if let Some(route) = &router.httproute {
+        objects.push(json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": children::metadata(service, &route_name(svc), &object_labels(svc)),
+            "spec": route_spec(Some(route), &[pool_backend(&pool_name(svc), None)]),
+        }));
+    }
+    Ok(objects)
+}
+
+/// One revision that runs side by side with another (NewRevision,
+/// IncrementalUpgrade), and how its replicas are named: its pool and endpoint
+/// picker are named the same way.
+#[derive(Clone, Copy, Debug)]
+pub struct RevisionPool<'a> {
+    pub revision: &'a str,
+    pub naming: &'a Naming,
+}
+
+/// The endpoint picker of one revision: `{svc}-epp` for a revision whose
+/// replicas have the seed's names (so a service that was never upgraded keeps
+/// today's names), `{svc}-epp-{revision}` for one whose replicas are suffixed.
+pub fn revision_epp_name(service: &str, naming: &Naming) -> String {
+    match naming {
+        Naming::Plain => epp_name(service),
+        Naming::Suffixed(suffix) => format!("{}-{suffix}", epp_name(service)),
+    }
+}
+
+/// The InferencePool of one revision: `{svc}-pool` or `{svc}-pool-{revision}`,
+/// as [`revision_epp_name`].
+pub fn revision_pool_name(service: &str, naming: &Naming) -> String {
+    match naming {
+        Naming::Plain => pool_name(service),
+        Naming::Suffixed(suffix) => format!("{}-{suffix}", pool_name(service)),
+    }
+}
+
+/// The router of a service whose revisions run side by side (NewRevision,
+/// IncrementalUpgrade), empty without a router role: one ServiceAccount, Role
+/// and RoleBinding `{svc}-epp` shared by every endpoint picker (what they read
+/// is the same), and for each revision its own InferencePool, selecting only
+/// that revision's leaders, and its own endpoint picker (ConfigMap,
+/// Deployment, Service), since an endpoint picker serves exactly one pool.
+/// There is no HTTPRoute here: the upgrade's route (see
+/// [`super::traffic::pool_route`]) is the one route of the service, with the
+/// router's `httproute` folded into it.
+pub fn revision_router_objects(
+    service: &InferenceService,
+    options: &RouterOptions,
+    revisions: &[RevisionPool<'_>],
+) -> Result<Vec<Value>, String> {
+    let Some(router) = checked_router(service)? else {
+        return Ok(Vec::new());
+    };
+    let mut objects = rbac_objects(service, router);
+    for revision in revisions {
+        objects.extend(picker_objects(service, router, options, Some(revision))?);
+    }
+    Ok(objects)
+}
+
+/// The router role, once the service's name and ports are known to fit it.
+fn checked_router(service: &InferenceService) -> Result<Option<&Role>, String> {
+    let Some((_, router)) = router_of(&service.spec) else {
+        return Ok(None);
+    };
+    if let Some(reason) = name_error(service_name(service)) {
         return Err(format!("metadata.name: {reason}"));
     }
-    let port = serving_port(&service.spec).map_err(|v| v.to_string())?;
-    let config = endpoint_picker_config(router)?;
-    let labels = object_labels(svc);
-    let epp = epp_name(svc);
-    let meta = |name: &str| children::metadata(service, name, &labels);
+    serving_port(&service.spec).map_err(|v| v.to_string())?;
+    Ok(Some(router))
+}
 
-    let mut objects = vec![
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(&epp)}),
+/// The endpoint pickers' ServiceAccount, Role and RoleBinding, `{svc}-epp`.
+fn rbac_objects(service: &InferenceService, router: &Role) -> Vec<Value> {
+    let svc = service_name(service);
+    let epp = epp_name(svc);
+    let meta = children::metadata(service, &epp, &object_labels(svc));
+    vec![
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": meta(&epp),
+            "metadata": meta,
             "rules": rbac_rules(router.replicas()),
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": meta(&epp),
+            "metadata": meta,
             "subjects": [{"kind": "ServiceAccount", "name": epp, "namespace": namespace(service)}],
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": epp},
         }),
+    ]
+}
+
+/// One endpoint picker (ConfigMap, Deployment, Service) and the pool it
+/// serves: for the whole service (`revision` None: the pool selects every
+/// serving leader), or for one revision (the pool selects that revision's
+/// leaders, and every object carries the revision label).
+fn picker_objects(
+    service: &InferenceService,
+    router: &Role,
+    options: &RouterOptions,
+    revision: Option<&RevisionPool<'_>>,
+) -> Result<Vec<Value>, String> {
+    let svc = service_name(service);
+    let port = serving_port(&service.spec).map_err(|v| v.to_string())?;
+    let config = endpoint_picker_config(router)?;
+    let mut labels = object_labels(svc);
+    let mut pool_selector = BTreeMap::from([
+        (SERVICE.to_owned(), svc.to_owned()),
+        (LWS_WORKER_INDEX.to_owned(), "0".to_owned()),
+    ]);
+    let names = match revision {
+        None => Picker {
+            epp: epp_name(svc),
+            pool: pool_name(svc),
+        },
+        Some(pool) => {
+            labels.insert(REVISION.to_owned(), pool.revision.to_owned());
+            pool_selector.insert(REVISION.to_owned(), pool.revision.to_owned());
+            Picker {
+                epp: revision_epp_name(svc, pool.naming),
+                pool: revision_pool_name(svc, pool.naming),
+            }
+        }
+    };
+    let meta = |name: &str| children::metadata(service, name, &labels);
+    Ok(vec![
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": meta(&epp),
+            "metadata": meta(&names.epp),
             "data": {CONFIG_KEY: config},
         }),
-        deployment(service, router, &config, options, meta(&epp))?,
+        deployment(service, router, &config, options, &names, meta(&names.epp))?,
         json!({
             "apiVersion": "v1", "kind": "Service",
-            "metadata": meta(&epp),
+            "metadata": meta(&names.epp),
             "spec": {
                 "type": "ClusterIP",
-                "selector": selector_labels(svc),
+                "selector": selector_labels(svc, &names.epp),
                 "ports": [
                     {"name": "grpc-ext-proc", "protocol": "TCP", "appProtocol": "http2",
                      "port": EXT_PROC_PORT, "targetPort": EXT_PROC_PORT},
@@ -563,24 +684,23 @@ pub fn router_objects(
         }),
         json!({
             "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
-            "metadata": meta(&pool_name(svc)),
+            "metadata": meta(&names.pool),
             "spec": {
                 // LWS labels every leader pod with worker-index 0, so this
-                // selects the leader of every replica of every serving role.
-                "selector": {"matchLabels": {SERVICE: svc, LWS_WORKER_INDEX: "0"}},
+                // selects the leader of every replica of every serving role
+                // (of the one revision, when the pool is a revision's).
+                "selector": {"matchLabels": pool_selector},
                 "targetPorts": [{"number": port}],
-                "endpointPickerRef": {"name": epp, "port": {"number": EXT_PROC_PORT}},
+                "endpointPickerRef": {"name": names.epp, "port": {"number": EXT_PROC_PORT}},
             },
         }),
-    ];
-    if let Some(route) = &router.httproute {
-        objects.push(json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": meta(&route_name(svc)),
-            "spec": route_spec(route, &pool_name(svc)),
-        }));
-    }
-    Ok(objects)
+    ])
+}
+
+/// The names of one endpoint picker's objects and of the pool it serves.
+struct Picker {
+    epp: String,
+    pool: String,
 }
 
 fn namespace(service: &InferenceService) -> &str {
@@ -594,10 +714,11 @@ fn object_labels(svc: &str) -> BTreeMap<String, String> {
     labels
 }
 
-/// What selects the EPP pods (Deployment selector, Service selector).
-fn selector_labels(svc: &str) -> BTreeMap<String, String> {
+/// What selects the pods of the endpoint picker `epp` (Deployment selector,
+/// Service selector).
+fn selector_labels(svc: &str, epp: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (NAME.to_owned(), epp_name(svc)),
+        (NAME.to_owned(), epp.to_owned()),
         (SERVICE.to_owned(), svc.to_owned()),
     ])
 }
@@ -647,6 +768,7 @@ fn deployment(
     router: &Role,
     config: &str,
     options: &RouterOptions,
+    names: &Picker,
     metadata: Value,
 ) -> Result<Value, String> {
     let svc = service_name(service);
@@ -656,7 +778,7 @@ fn deployment(
     let mut pod_labels = string_map(template_meta.and_then(|m| m.get("labels")));
     pod_labels.extend(role_labels(svc, router));
     pod_labels.insert(COMPONENT.to_owned(), "router".to_owned());
-    pod_labels.extend(selector_labels(svc));
+    pod_labels.extend(selector_labels(svc, &names.epp));
     let mut annotations = string_map(template_meta.and_then(|m| m.get("annotations")));
     annotations.insert(CONFIG_HASH_ANNOTATION.to_owned(), config_hash(config));
 
@@ -665,13 +787,13 @@ fn deployment(
         "metadata": metadata,
         "spec": {
             "replicas": router.replicas(),
-            "selector": {"matchLabels": selector_labels(svc)},
+            "selector": {"matchLabels": selector_labels(svc, &names.epp)},
             // GIE's chart: one active EPP is the recommended pattern (its
             // prefix-cache state is per process); Recreate replaces it at once.
             "strategy": {"type": "Recreate"},
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": annotations},
-                "spec": pod_spec(service, router, options)?,
+                "spec": pod_spec(service, router, options, names)?,
             },
         },
     }))
@@ -693,6 +815,7 @@ fn pod_spec(
     service: &InferenceService,
     router: &Role,
     options: &RouterOptions,
+    names: &Picker,
 ) -> Result<Value, String> {
     let svc = service_name(service);
     let mut pod = match router.template.as_ref().and_then(|t| t.get("spec")) {
@@ -724,7 +847,7 @@ fn pod_spec(
     *container = epp_container(
         container,
         &EppArgs {
-            pool: pool_name(svc),
+            pool: names.pool.clone(),
             namespace: namespace(service).to_owned(),
             leader_election: router.replicas() > 1,
         },
@@ -738,7 +861,7 @@ fn pod_spec(
         Some(Value::Array(volumes)) => volumes,
         Some(_) => return Err("the router's template.spec.volumes is not a list".to_owned()),
     };
-    volumes.push(json!({"name": CONFIG_VOLUME, "configMap": {"name": epp_name(svc)}}));
+    volumes.push(json!({"name": CONFIG_VOLUME, "configMap": {"name": names.epp}}));
     volumes.push(json!({"name": TMP_VOLUME, "emptyDir": {}}));
     pod.insert("volumes".into(), Value::Array(volumes));
     Ok(Value::Object(pod))
@@ -892,23 +1015,33 @@ fn security_context(own: Option<&Value>, pod: Option<&Value>) -> Value {
     Value::Object(context)
 }
 
-/// The HTTPRoute spec: the user's parents and hostnames, and each rule's name,
-/// matches, filters and timeouts with the pool as the one backend; a single
-/// rule (matching everything) when the user gave none.
-fn route_spec(route: &Value, pool: &str) -> Value {
-    let backend = json!([{
+/// A backend of an HTTPRoute: the InferencePool `pool`, with a weight when
+/// the route splits traffic between pools.
+pub fn pool_backend(pool: &str, weight: Option<i32>) -> Value {
+    let mut backend = json!({
         "group": "inference.networking.k8s.io",
         "kind": "InferencePool",
         "name": pool,
-    }]);
+    });
+    if let Some(weight) = weight {
+        backend["weight"] = json!(weight);
+    }
+    backend
+}
+
+/// The HTTPRoute spec: the user's parents and hostnames, and each rule's name,
+/// matches, filters and timeouts with `backends` as its backends; a single
+/// rule (matching everything) when the user gave none or no route at all.
+pub fn route_spec(route: Option<&Value>, backends: &[Value]) -> Value {
+    let backend = Value::Array(backends.to_vec());
     let mut spec = Map::new();
     for key in ["parentRefs", "hostnames"] {
-        if let Some(value) = route.get(key).filter(|v| !v.is_null()) {
+        if let Some(value) = route.and_then(|r| r.get(key)).filter(|v| !v.is_null()) {
             spec.insert(key.into(), value.clone());
         }
     }
     let given = route
-        .get("rules")
+        .and_then(|r| r.get("rules"))
         .and_then(Value::as_array)
         .filter(|rules| !rules.is_empty());
     let rules: Vec<Value> = match given {
@@ -1741,6 +1874,118 @@ mod tests {
                 "parentRefs": [{"name": "gw"}],
                 "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen-pool"}]}],
             })
+        );
+    }
+
+    #[test]
+    fn each_revision_has_its_own_pool_and_endpoint_picker() {
+        let value = pd_service(router(
+            json!({"httproute": {"parentRefs": [{"name": "gw"}]}}),
+        ));
+        let suffixed = Naming::Suffixed("bbbbbbbbbb".to_owned());
+        let revisions = [
+            RevisionPool {
+                revision: "aaaaaaaaaa",
+                naming: &Naming::Plain,
+            },
+            RevisionPool {
+                revision: "bbbbbbbbbb",
+                naming: &suffixed,
+            },
+        ];
+        let objects =
+            revision_router_objects(&service(value), &RouterOptions::default(), &revisions)
+                .unwrap();
+        let names: Vec<(&str, &str)> = objects
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        // The RBAC is shared; the plain revision keeps today's names; no route
+        // (the upgrade's route is the service's one route).
+        assert_eq!(
+            names,
+            [
+                ("ServiceAccount", "qwen-epp"),
+                ("Role", "qwen-epp"),
+                ("RoleBinding", "qwen-epp"),
+                ("ConfigMap", "qwen-epp"),
+                ("Deployment", "qwen-epp"),
+                ("Service", "qwen-epp"),
+                ("InferencePool", "qwen-pool"),
+                ("ConfigMap", "qwen-epp-bbbbbbbbbb"),
+                ("Deployment", "qwen-epp-bbbbbbbbbb"),
+                ("Service", "qwen-epp-bbbbbbbbbb"),
+                ("InferencePool", "qwen-pool-bbbbbbbbbb"),
+            ]
+        );
+        for (revision, pool, epp) in [
+            ("aaaaaaaaaa", "qwen-pool", "qwen-epp"),
+            ("bbbbbbbbbb", "qwen-pool-bbbbbbbbbb", "qwen-epp-bbbbbbbbbb"),
+        ] {
+            let named = |kind: &str, name: &str| {
+                objects
+                    .iter()
+                    .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+                    .unwrap_or_else(|| panic!("{kind} {name}"))
+            };
+            let pool_object = named("InferencePool", pool);
+            assert_eq!(
+                pool_object["spec"]["selector"]["matchLabels"],
+                json!({SERVICE: "qwen", REVISION: revision, LWS_WORKER_INDEX: "0"}),
+                "the pool of {revision} selects only its leaders"
+            );
+            assert_eq!(
+                pool_object["spec"]["endpointPickerRef"]["name"], epp,
+                "each pool has its own endpoint picker"
+            );
+            let deployment = named("Deployment", epp);
+            let pod = &deployment["spec"]["template"];
+            let args = &pod["spec"]["containers"][0]["args"];
+            assert_eq!((&args[0], &args[1]), (&json!("--pool-name"), &json!(pool)));
+            assert_eq!(pod["spec"]["serviceAccountName"], "qwen-epp");
+            assert_eq!(pod["spec"]["volumes"][0]["configMap"]["name"], epp);
+            let selector = json!({NAME: epp, SERVICE: "qwen"});
+            assert_eq!(deployment["spec"]["selector"]["matchLabels"], selector);
+            assert_eq!(named("Service", epp)["spec"]["selector"], selector);
+            for kind in ["ConfigMap", "Deployment", "Service"] {
+                assert_eq!(named(kind, epp)["metadata"]["labels"][REVISION], revision);
+            }
+            assert_eq!(pool_object["metadata"]["labels"][REVISION], revision);
+        }
+        assert!(
+            objects[..3]
+                .iter()
+                .all(|o| o["metadata"]["labels"].get(REVISION).is_none()),
+            "the shared RBAC belongs to no revision"
+        );
+        // Without revisions side by side, today's objects, without the revision.
+        let plain = objects_of_rolling();
+        assert_eq!(
+            find(&plain, "InferencePool")["spec"]["selector"]["matchLabels"],
+            json!({SERVICE: "qwen", LWS_WORKER_INDEX: "0"})
+        );
+    }
+
+    fn objects_of_rolling() -> Vec<Value> {
+        objects(pd_service(router(json!({}))))
+    }
+
+    #[test]
+    fn without_a_router_no_revision_has_a_pool() {
+        let mut value = pd_service(router(json!({})));
+        value["spec"]["roles"].as_array_mut().unwrap().pop();
+        let revisions = [RevisionPool {
+            revision: "aaaaaaaaaa",
+            naming: &Naming::Plain,
+        }];
+        assert_eq!(
+            revision_router_objects(&service(value), &RouterOptions::default(), &revisions),
+            Ok(Vec::new())
         );
     }
 

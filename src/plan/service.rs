@@ -350,22 +350,23 @@ pub fn plan(
                 .extend(victims::pod_group_indices(&indices, &leaving));
         }
     }
-    for object in router::router_objects(service, &options.router)? {
-        let why = match object["kind"].as_str().unwrap_or_default() {
-            "InferencePool" => "the router's pool of the serving roles' leaders".to_owned(),
-            "HTTPRoute" => "the router role's httproute, sent to the pool".to_owned(),
-            "ConfigMap" => "the endpoint picker's configuration".to_owned(),
-            "Deployment" => format!(
-                "the endpoint picker, {} replica(s)",
-                service
-                    .spec
-                    .roles
-                    .iter()
-                    .find(|r| r.is_router())
-                    .map_or(1, |r| r.replicas())
-            ),
-            other => format!("the endpoint picker's {other}"),
-        };
+    // Revisions side by side each have their own pool and endpoint picker;
+    // otherwise one pool selects the leaders of every revision.
+    let router_objects = if rollout.traffic.is_some() {
+        let pools: Vec<router::RevisionPool<'_>> = rollout
+            .runs
+            .iter()
+            .map(|run| router::RevisionPool {
+                revision: &run.revision,
+                naming: &run.naming,
+            })
+            .collect();
+        router::revision_router_objects(service, &options.router, &pools)?
+    } else {
+        router::router_objects(service, &options.router)?
+    };
+    for object in router_objects {
+        let why = router_why(service, &object);
         plan.desired.push(Desired { object, why });
     }
     if let Some(traffic) = &rollout.traffic {
@@ -378,6 +379,32 @@ pub fn plan(
         });
     }
     Ok(plan)
+}
+
+/// Why the plan wants one of the router's objects, for the Event; a
+/// revision's pool and endpoint picker name their revision.
+fn router_why(service: &InferenceService, object: &Value) -> String {
+    let of_revision = object["metadata"]["labels"][children::REVISION]
+        .as_str()
+        .map_or(String::new(), |r| format!(" of revision {r}"));
+    match object["kind"].as_str().unwrap_or_default() {
+        "InferencePool" if of_revision.is_empty() => {
+            "the router's pool of the serving roles' leaders".to_owned()
+        }
+        "InferencePool" => format!("the router's pool of the leaders{of_revision}"),
+        "HTTPRoute" => "the router role's httproute, sent to the pool".to_owned(),
+        "ConfigMap" => format!("the endpoint picker's configuration{of_revision}"),
+        "Deployment" => format!(
+            "the endpoint picker{of_revision}, {} replica(s)",
+            service
+                .spec
+                .roles
+                .iter()
+                .find(|r| r.is_router())
+                .map_or(1, |r| r.replicas())
+        ),
+        other => format!("the endpoint picker's {other}{of_revision}"),
+    }
 }
 
 /// The Gateway, the route with one weighted backend per revision, each
@@ -405,19 +432,45 @@ fn traffic_objects(
         .map(|(revision, weight)| format!("revision {revision} {weight}%"))
         .collect::<Vec<_>>()
         .join(", ");
-    plan.desired.push(Desired {
-        object: traffic::route(service, &traffic.backends, port)?,
-        why: format!("traffic split: {split}"),
-    });
+    let router = service.spec.roles.iter().find(|r| r.is_router());
+    let route = match router {
+        // The router's pools are the backends, and its httproute is folded
+        // into this route: the service has one route.
+        Some(router) => {
+            let pools = traffic
+                .backends
+                .iter()
+                .map(|(revision, weight)| {
+                    let run = rollout
+                        .runs
+                        .iter()
+                        .find(|r| &r.revision == revision)
+                        .ok_or_else(|| format!("the route's revision {revision} does not run"))?;
+                    Ok((router::revision_pool_name(name, &run.naming), *weight))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Desired {
+                object: traffic::pool_route(service, &pools, router.httproute.as_ref()),
+                why: format!("traffic split between the revisions' InferencePools: {split}"),
+            }
+        }
+        None => Desired {
+            object: traffic::route(service, &traffic.backends, port)?,
+            why: format!("traffic split: {split}"),
+        },
+    };
+    plan.desired.push(route);
     let spec_revision = children::revision(&service.spec);
     for run in &rollout.runs {
-        plan.desired.push(Desired {
-            object: traffic::revision_service(service, &run.revision, port),
-            why: format!(
-                "the leaders of revision {}, a backend of the route",
-                run.revision
-            ),
-        });
+        if router.is_none() {
+            plan.desired.push(Desired {
+                object: traffic::revision_service(service, &run.revision, port),
+                why: format!(
+                    "the leaders of revision {}, a backend of the route",
+                    run.revision
+                ),
+            });
+        }
         let record_name = revision::record_name(name, &run.revision);
         let existing = world
             .children
@@ -515,7 +568,9 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
                 service.spec.upgrade_type()
             )
         }
-        (_, "Service" | revision::CONTROLLER_REVISION_KIND) if labels[children::REVISION].is_string() => {
+        (_, "Service" | "InferencePool" | "Deployment" | "ConfigMap" | revision::CONTROLLER_REVISION_KIND)
+            if labels[children::REVISION].is_string() =>
+        {
             format!(
                 "revision {} no longer runs",
                 labels[children::REVISION].as_str().unwrap_or_default()
@@ -737,7 +792,15 @@ pub fn reconcile(
         }
         _ => vec![spec_revision.as_str()],
     };
-    let epp = router::epp_name(children::service_name(service));
+    // The router's status is its endpoint picker's; with revisions side by
+    // side, the active revision's.
+    let epp = match rollout.as_ref().filter(|r| r.traffic.is_some()) {
+        Some(rollout) => rollout.runs.first().map_or_else(
+            || router::epp_name(children::service_name(service)),
+            |run| router::revision_epp_name(children::service_name(service), &run.naming),
+        ),
+        None => router::epp_name(children::service_name(service)),
+    };
     let router_deployment = world
         .children
         .iter()

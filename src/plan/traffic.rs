@@ -20,7 +20,9 @@ use gateway_api::apis::standard::httproutes::{
 };
 use serde_json::{Value, json};
 
-use super::children::{self, LWS_WORKER_INDEX, REVISION, SERVICE, service_labels, service_name};
+use super::children::{
+    self, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, service_labels, service_name,
+};
 use super::router;
 use super::upgrade::Gateway;
 use crate::api::Findings;
@@ -35,8 +37,9 @@ pub fn gateway_name(service: &str) -> String {
     format!("{service}-gateway")
 }
 
-/// `{svc}-route`: the HTTPRoute (the name the router's route has too; a
-/// service has one or the other, see [`check`]).
+/// `{svc}-route`: the HTTPRoute. A router's route has the same name: with
+/// NewRevision and IncrementalUpgrade the router's `httproute` is folded into
+/// this one ([`pool_route`]), so the service has exactly one route.
 pub fn route_name(service: &str) -> String {
     router::route_name(service)
 }
@@ -47,26 +50,27 @@ pub fn revision_service_name(service: &str, revision: &str) -> String {
 }
 
 /// What a side-by-side upgrade needs beyond the single-object rules: the
-/// names of the Gateway and the per-revision Services must be DNS-1035 labels
-/// of at most 63 characters, the serving roles must listen on one port (the
-/// Services and the listener have one), and the service has no router role:
-/// a router's InferencePool would need one pool and one endpoint picker per
-/// revision, which Tandem does not build yet. Nothing for RollingUpdate and
-/// None.
+/// names of the Gateway and the per-revision Services (and, with a router
+/// role, the per-revision endpoint pickers) must be DNS-1035 labels of at most
+/// 63 characters, and the serving roles must listen on one port (the Services,
+/// the pools and the listener have one). Nothing for RollingUpdate and None.
 pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
     let mut findings = Findings::default();
     let strategy = spec.upgrade_type();
     if !strategy.runs_revisions_side_by_side() {
         return findings;
     }
-    if let Some((i, _)) = spec.roles.iter().enumerate().find(|(_, r)| r.is_router()) {
+    let suffix = Naming::Suffixed("0".repeat(children::REVISION_LEN));
+    let longest_epp = router::revision_epp_name(name, &suffix);
+    if spec.roles.iter().any(|r| r.is_router()) && longest_epp.len() > 63 {
         findings.deny(
-            "spec.upgradeStrategy.type",
+            "metadata.name",
             format!(
-                "{strategy:?} is not supported for a service with a router role (spec.roles[{i}]) yet: \
-                 each revision would need its own InferencePool and endpoint picker; use RollingUpdate"
+                "must be at most {} characters for {strategy:?} with a router role: each revision's endpoint picker Service {longest_epp:?} must fit in 63",
+                63 - (longest_epp.len() - name.len())
             ),
         );
+        return findings;
     }
     let longest = revision_service_name(name, &"0".repeat(children::REVISION_LEN));
     if longest.len() > 63 || gateway_name(name).len() > 63 {
@@ -153,6 +157,61 @@ pub fn route(
     }))
 }
 
+/// The HTTPRoute of a service with a router role: one weighted backend per
+/// revision, each the revision's InferencePool (`(pool, weight)` in the order
+/// given), on every rule of the router's `httproute` (its matches, filters,
+/// timeouts and names kept, as [`router::route_spec`] does), attached to
+/// Tandem's Gateway first and then to the `httproute`'s own parents, so
+/// clients that reach the service through their own Gateway see the same
+/// split. It replaces the router's own route of the same name: the service
+/// has one route.
+pub fn pool_route(
+    service: &InferenceService,
+    backends: &[(String, i32)],
+    router_route: Option<&Value>,
+) -> Value {
+    let svc = service_name(service);
+    let pools: Vec<Value> = backends
+        .iter()
+        .map(|(pool, weight)| router::pool_backend(pool, Some(*weight)))
+        .collect();
+    let mut spec = router::route_spec(router_route, &pools);
+    let own = json!({
+        "group": "gateway.networking.k8s.io",
+        "kind": "Gateway",
+        "name": gateway_name(svc),
+        "sectionName": LISTENER,
+    });
+    let mut parents = vec![own];
+    parents.extend(
+        spec["parentRefs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| !is_own_gateway(service, p))
+            .cloned(),
+    );
+    spec["parentRefs"] = Value::Array(parents);
+    json!({
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "HTTPRoute",
+        "metadata": children::metadata(service, &route_name(svc), &service_labels(svc)),
+        "spec": spec,
+    })
+}
+
+/// Whether a parentRef names the service's own Gateway.
+fn is_own_gateway(service: &InferenceService, reference: &Value) -> bool {
+    reference["name"] == gateway_name(service_name(service)).as_str()
+        && reference["kind"].as_str().is_none_or(|k| k == "Gateway")
+        && reference["group"]
+            .as_str()
+            .is_none_or(|g| g == "gateway.networking.k8s.io")
+        && reference["namespace"]
+            .as_str()
+            .is_none_or(|ns| Some(ns) == service.metadata.namespace.as_deref())
+}
+
 /// The Service of one revision: its leaders (LeaderWorkerSet's worker index
 /// 0) on the serving port.
 pub fn revision_service(service: &InferenceService, revision: &str, port: u16) -> Value {
@@ -198,14 +257,10 @@ pub fn observe(service: &InferenceService, children: &[Value]) -> Gateway {
     let gateway = find("Gateway", &gateway_name(svc));
     let route = find("HTTPRoute", &route_name(svc));
     let parent = route.and_then(|route| {
-        route["status"]["parents"].as_array()?.iter().find(|p| {
-            let reference = &p["parentRef"];
-            reference["name"] == gateway_name(svc).as_str()
-                && reference["kind"].as_str().is_none_or(|k| k == "Gateway")
-                && reference["namespace"]
-                    .as_str()
-                    .is_none_or(|ns| Some(ns) == service.metadata.namespace.as_deref())
-        })
+        route["status"]["parents"]
+            .as_array()?
+            .iter()
+            .find(|p| is_own_gateway(service, &p["parentRef"]))
     });
     let generation =
         |object: Option<&Value>| object.and_then(|o| o["metadata"]["generation"].as_i64());
@@ -303,6 +358,57 @@ mod tests {
         assert_eq!(
             object["spec"]["ports"],
             json!([{"name": "http", "protocol": "TCP", "port": 8000, "targetPort": 8000}])
+        );
+    }
+
+    #[test]
+    fn a_routers_route_splits_between_the_revisions_pools_and_keeps_its_rules() {
+        let backends = [
+            ("qwen-pool".to_owned(), 70),
+            ("qwen-pool-bbbbbbbbbb".to_owned(), 30),
+        ];
+        let user = json!({
+            "parentRefs": [{"name": "inference-gateway"}, {"name": "qwen-gateway", "namespace": "ai"}],
+            "hostnames": ["llm.example.com"],
+            "rules": [
+                {"name": "v1", "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                 "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "x-team", "value": "a"}]}}],
+                 "backendRefs": [{"name": "mine", "port": 8000}]},
+                {"matches": [{"headers": [{"name": "x-model", "value": "qwen"}]}]},
+            ],
+        });
+        let pools = json!([
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen-pool", "weight": 70},
+            {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen-pool-bbbbbbbbbb", "weight": 30},
+        ]);
+        let route = pool_route(&service(json!({})), &backends, Some(&user));
+        assert_eq!(route["metadata"]["name"], "qwen-route");
+        assert_eq!(
+            route["spec"],
+            json!({
+                // Tandem's Gateway first, the user's own after it, never twice.
+                "parentRefs": [
+                    {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "qwen-gateway", "sectionName": "http"},
+                    {"name": "inference-gateway"},
+                ],
+                "hostnames": ["llm.example.com"],
+                "rules": [
+                    {"name": "v1", "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                     "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "x-team", "value": "a"}]}}],
+                     "backendRefs": pools},
+                    {"matches": [{"headers": [{"name": "x-model", "value": "qwen"}]}], "backendRefs": pools},
+                ],
+            })
+        );
+        // Without the router's httproute: one rule on Tandem's Gateway.
+        let bare = pool_route(&service(json!({})), &backends[..1], None);
+        assert_eq!(
+            bare["spec"],
+            json!({
+                "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "qwen-gateway", "sectionName": "http"}],
+                "rules": [{"backendRefs": [
+                    {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen-pool", "weight": 70}]}],
+            })
         );
     }
 
@@ -406,15 +512,21 @@ mod tests {
             check(&"q".repeat(53), &s.spec).denial_message(),
             "metadata.name: must be at most 52 characters for IncrementalUpgrade: each revision's Service \"qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq-0000000000\" must fit in 63"
         );
+        // A router is upgraded with a pool and an endpoint picker per
+        // revision: their names must fit too.
         let routed = service(json!({"spec": {"roles": [
             {"name": "inference", "componentType": "worker",
              "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
             {"name": "router", "componentType": "router"},
         ]}}));
-        assert!(
-            check("qwen", &routed.spec)
-                .denial_message()
-                .starts_with("spec.upgradeStrategy.type: IncrementalUpgrade is not supported for a service with a router role (spec.roles[1]) yet")
+        assert!(check("qwen", &routed.spec).is_allowed());
+        assert!(check(&"q".repeat(48), &routed.spec).is_allowed());
+        assert_eq!(
+            check(&"q".repeat(49), &routed.spec).denial_message(),
+            format!(
+                "metadata.name: must be at most 48 characters for IncrementalUpgrade with a router role: each revision's endpoint picker Service \"{}-epp-0000000000\" must fit in 63",
+                "q".repeat(49)
+            )
         );
     }
 }
