@@ -75,6 +75,15 @@ struct ServeArgs {
     /// for it: its updates may change InferenceService roles a ScaleView locks.
     #[arg(long, env = "TANDEM_SERVICE_ACCOUNT", default_value = admission::DEFAULT_SERVICE_ACCOUNT)]
     service_account: String,
+    /// This replica's name in the leader election (the pod's name, from the
+    /// downward API) [default: $HOSTNAME-PID].
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// Namespace of the leader Lease `tandem-controller` (the pod's namespace,
+    /// from the downward API). Only the replica holding the Lease runs the
+    /// controllers; every replica serves the webhooks.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "tandem-system")]
+    pod_namespace: String,
     /// Development: make a CA and a loopback serving certificate in --cert-dir,
     /// print the caBundle, and serve on loopback only.
     #[arg(long)]
@@ -188,6 +197,11 @@ fn serve(args: ServeArgs) -> ExitCode {
         println!("caBundle: {}", bundle.ca_bundle());
     }
     let epp_image = args.epp_image;
+    let identity = args.pod_name.unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "tandem".to_owned());
+        format!("{host}-{}", std::process::id())
+    });
+    let lease_namespace = args.pod_namespace;
     let options = server::ServeOptions {
         listen,
         probe_listen,
@@ -212,16 +226,30 @@ fn serve(args: ServeArgs) -> ExitCode {
                 let cluster = config.cluster_url.clone();
                 match kube::Client::try_from(config) {
                     Ok(client) => {
-                        tracing::info!(%cluster, "reconciling InferenceServices and ScaleViews");
                         caches_ready.store(false, Ordering::SeqCst);
                         lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
-                        let ctx = Arc::new(reconcile::Context::new(client, options));
-                        let services = tokio::spawn(reconcile::inference_service::run(ctx.clone()));
-                        let views = tokio::spawn(reconcile::scale_view::run(ctx));
-                        Some([services, views])
+                        let ctx = Arc::new(reconcile::Context::new(client.clone(), options));
+                        tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices and ScaleViews while holding the leader Lease");
+                        let election = reconcile::leader::Election::new(
+                            client,
+                            &lease_namespace,
+                            &identity,
+                            plan::leadership::Timing::DEFAULT,
+                        );
+                        let start = move || {
+                            vec![
+                                tokio::spawn(reconcile::inference_service::run(ctx.clone())),
+                                tokio::spawn(reconcile::scale_view::run(ctx.clone())),
+                            ]
+                        };
+                        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                        let leading = tokio::spawn(reconcile::leader::lead(election, start, async move {
+                            let _ = stopped.await;
+                        }));
+                        Some((leading, stop))
                     }
                     Err(e) => {
                         tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
@@ -235,8 +263,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let served = server::run(options, lookup, caches_ready).await;
-        for controller in controllers.into_iter().flatten() {
-            controller.abort();
+        if let Some((leading, stop)) = controllers {
+            // Stop the controllers and release the Lease, so the other
+            // replica takes over at once.
+            let _ = stop.send(());
+            if let Err(e) = leading.await {
+                tracing::warn!(error = %e, "the leader election task ended abnormally");
+            }
         }
         match served {
             Ok(()) => ExitCode::SUCCESS,

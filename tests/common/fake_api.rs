@@ -1,7 +1,8 @@
 //! An in-memory Kubernetes API server behind kube-rs's `tower-test` mock
 //! service: enough of lists (with label selectors), gets, server-side apply,
 //! merge patches, deletes and creates for reconcilers to run against, with a
-//! log of every request so tests can assert exactly what was written.
+//! log of every request so tests can assert exactly what was written, and
+//! injected 409 Conflicts for the next writes to a path.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,9 @@ struct State {
     missing: BTreeSet<String>,
     calls: Vec<Call>,
     version: u64,
+    /// Writes whose path contains the text answer 409 Conflict, as many
+    /// times as the count says.
+    conflicts: Vec<(String, usize)>,
 }
 
 #[derive(Clone, Default)]
@@ -48,7 +52,7 @@ fn plural(kind: &str) -> String {
     match kind {
         "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
         | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
-        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet" => {
+        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet" | "Lease" => {
             format!("{}s", kind.to_lowercase())
         }
         "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),
@@ -271,6 +275,17 @@ impl FakeApi {
         std::sync::Arc::new(ctx)
     }
 
+    /// Makes the next `count` writes (any method but GET) whose path contains
+    /// `path` answer 409 Conflict without changing anything, as the API server
+    /// does when another writer got there first. `""` matches every path.
+    pub fn conflict_next_writes(&self, path: &str, count: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .conflicts
+            .push((path.to_owned(), count));
+    }
+
     /// Every request since the last `take_calls`.
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut self.state.lock().unwrap().calls)
@@ -288,6 +303,12 @@ impl FakeApi {
     async fn answer(&self, request: Request<Body>) -> Response<Body> {
         let method = request.method().as_str().to_owned();
         let path = request.uri().path().to_owned();
+        // Server-side apply is a PATCH of this content type; merge and JSON
+        // patches (with or without a fieldManager) are others.
+        let apply = request
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/apply-patch"));
         let query = request.uri().query().unwrap_or_default().to_owned();
         let bytes = request
             .into_body()
@@ -305,6 +326,21 @@ impl FakeApi {
             path: path.clone(),
             body: body.clone(),
         });
+        if method != "GET"
+            && let Some(conflict) = state
+                .conflicts
+                .iter_mut()
+                .find(|(fragment, left)| *left > 0 && path.contains(fragment.as_str()))
+        {
+            conflict.1 -= 1;
+            return status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {path}: the object has been modified; please apply your changes to the latest version and try again"
+                ),
+            );
+        }
 
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         // api/v1/namespaces/ns/plural[/name[/sub]] or apis/g/v/namespaces/ns/plural[/name[/sub]]
@@ -372,7 +408,7 @@ impl FakeApi {
                     format!("{plural_name} \"{name}\" not found"),
                 ),
             },
-            ("PATCH", Some(name), None) if query.contains("fieldManager") && body.is_some() => {
+            ("PATCH", Some(name), None) if apply && body.is_some() => {
                 // Server-side apply by a single manager: the applied object
                 // replaces what it names; server fields and status stay.
                 let mut applied = body.unwrap_or_default();
@@ -468,6 +504,13 @@ impl FakeApi {
                     .as_str()
                     .unwrap_or("created")
                     .to_owned();
+                if store.contains_key(&name) {
+                    return status(
+                        409,
+                        "AlreadyExists",
+                        format!("{plural_name} \"{name}\" already exists"),
+                    );
+                }
                 object["metadata"]["resourceVersion"] = json!(version);
                 store.insert(name, object.clone());
                 respond(StatusCode::CREATED, &object)
