@@ -191,7 +191,7 @@ async fn a_leader_that_cannot_reach_the_api_stops_by_its_renew_deadline() {
     a.try_once().await;
     assert!(a.state().runs_controllers());
     // Every later write fails; reads still answer.
-    fake.conflict_next_writes("/leases", usize::MAX);
+    fake.conflict_next_writes(&format!("/leases/{LEASE_NAME}"), usize::MAX);
     let mut tries = 0;
     let stopped = loop {
         let (started, change) = a.try_once().await;

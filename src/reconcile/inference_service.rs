@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, FIELD_MANAGER};
+use super::{Context, Error, FIELD_MANAGER, retry_conflicts};
 use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::children;
@@ -124,10 +124,16 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         let Some((api, child)) = child_api(&ctx, namespace, &step.object) else {
             continue;
         };
-        api.patch(
-            &child,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&step.object),
+        let kind = step.object["kind"].as_str().unwrap_or("a child");
+        let (params, patch) = (
+            PatchParams::apply(FIELD_MANAGER).force(),
+            Patch::Apply(&step.object),
+        );
+        retry_conflicts(
+            &ctx,
+            &reference,
+            &format!("applying {kind} {child}"),
+            || api.patch(&child, &params, &patch),
         )
         .await?;
         record(
@@ -157,8 +163,14 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             drop_stale_locks(&mut patch, &service, &pass.status);
         }
         let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let write = || api.patch_status(name, &params, &patch);
+        if stale_locks {
+            // Guarded by the resourceVersion: repeating it cannot succeed.
+            write().await?;
+        } else {
+            retry_conflicts(&ctx, &reference, "writing the status", write).await?;
+        }
     }
     Ok(Action::requeue(RESYNC))
 }

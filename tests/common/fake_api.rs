@@ -38,7 +38,7 @@ struct State {
     missing: BTreeSet<String>,
     calls: Vec<Call>,
     version: u64,
-    /// Writes whose path contains the text answer 409 Conflict, as many
+    /// Writes whose path ends with the text answer 409 Conflict, as many
     /// times as the count says.
     conflicts: Vec<(String, usize)>,
 }
@@ -266,18 +266,28 @@ impl FakeApi {
     /// A reconcile context whose client this fake answers, with the clock fixed
     /// at 2026-11-21T10:00:00Z.
     pub fn context(&self) -> std::sync::Arc<tandem::reconcile::Context> {
+        self.context_with(|_| {})
+    }
+
+    /// [`FakeApi::context`], changed by `adjust` (e.g. a shorter conflict backoff).
+    pub fn context_with(
+        &self,
+        adjust: impl FnOnce(&mut tandem::reconcile::Context),
+    ) -> std::sync::Arc<tandem::reconcile::Context> {
         let mut ctx = tandem::reconcile::Context::new(self.client(), Default::default());
         ctx.now = std::sync::Arc::new(|| {
             "2026-11-21T10:00:00Z"
                 .parse()
                 .expect("a fixed RFC 3339 time")
         });
+        adjust(&mut ctx);
         std::sync::Arc::new(ctx)
     }
 
-    /// Makes the next `count` writes (any method but GET) whose path contains
-    /// `path` answer 409 Conflict without changing anything, as the API server
-    /// does when another writer got there first. `""` matches every path.
+    /// Makes the next `count` writes (any method but GET) whose path ends
+    /// with `path` answer 409 Conflict without changing anything, as the API
+    /// server does when another writer got there first. `""` matches every
+    /// path.
     pub fn conflict_next_writes(&self, path: &str, count: usize) {
         self.state
             .lock()
@@ -330,7 +340,7 @@ impl FakeApi {
             && let Some(conflict) = state
                 .conflicts
                 .iter_mut()
-                .find(|(fragment, left)| *left > 0 && path.contains(fragment.as_str()))
+                .find(|(suffix, left)| *left > 0 && path.ends_with(suffix.as_str()))
         {
             conflict.1 -= 1;
             return status(
