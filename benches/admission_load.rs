@@ -157,7 +157,9 @@ async fn run(mode: &Mode) -> Result<usize, String> {
             cert_dir: dir.path().to_owned(),
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             request_timeout: Duration::from_secs(4),
+            idle_timeout: tandem::server::DEFAULT_IDLE_TIMEOUT,
             shutdown_grace: Duration::from_secs(10),
+            client_ca: None,
             service_account: tandem::admission::DEFAULT_SERVICE_ACCOUNT.to_owned(),
         },
         lookup,
@@ -368,7 +370,7 @@ fn start_bare(
     let resolver = Arc::new(CertificateResolver::new(
         tls::load(cert_dir).map_err(|e| e.to_string())?,
     ));
-    let config = tls::server_config(resolver).map_err(|e| e.to_string())?;
+    let config = tls::server_config(resolver, None).map_err(|e| e.to_string())?;
     let app = Router::new().route(
         "/validate/{resource}",
         post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED_REPLY) }),

@@ -61,9 +61,19 @@ struct ServeArgs {
     /// Request bodies larger than this many bytes are refused with 413.
     #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT_BYTES, env = "TANDEM_BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
-    /// A request that takes longer than this many milliseconds is answered with 503.
+    /// A request that takes longer than this many milliseconds is answered with 503
+    /// (the API server then applies the webhook's failurePolicy).
     #[arg(long, default_value_t = 4000, env = "TANDEM_REQUEST_TIMEOUT_MS")]
     request_timeout_ms: u64,
+    /// An HTTP/1.1 connection waiting longer than this many seconds for the head of
+    /// its next request (idle keep-alive, or a head sent slowly) is closed.
+    #[arg(long, default_value_t = server::DEFAULT_IDLE_TIMEOUT.as_secs(), env = "TANDEM_IDLE_TIMEOUT_SECONDS")]
+    idle_timeout_seconds: u64,
+    /// A PEM file of CAs: every caller must present a client certificate signed
+    /// by one of them (the API server's, from its admission kubeconfig), or the
+    /// TLS handshake fails. Read at start. Unset: no client certificate is asked.
+    #[arg(long, env = "TANDEM_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
     /// After SIGTERM, in-flight requests get this many seconds to finish.
     #[arg(long, default_value_t = 20, env = "TANDEM_SHUTDOWN_GRACE_SECONDS")]
     shutdown_grace_seconds: u64,
@@ -124,6 +134,12 @@ struct CertsArgs {
     /// Further DNS names or IP addresses for the serving certificate.
     #[arg(long = "host")]
     hosts: Vec<String>,
+    /// Make a client certificate with this common name instead, for the API
+    /// server to present to the webhook: ca.crt is what `tandem serve
+    /// --client-ca` takes, tls.crt and tls.key go into the API server's
+    /// admission kubeconfig (certs/README.md).
+    #[arg(long, value_name = "NAME", conflicts_with = "hosts")]
+    client: Option<String>,
     /// Validity of the CA and the certificate, in days.
     #[arg(long, default_value_t = 365)]
     days: u32,
@@ -208,7 +224,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         cert_dir,
         body_limit_bytes: args.body_limit_bytes,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        client_ca: args.client_ca,
         service_account: args.service_account,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -341,6 +359,18 @@ fn crds(out_dir: Option<PathBuf>) -> ExitCode {
 }
 
 fn make_certs(args: CertsArgs) -> ExitCode {
+    if let Some(client) = &args.client {
+        let written = certs::issue_client(client, args.days)
+            .and_then(|bundle| certs::write(&args.out_dir, &bundle));
+        if let Err(e) = written {
+            return fail(e);
+        }
+        eprintln!(
+            "wrote {dir}/ca.crt (for tandem serve --client-ca), and {dir}/tls.crt and {dir}/tls.key (client certificate for {client}, for the API server)",
+            dir = args.out_dir.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     let mut hosts = certs::service_hosts(&args.service, &args.namespace);
     hosts.extend(args.hosts);
     let bundle = match certs::issue(&hosts, args.days) {
