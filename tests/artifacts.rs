@@ -471,6 +471,17 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
             "the Deployment passes {flag}, which `tandem serve` does not have"
         );
     }
+    // Endpoints drop the pod before SIGTERM stops new connections, and the
+    // drain fits the grace period.
+    let delay = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_i64()
+        .expect("a preStop sleep");
+    let grace = pod["terminationGracePeriodSeconds"].as_i64().unwrap();
+    let drain = args
+        .iter()
+        .position(|a| *a == "--shutdown-grace-seconds")
+        .map_or(20, |i| args[i + 1].parse::<i64>().unwrap());
+    assert!(delay + drain <= grace, "{delay} + {drain} > {grace}");
 }
 
 #[test]

@@ -492,27 +492,12 @@ async fn the_chain_is_verified_and_only_tls_1_2_and_1_3_are_spoken() {
     }
 }
 
-/// Writes a certificate pair the way kubelet updates a mounted Secret: a new
-/// timestamped directory, then an atomic swap of the `..data` symlink.
-fn kubelet_swap(dir: &std::path::Path, generation: usize, bundle: &tandem::certs::Bundle) {
-    let data = dir.join(format!("..2026_11_21_{generation:02}"));
-    std::fs::create_dir(&data).unwrap();
-    std::fs::write(data.join("tls.crt"), &bundle.cert_pem).unwrap();
-    std::fs::write(data.join("tls.key"), &bundle.key_pem).unwrap();
-    let tmp = dir.join("..data_tmp");
-    std::os::unix::fs::symlink(data.file_name().unwrap(), &tmp).unwrap();
-    std::fs::rename(&tmp, dir.join("..data")).unwrap();
-}
-
 #[tokio::test]
 async fn certificates_rotate_without_a_failed_request() {
     // The certificate directory laid out as kubelet mounts a Secret.
     let dir = tempfile::tempdir().unwrap();
     let first = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
-    kubelet_swap(dir.path(), 1, &first);
-    for file in ["tls.crt", "tls.key"] {
-        std::os::unix::fs::symlink(format!("..data/{file}"), dir.path().join(file)).unwrap();
-    }
+    load::kubelet_mount(dir.path(), &first).unwrap();
     let server = tandem::server::Server::start(
         options(dir.path()),
         Arc::new(tandem::admission::lookup::Blind),
@@ -597,7 +582,7 @@ async fn certificates_rotate_without_a_failed_request() {
 
     wait_for("start", leaf(&first.cert_pem)).await;
     // Rotation 1: kubelet's atomic symlink swap.
-    kubelet_swap(dir.path(), 2, &second);
+    load::kubelet_swap(dir.path(), 2, &second).unwrap();
     wait_for("kubelet swap", leaf(&second.cert_pem)).await;
     // Rotation 2: a plain directory whose files are replaced in place, the
     // certificate first. In between, a file is missing and then the pair does

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fake_api;
+pub mod load;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
