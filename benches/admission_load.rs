@@ -4,37 +4,39 @@
 //! client and bodies, so the ratio is what Tandem's admission adds to the
 //! transport.
 //!
+//! Then, against Tandem alone, the serving certificate is rotated mid-run the
+//! way kubelet updates a mounted Secret, while the connections keep
+//! reconnecting: every request must still be served, and every handshake
+//! after the reload must be presented the new certificate.
+//!
 //! `cargo bench --bench admission_load` runs the full load (a warm-up, then
 //! 20 000 requests per scenario and server); without `--bench` (as under
 //! `cargo test --all-targets`) it runs 200 requests per scenario, so CI checks
 //! that it builds and works. Every response is checked; the process exits
-//! non-zero when any request failed.
+//! non-zero when any request failed or the new certificate was not seen.
+//! The client is `tests/common/load.rs`, which the resilience tests share.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use common::load;
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tandem::admission::lookup::Objects;
 use tandem::admission::{Kind, Lookup};
 use tandem::server::tls::{self, CertificateResolver};
 use tandem::server::{DEFAULT_BODY_LIMIT_BYTES, ServeOptions, Server};
-use tokio::sync::Barrier;
 
-/// Keep-alive connections driving a server at once.
-const CONNECTIONS: usize = 32;
 /// ResourceScalingGroups in the namespace of the RSG scenario.
 const STORED_GROUPS: usize = 1_000;
 const RSG_NAMESPACE: &str = "ai";
@@ -46,18 +48,22 @@ struct Mode {
     name: &'static str,
     warm_up: usize,
     requests: usize,
+    /// Requests per connection between reconnects in the rotation run.
+    reconnect_every: usize,
 }
 
 const SMOKE: Mode = Mode {
     name: "smoke (no --bench argument)",
     warm_up: 20,
     requests: 200,
+    reconnect_every: 5,
 };
 
 const FULL: Mode = Mode {
     name: "full (cargo bench)",
     warm_up: 2_000,
     requests: 20_000,
+    reconnect_every: 50,
 };
 
 /// One kind of request, sent to both servers.
@@ -71,46 +77,12 @@ struct Scenario {
     allowed: bool,
 }
 
-/// What a response must be for the request to count as served.
-#[derive(Clone)]
-struct Expect {
-    /// `response.uid`, when the server echoes it (the bare handler does not).
-    uid: Option<String>,
-    allowed: bool,
-}
-
 /// One server under load.
 struct Target {
     name: &'static str,
     addr: SocketAddr,
     /// Whether the server decides (so the scenario's verdict applies).
     decides: bool,
-}
-
-/// The outcome of a fixed number of requests against one server.
-struct Run {
-    wall: Duration,
-    /// Latency of each served request, nanoseconds, sorted.
-    latencies: Vec<u64>,
-    failures: usize,
-    /// The first few failures, for the report.
-    examples: Vec<String>,
-}
-
-impl Run {
-    fn throughput(&self) -> f64 {
-        self.latencies.len() as f64 / self.wall.as_secs_f64()
-    }
-
-    /// Nearest-rank percentile, in microseconds.
-    fn percentile(&self, p: f64) -> f64 {
-        if self.latencies.is_empty() {
-            return f64::NAN;
-        }
-        let rank = (p * self.latencies.len() as f64).ceil() as usize;
-        let index = rank.clamp(1, self.latencies.len()) - 1;
-        self.latencies[index] as f64 / 1_000.0
-    }
 }
 
 fn main() -> ExitCode {
@@ -146,8 +118,11 @@ async fn run(mode: &Mode) -> Result<usize, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let bundle = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1)
         .map_err(|e| format!("dev CA: {e}"))?;
-    tandem::certs::write(dir.path(), &bundle).map_err(|e| format!("dev CA: {e}"))?;
-    let client = common::client_tls(&[&bundle.ca_pem]);
+    let rotated = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1)
+        .map_err(|e| format!("dev CA: {e}"))?;
+    // Mounted as kubelet mounts a Secret, so the rotation below is a swap.
+    load::kubelet_mount(dir.path(), &bundle).map_err(|e| format!("certificate dir: {e}"))?;
+    let client = common::client_tls(&[&bundle.ca_pem, &rotated.ca_pem]);
 
     let (lookup, scenarios) = world()?;
     let tandem = Server::start(
@@ -157,7 +132,9 @@ async fn run(mode: &Mode) -> Result<usize, String> {
             cert_dir: dir.path().to_owned(),
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             request_timeout: Duration::from_secs(4),
+            idle_timeout: tandem::server::DEFAULT_IDLE_TIMEOUT,
             shutdown_grace: Duration::from_secs(10),
+            client_ca: None,
             service_account: tandem::admission::DEFAULT_SERVICE_ACCOUNT.to_owned(),
         },
         lookup,
@@ -180,8 +157,11 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         },
     ];
     println!(
-        "admission load run, {}: {} requests per scenario and server after {} warm-up, {CONNECTIONS} keep-alive HTTP/1.1 connections over TLS, loopback",
-        mode.name, mode.requests, mode.warm_up
+        "admission load run, {}: {} requests per scenario and server after {} warm-up, {} keep-alive HTTP/1.1 connections over TLS, loopback",
+        mode.name,
+        mode.requests,
+        mode.warm_up,
+        load::CONNECTIONS
     );
     let mut failures = 0;
     for scenario in &scenarios {
@@ -197,12 +177,17 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         );
         let mut runs = Vec::new();
         for target in &targets {
-            let expect = Expect {
+            let expect = load::Expect {
                 uid: target.decides.then(|| scenario.uid.clone()),
                 allowed: !target.decides || scenario.allowed,
             };
-            let warm = drive(target.addr, &client, scenario, &expect, mode.warm_up).await?;
-            let measured = drive(target.addr, &client, scenario, &expect, mode.requests).await?;
+            let request = load::Request {
+                path: scenario.path,
+                body: scenario.body.clone(),
+            };
+            let warm = load::drive(target.addr, &client, &request, &expect, mode.warm_up).await?;
+            let measured =
+                load::drive(target.addr, &client, &request, &expect, mode.requests).await?;
             println!(
                 "  {:<8} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9}",
                 target.name,
@@ -231,6 +216,7 @@ async fn run(mode: &Mode) -> Result<usize, String> {
             );
         }
     }
+    failures += rotation(&tandem, mode, &client, &scenarios[0], dir.path(), &rotated).await?;
     println!("\nfailed requests in all: {failures}");
     match peak_rss_kib() {
         Some(kib) => println!(
@@ -368,7 +354,7 @@ fn start_bare(
     let resolver = Arc::new(CertificateResolver::new(
         tls::load(cert_dir).map_err(|e| e.to_string())?,
     ));
-    let config = tls::server_config(resolver).map_err(|e| e.to_string())?;
+    let config = tls::server_config(resolver, None).map_err(|e| e.to_string())?;
     let app = Router::new().route(
         "/validate/{resource}",
         post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED_REPLY) }),
@@ -389,153 +375,72 @@ fn start_bare(
     Ok((addr, handle))
 }
 
-/// Sends `requests` copies of the scenario's request over CONNECTIONS
-/// keep-alive connections opened beforehand (handshakes are not timed).
-async fn drive(
-    addr: SocketAddr,
+/// The serving certificate rotated while Tandem is under load: a kubelet
+/// `..data` swap a third of the way in, connections reconnecting every
+/// `reconnect_every` requests. Returns the failures; a handshake after the
+/// reload that was not presented the new certificate counts as one.
+async fn rotation(
+    tandem: &Server,
+    mode: &Mode,
     client: &Arc<rustls::ClientConfig>,
     scenario: &Scenario,
-    expect: &Expect,
-    requests: usize,
-) -> Result<Run, String> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let start = Arc::new(Barrier::new(CONNECTIONS + 1));
-    let mut connections = Vec::with_capacity(CONNECTIONS);
-    for _ in 0..CONNECTIONS {
-        let sender = connect(addr, client).await?;
-        connections.push(tokio::spawn(connection(
-            sender,
-            scenario.path,
-            scenario.body.clone(),
-            expect.clone(),
-            requests,
-            next.clone(),
-            start.clone(),
-        )));
+    cert_dir: &std::path::Path,
+    next: &tandem::certs::Bundle,
+) -> Result<usize, String> {
+    let certificates = tandem.certificates.clone();
+    let rotated = load::rotate_under_load(
+        tandem.webhook_addr,
+        client,
+        &load::Request {
+            path: scenario.path,
+            body: scenario.body.clone(),
+        },
+        &load::Expect {
+            uid: Some(scenario.uid.clone()),
+            allowed: scenario.allowed,
+        },
+        mode.requests,
+        mode.reconnect_every,
+        cert_dir,
+        next,
+        move || certificates.current_leaf(),
+    )
+    .await?;
+    let run = &rotated.run;
+    println!(
+        "\ncertificate rotation under load ({}; kubelet ..data swap after a third of {} requests, {} connections reconnecting every {} requests)",
+        scenario.name,
+        mode.requests,
+        load::CONNECTIONS,
+        mode.reconnect_every
+    );
+    println!(
+        "  requests served {}, failed {}; {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, p99.9 {:.0} µs",
+        run.latencies.len(),
+        run.failures,
+        run.throughput(),
+        run.percentile(0.50),
+        run.percentile(0.99),
+        run.percentile(0.999)
+    );
+    println!(
+        "  handshakes {}, after the reload {} of which {} presented the new certificate; old after new: {}; swap to reload: {} ms",
+        rotated.handshakes,
+        rotated.handshakes_after_reload,
+        rotated.new_certificate_after_reload,
+        rotated.old_after_new,
+        rotated.reload.as_millis()
+    );
+    for example in &run.examples {
+        println!("    failed: {example}");
     }
-    start.wait().await;
-    let began = Instant::now();
-    let mut latencies = Vec::with_capacity(requests);
-    let mut examples = Vec::new();
-    for task in connections {
-        let (served, failed) = task.await.map_err(|e| format!("client task: {e}"))?;
-        latencies.extend(served);
-        for failure in failed {
-            if examples.len() < 5 {
-                examples.push(failure);
-            }
-        }
+    let stale = rotated.handshakes_after_reload - rotated.new_certificate_after_reload
+        + rotated.old_after_new;
+    if rotated.handshakes_after_reload == 0 {
+        println!("    no handshake after the reload: the new certificate was not seen");
+        return Ok(run.failures + 1);
     }
-    let wall = began.elapsed();
-    latencies.sort_unstable();
-    Ok(Run {
-        wall,
-        failures: requests - latencies.len(),
-        latencies,
-        examples,
-    })
-}
-
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
-async fn connect(addr: SocketAddr, client: &Arc<rustls::ClientConfig>) -> Result<Sender, String> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    tcp.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
-    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
-    let stream = tokio_rustls::TlsConnector::from(client.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("HTTP handshake with {addr}: {e}"))?;
-    tokio::spawn(connection);
-    Ok(sender)
-}
-
-/// One connection's share: takes request numbers until `requests` are taken.
-/// Returns the latencies of served requests (ns) and what went wrong with the
-/// others. A broken connection stops; its remaining share goes to the others.
-async fn connection(
-    mut sender: Sender,
-    path: &'static str,
-    body: Bytes,
-    expect: Expect,
-    requests: usize,
-    next: Arc<AtomicUsize>,
-    start: Arc<Barrier>,
-) -> (Vec<u64>, Vec<String>) {
-    let mut served = Vec::new();
-    let mut failed = Vec::new();
-    start.wait().await;
-    while next.fetch_add(1, Ordering::Relaxed) < requests {
-        let request = match hyper::Request::post(path)
-            .header(header::HOST, "localhost")
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body.clone()))
-        {
-            Ok(request) => request,
-            Err(e) => {
-                failed.push(format!("request: {e}"));
-                continue;
-            }
-        };
-        let sent = Instant::now();
-        let response = match sender.send_request(request).await {
-            Ok(response) => response,
-            Err(e) => {
-                failed.push(format!("send: {e}"));
-                break;
-            }
-        };
-        let status = response.status();
-        let reply = match response.into_body().collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                failed.push(format!("body: {e}"));
-                break;
-            }
-        };
-        let latency = sent.elapsed();
-        match check(status.as_u16(), &reply, &expect) {
-            Ok(()) => served.push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX)),
-            Err(reason) => failed.push(reason),
-        }
-    }
-    (served, failed)
-}
-
-/// HTTP 200, an AdmissionReview whose response has the expected verdict and,
-/// when the server echoes it, uid.
-fn check(status: u16, reply: &[u8], expect: &Expect) -> Result<(), String> {
-    let text = || {
-        String::from_utf8_lossy(reply)
-            .chars()
-            .take(300)
-            .collect::<String>()
-    };
-    if status != 200 {
-        return Err(format!("HTTP {status}: {}", text()));
-    }
-    let review: Value =
-        serde_json::from_slice(reply).map_err(|e| format!("not JSON ({e}): {}", text()))?;
-    let response = &review["response"];
-    if response["allowed"] != json!(expect.allowed) {
-        return Err(format!(
-            "allowed is {}, expected {}: {}",
-            response["allowed"],
-            expect.allowed,
-            text()
-        ));
-    }
-    if let Some(uid) = &expect.uid
-        && response["uid"] != json!(uid)
-    {
-        return Err(format!("uid is {}, expected {uid:?}", response["uid"]));
-    }
-    Ok(())
+    Ok(run.failures + stale)
 }
 
 /// VmHWM of this process, in KiB.

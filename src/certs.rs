@@ -1,6 +1,7 @@
 //! Self-signed certificates for the webhook: a CA and a serving certificate
 //! signed by it, for development (`serve --dev`) and clusters without
-//! cert-manager (`tandem certs`). Clusters with cert-manager use
+//! cert-manager (`tandem certs`); and a CA with a client certificate for the
+//! API server, when the webhook requires one (`tandem certs --client`). Clusters with cert-manager use
 //! `manifests/certificate.yaml` instead (see `certs/README.md`).
 
 use std::fs;
@@ -55,22 +56,38 @@ pub fn loopback_hosts() -> Vec<String> {
 /// A new ECDSA P-256 CA, valid for `days`, and a serving certificate for `hosts`
 /// (DNS names or IP addresses) signed by it.
 pub fn issue(hosts: &[String], days: u32) -> Result<Bundle, CertsError> {
+    let mut leaf = CertificateParams::new(hosts.to_vec())?;
+    leaf.distinguished_name = name(hosts.first().map_or("tandem-webhook", String::as_str));
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    sign("tandem-webhook-ca", leaf, days)
+}
+
+/// A new ECDSA P-256 CA, valid for `days`, and a client certificate with
+/// common name `client` signed by it: the API server presents it to the
+/// webhook (its admission kubeconfig), and `tandem serve --client-ca` takes
+/// the CA.
+pub fn issue_client(client: &str, days: u32) -> Result<Bundle, CertsError> {
+    let mut leaf = CertificateParams::new(Vec::<String>::new())?;
+    leaf.distinguished_name = name(client);
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    sign("tandem-webhook-client-ca", leaf, days)
+}
+
+/// Makes a CA named `ca_name` and signs `leaf` with it, both valid for `days`.
+fn sign(ca_name: &str, mut leaf: CertificateParams, days: u32) -> Result<Bundle, CertsError> {
     // Backdated a minute so a client whose clock is slightly behind accepts it.
     let now = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
     let until = now + time::Duration::days(i64::from(days));
 
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.distinguished_name = name("tandem-webhook-ca");
+    ca.distinguished_name = name(ca_name);
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     ca.not_before = now;
     ca.not_after = until;
     let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
 
-    let mut leaf = CertificateParams::new(hosts.to_vec())?;
-    leaf.distinguished_name = name(hosts.first().map_or("tandem-webhook", String::as_str));
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     leaf.not_before = now;
     leaf.not_after = until;
     let key = KeyPair::generate()?;

@@ -61,9 +61,19 @@ struct ServeArgs {
     /// Request bodies larger than this many bytes are refused with 413.
     #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT_BYTES, env = "TANDEM_BODY_LIMIT_BYTES")]
     body_limit_bytes: usize,
-    /// A request that takes longer than this many milliseconds is answered with 503.
+    /// A request that takes longer than this many milliseconds is answered with 503
+    /// (the API server then applies the webhook's failurePolicy).
     #[arg(long, default_value_t = 4000, env = "TANDEM_REQUEST_TIMEOUT_MS")]
     request_timeout_ms: u64,
+    /// An HTTP/1.1 connection waiting longer than this many seconds for the head of
+    /// its next request (idle keep-alive, or a head sent slowly) is closed.
+    #[arg(long, default_value_t = server::DEFAULT_IDLE_TIMEOUT.as_secs(), env = "TANDEM_IDLE_TIMEOUT_SECONDS")]
+    idle_timeout_seconds: u64,
+    /// A PEM file of CAs: every caller must present a client certificate signed
+    /// by one of them (the API server's, from its admission kubeconfig), or the
+    /// TLS handshake fails. Read at start. Unset: no client certificate is asked.
+    #[arg(long, env = "TANDEM_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
     /// After SIGTERM, in-flight requests get this many seconds to finish.
     #[arg(long, default_value_t = 20, env = "TANDEM_SHUTDOWN_GRACE_SECONDS")]
     shutdown_grace_seconds: u64,
@@ -75,6 +85,15 @@ struct ServeArgs {
     /// for it: its updates may change InferenceService roles a ScaleView locks.
     #[arg(long, env = "TANDEM_SERVICE_ACCOUNT", default_value = admission::DEFAULT_SERVICE_ACCOUNT)]
     service_account: String,
+    /// This replica's name in the leader election (the pod's name, from the
+    /// downward API) [default: $HOSTNAME-PID].
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// Namespace of the leader Lease `tandem-controller` (the pod's namespace,
+    /// from the downward API). Only the replica holding the Lease runs the
+    /// controllers; every replica serves the webhooks.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "tandem-system")]
+    pod_namespace: String,
     /// Development: make a CA and a loopback serving certificate in --cert-dir,
     /// print the caBundle, and serve on loopback only.
     #[arg(long)]
@@ -115,6 +134,12 @@ struct CertsArgs {
     /// Further DNS names or IP addresses for the serving certificate.
     #[arg(long = "host")]
     hosts: Vec<String>,
+    /// Make a client certificate with this common name instead, for the API
+    /// server to present to the webhook: ca.crt is what `tandem serve
+    /// --client-ca` takes, tls.crt and tls.key go into the API server's
+    /// admission kubeconfig (certs/README.md).
+    #[arg(long, value_name = "NAME", conflicts_with = "hosts")]
+    client: Option<String>,
     /// Validity of the CA and the certificate, in days.
     #[arg(long, default_value_t = 365)]
     days: u32,
@@ -188,13 +213,20 @@ fn serve(args: ServeArgs) -> ExitCode {
         println!("caBundle: {}", bundle.ca_bundle());
     }
     let epp_image = args.epp_image;
+    let identity = args.pod_name.unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "tandem".to_owned());
+        format!("{host}-{}", std::process::id())
+    });
+    let lease_namespace = args.pod_namespace;
     let options = server::ServeOptions {
         listen,
         probe_listen,
         cert_dir,
         body_limit_bytes: args.body_limit_bytes,
         request_timeout: Duration::from_millis(args.request_timeout_ms),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        client_ca: args.client_ca,
         service_account: args.service_account,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -212,17 +244,31 @@ fn serve(args: ServeArgs) -> ExitCode {
                 let cluster = config.cluster_url.clone();
                 match kube::Client::try_from(config) {
                     Ok(client) => {
-                        tracing::info!(%cluster, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups");
                         caches_ready.store(false, Ordering::SeqCst);
                         lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
-                        let ctx = Arc::new(reconcile::Context::new(client, options));
-                        let services = tokio::spawn(reconcile::inference_service::run(ctx.clone()));
-                        let views = tokio::spawn(reconcile::scale_view::run(ctx.clone()));
-                        let groups = tokio::spawn(reconcile::resource_scaling_group::run(ctx));
-                        Some([services, views, groups])
+                        let ctx = Arc::new(reconcile::Context::new(client.clone(), options));
+                        tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
+                        let election = reconcile::leader::Election::new(
+                            client,
+                            &lease_namespace,
+                            &identity,
+                            plan::leadership::Timing::DEFAULT,
+                        );
+                        let start = move || {
+                            vec![
+                                tokio::spawn(reconcile::inference_service::run(ctx.clone())),
+                                tokio::spawn(reconcile::scale_view::run(ctx.clone())),
+                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone())),
+                            ]
+                        };
+                        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                        let leading = tokio::spawn(reconcile::leader::lead(election, start, async move {
+                            let _ = stopped.await;
+                        }));
+                        Some((leading, stop))
                     }
                     Err(e) => {
                         tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
@@ -236,8 +282,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let served = server::run(options, lookup, caches_ready).await;
-        for controller in controllers.into_iter().flatten() {
-            controller.abort();
+        if let Some((leading, stop)) = controllers {
+            // Stop the controllers and release the Lease, so the other
+            // replica takes over at once.
+            let _ = stop.send(());
+            if let Err(e) = leading.await {
+                tracing::warn!(error = %e, "the leader election task ended abnormally");
+            }
         }
         match served {
             Ok(()) => ExitCode::SUCCESS,
@@ -309,6 +360,18 @@ fn crds(out_dir: Option<PathBuf>) -> ExitCode {
 }
 
 fn make_certs(args: CertsArgs) -> ExitCode {
+    if let Some(client) = &args.client {
+        let written = certs::issue_client(client, args.days)
+            .and_then(|bundle| certs::write(&args.out_dir, &bundle));
+        if let Err(e) = written {
+            return fail(e);
+        }
+        eprintln!(
+            "wrote {dir}/ca.crt (for tandem serve --client-ca), and {dir}/tls.crt and {dir}/tls.key (client certificate for {client}, for the API server)",
+            dir = args.out_dir.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     let mut hosts = certs::service_hosts(&args.service, &args.namespace);
     hosts.extend(args.hosts);
     let bundle = match certs::issue(&hosts, args.days) {

@@ -395,10 +395,12 @@ fn rbac_has_no_wildcards() {
                 "nonResourceURLs",
             ] {
                 for value in rule[field].as_array().into_iter().flatten() {
-                    assert_ne!(
-                        value, "*",
-                        "wildcard in {} {}: {rule}",
-                        doc["kind"], doc["metadata"]["name"]
+                    // `*` alone, and in `pods/*` or `*/scale`.
+                    assert!(
+                        !value.as_str().unwrap_or("*").contains('*'),
+                        "wildcard {value} in {field} of {} {}: {rule}",
+                        doc["kind"],
+                        doc["metadata"]["name"]
                     );
                 }
             }
@@ -420,6 +422,34 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+        "the pod runs under the container runtime's seccomp profile"
+    );
+    assert_ne!(
+        pod["securityContext"]["runAsUser"], 0,
+        "not root by uid either"
+    );
+    assert!(
+        security.get("privileged").is_none_or(|p| p == false),
+        "{security}"
+    );
+    assert!(
+        security["capabilities"].get("add").is_none(),
+        "no capability is added back: {security}"
+    );
+    // Leader election: the pod's name and namespace from the downward API.
+    let env = container["env"].as_array().unwrap();
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let var = env
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("the container has no {name}"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field);
+    }
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["port"], 8080);
@@ -443,6 +473,17 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
             "the Deployment passes {flag}, which `tandem serve` does not have"
         );
     }
+    // Endpoints drop the pod before SIGTERM stops new connections, and the
+    // drain fits the grace period.
+    let delay = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_i64()
+        .expect("a preStop sleep");
+    let grace = pod["terminationGracePeriodSeconds"].as_i64().unwrap();
+    let drain = args
+        .iter()
+        .position(|a| *a == "--shutdown-grace-seconds")
+        .map_or(20, |i| args[i + 1].parse::<i64>().unwrap());
+    assert!(delay + drain <= grace, "{delay} + {drain} > {grace}");
 }
 
 #[test]

@@ -972,3 +972,122 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
         json!({"inference-0": 2, "inference-1": 2, "inference-2": 2, "inference-3": 2})
     );
 }
+
+/// A context whose conflict retries wait a millisecond, not 50.
+fn quick_retries(fake: &FakeApi) -> Arc<Context> {
+    fake.context_with(|ctx| {
+        ctx.conflict_backoff = tandem::reconcile::ConflictBackoff {
+            first: std::time::Duration::from_millis(1),
+            longest: std::time::Duration::from_millis(4),
+            attempts: 5,
+        }
+    })
+}
+
+#[tokio::test]
+async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
+    let fake = FakeApi::new();
+    let ctx = quick_retries(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let first = format!("{LWS_PATH}/deepseek-r1-inference-inference-0");
+    // Another applier creates the same LeaderWorkerSet twice in between.
+    fake.conflict_next_writes(&first, 2);
+    fake.conflict_next_writes("/status", 1);
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {first}"),
+            format!("PATCH {first}"),
+            format!("PATCH {first}"),
+            EVENTS.to_owned(),
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
+            status_patch(&name),
+            status_patch(&name),
+        ]
+    );
+
+    // The same world as without conflicts, and nothing more to write.
+    let calm = FakeApi::new();
+    let calm_ctx = calm.context();
+    store_story(&calm, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&calm, &calm_ctx, &name).await;
+    for kind in ["LeaderWorkerSet", "PodGroup"] {
+        let version = if kind == "PodGroup" {
+            "scheduling.volcano.sh/v1beta1"
+        } else {
+            LWS
+        };
+        let specs = |f: &FakeApi| -> Vec<Value> {
+            f.list(version, kind, "default")
+                .into_iter()
+                .map(|o| o["spec"].clone())
+                .collect()
+        };
+        assert_eq!(specs(&fake), specs(&calm), "{kind}");
+    }
+    assert_eq!(
+        fake.get(IS, "InferenceService", "default", &name).unwrap()["status"],
+        calm.get(IS, "InferenceService", "default", &name).unwrap()["status"]
+    );
+    assert!(
+        !fake
+            .event_notes()
+            .iter()
+            .any(|n| n.starts_with("WriteConflict")),
+        "{:?}",
+        fake.event_notes()
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_apply_that_keeps_conflicting_gives_up_after_the_cap_with_an_event() {
+    let fake = FakeApi::new();
+    let ctx = quick_retries(&fake);
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let first = format!("{LWS_PATH}/deepseek-r1-inference-inference-0");
+    fake.conflict_next_writes(&first, 5);
+    let stored: InferenceService =
+        serde_json::from_value(fake.get(IS, "InferenceService", "default", &name).unwrap())
+            .unwrap();
+    let error = reconcile(Arc::new(stored), ctx.clone())
+        .await
+        .expect_err("the reconcile fails and is requeued");
+    assert!(error.to_string().contains("409"), "{error}");
+    let mut expected = vec![format!("PATCH {first}"); 5];
+    expected.push(EVENTS.to_owned());
+    assert_eq!(fake.take_writes(), expected, "five tries, then the Event");
+    let notes = fake.event_notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(
+            "WriteConflict: gave up applying LeaderWorkerSet deepseek-r1-inference-inference-0 after 5 tries, each answered 409 Conflict"
+        ),
+        "{notes:?}"
+    );
+    assert!(
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0"
+        )
+        .is_none()
+    );
+    // The requeued reconcile finds the way clear.
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0"
+        )
+        .is_some()
+    );
+}

@@ -349,3 +349,67 @@ async fn a_stale_lock_left_by_a_crash_is_dropped_by_the_service_reconciler() {
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(locks(&fake)[0]["uid"], "new-uid");
 }
+
+#[tokio::test]
+async fn role_and_status_writes_are_retried_on_conflict_guarded_ones_are_not() {
+    let fake = FakeApi::new();
+    let ctx = fake.context_with(|ctx| {
+        ctx.conflict_backoff.first = std::time::Duration::from_millis(1);
+    });
+    store_spot(&fake, 4);
+    // The roles and the view's status meet a conflict each, and are retried.
+    fake.conflict_next_writes(&format!("{SERVICES}/spot-decode"), 1);
+    fake.conflict_next_writes(&format!("{VIEWS}/spot-decode-sv/status"), 2);
+    reconcile_view(&fake, &ctx, "spot-decode-sv").await;
+    assert_eq!(
+        writes(&fake),
+        [
+            format!("PATCH {VIEWS}/spot-decode-sv"),
+            format!("PATCH {SERVICES}/spot-decode/status"),
+            format!("PATCH {SERVICES}/spot-decode"),
+            format!("PATCH {SERVICES}/spot-decode"),
+            format!("PATCH {VIEWS}/spot-decode-sv/status"),
+            format!("PATCH {VIEWS}/spot-decode-sv/status"),
+            format!("PATCH {VIEWS}/spot-decode-sv/status"),
+            EVENT.to_owned(),
+            EVENT.to_owned(),
+        ]
+    );
+    assert_eq!(
+        role_replicas(&fake)[1..],
+        [
+            ("decode-ondemand".to_owned(), 2),
+            ("decode-spot".to_owned(), 2)
+        ]
+    );
+    reconcile_view(&fake, &ctx, "spot-decode-sv").await;
+    assert_no_writes(&fake);
+
+    // The lock carries the target's resourceVersion: a conflict there means
+    // the target changed, so it is not repeated; the reconcile requeues.
+    fake.edit(API, "ScaleView", "default", "spot-decode-sv", |v| {
+        v["spec"]["replicas"] = json!(2);
+        v["metadata"]["generation"] = json!(2);
+    });
+    fake.conflict_next_writes(&format!("{SERVICES}/spot-decode/status"), 1);
+    let stored: ScaleView = serde_json::from_value(view(&fake, "spot-decode-sv").unwrap()).unwrap();
+    let action = tandem::reconcile::scale_view::reconcile(Arc::new(stored), ctx.clone())
+        .await
+        .expect("a lost lock race requeues");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
+    );
+    assert_eq!(
+        writes(&fake),
+        [format!("PATCH {SERVICES}/spot-decode/status")]
+    );
+    reconcile_view(&fake, &ctx, "spot-decode-sv").await;
+    assert_eq!(
+        role_replicas(&fake)[1..],
+        [
+            ("decode-ondemand".to_owned(), 2),
+            ("decode-spot".to_owned(), 0)
+        ]
+    );
+}

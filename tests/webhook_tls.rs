@@ -620,27 +620,12 @@ async fn the_chain_is_verified_and_only_tls_1_2_and_1_3_are_spoken() {
     }
 }
 
-/// Writes a certificate pair the way kubelet updates a mounted Secret: a new
-/// timestamped directory, then an atomic swap of the `..data` symlink.
-fn kubelet_swap(dir: &std::path::Path, generation: usize, bundle: &tandem::certs::Bundle) {
-    let data = dir.join(format!("..2026_11_21_{generation:02}"));
-    std::fs::create_dir(&data).unwrap();
-    std::fs::write(data.join("tls.crt"), &bundle.cert_pem).unwrap();
-    std::fs::write(data.join("tls.key"), &bundle.key_pem).unwrap();
-    let tmp = dir.join("..data_tmp");
-    std::os::unix::fs::symlink(data.file_name().unwrap(), &tmp).unwrap();
-    std::fs::rename(&tmp, dir.join("..data")).unwrap();
-}
-
 #[tokio::test]
 async fn certificates_rotate_without_a_failed_request() {
     // The certificate directory laid out as kubelet mounts a Secret.
     let dir = tempfile::tempdir().unwrap();
     let first = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
-    kubelet_swap(dir.path(), 1, &first);
-    for file in ["tls.crt", "tls.key"] {
-        std::os::unix::fs::symlink(format!("..data/{file}"), dir.path().join(file)).unwrap();
-    }
+    load::kubelet_mount(dir.path(), &first).unwrap();
     let server = tandem::server::Server::start(
         options(dir.path()),
         Arc::new(tandem::admission::lookup::Blind),
@@ -725,7 +710,7 @@ async fn certificates_rotate_without_a_failed_request() {
 
     wait_for("start", leaf(&first.cert_pem)).await;
     // Rotation 1: kubelet's atomic symlink swap.
-    kubelet_swap(dir.path(), 2, &second);
+    load::kubelet_swap(dir.path(), 2, &second).unwrap();
     wait_for("kubelet swap", leaf(&second.cert_pem)).await;
     // Rotation 2: a plain directory whose files are replaced in place, the
     // certificate first. In between, a file is missing and then the pair does
@@ -872,13 +857,245 @@ async fn a_request_that_stalls_past_the_timeout_gets_503() {
     rest.send(Ok(Frame::data(Bytes::from_static(b"{\"apiVersion\":"))))
         .await
         .unwrap();
-    let started = Instant::now();
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), response)
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), response)
         .await
         .expect("answered, not left hanging")
         .unwrap()
         .unwrap();
+    // 503, not a denying AdmissionReview: the API server then applies the
+    // webhook's failurePolicy (validating webhooks fail closed, mutating ones
+    // open), which a denial would override.
     assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
-    assert!(started.elapsed() >= Duration::from_millis(250));
     drop(rest);
+}
+
+/// Opens a TLS connection, sends `head` and then nothing; returns what the
+/// server sent before it closed the connection.
+async fn stall_after(test: &TestServer, head: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(test.server.webhook_addr)
+        .await
+        .unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(client_tls(&[&test.ca_pem]))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    stream.write_all(head).await.unwrap();
+    stream.flush().await.unwrap();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection, not left hanging");
+    // A close without close_notify is as good as one with it here.
+    if let Err(e) = closed {
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    }
+    answer
+}
+
+#[tokio::test]
+async fn a_request_head_that_stalls_or_an_idle_connection_is_closed() {
+    let test = start_server(|o| o.idle_timeout = Duration::from_millis(300)).await;
+    // Slowloris: the head begins and never ends.
+    let answer = stall_after(
+        &test,
+        b"POST /validate/inferenceservices HTTP/1.1\r\nhost: localhost\r\ncontent-type: appl",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || text.starts_with("HTTP/1.1 408"),
+        "closed, or told it timed out: {text:?}"
+    );
+    // A keep-alive connection left idle after its request: the answer, then
+    // the close.
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    ))
+    .unwrap();
+    let mut request = format!(
+        "POST /validate/inferenceservices HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend(body);
+    let answer = String::from_utf8_lossy(&stall_after(&test, &request).await).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""allowed":true"#), "{answer}");
+}
+
+/// A ClientHello offering `version` as its highest (TLS 1.0 is 0x0301, 1.1
+/// 0x0302, 1.2 0x0303) without the supported_versions extension, as a
+/// pre-TLS 1.3 client sends it, with suites and extensions a TLS 1.2 server
+/// with an ECDSA certificate accepts. rustls cannot speak TLS 1.0 or 1.1, so
+/// the bytes are written here.
+fn client_hello(version: u16) -> Vec<u8> {
+    fn vec16(bytes: &[u8]) -> Vec<u8> {
+        let mut out = u16::try_from(bytes.len()).unwrap().to_be_bytes().to_vec();
+        out.extend_from_slice(bytes);
+        out
+    }
+    fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
+        let mut out = kind.to_be_bytes().to_vec();
+        out.extend(vec16(body));
+        out
+    }
+    let host = b"localhost";
+    let mut server_name = vec![0];
+    server_name.extend(vec16(host));
+    let extensions = [
+        extension(0x0000, &vec16(&server_name)),
+        // supported_groups: x25519, secp256r1
+        extension(0x000a, &vec16(&[0x00, 0x1d, 0x00, 0x17])),
+        // ec_point_formats: uncompressed
+        extension(0x000b, &[1, 0]),
+        // signature_algorithms: ecdsa_secp256r1_sha256, rsa_pss_rsae_sha256
+        extension(0x000d, &vec16(&[0x04, 0x03, 0x08, 0x04])),
+    ]
+    .concat();
+    let mut hello = version.to_be_bytes().to_vec();
+    hello.extend([7u8; 32]); // random
+    hello.push(0); // no session id
+    // ECDHE-ECDSA with AES-128-GCM, AES-256-GCM and AES-128-CBC-SHA (the
+    // last one is what a TLS 1.0 client would pick).
+    hello.extend(vec16(&[0xc0, 0x2b, 0xc0, 0x2c, 0xc0, 0x09]));
+    hello.extend([1, 0]); // compression: null only
+    hello.extend(vec16(&extensions));
+    let mut handshake = vec![1]; // client_hello
+    handshake.extend(&u32::try_from(hello.len()).unwrap().to_be_bytes()[1..]);
+    handshake.extend(hello);
+    let mut record = vec![0x16, 0x03, 0x01];
+    record.extend(vec16(&handshake));
+    record
+}
+
+/// Sends raw bytes and reads the first TLS record of the answer (type and
+/// body), or None when the server closed the connection without one.
+async fn first_record(addr: std::net::SocketAddr, bytes: &[u8]) -> Option<(u8, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(bytes).await.unwrap();
+    let mut header = [0u8; 5];
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut header))
+        .await
+        .expect("the server answers the ClientHello");
+    read.ok()?;
+    let mut body = vec![0u8; usize::from(u16::from_be_bytes([header[3], header[4]]))];
+    tcp.read_exact(&mut body).await.unwrap();
+    Some((header[0], body))
+}
+
+#[tokio::test]
+async fn tls_1_0_and_1_1_handshakes_are_refused_with_a_protocol_version_alert() {
+    let test = start_server(|_| {}).await;
+    let addr = test.server.webhook_addr;
+    // The same hello offering TLS 1.2 gets a ServerHello: the refusals below
+    // are for the version, not for a malformed hello.
+    let (kind, body) = first_record(addr, &client_hello(0x0303))
+        .await
+        .expect("a TLS 1.2 hello is answered");
+    assert_eq!(
+        (kind, body[0]),
+        (0x16, 2),
+        "a handshake record, ServerHello"
+    );
+    assert_eq!(&body[4..6], &[0x03, 0x03], "TLS 1.2 chosen");
+
+    for (name, version) in [
+        ("TLS 1.0", 0x0301),
+        ("TLS 1.1", 0x0302),
+        ("SSL 3.0", 0x0300),
+    ] {
+        let (kind, body) = first_record(addr, &client_hello(version))
+            .await
+            .unwrap_or_else(|| panic!("{name}: closed without an alert"));
+        // An alert record: level fatal (2), description protocol_version (70).
+        assert_eq!((kind, body.as_slice()), (0x15, &[2u8, 70][..]), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_client_ca_makes_the_webhook_require_a_certificate_signed_by_it() {
+    let api_server = tandem::certs::issue_client("kube-apiserver", 1).unwrap();
+    let stranger = tandem::certs::issue_client("kube-apiserver", 1).unwrap();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let client_ca = ca_dir.path().join("client-ca.crt");
+    std::fs::write(&client_ca, &api_server.ca_pem).unwrap();
+    let test = start_server(|o| o.client_ca = Some(client_ca.clone())).await;
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    ))
+    .unwrap();
+    let send = |tls: Arc<rustls::ClientConfig>| {
+        post(
+            test.server.webhook_addr,
+            tls,
+            "/validate/inferenceservices",
+            body.clone(),
+        )
+    };
+
+    let served = send(client_tls_presenting(
+        &[&test.ca_pem],
+        &api_server.cert_pem,
+        &api_server.key_pem,
+    ))
+    .await
+    .expect("a certificate from the client CA is served");
+    assert_eq!(served.status, 200);
+    assert_eq!(served.json()["response"]["allowed"], true);
+
+    // TLS 1.3 clients finish their side of the handshake before the server
+    // has checked their certificate, so the refusal arrives as an alert on
+    // the first read.
+    let none = send(client_tls(&[&test.ca_pem]))
+        .await
+        .expect_err("no client certificate: refused");
+    assert!(none.contains("CertificateRequired"), "{none}");
+    let other = send(client_tls_presenting(
+        &[&test.ca_pem],
+        &stranger.cert_pem,
+        &stranger.key_pem,
+    ))
+    .await
+    .expect_err("a certificate from another CA: refused");
+    // The other CA even has the same name: the chain is built to the trusted
+    // CA by name, and its signature does not verify.
+    assert!(other.contains("DecryptError"), "{other}");
+    let (_, metrics) = probe(test.server.probe_addr, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"verdict="allowed"} 1"#),
+        "only the verified client got through: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_ca_file_that_does_not_load_stops_the_server_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    tandem::certs::write(
+        dir.path(),
+        &tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap(),
+    )
+    .unwrap();
+    let missing = dir.path().join("missing-ca.crt");
+    let mut opts = options(dir.path());
+    opts.client_ca = Some(missing.clone());
+    let error = tandem::server::Server::start(
+        opts,
+        Arc::new(tandem::admission::lookup::Blind),
+        Arc::new(AtomicBool::new(true)),
+    )
+    .await
+    .err()
+    .expect("the server does not start");
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("could not read {}", missing.display())),
+        "{error}"
+    );
 }

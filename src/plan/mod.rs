@@ -7,6 +7,7 @@ pub mod children;
 pub mod dag;
 pub mod gang;
 pub mod inplace;
+pub mod leadership;
 pub mod locks;
 pub mod quantity;
 pub mod ratio;

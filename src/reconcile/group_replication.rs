@@ -12,14 +12,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, FIELD_MANAGER, is_not_found, record};
+use super::{Context, Error, carry_out, is_not_found, retry_conflicts};
 use crate::api::resource_scaling_group::{self as rsg_api, ResourceScalingGroup};
 use crate::plan::adapter;
 use crate::plan::replication::{self, World};
@@ -160,45 +160,19 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
             object_name,
         ))
     };
-    for step in &pass.apply {
-        let Some((api, object_name)) = api_of(&step.object) else {
-            continue;
-        };
-        api.patch(
-            &object_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&step.object),
-        )
-        .await?;
-        record(
-            &ctx,
-            &reference,
-            step.change.reason(),
-            &step.note,
-            Some(&step.object),
-        )
-        .await;
-    }
-    for step in &pass.delete {
-        let Some((api, object_name)) = api_of(&step.object) else {
-            continue;
-        };
-        match api.delete(&object_name, &DeleteParams::background()).await {
-            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, Some(&step.object)).await,
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    carry_out(&ctx, &reference, &pass.apply, &pass.delete, api_of).await?;
     for warning in &pass.warnings {
         warn(&ctx, &reference, warning).await;
     }
     if rsg.status.as_ref() != Some(&pass.status) {
         let api: Api<ResourceScalingGroup> = Api::namespaced(ctx.client.clone(), namespace);
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": pass.status})),
-        )
+        let (params, patch) = (
+            PatchParams::default(),
+            Patch::Merge(json!({"status": pass.status})),
+        );
+        retry_conflicts(&ctx, &reference, "writing the status", || {
+            api.patch_status(name, &params, &patch)
+        })
         .await?;
     }
     Ok(Action::requeue(RESYNC))

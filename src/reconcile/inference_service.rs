@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, FIELD_MANAGER, is_not_found, record};
+use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
 use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::children;
@@ -116,35 +116,10 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
 
     // Apply, delete, report.
     let reference = service.object_ref(&());
-    for step in &pass.apply {
-        let Some((api, child)) = child_api(&ctx, namespace, &step.object) else {
-            continue;
-        };
-        api.patch(
-            &child,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&step.object),
-        )
-        .await?;
-        record(
-            &ctx,
-            &reference,
-            step.change.reason(),
-            &step.note,
-            Some(&step.object),
-        )
-        .await;
-    }
-    for step in &pass.delete {
-        let Some((api, child)) = child_api(&ctx, namespace, &step.object) else {
-            continue;
-        };
-        match api.delete(&child, &DeleteParams::background()).await {
-            Ok(_) => record(&ctx, &reference, "Deleted", &step.note, Some(&step.object)).await,
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    carry_out(&ctx, &reference, &pass.apply, &pass.delete, |object| {
+        child_api(&ctx, namespace, object)
+    })
+    .await?;
     for event in &pass.events {
         record(&ctx, &reference, event.reason, &event.note, None).await;
     }
@@ -156,8 +131,14 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             drop_stale_locks(&mut patch, &service, &pass.status);
         }
         let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let write = || api.patch_status(name, &params, &patch);
+        if stale_locks {
+            // Guarded by the resourceVersion: repeating it cannot succeed.
+            write().await?;
+        } else {
+            retry_conflicts(&ctx, &reference, "writing the status", write).await?;
+        }
     }
     Ok(Action::requeue(
         pass.requeue.map_or(RESYNC, |d| d.min(RESYNC)),

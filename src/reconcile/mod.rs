@@ -2,22 +2,30 @@
 //! They decide nothing themselves: `plan` says what to write and why, so a
 //! reconcile of an unchanged world writes nothing, and `tandem render` runs the
 //! same decisions offline.
+//!
+//! Writes that meet a 409 Conflict are retried here with a growing wait
+//! ([`retry_conflicts`]); controllers run only on the replica that holds the
+//! leader Lease ([`leader`]).
 
 pub mod group_replication;
 pub mod inference_service;
+pub mod leader;
 pub mod resource_scaling_group;
 pub mod scale_view;
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde_json::Value;
 
 use crate::admission::discovery::ScaleDiscovery;
-use crate::plan::service::Options;
+use crate::plan::service::{Apply, Delete, Options};
 
 /// The field manager of every server-side apply Tandem makes.
 pub const FIELD_MANAGER: &str = "tandem";
@@ -42,6 +50,8 @@ pub struct Context {
     pub discovery: ScaleDiscovery,
     /// The clock, fixed in tests.
     pub now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    /// How writes that answer 409 Conflict are retried.
+    pub conflict_backoff: ConflictBackoff,
 }
 
 impl Context {
@@ -58,6 +68,7 @@ impl Context {
             client,
             options,
             now: Arc::new(Timestamp::now),
+            conflict_backoff: ConflictBackoff::default(),
         }
     }
 }
@@ -98,5 +109,179 @@ pub(crate) async fn record(
     };
     if let Err(e) = ctx.recorder.publish(&event, reference).await {
         tracing::warn!(error = %e, reason, "could not record an event");
+    }
+}
+
+/// Carries out what a plan decided for the objects of `regarding`: each
+/// `apply` server-side applied (field manager `tandem`, retried on 409), each
+/// `delete` deleted in the background (one already gone is no error), with an
+/// Event on `regarding` for each saying why. `api_of` gives an object's API
+/// and name; an object it cannot place is skipped (the plan only makes
+/// objects of kinds it was given).
+pub(crate) async fn carry_out(
+    ctx: &Context,
+    regarding: &ObjectReference,
+    apply: &[Apply],
+    delete: &[Delete],
+    api_of: impl Fn(&Value) -> Option<(Api<DynamicObject>, String)>,
+) -> Result<(), Error> {
+    for step in apply {
+        let Some((api, name)) = api_of(&step.object) else {
+            continue;
+        };
+        let kind = step.object["kind"].as_str().unwrap_or("an object");
+        let (params, patch) = (
+            PatchParams::apply(FIELD_MANAGER).force(),
+            Patch::Apply(&step.object),
+        );
+        retry_conflicts(ctx, regarding, &format!("applying {kind} {name}"), || {
+            api.patch(&name, &params, &patch)
+        })
+        .await?;
+        record(
+            ctx,
+            regarding,
+            step.change.reason(),
+            &step.note,
+            Some(&step.object),
+        )
+        .await;
+    }
+    for step in delete {
+        let Some((api, name)) = api_of(&step.object) else {
+            continue;
+        };
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await,
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// How a write that answers 409 Conflict is retried: after `first`, then
+/// twice as long each time up to `longest`, for `attempts` tries in all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConflictBackoff {
+    pub first: Duration,
+    pub longest: Duration,
+    /// Tries in all, the first one included; at least one is always made.
+    pub attempts: u32,
+}
+
+impl Default for ConflictBackoff {
+    /// 50 ms, 100 ms, 200 ms, 400 ms: five tries within a second, well inside
+    /// the controller's own requeue of a failed reconcile (30 s).
+    fn default() -> Self {
+        ConflictBackoff {
+            first: Duration::from_millis(50),
+            longest: Duration::from_secs(1),
+            attempts: 5,
+        }
+    }
+}
+
+impl ConflictBackoff {
+    /// The wait after the `retry`th conflict (0 for the first).
+    pub fn delay(&self, retry: u32) -> Duration {
+        let factor = 2u32.checked_pow(retry).unwrap_or(u32::MAX);
+        self.first.saturating_mul(factor).min(self.longest)
+    }
+}
+
+/// Whether the API server answered 409 Conflict (the object changed since it
+/// was read, or two appliers raced to create it).
+pub fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+/// Runs `write`, and runs it again after [`ConflictBackoff::delay`] for as
+/// long as it answers 409 Conflict, up to `ctx.conflict_backoff.attempts`
+/// tries. Other errors return at once. When the last try conflicts too, a
+/// warning is logged and a Warning Event `WriteConflict` recorded on
+/// `regarding`, and the conflict is returned (the controller requeues).
+///
+/// Only for writes without a resourceVersion precondition (server-side
+/// apply, plain merge and JSON patches): for those a conflict is a race the
+/// API server lost, and the same write can win the next time. A write that
+/// carries a resourceVersion conflicts because what it was planned from is
+/// stale; repeating it cannot succeed, only a new reconcile from a fresh read.
+pub async fn retry_conflicts<T, F, Fut>(
+    ctx: &Context,
+    regarding: &ObjectReference,
+    what: &str,
+    mut write: F,
+) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, kube::Error>>,
+{
+    let backoff = &ctx.conflict_backoff;
+    let attempts = backoff.attempts.max(1);
+    let mut retry = 0;
+    loop {
+        match write().await {
+            Err(e) if is_conflict(&e) && retry + 1 < attempts => {
+                let wait = backoff.delay(retry);
+                tracing::debug!(what, error = %e, ?wait, "conflict; retrying");
+                tokio::time::sleep(wait).await;
+                retry += 1;
+            }
+            Err(e) if is_conflict(&e) => {
+                let note = format!(
+                    "gave up {what} after {attempts} tries, each answered 409 Conflict: {e}"
+                );
+                tracing::warn!(what, attempts, error = %e, "gave up after repeated conflicts");
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "WriteConflict".to_owned(),
+                    note: Some(note),
+                    action: "Write".to_owned(),
+                    secondary: None,
+                };
+                if let Err(e) = ctx.recorder.publish(&event, regarding).await {
+                    tracing::warn!(error = %e, "could not record an event");
+                }
+                return Err(e);
+            }
+            other => return other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_doubles_up_to_the_longest() {
+        let backoff = ConflictBackoff::default();
+        let waits: Vec<u128> = (0..7).map(|n| backoff.delay(n).as_millis()).collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1000, 1000]);
+    }
+
+    #[test]
+    fn the_wait_never_overflows() {
+        let backoff = ConflictBackoff {
+            first: Duration::from_secs(u64::MAX / 2),
+            longest: Duration::from_secs(u64::MAX),
+            attempts: 3,
+        };
+        assert_eq!(backoff.delay(u32::MAX), Duration::from_secs(u64::MAX));
+        assert_eq!(backoff.delay(1), Duration::from_secs(u64::MAX / 2 * 2));
+    }
+
+    #[test]
+    fn only_409_is_a_conflict() {
+        let status = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        assert!(is_conflict(&status(409)));
+        assert!(!is_conflict(&status(422)));
+        assert!(!is_conflict(&status(404)));
     }
 }

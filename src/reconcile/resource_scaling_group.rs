@@ -40,7 +40,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, FIELD_MANAGER, group_replication};
+use super::{Context, Error, FIELD_MANAGER, group_replication, is_not_found, retry_conflicts};
 use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter::{self, Via};
@@ -63,10 +63,6 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         ScalingStrategyType::InplaceScaling => inplace(rsg, ctx).await,
         ScalingStrategyType::GroupReplication => group_replication::reconcile(rsg, ctx).await,
     }
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
 /// The API server refused the request itself (forbidden, invalid, a failed
@@ -247,15 +243,24 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
         };
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
         let object = request.object.name.as_str();
+        let (what, regarding) = (format!("scaling {object}"), me.object_ref(&()));
         let sent = match &request.request {
-            Request::Scale(body) => api
-                .patch_scale(object, &params, &Patch::Merge(body))
+            Request::Scale(body) => {
+                let patch = Patch::Merge(body);
+                retry_conflicts(&ctx, &regarding, &what, || {
+                    api.patch_scale(object, &params, &patch)
+                })
                 .await
-                .map(drop),
-            Request::Roles(patch) => api
-                .patch(object, &params, &Patch::Json::<()>(patch.clone()))
+                .map(drop)
+            }
+            Request::Roles(operations) => {
+                let patch = Patch::Json::<()>(operations.clone());
+                retry_conflicts(&ctx, &regarding, &what, || {
+                    api.patch(object, &params, &patch)
+                })
                 .await
-                .map(drop),
+                .map(drop)
+            }
         };
         match sent {
             Ok(()) => {}
@@ -280,13 +285,14 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
 
     // Status, then the Events.
     if me.status.as_ref() != Some(&status) {
-        groups_api
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await?;
+        let (params, patch) = (
+            PatchParams::default(),
+            Patch::Merge(json!({"status": status})),
+        );
+        retry_conflicts(&ctx, &me.object_ref(&()), "writing the status", || {
+            groups_api.patch_status(name, &params, &patch)
+        })
+        .await?;
     }
     // A recorder of this reconcile's own: every Event here reports a new
     // change, and the shared recorder would fold a second change of the

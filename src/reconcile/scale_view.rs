@@ -4,7 +4,9 @@
 //! patch carrying the target's resourceVersion, so two views never both win
 //! a role; 409 requeues), the roles' replicas (a JSON Patch testing each
 //! role's name before replacing its replicas), the view's status when it
-//! changed; then an Event for each change saying why.
+//! changed; then an Event for each change saying why. The roles and the
+//! status are retried on 409 (`retry_conflicts`); the finalizer and the lock
+//! carry a resourceVersion, so their 409 requeues the reconcile instead.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Error};
+use super::{Context, Error, is_conflict, retry_conflicts};
 use crate::api::{InferenceService, ScaleView};
 use crate::plan::scale_view as view_plan;
 
@@ -28,10 +30,6 @@ const RESYNC: Duration = Duration::from_secs(300);
 
 /// How soon a lost race for the target's status is retried.
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
-
-fn is_conflict(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 409)
-}
 
 /// Reconciles one ScaleView.
 pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -76,13 +74,12 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             object: format!("ScaleView {namespace}/{name}"),
             reason,
         })?;
-        services
-            .patch(
-                target_name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(patch),
-            )
-            .await?;
+        let reference = view.object_ref(&());
+        let (params, patch) = (PatchParams::default(), Patch::Json::<()>(patch));
+        retry_conflicts(&ctx, &reference, "scaling the target's roles", || {
+            services.patch(target_name, &params, &patch)
+        })
+        .await?;
     }
     if deleting && let Some(finalizers) = &pass.finalizers {
         patch_finalizers(&views, &view, name, finalizers).await?;
@@ -90,13 +87,14 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
     if let Some(status) = &pass.status
         && view.status.as_ref() != Some(status)
     {
-        views
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
-            .await?;
+        let (params, patch) = (
+            PatchParams::default(),
+            Patch::Merge(json!({"status": status})),
+        );
+        retry_conflicts(&ctx, &view.object_ref(&()), "writing the status", || {
+            views.patch_status(name, &params, &patch)
+        })
+        .await?;
     }
 
     let reference = view.object_ref(&());

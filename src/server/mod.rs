@@ -15,6 +15,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use hyper_util::rt::TokioTimer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tower_http::timeout::TimeoutLayer;
@@ -27,6 +28,10 @@ use tls::{CertificateResolver, TlsError};
 /// leaves room for oldObject on updates without letting a client make the
 /// server buffer arbitrary amounts.
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 7 * 1024 * 1024;
+
+/// hyper's default wait for a request head; shorter than the 90 s for which
+/// Go's HTTP client (the API server's) keeps idle connections.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -41,8 +46,16 @@ pub struct ServeOptions {
     /// A request taking longer gets 503 (the API server's own timeout is the
     /// webhook configuration's timeoutSeconds).
     pub request_timeout: Duration,
+    /// An HTTP/1.1 connection that waits longer than this for the head of its
+    /// next request is closed: an idle keep-alive connection, or a head sent
+    /// slowly (slowloris).
+    pub idle_timeout: Duration,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// A PEM file of CAs: when set, every client must present a certificate
+    /// signed by one of them (the API server's, from its admission
+    /// kubeconfig), or the TLS handshake fails.
+    pub client_ca: Option<PathBuf>,
     /// Tandem's own service account as a username
     /// (`system:serviceaccount:NAMESPACE:NAME`): its InferenceService updates
     /// may change roles that a ScaleView locks.
@@ -96,8 +109,13 @@ impl Server {
         let metrics = Arc::new(Metrics::default());
         let certificates = Arc::new(CertificateResolver::new(tls::load(&options.cert_dir)?));
         let watcher = tls::watch(&options.cert_dir, certificates.clone(), metrics.clone())?;
+        let client_cas = options
+            .client_ca
+            .as_deref()
+            .map(tls::load_client_cas)
+            .transpose()?;
         let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(
-            tls::server_config(certificates.clone())?,
+            tls::server_config(certificates.clone(), client_cas.as_ref())?,
         ));
 
         let app = admission::http::router(admission::http::State {
@@ -128,12 +146,22 @@ impl Server {
                 source,
             })?;
         let webhook = axum_server::Handle::new();
-        let server = axum_server::from_tcp_rustls(listener, config)
+        let mut server = axum_server::from_tcp_rustls(listener, config)
             .map_err(|source| ServerError::Listen {
                 addr: webhook_addr,
                 source,
             })?
             .handle(webhook.clone());
+        // The TLS handshake must finish within axum-server's 10 s and the
+        // body within the request timeout (the TimeoutLayer); this bounds the
+        // wait for a request head: a client that dribbles its headers
+        // (slowloris) or keeps an idle connection is disconnected instead of
+        // holding it forever. (hyper's 30 s default needs a timer to act.)
+        server
+            .http_builder()
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(options.idle_timeout);
         let webhook_task = tokio::spawn(server.serve(app.into_make_service()));
 
         let ready = Arc::new(AtomicBool::new(false));

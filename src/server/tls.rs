@@ -1,5 +1,7 @@
-//! The webhook's TLS: TLS 1.2 and 1.3 only, and a serving certificate that is
-//! replaced without a restart when the files in the certificate directory change.
+//! The webhook's TLS: TLS 1.2 and 1.3 only, a serving certificate that is
+//! replaced without a restart when the files in the certificate directory
+//! change, and optionally client certificates required of every caller (the
+//! API server), verified against a CA given with `--client-ca`.
 //!
 //! Kubernetes updates a mounted Secret by writing a new timestamped directory
 //! and swapping the `..data` symlink, so the directory is watched, not the
@@ -12,12 +14,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use notify::{RecursiveMode, Watcher};
-use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
 use tokio::sync::mpsc;
 
 use crate::certs::{CERT_FILE, KEY_FILE};
@@ -42,6 +45,8 @@ pub enum TlsError {
     },
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    #[error("cannot verify client certificates with the CAs in {path}: {reason}")]
+    ClientCa { path: PathBuf, reason: String },
     #[error("could not watch {path} for certificate changes: {source}")]
     Watch {
         path: PathBuf,
@@ -120,12 +125,67 @@ impl ResolvesServerCert for CertificateResolver {
     }
 }
 
+/// The CAs that client certificates must chain to: every certificate in the
+/// PEM file at `path`.
+pub fn load_client_cas(path: &Path) -> Result<ClientCas, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| TlsError::BadPem {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        roots.add(cert).map_err(|e| TlsError::ClientCa {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    Ok(ClientCas {
+        path: path.to_owned(),
+        roots,
+    })
+}
+
+/// CAs for client certificates, with the file they came from (for errors).
+#[derive(Clone, Debug)]
+pub struct ClientCas {
+    path: PathBuf,
+    roots: RootCertStore,
+}
+
 /// TLS 1.3 and 1.2 only (rustls offers nothing older), HTTP/2 and HTTP/1.1.
-pub fn server_config(resolver: Arc<CertificateResolver>) -> Result<ServerConfig, TlsError> {
-    let mut config = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+/// With `client_cas`, a client must present a certificate that chains to one
+/// of them, or the handshake fails; without, no client certificate is asked.
+pub fn server_config(
+    resolver: Arc<CertificateResolver>,
+    client_cas: Option<&ClientCas>,
+) -> Result<ServerConfig, TlsError> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?;
+    let builder = match client_cas {
+        None => builder.with_no_client_auth(),
+        Some(cas) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                Arc::new(cas.roots.clone()),
+                provider(),
+            )
+            .build()
+            .map_err(|e| TlsError::ClientCa {
+                path: cas.path.clone(),
+                reason: e.to_string(),
+            })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
@@ -218,6 +278,39 @@ mod tests {
         std::fs::write(dir.path().join(KEY_FILE), other.key_pem).unwrap();
         let error = load(dir.path()).unwrap_err();
         assert!(matches!(error, TlsError::Mismatch { .. }), "{error}");
+    }
+
+    #[test]
+    fn client_cas_are_read_from_pem_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client-ca.crt");
+        let error = load_client_cas(&path).unwrap_err().to_string();
+        assert!(
+            error.starts_with("could not read ") && error.contains("client-ca.crt"),
+            "{error}"
+        );
+        std::fs::write(&path, "no certificate here").unwrap();
+        let error = load_client_cas(&path).unwrap_err().to_string();
+        assert!(
+            error.ends_with("client-ca.crt holds no PEM certificate"),
+            "{error}"
+        );
+        let (one, two) = (
+            certs::issue(&certs::loopback_hosts(), 1).unwrap(),
+            certs::issue(&certs::loopback_hosts(), 1).unwrap(),
+        );
+        std::fs::write(&path, format!("{}{}", one.ca_pem, two.ca_pem)).unwrap();
+        let cas = load_client_cas(&path).unwrap();
+        assert_eq!(cas.roots.len(), 2);
+        let resolver = Arc::new(CertificateResolver::new(
+            CertifiedKey::from_der(
+                vec![CertificateDer::from_pem_slice(one.cert_pem.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(one.key_pem.as_bytes()).unwrap(),
+                &provider(),
+            )
+            .unwrap(),
+        ));
+        assert!(server_config(resolver, Some(&cas)).is_ok());
     }
 
     #[test]

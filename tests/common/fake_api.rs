@@ -2,7 +2,8 @@
 //! service: enough of lists (with label selectors), gets, server-side apply,
 //! merge and JSON patches, the `/scale` subresource, deletes and creates for
 //! reconcilers to run against, with a log of every request so tests can
-//! assert exactly what was written.
+//! assert exactly what was written, and injected 409 Conflicts for the next
+//! writes to a path.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,9 @@ struct State {
     /// name and manager: fields it applied before and leaves out now are
     /// removed, everyone else's stay.
     applied: BTreeMap<(String, String, String), Value>,
+    /// Writes whose path ends with the text answer 409 Conflict, as many
+    /// times as the count says.
+    conflicts: Vec<(String, usize)>,
 }
 
 #[derive(Clone, Default)]
@@ -57,7 +61,7 @@ fn plural(kind: &str) -> String {
         "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
         | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
         | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet"
-        | "RoleBasedGroup" | "ControllerRevision" => {
+        | "RoleBasedGroup" | "ControllerRevision" | "Lease" => {
             format!("{}s", kind.to_lowercase())
         }
         "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),
@@ -351,13 +355,34 @@ impl FakeApi {
     /// A reconcile context whose client this fake answers, with the clock fixed
     /// at 2026-11-21T10:00:00Z.
     pub fn context(&self) -> std::sync::Arc<tandem::reconcile::Context> {
+        self.context_with(|_| {})
+    }
+
+    /// [`FakeApi::context`], changed by `adjust` (e.g. a shorter conflict backoff).
+    pub fn context_with(
+        &self,
+        adjust: impl FnOnce(&mut tandem::reconcile::Context),
+    ) -> std::sync::Arc<tandem::reconcile::Context> {
         let mut ctx = tandem::reconcile::Context::new(self.client(), Default::default());
         ctx.now = std::sync::Arc::new(|| {
             "2026-11-21T10:00:00Z"
                 .parse()
                 .expect("a fixed RFC 3339 time")
         });
+        adjust(&mut ctx);
         std::sync::Arc::new(ctx)
+    }
+
+    /// Makes the next `count` writes (any method but GET) whose path ends
+    /// with `path` answer 409 Conflict without changing anything, as the API
+    /// server does when another writer got there first. `""` matches every
+    /// path.
+    pub fn conflict_next_writes(&self, path: &str, count: usize) {
+        self.state
+            .lock()
+            .unwrap()
+            .conflicts
+            .push((path.to_owned(), count));
     }
 
     /// Every request since the last `take_calls`.
@@ -377,10 +402,12 @@ impl FakeApi {
     async fn answer(&self, request: Request<Body>) -> Response<Body> {
         let method = request.method().as_str().to_owned();
         let path = request.uri().path().to_owned();
+        // Server-side apply is a PATCH of this content type; merge and JSON
+        // patches (with or without a fieldManager) are others.
         let apply = request
             .headers()
-            .get("content-type")
-            .is_some_and(|t| t.as_bytes() == b"application/apply-patch+yaml");
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/apply-patch"));
         let query = request.uri().query().unwrap_or_default().to_owned();
         let bytes = request
             .into_body()
@@ -398,6 +425,21 @@ impl FakeApi {
             path: path.clone(),
             body: body.clone(),
         });
+        if method != "GET"
+            && let Some(conflict) = state
+                .conflicts
+                .iter_mut()
+                .find(|(suffix, left)| *left > 0 && path.ends_with(suffix.as_str()))
+        {
+            conflict.1 -= 1;
+            return status(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {path}: the object has been modified; please apply your changes to the latest version and try again"
+                ),
+            );
+        }
 
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         // api/v1/namespaces/ns/plural[/name[/sub]] or apis/g/v/namespaces/ns/plural[/name[/sub]]
@@ -621,6 +663,13 @@ impl FakeApi {
                     .as_str()
                     .unwrap_or("created")
                     .to_owned();
+                if store.contains_key(&name) {
+                    return status(
+                        409,
+                        "AlreadyExists",
+                        format!("{plural_name} \"{name}\" already exists"),
+                    );
+                }
                 object["metadata"]["resourceVersion"] = json!(version);
                 store.insert(name, object.clone());
                 respond(StatusCode::CREATED, &object)

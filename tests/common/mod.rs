@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fake_api;
+pub mod load;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -202,7 +203,9 @@ pub fn options(dir: &Path) -> ServeOptions {
         cert_dir: dir.to_owned(),
         body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
         request_timeout: Duration::from_secs(4),
+        idle_timeout: tandem::server::DEFAULT_IDLE_TIMEOUT,
         shutdown_grace: Duration::from_secs(10),
+        client_ca: None,
         service_account: tandem::admission::DEFAULT_SERVICE_ACCOUNT.to_owned(),
     }
 }
@@ -254,6 +257,34 @@ pub fn client_tls(ca_pems: &[&str]) -> Arc<rustls::ClientConfig> {
     // Every request is a full handshake: a resumed session reports the
     // certificate of the session it resumes, not the one served now.
     let mut config = config;
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// Like [`client_tls`], presenting a client certificate (chain and key as PEM).
+pub fn client_tls_presenting(
+    ca_pems: &[&str],
+    cert_pem: &str,
+    key_pem: &str,
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for pem in ca_pems {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .unwrap();
     config.resumption = rustls::client::Resumption::disabled();
     Arc::new(config)
 }
@@ -335,7 +366,7 @@ where
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("request: {e}"))?;
+        .map_err(|e| format!("request: {}", error_chain(&e)))?;
     let status = response.status().as_u16();
     let body = response
         .into_body()
@@ -344,6 +375,18 @@ where
         .map_err(|e| format!("body: {e}"))?
         .to_bytes();
     Ok((status, body))
+}
+
+/// An error and its sources, `: `-separated (hyper hides the TLS alert that
+/// closed a connection in a source).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 /// GETs a path of the plain probe port.
