@@ -18,7 +18,10 @@
 //!   (so the checks against a ScaleView's target, the locks, the strict
 //!   range of `/scale` and the namespace-wide DAG run too).
 //! - render: any text gets an error or a result; a result writes as YAML and
-//!   JSON, and rendering the same world twice gives the same result.
+//!   JSON, and rendering the same world twice gives the same result. Worlds
+//!   asking for more than [`RENDER_REPLICA_LIMIT`] replicas anywhere are only
+//!   parsed: render makes one LeaderWorkerSet per replica, as asked, so a
+//!   world asking for millions is slow by design, not a crash.
 
 use std::sync::OnceLock;
 
@@ -195,6 +198,21 @@ fn check_patch(kind: Kind, request: &Value, response: &Value, lookup: &dyn Looku
     );
 }
 
+/// The most replicas (of anything: a role, a ScaleView) that the render
+/// target renders.
+pub const RENDER_REPLICA_LIMIT: f64 = 1000.0;
+
+fn asks_for_many_replicas(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.iter().any(|(key, value)| {
+            (key == "replicas" && value.as_f64().is_some_and(|n| n > RENDER_REPLICA_LIMIT))
+                || asks_for_many_replicas(value)
+        }),
+        Value::Array(items) => items.iter().any(asks_for_many_replicas),
+        _ => false,
+    }
+}
+
 /// One `tandem render` input, as if read from a file.
 pub fn render(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -208,6 +226,9 @@ pub fn render(data: &[u8]) {
             return;
         }
     };
+    if world.iter().any(asks_for_many_replicas) {
+        return;
+    }
     let options = render::Options::default();
     let first = render::render(world.clone(), &options);
     let second = render::render(world, &options);

@@ -359,3 +359,25 @@ fn every_committed_input_passes_its_fuzz_target() {
     assert!(ran >= seeds().values().map(Seeds::len).sum::<usize>());
     eprintln!("{ran} committed fuzz inputs passed");
 }
+
+/// `tandem::fuzzing::TARGETS` and the fuzz crate's binaries are the same set.
+#[test]
+fn every_target_is_a_fuzz_binary() {
+    let manifest = std::fs::read_to_string(repo_path("fuzz/Cargo.toml")).unwrap();
+    let mut binaries: Vec<String> = read_dir(&repo_path("fuzz/fuzz_targets"))
+        .into_keys()
+        .map(|file| file.trim_end_matches(".rs").to_owned())
+        .collect();
+    binaries.sort();
+    let mut names: Vec<String> = TARGETS.iter().map(|(n, _)| (*n).to_owned()).collect();
+    names.sort();
+    assert_eq!(binaries, names);
+    for name in &names {
+        assert!(
+            manifest.contains(&format!(
+                "name = \"{name}\"\npath = \"fuzz_targets/{name}.rs\""
+            )),
+            "fuzz/Cargo.toml declares {name}"
+        );
+    }
+}
