@@ -81,13 +81,35 @@ pub fn router(state: State) -> Router {
         .with_state(state)
 }
 
-/// What one request came to, for the reply and for the metrics.
-struct Outcome {
-    status: StatusCode,
-    body: Response,
-    kind: &'static str,
-    operation: String,
-    verdict: &'static str,
+/// What one request came to: the reply, and the labels of its metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Reply,
+    /// The kind admitted (`ScaleView/scale` for the subresource, `other` when
+    /// the request does not match its endpoint).
+    pub kind: &'static str,
+    /// The request's operation, upper case, or `unknown`.
+    pub operation: String,
+    /// `allowed`, `patched`, `denied`, `invalid` or `too_large`.
+    pub verdict: &'static str,
+}
+
+/// The body of a reply: an AdmissionReview, or the reason a request could not
+/// be read as one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    Review(Value),
+    Text(String),
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        match self.body {
+            Reply::Review(review) => (self.status, axum::Json(review)).into_response(),
+            Reply::Text(reason) => (self.status, reason).into_response(),
+        }
+    }
 }
 
 fn serve(
@@ -97,13 +119,19 @@ fn serve(
     state: &State,
 ) -> Response {
     let started = Instant::now();
-    let outcome = match body {
-        Ok(body) => answer(webhook, resource, &body, state),
+    let mut outcome = match body {
+        Ok(body) => answer(
+            webhook,
+            resource,
+            &body,
+            state.lookup.as_ref(),
+            &state.service_account,
+        ),
         Err(rejection) => {
             let status = rejection.status();
-            Outcome {
+            Answer {
                 status,
-                body: (status, rejection.body_text()).into_response(),
+                body: Reply::Text(rejection.body_text()),
                 kind: endpoint_kind(resource),
                 operation: "unknown".to_owned(),
                 verdict: if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -117,14 +145,14 @@ fn serve(
     let labels = AdmissionLabels {
         webhook: webhook.label(),
         kind: outcome.kind,
-        operation: outcome.operation,
+        operation: std::mem::take(&mut outcome.operation),
         verdict: outcome.verdict,
     };
     state
         .metrics
         .record_admission(labels, started.elapsed().as_secs_f64());
     tracing::debug!(status = %outcome.status, verdict = outcome.verdict, "admission answered");
-    outcome.body
+    outcome.into_response()
 }
 
 /// The metrics label of a request that could not be read: the kind of the
@@ -133,28 +161,37 @@ fn endpoint_kind(resource: &str) -> &'static str {
     Kind::from_plural(resource).map_or("other", Kind::name)
 }
 
-fn bad_request(resource: &str, reason: String) -> Outcome {
+fn bad_request(resource: &str, reason: String) -> Answer {
     tracing::warn!(resource, %reason, "unreadable admission request");
-    Outcome {
+    Answer {
         status: StatusCode::BAD_REQUEST,
-        body: (StatusCode::BAD_REQUEST, reason).into_response(),
+        body: Reply::Text(reason),
         kind: endpoint_kind(resource),
         operation: "unknown".to_owned(),
         verdict: "invalid",
     }
 }
 
-/// Reads the review, decides, and writes the reply.
-fn answer(webhook: Webhook, resource: &str, body: &[u8], state: &State) -> Outcome {
+/// Reads the review, decides, and writes the reply: everything the webhook
+/// does with a request body, without the transport (also what the fuzz
+/// targets drive). `lookup` is what admission may consult; `service_account`
+/// is Tandem's own username (see [`State::service_account`]).
+pub fn answer(
+    webhook: Webhook,
+    resource: &str,
+    body: &[u8],
+    lookup: &dyn Lookup,
+    service_account: &str,
+) -> Answer {
     let Some(kind) = Kind::from_plural(resource) else {
         let known: Vec<&str> = Kind::ALL.iter().map(|k| k.plural()).collect();
         let reason = format!(
             "no admission webhook for {resource:?}; Tandem admits {}",
             known.join(", ")
         );
-        return Outcome {
+        return Answer {
             status: StatusCode::NOT_FOUND,
-            body: (StatusCode::NOT_FOUND, reason).into_response(),
+            body: Reply::Text(reason),
             kind: "other",
             operation: "unknown".to_owned(),
             verdict: "invalid",
@@ -208,20 +245,13 @@ fn answer(webhook: Webhook, resource: &str, body: &[u8], state: &State) -> Outco
     let raw = &review["request"];
     let requester = Requester {
         username: request.user_info.username.as_deref().unwrap_or_default(),
-        tandem: &state.service_account,
+        tandem: service_account,
     };
-    let verdict = decide(
-        webhook,
-        kind,
-        &request,
-        raw,
-        state.lookup.as_ref(),
-        requester,
-    );
+    let verdict = decide(webhook, kind, &request, raw, lookup, requester);
     let (status_label, reply) = reply(&request, verdict);
-    Outcome {
+    Answer {
         status: StatusCode::OK,
-        body: axum::Json(reply).into_response(),
+        body: Reply::Review(reply),
         kind: admitted,
         operation,
         verdict: status_label,

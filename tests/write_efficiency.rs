@@ -1,0 +1,305 @@
+//! How many API requests a reconcile costs, per kind with a reconciler,
+//! against the in-memory API server (`common::fake_api`): a reconcile of an
+//! unchanged world must write nothing, and a change must write only what it
+//! changes. Each test prints its table (`cargo test --test write_efficiency
+//! -- --nocapture --test-threads 1`); BENCHMARKS.md `## Write efficiency`
+//! records it.
+//!
+//! ResourceScalingGroups have no reconciler yet; their row belongs here when
+//! one lands.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::fake_api::{Call, FakeApi};
+use common::{repo_path, yaml_documents};
+use serde_json::{Value, json};
+use tandem::admission::{self, Kind, lookup};
+use tandem::api::{InferenceService, ScaleView};
+use tandem::reconcile::Context;
+
+const API: &str = "fusioninfer.io/v1alpha1";
+
+/// The requests of one reconcile, by what they do.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    /// GETs: lists and gets.
+    reads: usize,
+    /// Server-side applies and patches of objects other than the reconciled
+    /// one's status (children, a view's finalizer, a target's roles).
+    patches: usize,
+    deletes: usize,
+    /// Writes of a status subresource.
+    status: usize,
+    /// Events recorded (created, or a repeat patched into its series).
+    events: usize,
+}
+
+impl Counts {
+    fn of(calls: &[Call]) -> Counts {
+        let mut counts = Counts::default();
+        for call in calls {
+            let field = if call.path.contains("/events") {
+                &mut counts.events
+            } else if !call.is_write() {
+                &mut counts.reads
+            } else if call.method == "DELETE" {
+                &mut counts.deletes
+            } else if call.path.ends_with("/status") {
+                &mut counts.status
+            } else {
+                &mut counts.patches
+            };
+            *field += 1;
+        }
+        counts
+    }
+
+    fn writes(&self) -> usize {
+        self.patches + self.deletes + self.status + self.events
+    }
+}
+
+/// The table a test prints, one row per reconcile.
+struct Table {
+    title: &'static str,
+    rows: Vec<(String, Counts)>,
+}
+
+impl Table {
+    fn new(title: &'static str) -> Table {
+        Table {
+            title,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Records the requests since the last look as one reconcile.
+    fn row(&mut self, fake: &FakeApi, scenario: &str) -> &Counts {
+        let calls = fake.take_calls();
+        let counts = Counts::of(&calls);
+        self.rows.push((scenario.to_owned(), counts));
+        &self.rows.last().expect("just pushed").1
+    }
+
+    fn print(&self) {
+        println!("\n{}", self.title);
+        println!(
+            "| {:<62} | {:>8} | {:>5} | {:>6} | {:>7} | {:>7} | {:>6} | {:>6} |",
+            "reconcile", "requests", "reads", "writes", "patches", "deletes", "status", "events"
+        );
+        println!(
+            "|{:-<64}|{:->10}|{:->7}|{:->8}|{:->9}|{:->9}|{:->8}|{:->8}|",
+            "", "", "", "", "", "", "", ""
+        );
+        for (scenario, c) in &self.rows {
+            println!(
+                "| {:<62} | {:>8} | {:>5} | {:>6} | {:>7} | {:>7} | {:>6} | {:>6} |",
+                scenario,
+                c.reads + c.writes(),
+                c.reads,
+                c.writes(),
+                c.patches,
+                c.deletes,
+                c.status,
+                c.events
+            );
+        }
+    }
+}
+
+fn assert_unchanged(counts: &Counts, what: &str) {
+    assert_eq!(
+        counts.writes(),
+        0,
+        "{what}: a reconcile of an unchanged world writes nothing: {counts:?}"
+    );
+    assert!(counts.reads > 0, "{what}: it still observes the world");
+}
+
+fn story4(fake: &FakeApi) -> String {
+    let object = yaml_documents(&repo_path(
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    ))
+    .remove(0);
+    let (admitted, _) = admission::admit(
+        Kind::InferenceService,
+        "default",
+        &object,
+        None,
+        &lookup::Blind,
+    )
+    .expect("story 4 is admitted");
+    let stored = fake.insert(admitted);
+    stored["metadata"]["name"]
+        .as_str()
+        .expect("stored with a name")
+        .to_owned()
+}
+
+async fn reconcile_service(fake: &FakeApi, ctx: &Arc<Context>, name: &str) {
+    let stored = fake
+        .get(API, "InferenceService", "default", name)
+        .expect("service stored");
+    let service: InferenceService = serde_json::from_value(stored).expect("service parses");
+    tandem::reconcile::inference_service::reconcile(Arc::new(service), ctx.clone())
+        .await
+        .expect("reconcile succeeds");
+}
+
+/// Changes a stored service's spec as `kubectl edit` would.
+fn edit_service(fake: &FakeApi, name: &str, change: impl FnOnce(&mut Value)) {
+    fake.edit(API, "InferenceService", "default", name, |service| {
+        change(service);
+        let generation = service["metadata"]["generation"].as_i64().unwrap_or(1);
+        service["metadata"]["generation"] = json!(generation + 1);
+    });
+    fake.take_calls();
+}
+
+#[tokio::test]
+async fn inference_service_reconciles_write_only_what_changed() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = story4(&fake);
+    fake.take_calls();
+    let mut table = Table::new(
+        "InferenceService story 4 (P/D multi-node: prefill 1 x 2 nodes, decode 2 x 4 nodes)",
+    );
+
+    reconcile_service(&fake, &ctx, &name).await;
+    let created = table.row(&fake, "create: 3 LeaderWorkerSets and the PodGroup");
+    // One apply per child, one Event per apply, one status write.
+    assert_eq!(created.patches, 4, "{created:?}");
+    assert_eq!(created.events, created.patches);
+    assert_eq!((created.deletes, created.status), (0, 1));
+
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after create");
+
+    edit_service(&fake, &name, |s| {
+        s["spec"]["roles"][1]["replicas"] = json!(3)
+    });
+    reconcile_service(&fake, &ctx, &name).await;
+    let scaled = table.row(&fake, "scale decode 2 -> 3");
+    // The new replica's LeaderWorkerSet; the PodGroup's minimum does not move.
+    assert!(
+        scaled.patches <= 2 && scaled.deletes == 0 && scaled.status <= 1,
+        "{scaled:?}"
+    );
+    assert_eq!(scaled.events, scaled.patches);
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after scale up");
+
+    edit_service(&fake, &name, |s| {
+        s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] =
+            json!("vllm/vllm-openai:v0.12.0");
+    });
+    reconcile_service(&fake, &ctx, &name).await;
+    let template = table.row(
+        &fake,
+        "decode template change (new revision: all 4 LeaderWorkerSets)",
+    );
+    // The revision label is a hash of every serving role's template
+    // (`plan::children::revision`), so the prefill replica is applied too;
+    // the PodGroup does not change.
+    assert_eq!(template.patches, 4, "{template:?}");
+    assert_eq!(template.events, 4);
+    assert_eq!(template.deletes, 0);
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after the template change");
+
+    edit_service(&fake, &name, |s| {
+        s["spec"]["roles"][1]["replicas"] = json!(2)
+    });
+    reconcile_service(&fake, &ctx, &name).await;
+    let down = table.row(&fake, "scale decode 3 -> 2");
+    assert_eq!(down.deletes, 1, "{down:?}");
+    assert!(down.patches <= 1, "{down:?}");
+    assert_eq!(down.events, down.deletes + down.patches);
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after scale down");
+
+    table.print();
+}
+
+/// The spot example's service and view, stored as after admission, with the
+/// view asking for `replicas`.
+fn store_spot(fake: &FakeApi, replicas: i64) {
+    let mut documents = yaml_documents(&repo_path("examples/scaleview/decode-ondemand-spot.yaml"));
+    let (service, _) = admission::admit(
+        Kind::InferenceService,
+        "default",
+        &documents[0],
+        None,
+        &lookup::Blind,
+    )
+    .expect("the service is admitted");
+    fake.insert(service);
+    documents[1]["spec"]["replicas"] = json!(replicas);
+    documents[1]["metadata"]["uid"] = json!("view-uid");
+    let (view, _) = admission::admit(
+        Kind::ScaleView,
+        "default",
+        &documents[1],
+        None,
+        &lookup::Blind,
+    )
+    .expect("the view is admitted");
+    fake.insert(view);
+}
+
+async fn reconcile_view(fake: &FakeApi, ctx: &Arc<Context>) {
+    let stored = fake
+        .get(API, "ScaleView", "default", "spot-decode-sv")
+        .expect("view stored");
+    let view: ScaleView = serde_json::from_value(stored).expect("view parses");
+    tandem::reconcile::scale_view::reconcile(Arc::new(view), ctx.clone())
+        .await
+        .expect("reconcile succeeds");
+}
+
+#[tokio::test]
+async fn scale_view_reconciles_write_only_what_changed() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store_spot(&fake, 4);
+    fake.take_calls();
+    let mut table = Table::new(
+        "ScaleView spot-decode-sv over spot-decode (decode-ondemand max 2, decode-spot)",
+    );
+
+    reconcile_view(&fake, &ctx).await;
+    let first = table.row(&fake, "first reconcile: finalizer, lock, roles 2/2, status");
+    // Finalizer and roles are patches, the lock and the view's status are
+    // status writes; one Event for the lock and one for the scaling.
+    assert_eq!(
+        (first.patches, first.status, first.deletes),
+        (2, 2, 0),
+        "{first:?}"
+    );
+    assert_eq!(first.reads, 1, "only the target is read");
+
+    reconcile_view(&fake, &ctx).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after the first reconcile");
+
+    // `kubectl scale scaleview/spot-decode-sv --replicas=2`: a new generation.
+    fake.edit(API, "ScaleView", "default", "spot-decode-sv", |v| {
+        v["spec"]["replicas"] = json!(2);
+        v["metadata"]["generation"] = json!(2);
+    });
+    fake.take_calls();
+    reconcile_view(&fake, &ctx).await;
+    let scaled = table.row(&fake, "kubectl scale 4 -> 2 (decode-spot 2 -> 0)");
+    // The lock's generation, the roles and the view's status; no finalizer.
+    assert_eq!(
+        (scaled.patches, scaled.status, scaled.deletes),
+        (1, 2, 0),
+        "{scaled:?}"
+    );
+    reconcile_view(&fake, &ctx).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after scaling");
+
+    table.print();
+}
