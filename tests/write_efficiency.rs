@@ -4,9 +4,6 @@
 //! changes. Each test prints its table (`cargo test --test write_efficiency
 //! -- --nocapture --test-threads 1`); BENCHMARKS.md `## Write efficiency`
 //! records it.
-//!
-//! ResourceScalingGroups have no reconciler yet; their row belongs here when
-//! one lands.
 
 mod common;
 
@@ -16,7 +13,7 @@ use common::fake_api::{Call, FakeApi};
 use common::{repo_path, yaml_documents};
 use serde_json::{Value, json};
 use tandem::admission::{self, Kind, lookup};
-use tandem::api::{InferenceService, ScaleView};
+use tandem::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use tandem::reconcile::Context;
 
 const API: &str = "fusioninfer.io/v1alpha1";
@@ -300,6 +297,162 @@ async fn scale_view_reconciles_write_only_what_changed() {
     );
     reconcile_view(&fake, &ctx).await;
     assert_unchanged(table.row(&fake, "unchanged"), "after scaling");
+
+    table.print();
+}
+
+const RSG: &str = "resourcescalinggroup.com/v1";
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "server:1"}]}}}})
+}
+
+/// Stores a ResourceScalingGroup as the API server would after admission.
+fn store_group(fake: &FakeApi, object: &Value) -> String {
+    let (admitted, _) = admission::admit(
+        Kind::ResourceScalingGroup,
+        "default",
+        object,
+        None,
+        &lookup::Blind,
+    )
+    .expect("the group is admitted");
+    let stored = fake.insert(admitted);
+    stored["metadata"]["name"]
+        .as_str()
+        .expect("stored with a name")
+        .to_owned()
+}
+
+async fn reconcile_group(fake: &FakeApi, ctx: &Arc<Context>, name: &str) {
+    let stored = fake
+        .get(RSG, "ResourceScalingGroup", "default", name)
+        .expect("group stored");
+    let group: ResourceScalingGroup = serde_json::from_value(stored).expect("group parses");
+    tandem::reconcile::resource_scaling_group::reconcile(Arc::new(group), ctx.clone())
+        .await
+        .expect("reconcile succeeds");
+}
+
+fn edit_group(fake: &FakeApi, name: &str, change: impl FnOnce(&mut Value)) {
+    fake.edit(RSG, "ResourceScalingGroup", "default", name, |group| {
+        change(group);
+        let generation = group["metadata"]["generation"].as_i64().unwrap_or(1);
+        group["metadata"]["generation"] = json!(generation + 1);
+    });
+    fake.take_calls();
+}
+
+#[tokio::test]
+async fn inplace_scaling_reconciles_write_only_what_changed() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = store_group(
+        &fake,
+        &json!({"apiVersion": RSG, "kind": "ResourceScalingGroup",
+            "metadata": {"name": "pd-ratio"},
+            "spec": {"targetResources": [
+                    {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+                    {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+                    {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+                "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                    {"name": "router", "role": "Source"},
+                    {"name": "prefill", "role": "Target", "ratio": 1},
+                    {"name": "decode", "role": "Target", "ratio": "2"}]}}}}),
+    );
+    for (deployment_name, replicas) in [("router", 2), ("prefill", 2), ("decode", 4)] {
+        fake.insert(deployment(deployment_name, replicas));
+    }
+    fake.take_calls();
+    let mut table = Table::new(
+        "ResourceScalingGroup InplaceScaling: router -> prefill 1:1, decode 1:2 (Deployments)",
+    );
+
+    reconcile_group(&fake, &ctx, &name).await;
+    let first = table.row(&fake, "first reconcile, targets already at ratio: status");
+    assert_eq!(
+        (first.patches, first.deletes, first.status),
+        (0, 0, 1),
+        "{first:?}"
+    );
+    reconcile_group(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after the first reconcile");
+
+    fake.edit("apps/v1", "Deployment", "default", "router", |d| {
+        d["spec"]["replicas"] = json!(10)
+    });
+    fake.take_calls();
+    reconcile_group(&fake, &ctx, &name).await;
+    let followed = table.row(&fake, "router 2 -> 10: prefill 10, decode 20 via /scale");
+    assert_eq!((followed.patches, followed.deletes), (2, 0), "{followed:?}");
+    assert_eq!(followed.status, 1, "currentReplicas moves to 10");
+    reconcile_group(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after following");
+
+    fake.edit("apps/v1", "Deployment", "default", "decode", |d| {
+        d["spec"]["replicas"] = json!(7)
+    });
+    fake.take_calls();
+    reconcile_group(&fake, &ctx, &name).await;
+    let repaired = table.row(&fake, "decode set to 7 by hand: set back to 20");
+    assert_eq!((repaired.patches, repaired.status), (1, 0), "{repaired:?}");
+    assert!(
+        repaired.events >= 1,
+        "drift repair is explained: {repaired:?}"
+    );
+    reconcile_group(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after the repair");
+
+    table.print();
+}
+
+#[tokio::test]
+async fn group_replication_reconciles_write_only_what_changed() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = store_group(
+        &fake,
+        &json!({"apiVersion": RSG, "kind": "ResourceScalingGroup",
+            "metadata": {"name": "pd-cluster"},
+            "spec": {"targetResources": [
+                    {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+                    {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+                "scalingStrategy": {"type": "GroupReplication", "groupConfig": {
+                    "groupNamePrefix": "inference-unit", "replicas": 1}}}}),
+    );
+    fake.insert(deployment("prefill", 1));
+    fake.insert(deployment("decode", 2));
+    fake.take_calls();
+    let mut table =
+        Table::new("ResourceScalingGroup GroupReplication: prefill + decode Deployments per group");
+
+    reconcile_group(&fake, &ctx, &name).await;
+    let adopted = table.row(&fake, "first reconcile: label group 00, status");
+    assert_eq!((adopted.patches, adopted.deletes), (2, 0), "{adopted:?}");
+    reconcile_group(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after adoption");
+
+    edit_group(&fake, &name, |g| {
+        g["spec"]["scalingStrategy"]["groupConfig"]["replicas"] = json!(3)
+    });
+    reconcile_group(&fake, &ctx, &name).await;
+    let up = table.row(&fake, "1 -> 3 groups: 4 clones");
+    assert_eq!((up.patches, up.deletes), (4, 0), "{up:?}");
+    reconcile_group(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after scaling up");
+
+    edit_group(&fake, &name, |g| {
+        g["spec"]["scalingStrategy"]["groupConfig"]["replicas"] = json!(2)
+    });
+    reconcile_group(&fake, &ctx, &name).await;
+    let down = table.row(&fake, "3 -> 2 groups: group 02's 2 clones deleted");
+    assert_eq!((down.patches, down.deletes), (0, 2), "{down:?}");
+    reconcile_group(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "after scaling down");
 
     table.print();
 }

@@ -598,13 +598,18 @@ pub fn workload_ready(object: &Value) -> Result<(), String> {
 }
 
 /// Whether a resource is ready once `planned` is applied to `current` (when
-/// `applied`): a new one has no ready replicas yet, a changed spec rolls
-/// out, anything else is as [`workload_ready`] reads it.
+/// `applied`), read as [`workload_ready`] will read it on the next pass: a
+/// new one has no status yet, and a changed spec has a new generation its
+/// status has not seen (so the prediction never differs from the next
+/// reading of an unchanged world, and that pass writes no status).
 fn readiness(planned: &Value, current: Option<&Value>, applied: bool) -> Result<(), String> {
     match current {
         None => workload_ready(planned),
         Some(current) if applied && !service::contains(&current["spec"], &planned["spec"]) => {
-            Err("is rolling out a change".to_owned())
+            let mut next = current.clone();
+            let generation = current["metadata"]["generation"].as_i64().unwrap_or(0);
+            next["metadata"]["generation"] = serde_json::json!(generation + 1);
+            workload_ready(&next)
         }
         Some(current) => workload_ready(current),
     }
