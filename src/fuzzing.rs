@@ -33,12 +33,12 @@ use crate::admission::lookup::{Blind, Objects};
 use crate::admission::{DEFAULT_SERVICE_ACCOUNT, Kind, Lookup};
 use crate::render;
 
-/// A fuzz target: its name and the function libFuzzer feeds.
-pub type Target = (&'static str, fn(&[u8]));
+/// A fuzz target's body: what it does with the fuzzer's bytes.
+pub type Body = fn(&[u8]);
 
 /// Every fuzz target by the name of its `fuzz/fuzz_targets/` file and its
 /// corpus directories (`fuzz/seeds/NAME`, `fuzz/corpus/NAME`).
-pub const TARGETS: [Target; 4] = [
+pub const TARGETS: [(&str, Body); 4] = [
     ("admission_inference_service", |data| {
         admission(Kind::InferenceService, data)
     }),
