@@ -186,6 +186,7 @@ pub async fn run(ctx: Arc<Context>) {
     ));
     let pods: Api<Pod> = Api::all(client.clone());
     Controller::new(services, watcher::Config::default())
+        .with_config(super::controller_config())
         .owns_with(
             Api::<DynamicObject>::all_with(client.clone(), &lws),
             lws,

@@ -39,6 +39,18 @@ pub enum Error {
     Unnamed(String),
 }
 
+/// How many objects each controller reconciles at once. Unbounded, a cluster
+/// of 1 000 InferenceServices had all 1 000 reconciles in flight after a
+/// restart, each holding its own LIST of the namespace's children and views
+/// (BENCHMARKS.md, Memory); a bound keeps the memory of a burst to a few
+/// reconciles' worth while the work queue holds the rest.
+pub const CONCURRENCY: u16 = 8;
+
+/// The controller settings every Tandem controller runs with.
+pub fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
+}
+
 /// What every reconcile needs.
 pub struct Context {
     pub client: Client,

@@ -386,7 +386,8 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(
         Api::<ResourceScalingGroup>::all(client.clone()),
         watcher::Config::default(),
-    );
+    )
+    .with_config(super::controller_config());
     let known = controller.store();
     let mut controller = controller;
     for (group, kind, plural) in [

@@ -151,7 +151,8 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(
         Api::<ScaleView>::all(client.clone()),
         watcher::Config::default(),
-    );
+    )
+    .with_config(super::controller_config());
     let known = controller.store();
     controller
         .watches(
