@@ -598,8 +598,8 @@ pub struct World<'a> {
     pub pods: &'a [Value],
     /// Kinds whose API is not installed in the cluster.
     pub unavailable: &'a BTreeSet<String>,
-    /// The ScaleViews of the service's namespace: lock entries of views not
-    /// among them are stale and dropped (see [`live_scale_views`]).
+    /// The ScaleViews named by the service's locks (or more): lock entries of
+    /// views not among them are stale and dropped (see [`live_scale_views`]).
     pub scale_views: &'a [ScaleView],
 }
 

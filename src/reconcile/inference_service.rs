@@ -100,10 +100,21 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         .filter_map(|p| serde_json::to_value(p).ok())
         .collect();
 
-    let scale_views = Api::<ScaleView>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
+    // Only the views that hold a lock matter (a lock whose view is gone, or
+    // recreated, is dropped), so each is read by name: listing the
+    // namespace's views on every reconcile cost memory in proportion to
+    // services × views (BENCHMARKS.md, Memory).
+    let views = Api::<ScaleView>::namespaced(ctx.client.clone(), namespace);
+    let mut scale_views = Vec::new();
+    let locked: BTreeSet<&str> = service
+        .status
+        .iter()
+        .flat_map(|status| status.scale_views.iter())
+        .map(|lock| lock.name.as_str())
+        .collect();
+    for view in locked {
+        scale_views.extend(views.get_opt(view).await?);
+    }
 
     // Plan.
     let world = World {
