@@ -297,13 +297,13 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     let mut deleted = BTreeSet::new();
     let mut converged = false;
     for _ in 0..MAX_PASSES {
-        let groups_changed = reconcile_scaling_groups(&mut by_key, &mut touched, options)?;
+        let inplace_changed = reconcile_inplace_scalings(&mut by_key, &mut touched, options)?;
         let views_changed = reconcile_scale_views(&mut by_key, &mut touched, options)?;
         let services_changed =
             reconcile_services(&mut by_key, &mut touched, &mut deleted, options)?;
         let replications_changed =
             reconcile_group_replications(&mut by_key, &mut touched, &mut deleted, options)?;
-        if !groups_changed && !views_changed && !services_changed && !replications_changed {
+        if !inplace_changed && !views_changed && !services_changed && !replications_changed {
             converged = true;
             break;
         }
@@ -619,7 +619,7 @@ fn reconcile_scale_views(
 /// write or the role patch would leave them) and its status; whether
 /// anything changed. A chain settles in the first pass: each group follows
 /// what its Source is about to become.
-fn reconcile_scaling_groups(
+fn reconcile_inplace_scalings(
     world: &mut BTreeMap<ObjectKey, Value>,
     touched: &mut BTreeSet<ObjectKey>,
     options: &Options,

@@ -38,8 +38,8 @@ fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
 }
 
 /// The API resource of a kind: from the adapter table ([`adapter::KNOWN`]),
-/// else by discovery.
-/// None when the cluster does not serve it.
+/// else from API discovery, through the same cache the InplaceScaling
+/// reconciler and the webhook use. None when the cluster does not serve it.
 async fn api_resource(
     ctx: &Context,
     api_version: &str,
@@ -49,10 +49,12 @@ async fn api_resource(
     if let Some(known) = adapter::known(api_version, kind) {
         return Ok(Some(ApiResource::from_gvk_with_plural(&gvk, known.plural)));
     }
-    match kube::discovery::pinned_kind(&ctx.client, &gvk).await {
-        Ok((resource, _)) => Ok(Some(resource)),
-        Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => Err(e.into()),
+    match ctx.discovery.resolve(api_version, kind).await {
+        Ok(found) => Ok(found.map(|found| ApiResource::from_gvk_with_plural(&gvk, &found.plural))),
+        Err(reason) => Err(Error::Plan {
+            object: format!("{kind} ({api_version})"),
+            reason,
+        }),
     }
 }
 
