@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
+use super::quantity::Quantity;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
 use super::{children, gang, revision, router, scale_view, topology, traffic, upgrade, victims};
@@ -966,16 +967,65 @@ pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
 
 /// Whether every field of `want` is in `have` with the same value (lists
 /// element by element); fields only `have` has do not matter.
+///
+/// Values are compared as the API server stores them, so that what it
+/// normalised is not taken for a hand edit:
+/// - a resource quantity (an entry of `limits`, `requests` or `overhead`, or
+///   a `sizeLimit`) is compared by value: the API server stores built-in
+///   kinds' quantities in canonical form (`cpu: 0.5` comes back as `500m`,
+///   `1024Mi` as `1Gi`, `nvidia.com/gpu: 1` as `"1"`), Kubernetes'
+///   `resource.Quantity` marshalling;
+/// - an empty list or map that `have` lacks is there: Go's `omitempty` drops
+///   empty slices and maps when the API server serialises a built-in object.
 pub fn contains(have: &Value, want: &Value) -> bool {
+    contains_within(have, want, None)
+}
+
+/// Keys whose map values are resource quantities.
+const QUANTITY_MAPS: [&str; 3] = ["limits", "requests", "overhead"];
+
+/// [`contains`], where `key` is the field that holds `want`.
+fn contains_within(have: &Value, want: &Value, key: Option<&str>) -> bool {
     match (have, want) {
-        (Value::Object(have), Value::Object(want)) => want
-            .iter()
-            .all(|(k, w)| have.get(k).is_some_and(|h| contains(h, w))),
+        (Value::Object(have), Value::Object(want)) => {
+            let quantities = key.is_some_and(|k| QUANTITY_MAPS.contains(&k));
+            want.iter().all(|(k, w)| match have.get(k) {
+                Some(h) if quantities => same_quantity(h, w),
+                Some(h) if k == "sizeLimit" => same_quantity(h, w),
+                Some(h) => contains_within(h, w, Some(k)),
+                None => is_empty_collection(w),
+            })
+        }
         (Value::Array(have), Value::Array(want)) => {
-            have.len() == want.len() && have.iter().zip(want).all(|(h, w)| contains(h, w))
+            have.len() == want.len()
+                && have
+                    .iter()
+                    .zip(want)
+                    .all(|(h, w)| contains_within(h, w, None))
         }
         _ => have == want,
     }
+}
+
+fn is_empty_collection(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether two quantities (strings or numbers) have the same value; text that
+/// is not a quantity is compared as it is.
+fn same_quantity(have: &Value, want: &Value) -> bool {
+    fn parse(value: &Value) -> Option<Quantity> {
+        match value {
+            Value::String(text) => text.parse().ok(),
+            Value::Number(number) => number.to_string().parse().ok(),
+            _ => None,
+        }
+    }
+    have == want || matches!((parse(have), parse(want)), (Some(h), Some(w)) if h == w)
 }
 
 #[cfg(test)]
@@ -1110,6 +1160,49 @@ mod tests {
             json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "ports": [{"port": 80}]}}),
         );
         assert!(!up_to_date(&smaller, &observed));
+    }
+
+    #[test]
+    fn up_to_date_compares_what_the_api_server_stored_canonically() {
+        let desired = stamp(
+            json!({"metadata": {"name": "epp"}, "spec": {"template": {"spec": {
+            "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "1024Mi"}}],
+            "containers": [{"name": "epp", "args": [], "resources": {
+                "requests": {"cpu": 0.5, "memory": "1024Mi", "nvidia.com/gpu": 1},
+                "limits": {"cpu": "1.5", "memory": "2Gi"}}}]}}}}),
+        );
+        // As the API server stores a Deployment: quantities canonical, the
+        // empty list dropped (Go's omitempty), defaults added.
+        let mut stored = stamp(
+            json!({"metadata": {"name": "epp"}, "spec": {"template": {"spec": {
+            "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}],
+            "containers": [{"name": "epp", "imagePullPolicy": "IfNotPresent", "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                "limits": {"cpu": "1500m", "memory": "2Gi"}}}]}}}}),
+        );
+        stored["metadata"]["annotations"] = desired["metadata"]["annotations"].clone();
+        assert!(
+            up_to_date(&desired, &stored),
+            "canonical forms of the same quantities are no hand edit"
+        );
+        let mut edited = stored.clone();
+        edited["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+            json!("1");
+        assert!(
+            !up_to_date(&desired, &edited),
+            "a quantity changed by hand is drift"
+        );
+        let mut renamed = stored.clone();
+        renamed["spec"]["template"]["spec"]["containers"][0]["name"] = json!("0.5");
+        assert!(
+            !contains(&json!({"name": "500m"}), &json!({"name": "0.5"})),
+            "outside resource maps text is compared as text"
+        );
+        assert!(!up_to_date(&desired, &renamed));
+        assert!(
+            !contains(&json!({}), &json!({"args": ["--x"]})),
+            "a non-empty list that is missing is missing"
+        );
     }
 
     #[test]
