@@ -1,22 +1,50 @@
-//! An in-memory Kubernetes API server behind kube-rs's `tower-test` mock
-//! service: enough of lists (with label selectors), gets, server-side apply,
-//! merge and JSON patches, the `/scale` subresource, deletes and creates for
-//! reconcilers to run against, with a log of every request so tests can
-//! assert exactly what was written, and injected 409 Conflicts for the next
-//! writes to a path.
+//! An in-memory Kubernetes API server, served over real HTTP on loopback, so
+//! that both the reconcilers under test (through [`FakeApi::client`]) and the
+//! real `tandem serve` binary (through [`FakeApi::kubeconfig`]) talk to it as
+//! they would to a cluster. It behaves like the API server where Tandem
+//! depends on it:
+//!
+//! - LIST and WATCH with resourceVersions: a watch from a version replays
+//!   every change after it, from no version it starts with the objects as
+//!   ADDED, a version older than the kept history is `410 Gone` (an ERROR
+//!   event `Expired`, as the API server sends it), bookmarks when asked;
+//!   label selectors (`=`, `==`, `!=`, existence, `!key`, `in`, `notin`) and
+//!   the field selectors `metadata.name` and `metadata.namespace`; an object
+//!   that stops matching a watch's selector is DELETED for that watch;
+//! - server-side apply with field managers ([`ownership`]): a changed field
+//!   owned by another manager is a 409 unless forced; merge and JSON patches,
+//!   replace, `/status` and `/scale`, optimistic concurrency on
+//!   `metadata.resourceVersion`; `metadata.managedFields` on every object;
+//! - the normalisation of the built-in kinds Tandem writes ([`normalise`]);
+//! - deletion with finalizers, ownerReference garbage collection (background
+//!   propagation), namespaces that delete their content ([`lifecycle`]);
+//! - a minimal LeaderWorkerSet controller; pods become ready when the test
+//!   says so ([`FakeApi::set_ready`]).
+//!
+//! Every request is logged, so tests assert exactly what was written, and the
+//! next writes to a path can be made to answer 409 Conflict.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+pub mod lifecycle;
+pub mod normalise;
+pub mod ownership;
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::Body as HttpBody;
 use http::{Request, Response, StatusCode};
-use kube::client::Body;
 use serde_json::{Value, json};
 
-/// One request the reconciler sent.
+use ownership::Owners;
+
+/// One request a client sent.
 #[derive(Clone, Debug)]
 pub struct Call {
     pub method: String,
     pub path: String,
+    pub query: String,
     pub body: Option<Value>,
 }
 
@@ -29,58 +57,303 @@ impl Call {
     pub fn is_write(&self) -> bool {
         self.method != "GET"
     }
+
+    pub fn is_watch(&self) -> bool {
+        self.method == "GET" && query_flag(&self.query, "watch")
+    }
 }
 
+/// Where a resource's objects live: `/api/v1` or `/apis/{group}/{version}`,
+/// and the plural.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Resource {
+    pub prefix: String,
+    pub plural: String,
+}
+
+impl Resource {
+    pub fn api_version(&self) -> String {
+        self.prefix
+            .trim_start_matches("/apis/")
+            .trim_start_matches("/api/")
+            .to_owned()
+    }
+
+    fn of(object: &Value) -> Resource {
+        let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+        let kind = object["kind"].as_str().unwrap_or_default();
+        Resource {
+            prefix: if api_version.contains('/') {
+                format!("/apis/{api_version}")
+            } else {
+                format!("/api/{api_version}")
+            },
+            plural: plural(kind),
+        }
+    }
+
+    /// Whether objects of this resource have no namespace.
+    pub fn cluster_scoped(&self) -> bool {
+        CLUSTER_SCOPED.contains(&self.plural.as_str())
+    }
+}
+
+const CLUSTER_SCOPED: [&str; 12] = [
+    "namespaces",
+    "nodes",
+    "persistentvolumes",
+    "storageclasses",
+    "priorityclasses",
+    "clusterroles",
+    "clusterrolebindings",
+    "customresourcedefinitions",
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "gatewayclasses",
+    "queues",
+];
+
+/// The plural of a kind, as the CRDs and built-in APIs name them.
+pub fn plural(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    match lower.as_str() {
+        _ if lower.ends_with('y') && !lower.ends_with("ay") && !lower.ends_with("ey") => {
+            format!("{}ies", &lower[..lower.len() - 1])
+        }
+        _ if lower.ends_with('s') => format!("{lower}es"),
+        _ => format!("{lower}s"),
+    }
+}
+
+/// A stored object and who owns its fields.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub object: Value,
+    pub owners: Owners,
+}
+
+/// What happened to an object, for watches.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub version: u64,
+    pub resource: Resource,
+    pub kind: &'static str,
+    pub object: Value,
+    /// The object before a modification, to tell a watch whose selector it
+    /// no longer matches.
+    pub previous: Option<Value>,
+}
+
+/// The server's state. Everything in it changes under one lock, so each
+/// request is atomic, as an etcd transaction is.
 #[derive(Default)]
-struct State {
-    /// Collection path (`/apis/g/v/namespaces/ns/plural`) -> name -> object.
-    objects: BTreeMap<String, BTreeMap<String, Value>>,
+pub struct State {
+    /// Resource → (namespace, name) → object ("" is the namespace of
+    /// cluster-scoped objects).
+    pub objects: BTreeMap<Resource, BTreeMap<(String, String), Stored>>,
     /// Plurals whose API is not installed: every request gets 404.
     missing: BTreeSet<String>,
     /// Plurals whose writes are refused, with the status code (as an
     /// admission webhook or missing RBAC would).
     refused: BTreeMap<String, u16>,
     calls: Vec<Call>,
-    version: u64,
-    /// What each field manager last server-side applied, by collection path,
-    /// name and manager: fields it applied before and leaves out now are
-    /// removed, everyone else's stay.
-    applied: BTreeMap<(String, String, String), Value>,
+    /// The resourceVersion of the last change.
+    pub version: u64,
+    /// The changes watches can resume from, oldest first.
+    history: VecDeque<Change>,
+    /// How many changes are kept for watches to resume from.
+    history_limit: usize,
     /// Writes whose path ends with the text answer 409 Conflict, as many
     /// times as the count says.
     conflicts: Vec<(String, usize)>,
+    /// Cluster IPs handed out to Services.
+    allocated_ips: u32,
+    uids: u64,
+    /// The uids of objects deleted for good, for the garbage collector.
+    pub deleted_uids: BTreeSet<String>,
+    /// Whether LeaderWorkerSets get pods ([`FakeApi::run_leader_worker_sets`]).
+    pub leader_worker_sets: bool,
 }
 
-#[derive(Clone, Default)]
-pub struct FakeApi {
-    state: Arc<Mutex<State>>,
-}
+/// The clock of every timestamp the server writes.
+pub const NOW: &str = "2026-11-21T10:00:00Z";
 
-fn plural(kind: &str) -> String {
-    match kind {
-        "Pod" | "Service" | "Deployment" | "ConfigMap" | "Role" | "RoleBinding"
-        | "ServiceAccount" | "Event" | "LeaderWorkerSet" | "PodGroup" | "InferencePool"
-        | "HTTPRoute" | "InferenceService" | "ScaleView" | "Gateway" | "StatefulSet"
-        | "RoleBasedGroup" | "ControllerRevision" | "Lease" => {
-            format!("{}s", kind.to_lowercase())
+impl State {
+    fn next_uid(&mut self) -> String {
+        self.uids += 1;
+        format!("00000000-0000-4000-8000-{:012x}", self.uids)
+    }
+
+    /// Stores `object` (created, or changed from `previous`) at a new
+    /// resourceVersion, and tells the watches.
+    pub fn commit(
+        &mut self,
+        resource: &Resource,
+        mut stored: Stored,
+        previous: Option<Value>,
+    ) -> Value {
+        self.version += 1;
+        let version = self.version;
+        let meta = &mut stored.object["metadata"];
+        meta["resourceVersion"] = json!(version.to_string());
+        let managed = stored.owners.managed_fields(&resource.api_version(), NOW);
+        if managed.as_array().is_some_and(|m| !m.is_empty()) {
+            stored.object["metadata"]["managedFields"] = managed;
         }
-        "ResourceScalingGroup" => "resourcescalinggroups".to_owned(),
-        other => panic!("the fake API does not know the plural of {other}"),
+        let key = key_of(&stored.object);
+        let object = stored.object.clone();
+        self.objects
+            .entry(resource.clone())
+            .or_default()
+            .insert(key, stored);
+        let kind = if previous.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.record(resource, kind, object.clone(), previous);
+        object
+    }
+
+    /// Removes an object for good, and tells the watches.
+    pub fn remove(&mut self, resource: &Resource, key: &(String, String)) -> Option<Value> {
+        let stored = self.objects.get_mut(resource)?.remove(key)?;
+        if let Some(uid) = stored.object["metadata"]["uid"].as_str() {
+            self.deleted_uids.insert(uid.to_owned());
+        }
+        self.version += 1;
+        let mut object = stored.object;
+        object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        self.record(resource, "DELETED", object.clone(), None);
+        Some(object)
+    }
+
+    fn record(
+        &mut self,
+        resource: &Resource,
+        kind: &'static str,
+        object: Value,
+        previous: Option<Value>,
+    ) {
+        self.history.push_back(Change {
+            version: self.version,
+            resource: resource.clone(),
+            kind,
+            object,
+            previous,
+        });
+        while self.history.len() > self.history_limit {
+            self.history.pop_front();
+        }
+    }
+
+    pub fn get(&self, resource: &Resource, key: &(String, String)) -> Option<&Stored> {
+        self.objects.get(resource)?.get(key)
+    }
+
+    /// Every stored object, with its resource.
+    pub fn all(&self) -> impl Iterator<Item = (&Resource, &Stored)> {
+        self.objects
+            .iter()
+            .flat_map(|(r, objects)| objects.values().map(move |s| (r, s)))
+    }
+
+    /// The oldest resourceVersion a watch can resume from.
+    fn oldest_resumable(&self) -> u64 {
+        self.history
+            .front()
+            .map_or(self.version, |c| c.version.saturating_sub(1))
     }
 }
 
-/// The collection path of an object.
-fn collection_of(object: &Value) -> String {
-    let api_version = object["apiVersion"].as_str().expect("apiVersion");
-    let namespace = object["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("default");
-    let resource = plural(object["kind"].as_str().expect("kind"));
-    if api_version.contains('/') {
-        format!("/apis/{api_version}/namespaces/{namespace}/{resource}")
-    } else {
-        format!("/api/{api_version}/namespaces/{namespace}/{resource}")
+fn key_of(object: &Value) -> (String, String) {
+    let meta = &object["metadata"];
+    (
+        meta["namespace"].as_str().unwrap_or_default().to_owned(),
+        meta["name"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The resourceVersion of the last change, for watches to wait on.
+    changed: tokio::sync::watch::Sender<u64>,
+    address: Mutex<Option<SocketAddr>>,
+    bookmark_every: Duration,
+}
+
+#[derive(Clone)]
+pub struct FakeApi {
+    shared: Arc<Shared>,
+}
+
+impl Default for FakeApi {
+    fn default() -> Self {
+        FakeApi::new()
     }
+}
+
+/// A request as the server reads it.
+struct Incoming {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Option<Value>,
+}
+
+/// What the request names: a resource, and within it perhaps a namespace,
+/// a name and a subresource.
+#[derive(Clone, Debug)]
+struct Target {
+    resource: Resource,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+/// Parses `/api/v1/...` and `/apis/g/v/...` paths.
+fn target_of(path: &str) -> Option<Target> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (prefix, rest) = match parts.as_slice() {
+        ["api", version, rest @ ..] => (format!("/api/{version}"), rest),
+        ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
+        _ => return None,
+    };
+    let resource = |plural: &str| Resource {
+        prefix: prefix.clone(),
+        plural: plural.to_owned(),
+    };
+    let owned = |s: &&str| s.to_string();
+    Some(match rest {
+        // The namespace object itself and its subresources.
+        ["namespaces", name, sub @ ..]
+            if sub.len() <= 1
+                && sub
+                    .first()
+                    .is_none_or(|s| *s == "status" || *s == "finalize") =>
+        {
+            Target {
+                resource: resource("namespaces"),
+                namespace: None,
+                name: Some(name.to_string()),
+                sub: sub.first().map(owned),
+            }
+        }
+        ["namespaces", namespace, plural, tail @ ..] if tail.len() <= 2 => Target {
+            resource: resource(plural),
+            namespace: Some(namespace.to_string()),
+            name: tail.first().map(owned),
+            sub: tail.get(1).map(owned),
+        },
+        [plural, tail @ ..] if tail.len() <= 2 => Target {
+            resource: resource(plural),
+            namespace: None,
+            name: tail.first().map(owned),
+            sub: tail.get(1).map(owned),
+        },
+        _ => return None,
+    })
 }
 
 fn percent_decode(text: &str) -> String {
@@ -115,66 +388,107 @@ fn query_param(query: &str, key: &str) -> Option<String> {
         .map(|(_, v)| percent_decode(v))
 }
 
-fn matches_selector(object: &Value, selector: &str) -> bool {
+fn query_flag(query: &str, key: &str) -> bool {
+    matches!(query_param(query, key).as_deref(), Some("true" | "1"))
+}
+
+/// Splits a selector at the commas that are not inside `in (a, b)`.
+fn terms(selector: &str) -> Vec<String> {
+    let (mut out, mut current, mut depth) = (Vec::new(), String::new(), 0);
+    for c in selector.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    out.push(current);
+    out.into_iter()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// Whether an object's labels match a label selector.
+pub fn matches_labels(object: &Value, selector: &str) -> bool {
     let labels = &object["metadata"]["labels"];
-    selector
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .all(|term| match term.split_once('=') {
-            Some((k, v)) => labels[k].as_str() == Some(v),
-            None => !labels[term].is_null(),
-        })
-}
-
-/// Removes from `object` what `before` (a manager's last applied
-/// configuration) had and `now` (its new one) leaves out; lists and scalars
-/// are atomic.
-fn drop_unapplied(object: &mut Value, before: &Value, now: &Value) {
-    let (Some(object), Some(before)) = (object.as_object_mut(), before.as_object()) else {
-        return;
-    };
-    for (key, was) in before {
-        match now.get(key) {
-            None => {
-                object.remove(key);
-            }
-            Some(is) => {
-                if let Some(child) = object.get_mut(key) {
-                    drop_unapplied(child, was, is);
-                }
-            }
+    let label = |key: &str| labels[key.trim()].as_str();
+    terms(selector).iter().all(|term| {
+        let set = |rest: &str| -> Vec<String> {
+            rest.trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .split(',')
+                .map(|v| v.trim().to_owned())
+                .collect()
+        };
+        if let Some((key, rest)) = term.split_once(" notin ") {
+            return label(key).is_none_or(|v| !set(rest).iter().any(|s| s == v));
         }
-    }
-}
-
-/// Merges an applied configuration into an object: maps field by field,
-/// lists and scalars replaced.
-fn merge_applied(object: &mut Value, applied: &Value) {
-    match (object, applied) {
-        (Value::Object(object), Value::Object(applied)) => {
-            for (key, value) in applied {
-                merge_applied(object.entry(key.clone()).or_insert(Value::Null), value);
-            }
+        if let Some((key, rest)) = term.split_once(" in ") {
+            return label(key).is_some_and(|v| set(rest).iter().any(|s| s == v));
         }
-        (object, applied) => *object = applied.clone(),
-    }
+        if let Some((key, value)) = term.split_once("!=") {
+            return label(key) != Some(value.trim());
+        }
+        if let Some((key, value)) = term.split_once("==").or_else(|| term.split_once('=')) {
+            return label(key) == Some(value.trim());
+        }
+        if let Some(key) = term.strip_prefix('!') {
+            return label(key).is_none();
+        }
+        label(term).is_some()
+    })
 }
 
-fn status(code: u16, reason: &str, message: String) -> Response<Body> {
-    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": if code < 300 { "Success" } else { "Failure" },
+/// Whether an object matches a field selector (`metadata.name`,
+/// `metadata.namespace`, with `=`, `==` or `!=`).
+pub fn matches_fields(object: &Value, selector: &str) -> bool {
+    terms(selector).iter().all(|term| {
+        let (field, value, equal) = match term.split_once("!=") {
+            Some((f, v)) => (f, v, false),
+            None => match term.split_once("==").or_else(|| term.split_once('=')) {
+                Some((f, v)) => (f, v, true),
+                None => return false,
+            },
+        };
+        let actual = match field.trim() {
+            "metadata.name" => object["metadata"]["name"].as_str(),
+            "metadata.namespace" => object["metadata"]["namespace"].as_str(),
+            _ => return false,
+        };
+        (actual == Some(value.trim())) == equal
+    })
+}
+
+/// A Status answer, as the API server words its errors.
+pub fn status(code: u16, reason: &str, message: String) -> (StatusCode, Value) {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": if code < 300 { "Success" } else { "Failure" },
         "code": code, "reason": reason, "message": message});
-    respond(
+    (
         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &body,
+        body,
     )
 }
 
-fn respond(code: StatusCode, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(Body::from(serde_json::to_vec(body).unwrap()))
-        .unwrap()
+fn not_found(target: &Target, name: &str) -> (StatusCode, Value) {
+    let group = target
+        .resource
+        .api_version()
+        .rsplit_once('/')
+        .map(|(g, _)| format!(".{g}"))
+        .unwrap_or_default();
+    status(
+        404,
+        "NotFound",
+        format!("{}{group} \"{name}\" not found", target.resource.plural),
+    )
 }
 
 /// Where a kind's `/scale` subresource keeps its replicas, by plural, and
@@ -209,70 +523,162 @@ fn scale_of(object: &Value, plural: &str) -> Value {
     scale
 }
 
-/// A change of the spec through the main resource bumps the generation, as
-/// the API server does for custom resources; status writes never do.
-fn bump_generation(object: &mut Value, spec_before: &Value, sub: Option<&str>) {
-    if sub.is_none() && object["spec"] != *spec_before {
-        let generation = object["metadata"]["generation"].as_i64().unwrap_or(0);
-        object["metadata"]["generation"] = json!(generation + 1);
-    }
+/// Whether a change from `before` to `after` through the main resource
+/// moves `metadata.generation`: any change of the spec does (the API server
+/// bumps it for custom resources and the workloads alike).
+fn generation_moves(before: &Value, after: &Value) -> bool {
+    before["spec"] != after["spec"]
 }
 
 impl FakeApi {
     pub fn new() -> FakeApi {
-        FakeApi::default()
+        FakeApi::with_bookmarks_every(Duration::from_secs(1))
     }
 
-    /// A kube client whose every request this fake answers.
-    pub fn client(&self) -> kube::Client {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    /// A server whose watches that ask for bookmarks get one this often
+    /// (the real API server sends one about every minute).
+    pub fn with_bookmarks_every(bookmark_every: Duration) -> FakeApi {
+        let state = State {
+            history_limit: 100_000,
+            ..State::default()
+        };
+        FakeApi {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                changed: tokio::sync::watch::channel(0).0,
+                address: Mutex::new(None),
+                bookmark_every,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A test that panicked while holding the lock fails anyway.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `change` on the state, settles what the API server's own
+    /// controllers would do (garbage collection, namespaces, LeaderWorkerSet
+    /// pods), and wakes the watches.
+    pub fn change<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
+        let (out, version) = {
+            let mut state = self.lock();
+            let out = change(&mut state);
+            lifecycle::settle(&mut state);
+            (out, state.version)
+        };
+        self.shared.changed.send_replace(version);
+        out
+    }
+
+    /// Keeps only the last `changes` changes for watches to resume from: a
+    /// watch from an older resourceVersion is then told `410 Gone`.
+    pub fn keep_history(&self, changes: usize) {
+        let mut state = self.lock();
+        state.history_limit = changes;
+        while state.history.len() > changes {
+            state.history.pop_front();
+        }
+    }
+
+    /// Runs the minimal LeaderWorkerSet controller from now on: pods for
+    /// every group ([`lifecycle`]). Off by default, so that tests which
+    /// store their own pods see only those.
+    pub fn run_leader_worker_sets(&self) {
+        self.change(|state| state.leader_worker_sets = true);
+    }
+
+    /// The address the server listens on, starting it on first use (on the
+    /// tokio runtime of the caller).
+    pub fn address(&self) -> SocketAddr {
+        let mut address = self
+            .shared
+            .address
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(address) = *address {
+            return address;
+        }
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port for the fake API");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let bound = listener.local_addr().expect("the listener's address");
+        let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
         let fake = self.clone();
-        tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
-                let response = fake.answer(request).await;
-                send.send_response(response);
-            }
+        let app = axum::Router::new().fallback(move |request: Request<HttpBody>| {
+            let fake = fake.clone();
+            async move { fake.serve(request).await }
         });
-        kube::Client::new(service, "default")
+        tokio::spawn(async move {
+            axum::serve(listener, app).await.ok();
+        });
+        *address = Some(bound);
+        bound
     }
 
-    /// Stores an object as the API server would (uid, resourceVersion, generation).
+    /// A kube client whose every request this server answers.
+    pub fn client(&self) -> kube::Client {
+        let url = format!("http://{}", self.address());
+        let config = kube::Config::new(url.parse().expect("a loopback URL"));
+        kube::Client::try_from(config).expect("a client for the fake API")
+    }
+
+    /// A kubeconfig that points at this server, for the `tandem` binary.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tandem\n    namespace: default\n\
+             current-context: fake\nusers:\n- name: tandem\n  user: {{}}\n",
+            self.address()
+        )
+    }
+
+    /// Stores an object as the API server would (uid, resourceVersion,
+    /// generation, normalisation of built-in kinds), with no owner of its
+    /// fields (as if created long ago by someone else).
     pub fn insert(&self, mut object: Value) -> Value {
-        let mut state = self.state.lock().unwrap();
-        state.version += 1;
-        let version = state.version;
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("name")
-            .to_owned();
-        let meta = &mut object["metadata"];
-        if meta["namespace"].is_null() {
-            meta["namespace"] = json!("default");
-        }
-        if meta["uid"].is_null() {
-            meta["uid"] = json!(format!("uid-{name}"));
-        }
-        if meta["generation"].is_null() {
-            meta["generation"] = json!(1);
-        }
-        meta["resourceVersion"] = json!(version.to_string());
-        state
-            .objects
-            .entry(collection_of(&object))
-            .or_default()
-            .insert(name, object.clone());
-        object
+        let resource = Resource::of(&object);
+        self.change(|state| {
+            let meta = &mut object["metadata"];
+            if meta["namespace"].is_null() && !resource.cluster_scoped() {
+                meta["namespace"] = json!("default");
+            }
+            let key = key_of(&object);
+            let previous = state.get(&resource, &key).cloned();
+            let meta = &mut object["metadata"];
+            if meta["uid"].is_null() {
+                meta["uid"] = match &previous {
+                    Some(p) => p.object["metadata"]["uid"].clone(),
+                    None => json!(format!("uid-{}", key.1)),
+                };
+            }
+            if meta["generation"].is_null() {
+                meta["generation"] = json!(1);
+            }
+            if meta["creationTimestamp"].is_null() {
+                meta["creationTimestamp"] = json!(NOW);
+            }
+            normalise::built_in(&resource.plural, &mut object, &mut state.allocated_ips);
+            let owners = previous
+                .as_ref()
+                .map(|p| p.owners.clone())
+                .unwrap_or_default();
+            state.commit(
+                &resource,
+                Stored { object, owners },
+                previous.map(|p| p.object),
+            )
+        })
     }
 
     /// Removes a stored object at once, finalizers or not (as if they had
     /// been stripped by hand, or the controller crashed before running them).
     pub fn remove(&self, api_version: &str, kind: &str, namespace: &str, name: &str) {
-        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
-        let mut state = self.state.lock().unwrap();
-        let removed = state
-            .objects
-            .get_mut(&collection_of(&probe))
-            .and_then(|c| c.remove(name));
+        let resource = Resource::of(&json!({"apiVersion": api_version, "kind": kind}));
+        let removed =
+            self.change(|state| state.remove(&resource, &(namespace.to_owned(), name.to_owned())));
         assert!(
             removed.is_some(),
             "{kind} {namespace}/{name} to remove exists"
@@ -281,40 +687,44 @@ impl FakeApi {
 
     /// Marks an API as not installed (its CRD is missing).
     pub fn uninstall(&self, plural: &str) {
-        self.state.lock().unwrap().missing.insert(plural.to_owned());
+        self.lock().missing.insert(plural.to_owned());
     }
 
     /// Refuses every write to a plural with `code` from now on.
     pub fn refuse_writes(&self, plural: &str, code: u16) {
-        self.state
-            .lock()
-            .unwrap()
-            .refused
-            .insert(plural.to_owned(), code);
+        self.lock().refused.insert(plural.to_owned(), code);
     }
 
     pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
-        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": name}});
-        let state = self.state.lock().unwrap();
-        state
-            .objects
-            .get(&collection_of(&probe))?
-            .get(name)
-            .cloned()
+        let resource = Resource::of(&json!({"apiVersion": api_version, "kind": kind}));
+        let namespace = if resource.cluster_scoped() {
+            ""
+        } else {
+            namespace
+        };
+        self.lock()
+            .get(&resource, &(namespace.to_owned(), name.to_owned()))
+            .map(|s| s.object.clone())
     }
 
     /// Every stored object of a kind in a namespace, by name.
     pub fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
-        let probe = json!({"apiVersion": api_version, "kind": kind, "metadata": {"namespace": namespace, "name": "x"}});
-        let state = self.state.lock().unwrap();
-        state
+        let resource = Resource::of(&json!({"apiVersion": api_version, "kind": kind}));
+        self.lock()
             .objects
-            .get(&collection_of(&probe))
-            .map(|c| c.values().cloned().collect())
+            .get(&resource)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter(|((ns, _), _)| ns == namespace)
+                    .map(|(_, s)| s.object.clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
-    /// Changes a stored object in place (as another actor would).
+    /// Changes a stored object in place (as another actor would, without
+    /// taking ownership of what it changes).
     pub fn edit(
         &self,
         api_version: &str,
@@ -328,6 +738,28 @@ impl FakeApi {
             .expect("object to edit exists");
         change(&mut object);
         self.insert(object);
+    }
+
+    /// Marks a pod ready (Running, every container ready) or not ready.
+    pub fn set_ready(&self, namespace: &str, pod: &str, ready: bool) {
+        self.edit("v1", "Pod", namespace, pod, |pod| {
+            lifecycle::set_pod_ready(pod, ready);
+        });
+    }
+
+    /// Marks every pod of `namespace` whose labels match `selector` ready or
+    /// not; returns how many there were.
+    pub fn set_ready_matching(&self, namespace: &str, selector: &str, ready: bool) -> usize {
+        let pods: Vec<String> = self
+            .list("v1", "Pod", namespace)
+            .into_iter()
+            .filter(|p| matches_labels(p, selector))
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        for pod in &pods {
+            self.set_ready(namespace, pod, ready);
+        }
+        pods.len()
     }
 
     /// The Events written so far in namespace default, as sorted `Reason: note` lines.
@@ -352,8 +784,8 @@ impl FakeApi {
         notes
     }
 
-    /// A reconcile context whose client this fake answers, with the clock fixed
-    /// at 2026-11-21T10:00:00Z.
+    /// A reconcile context whose client this server answers, with the clock
+    /// fixed at 2026-11-21T10:00:00Z.
     pub fn context(&self) -> std::sync::Arc<tandem::reconcile::Context> {
         self.context_with(|_| {})
     }
@@ -364,11 +796,7 @@ impl FakeApi {
         adjust: impl FnOnce(&mut tandem::reconcile::Context),
     ) -> std::sync::Arc<tandem::reconcile::Context> {
         let mut ctx = tandem::reconcile::Context::new(self.client(), Default::default());
-        ctx.now = std::sync::Arc::new(|| {
-            "2026-11-21T10:00:00Z"
-                .parse()
-                .expect("a fixed RFC 3339 time")
-        });
+        ctx.now = std::sync::Arc::new(|| NOW.parse().expect("a fixed RFC 3339 time"));
         adjust(&mut ctx);
         std::sync::Arc::new(ctx)
     }
@@ -378,16 +806,16 @@ impl FakeApi {
     /// server does when another writer got there first. `""` matches every
     /// path.
     pub fn conflict_next_writes(&self, path: &str, count: usize) {
-        self.state
-            .lock()
-            .unwrap()
-            .conflicts
-            .push((path.to_owned(), count));
+        self.lock().conflicts.push((path.to_owned(), count));
     }
 
-    /// Every request since the last `take_calls`.
+    /// Every request since the last `take_calls`, watches left out (a watch
+    /// is one long request, not a read per event).
     pub fn take_calls(&self) -> Vec<Call> {
-        std::mem::take(&mut self.state.lock().unwrap().calls)
+        std::mem::take(&mut self.lock().calls)
+            .into_iter()
+            .filter(|c| !c.is_watch())
+            .collect()
     }
 
     /// The writes since the last `take_calls`, as `METHOD path` lines.
@@ -399,303 +827,709 @@ impl FakeApi {
             .collect()
     }
 
-    async fn answer(&self, request: Request<Body>) -> Response<Body> {
-        let method = request.method().as_str().to_owned();
-        let path = request.uri().path().to_owned();
-        // Server-side apply is a PATCH of this content type; merge and JSON
-        // patches (with or without a fieldManager) are others.
-        let apply = request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|t| t.as_bytes().starts_with(b"application/apply-patch"));
-        let query = request.uri().query().unwrap_or_default().to_owned();
-        let bytes = request
-            .into_body()
-            .collect_bytes()
+    /// The resourceVersion of the last change.
+    pub fn version(&self) -> u64 {
+        self.lock().version
+    }
+
+    async fn serve(&self, request: Request<HttpBody>) -> Response<HttpBody> {
+        let (parts, body) = request.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
             .unwrap_or_default();
-        let body: Option<Value> = if bytes.is_empty() {
-            None
-        } else {
-            serde_json::from_slice(&bytes).ok()
+        let incoming = Incoming {
+            method: parts.method.as_str().to_owned(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().unwrap_or_default().to_owned(),
+            content_type: parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|t| t.to_str().ok())
+                .unwrap_or_default()
+                .to_owned(),
+            body: if bytes.is_empty() {
+                None
+            } else {
+                serde_json::from_slice(&bytes).ok()
+            },
         };
-        let mut state = self.state.lock().unwrap();
-        state.calls.push(Call {
-            method: method.clone(),
-            path: path.clone(),
-            body: body.clone(),
-        });
-        if method != "GET"
-            && let Some(conflict) = state
-                .conflicts
-                .iter_mut()
-                .find(|(suffix, left)| *left > 0 && path.ends_with(suffix.as_str()))
-        {
-            conflict.1 -= 1;
-            return status(
-                409,
-                "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on {path}: the object has been modified; please apply your changes to the latest version and try again"
-                ),
-            );
+        if incoming.method == "GET" && query_flag(&incoming.query, "watch") {
+            self.lock().calls.push(Call {
+                method: incoming.method.clone(),
+                path: incoming.path.clone(),
+                query: incoming.query.clone(),
+                body: None,
+            });
+            return self.watch(&incoming);
         }
+        let (code, body) = self.answer(incoming);
+        Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(HttpBody::from(
+                serde_json::to_vec(&body).expect("JSON values serialise"),
+            ))
+            .expect("a status and a header make a response")
+    }
 
-        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        // api/v1/namespaces/ns/plural[/name[/sub]] or apis/g/v/namespaces/ns/plural[/name[/sub]]
-        let (prefix_len, api_version) = match parts.first() {
-            Some(&"api") => (2, parts.get(1).map(|v| v.to_string())),
-            Some(&"apis") => (
-                3,
-                parts
-                    .get(1)
-                    .zip(parts.get(2))
-                    .map(|(g, v)| format!("{g}/{v}")),
-            ),
-            _ => return status(404, "NotFound", format!("no route {path}")),
+    /// Answers one request that is not a watch.
+    fn answer(&self, request: Incoming) -> (StatusCode, Value) {
+        self.change(|state| answer(state, request))
+    }
+
+    /// Streams the changes a watch asks for, one JSON event a line.
+    fn watch(&self, request: &Incoming) -> Response<HttpBody> {
+        let Some(target) = target_of(&request.path) else {
+            let (code, body) = status(404, "NotFound", format!("no route {}", request.path));
+            return Response::builder()
+                .status(code)
+                .body(HttpBody::from(body.to_string()))
+                .expect("a response");
         };
-        let Some(api_version) = api_version else {
-            return status(404, "NotFound", path);
+        let query = &request.query;
+        let labels = query_param(query, "labelSelector").unwrap_or_default();
+        let fields = query_param(query, "fieldSelector").unwrap_or_default();
+        let bookmarks = query_flag(query, "allowWatchBookmarks");
+        let timeout = query_param(query, "timeoutSeconds")
+            .and_then(|t| t.parse().ok())
+            .map_or(Duration::from_secs(1800), Duration::from_secs);
+        let since = query_param(query, "resourceVersion").filter(|v| !v.is_empty() && v != "0");
+        let send_initial = query_flag(query, "sendInitialEvents");
+        let scope = Scope {
+            resource: target.resource.clone(),
+            namespace: target.namespace.clone(),
+            name: target.name.clone(),
+            labels,
+            fields,
         };
-        let rest = &parts[prefix_len..];
-        let (collection, name, sub) = match rest {
-            ["namespaces", ns, plural, tail @ ..] => {
-                let base = parts[..prefix_len].join("/");
-                (
-                    format!("/{base}/namespaces/{ns}/{plural}"),
-                    tail.first().map(|s| s.to_string()),
-                    tail.get(1).map(|s| s.to_string()),
-                )
-            }
-            _ => {
-                return status(
-                    404,
-                    "NotFound",
-                    format!("cluster-wide requests are not served: {path}"),
-                );
-            }
-        };
-        let plural_name = collection.rsplit('/').next().unwrap_or_default().to_owned();
-        if state.missing.contains(&plural_name) {
-            return status(
-                404,
-                "NotFound",
-                format!("the server could not find the requested resource ({plural_name})"),
-            );
-        }
-        if let Some(&code) = state.refused.get(&plural_name)
-            && method != "GET"
-        {
-            return status(
-                code,
-                "Forbidden",
-                format!("{method} {plural_name} is refused by this test"),
-            );
-        }
-        state.version += 1;
-        let version = state.version.to_string();
-        let state = &mut *state;
-        let applied_before = &mut state.applied;
-        let store = state.objects.entry(collection.clone()).or_default();
-        match (method.as_str(), name, sub.as_deref()) {
-            ("GET", None, _) => {
-                let selector = query_param(&query, "labelSelector").unwrap_or_default();
-                let items: Vec<Value> = store
-                    .values()
-                    .filter(|o| matches_selector(o, &selector))
-                    .cloned()
-                    .collect();
-                respond(
-                    StatusCode::OK,
-                    &json!({"apiVersion": api_version, "kind": "List", "metadata": {"resourceVersion": version}, "items": items}),
-                )
-            }
-            ("GET", Some(name), Some("scale")) => match store.get(&name) {
-                Some(object) => respond(StatusCode::OK, &scale_of(object, &plural_name)),
-                None => status(
-                    404,
-                    "NotFound",
-                    format!("{plural_name} \"{name}\" not found"),
-                ),
-            },
-            ("PATCH", Some(name), Some("scale")) => {
-                // A merge patch of the Scale: its spec.replicas lands in the
-                // object's replicas field, which is a spec change.
-                let Some(object) = store.get_mut(&name) else {
-                    return status(
-                        404,
-                        "NotFound",
-                        format!("{plural_name} \"{name}\" not found"),
-                    );
-                };
-                let patch = body.unwrap_or_default();
-                let mut scale = scale_of(object, &plural_name);
-                json_patch::merge(&mut scale, &patch);
-                let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
-                let spec_before = object["spec"].clone();
-                let (path, _) = scale_field(&plural_name);
-                let mut merge = json!(replicas);
-                for field in path.rsplit('/').filter(|f| !f.is_empty()) {
-                    merge = json!({ field: merge });
-                }
-                json_patch::merge(object, &merge);
-                bump_generation(object, &spec_before, None);
-                object["metadata"]["resourceVersion"] = json!(version);
-                respond(StatusCode::OK, &scale_of(object, &plural_name))
-            }
-            ("GET", Some(name), _) => match store.get(&name) {
-                Some(object) => respond(StatusCode::OK, object),
-                None => status(
-                    404,
-                    "NotFound",
-                    format!("{plural_name} \"{name}\" not found"),
-                ),
-            },
-            ("PATCH", Some(name), None) if apply && body.is_some() => {
-                // Server-side apply: what the manager applied before and
-                // leaves out now is removed, the rest of the object (other
-                // managers' fields) stays and the applied fields are merged
-                // in; server fields and status stay.
-                let manager = query_param(&query, "fieldManager").unwrap_or_default();
-                let configuration = body.unwrap_or_default();
-                let previous = store.get(&name).cloned();
-                let key = (collection.clone(), name.clone(), manager);
-                let mut applied = match &previous {
-                    Some(previous) => {
-                        let mut merged = previous.clone();
-                        if let Some(before) = applied_before.get(&key) {
-                            drop_unapplied(&mut merged, before, &configuration);
+        let kind = kind_of(&target.resource);
+        let api_version = target.resource.api_version();
+
+        // What the watch starts with: the objects as ADDED when it gives no
+        // version (or asks for initial events), else every change after it.
+        // Subscribed before reading the state, so no change falls between.
+        let mut changed = self.shared.changed.subscribe();
+        let (mut pending, mut next) = {
+            let state = self.lock();
+            let mut pending = VecDeque::new();
+            match since.as_deref().map(str::parse::<u64>) {
+                Some(Ok(version)) if !send_initial => {
+                    if version < state.oldest_resumable() {
+                        pending.push_back(json!({"type": "ERROR", "object": status(410, "Expired",
+                            format!("too old resource version: {version} ({})", state.oldest_resumable())).1}));
+                        let body = lines(pending);
+                        return Response::builder()
+                            .status(StatusCode::OK)
+                            .header("content-type", "application/json")
+                            .body(HttpBody::from(body))
+                            .expect("a response");
+                    }
+                    for change in state.history.iter().filter(|c| c.version > version) {
+                        if let Some(event) = scope.event(change) {
+                            pending.push_back(event);
                         }
-                        merge_applied(&mut merged, &configuration);
-                        merged
                     }
-                    None => configuration.clone(),
-                };
-                applied_before.insert(key, configuration);
-                let spec_changed = previous
-                    .as_ref()
-                    .map(|p| p["spec"] != applied["spec"])
-                    .unwrap_or(true);
-                let meta = &mut applied["metadata"];
-                let old_meta = previous
-                    .as_ref()
-                    .map(|p| p["metadata"].clone())
-                    .unwrap_or_default();
-                meta["uid"] = old_meta
-                    .get("uid")
-                    .cloned()
-                    .unwrap_or(json!(format!("uid-{name}")));
-                meta["creationTimestamp"] = old_meta
-                    .get("creationTimestamp")
-                    .cloned()
-                    .unwrap_or(json!("2026-11-21T00:00:00Z"));
-                let generation = old_meta
-                    .get("generation")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                meta["generation"] = json!(if spec_changed {
-                    generation + 1
-                } else {
-                    generation
-                });
-                meta["resourceVersion"] = json!(version);
-                if let Some(status) = previous.as_ref().and_then(|p| p.get("status")) {
-                    applied["status"] = status.clone();
                 }
-                store.insert(name, applied.clone());
-                respond(StatusCode::OK, &applied)
+                Some(Err(_)) => {
+                    let (code, body) = status(400, "BadRequest", "invalid resourceVersion".into());
+                    return Response::builder()
+                        .status(code)
+                        .body(HttpBody::from(body.to_string()))
+                        .expect("a response");
+                }
+                _ => {
+                    for (resource, stored) in state.all() {
+                        if scope.covers(resource, &stored.object) {
+                            pending.push_back(json!({"type": "ADDED", "object": stored.object}));
+                        }
+                    }
+                    if send_initial {
+                        pending.push_back(json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                            "metadata": {"resourceVersion": state.version.to_string(),
+                                "annotations": {"k8s.io/initial-events-end": "true"}}}}));
+                    }
+                }
             }
-            ("PATCH", Some(name), _) => {
-                let Some(object) = store.get_mut(&name) else {
-                    return status(
-                        404,
-                        "NotFound",
-                        format!("{plural_name} \"{name}\" not found"),
-                    );
-                };
-                let patch = body.unwrap_or_default();
-                let spec_before = object["spec"].clone();
-                // A JSON Patch (an array of operations) is applied as a whole
-                // or not at all, like the API server does; a failing `test`
-                // is a 422.
-                if patch.is_array() {
-                    let ops: json_patch::Patch = match serde_json::from_value(patch) {
-                        Ok(ops) => ops,
-                        Err(e) => return status(400, "BadRequest", e.to_string()),
-                    };
-                    let mut patched = object.clone();
-                    if let Err(e) = json_patch::patch(&mut patched, &ops) {
-                        return status(422, "Invalid", format!("the JSON patch failed: {e}"));
-                    }
-                    *object = patched;
-                    bump_generation(object, &spec_before, sub.as_deref());
-                    object["metadata"]["resourceVersion"] = json!(version);
-                    return respond(StatusCode::OK, object);
-                }
-                if let Some(expected) = patch["metadata"]["resourceVersion"].as_str()
-                    && object["metadata"]["resourceVersion"].as_str() != Some(expected)
+            (pending, state.version)
+        };
+
+        let fake = self.clone();
+        let bookmark_every = self.shared.bookmark_every;
+        let stream = async_stream(move |sender| async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let mut bookmark = tokio::time::Instant::now() + bookmark_every;
+            loop {
+                if !pending.is_empty()
+                    && sender
+                        .send(lines(std::mem::take(&mut pending)))
+                        .await
+                        .is_err()
                 {
+                    return;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => return,
+                    _ = tokio::time::sleep_until(bookmark), if bookmarks => {
+                        let version = fake.version();
+                        pending.push_back(json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                            "metadata": {"resourceVersion": version.to_string()}}}));
+                        bookmark = tokio::time::Instant::now() + bookmark_every;
+                    }
+                    result = changed.changed() => {
+                        if result.is_err() {
+                            return;
+                        }
+                        let state = fake.lock();
+                        if next < state.oldest_resumable() {
+                            pending.push_back(json!({"type": "ERROR", "object": status(410, "Expired",
+                                format!("too old resource version: {next} ({})", state.oldest_resumable())).1}));
+                        } else {
+                            for change in state.history.iter().filter(|c| c.version > next) {
+                                if let Some(event) = scope.event(change) {
+                                    pending.push_back(event);
+                                }
+                            }
+                        }
+                        next = state.version;
+                    }
+                }
+            }
+        });
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(HttpBody::from_stream(stream))
+            .expect("a streaming response")
+    }
+}
+
+/// A stream fed by a task through a channel.
+fn async_stream<F, Fut>(
+    produce: F,
+) -> impl futures::Stream<Item = Result<Vec<u8>, std::convert::Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Vec<u8>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (sender, mut receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(produce(sender));
+    futures::stream::poll_fn(move |cx| receiver.poll_recv(cx).map(|chunk| chunk.map(Ok)))
+}
+
+fn lines(events: VecDeque<Value>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for event in events {
+        out.extend(serde_json::to_vec(&event).expect("JSON values serialise"));
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The kind a resource's objects have, for bookmarks and lists.
+fn kind_of(resource: &Resource) -> String {
+    const KINDS: [&str; 32] = [
+        "Pod",
+        "Service",
+        "Deployment",
+        "StatefulSet",
+        "ConfigMap",
+        "Secret",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        "Event",
+        "Lease",
+        "Namespace",
+        "Node",
+        "ControllerRevision",
+        "LeaderWorkerSet",
+        "PodGroup",
+        "InferencePool",
+        "HTTPRoute",
+        "Gateway",
+        "GatewayClass",
+        "InferenceService",
+        "ScaleView",
+        "ResourceScalingGroup",
+        "RoleBasedGroup",
+        "CustomResourceDefinition",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "Queue",
+        "PodDisruptionBudget",
+    ];
+    KINDS
+        .iter()
+        .find(|k| plural(k) == resource.plural)
+        .map_or_else(|| resource.plural.clone(), |k| k.to_string())
+}
+
+/// What one list or watch covers.
+struct Scope {
+    resource: Resource,
+    namespace: Option<String>,
+    name: Option<String>,
+    labels: String,
+    fields: String,
+}
+
+impl Scope {
+    fn covers(&self, resource: &Resource, object: &Value) -> bool {
+        *resource == self.resource
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| object["metadata"]["namespace"].as_str() == Some(ns))
+            && self
+                .name
+                .as_deref()
+                .is_none_or(|n| object["metadata"]["name"].as_str() == Some(n))
+            && matches_labels(object, &self.labels)
+            && matches_fields(object, &self.fields)
+    }
+
+    /// The event this watch sees of a change: a modification that makes an
+    /// object match is ADDED, one that makes it stop matching is DELETED.
+    fn event(&self, change: &Change) -> Option<Value> {
+        let now = self.covers(&change.resource, &change.object);
+        let before = change
+            .previous
+            .as_ref()
+            .is_some_and(|p| self.covers(&change.resource, p));
+        let kind = match (change.kind, before, now) {
+            ("MODIFIED", true, true) => "MODIFIED",
+            ("MODIFIED", false, true) => "ADDED",
+            ("MODIFIED", true, false) => "DELETED",
+            ("MODIFIED", false, false) => return None,
+            (kind, _, true) => kind,
+            _ => return None,
+        };
+        Some(json!({"type": kind, "object": change.object}))
+    }
+}
+
+/// Answers a request that is not a watch, under the lock.
+fn answer(state: &mut State, request: Incoming) -> (StatusCode, Value) {
+    state.calls.push(Call {
+        method: request.method.clone(),
+        path: request.path.clone(),
+        query: request.query.clone(),
+        body: request.body.clone(),
+    });
+    let method = request.method.as_str();
+    if method != "GET"
+        && let Some(conflict) = state
+            .conflicts
+            .iter_mut()
+            .find(|(suffix, left)| *left > 0 && request.path.ends_with(suffix.as_str()))
+    {
+        conflict.1 -= 1;
+        return status(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {}: the object has been modified; please apply your changes to the latest version and try again",
+                request.path
+            ),
+        );
+    }
+    let Some(target) = target_of(&request.path) else {
+        return status(
+            404,
+            "NotFound",
+            format!(
+                "the server could not find the requested resource ({})",
+                request.path
+            ),
+        );
+    };
+    let plural = target.resource.plural.clone();
+    if state.missing.contains(&plural) {
+        return status(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({plural})"),
+        );
+    }
+    if let Some(&code) = state.refused.get(&plural)
+        && method != "GET"
+    {
+        return status(
+            code,
+            "Forbidden",
+            format!("{method} {plural} is refused by this test"),
+        );
+    }
+    let namespace = target.namespace.clone().unwrap_or_default();
+    match (method, target.name.clone(), target.sub.as_deref()) {
+        ("GET", None, _) => list(state, &target, &request.query),
+        ("GET", Some(name), Some("scale")) => {
+            match state.get(&target.resource, &(namespace, name.clone())) {
+                Some(stored) => (StatusCode::OK, scale_of(&stored.object, &plural)),
+                None => not_found(&target, &name),
+            }
+        }
+        ("GET", Some(name), _) => match state.get(&target.resource, &(namespace, name.clone())) {
+            Some(stored) => (StatusCode::OK, stored.object.clone()),
+            None => not_found(&target, &name),
+        },
+        ("POST", None, _) => create(
+            state,
+            &target,
+            request.body.unwrap_or_default(),
+            &request.query,
+        ),
+        ("PATCH" | "PUT", Some(name), sub) => write(state, &target, &name, sub, &request),
+        ("DELETE", Some(name), None) => {
+            lifecycle::delete(state, &target.resource, &(namespace, name.clone()))
+                .unwrap_or_else(|| not_found(&target, &name))
+        }
+        _ => status(
+            405,
+            "MethodNotAllowed",
+            format!("{method} {}?{}", request.path, request.query),
+        ),
+    }
+}
+
+fn list(state: &State, target: &Target, query: &str) -> (StatusCode, Value) {
+    let scope = Scope {
+        resource: target.resource.clone(),
+        namespace: target.namespace.clone(),
+        name: None,
+        labels: query_param(query, "labelSelector").unwrap_or_default(),
+        fields: query_param(query, "fieldSelector").unwrap_or_default(),
+    };
+    let items: Vec<Value> = state
+        .objects
+        .get(&target.resource)
+        .into_iter()
+        .flat_map(|objects| objects.values())
+        .filter(|s| scope.covers(&target.resource, &s.object))
+        .map(|s| s.object.clone())
+        .collect();
+    (
+        StatusCode::OK,
+        json!({"apiVersion": target.resource.api_version(), "kind": format!("{}List", kind_of(&target.resource)),
+            "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
+    )
+}
+
+fn field_manager(query: &str) -> String {
+    query_param(query, "fieldManager").unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn create(
+    state: &mut State,
+    target: &Target,
+    mut object: Value,
+    query: &str,
+) -> (StatusCode, Value) {
+    if let Some(namespace) = &target.namespace {
+        if lifecycle::terminating(state, namespace) {
+            return status(
+                403,
+                "Forbidden",
+                format!(
+                    "unable to create new content in namespace {namespace} because it is being terminated"
+                ),
+            );
+        }
+        object["metadata"]["namespace"] = json!(namespace);
+    }
+    let Some(name) = object["metadata"]["name"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| {
+            object["metadata"]["generateName"]
+                .as_str()
+                .map(|prefix| format!("{prefix}{:05x}", state.version + 1))
+        })
+    else {
+        return status(
+            422,
+            "Invalid",
+            "metadata.name: Required value: name or generateName is required".into(),
+        );
+    };
+    object["metadata"]["name"] = json!(name);
+    let key = key_of(&object);
+    if state.get(&target.resource, &key).is_some() {
+        return status(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", target.resource.plural),
+        );
+    }
+    let uid = state.next_uid();
+    let meta = &mut object["metadata"];
+    meta["uid"] = json!(uid);
+    meta["generation"] = json!(1);
+    meta["creationTimestamp"] = json!(NOW);
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+    }
+    normalise::built_in(
+        &target.resource.plural,
+        &mut object,
+        &mut state.allocated_ips,
+    );
+    let mut owners = Owners::default();
+    owners.record_update(&field_manager(query), &json!({}), &object);
+    let stored = state.commit(&target.resource, Stored { object, owners }, None);
+    (StatusCode::CREATED, stored)
+}
+
+/// PATCH and PUT, of the object or of its `/status` or `/scale`.
+fn write(
+    state: &mut State,
+    target: &Target,
+    name: &str,
+    sub: Option<&str>,
+    request: &Incoming,
+) -> (StatusCode, Value) {
+    let key = (
+        target.namespace.clone().unwrap_or_default(),
+        name.to_owned(),
+    );
+    let body = request.body.clone().unwrap_or_default();
+    let manager = field_manager(&request.query);
+    let apply = request.content_type.starts_with("application/apply-patch");
+    let existing = state.get(&target.resource, &key).cloned();
+
+    // Server-side apply creates what does not exist yet.
+    let Some(mut stored) = existing else {
+        if apply && sub.is_none() {
+            let mut object = body.clone();
+            if let Some(map) = object.as_object_mut() {
+                map.remove("status");
+            }
+            if let Some(namespace) = &target.namespace {
+                if lifecycle::terminating(state, namespace) {
+                    return status(
+                        403,
+                        "Forbidden",
+                        format!(
+                            "unable to create new content in namespace {namespace} because it is being terminated"
+                        ),
+                    );
+                }
+                object["metadata"]["namespace"] = json!(namespace);
+            }
+            let uid = state.next_uid();
+            let meta = &mut object["metadata"];
+            meta["uid"] = json!(uid);
+            meta["generation"] = json!(1);
+            meta["creationTimestamp"] = json!(NOW);
+            normalise::built_in(
+                &target.resource.plural,
+                &mut object,
+                &mut state.allocated_ips,
+            );
+            let mut owners = Owners::default();
+            owners.record_apply(&manager, &json!({}), &body);
+            let stored = state.commit(&target.resource, Stored { object, owners }, None);
+            return (StatusCode::CREATED, stored);
+        }
+        return not_found(target, name);
+    };
+    let before = stored.object.clone();
+    let owners_before = stored.owners.clone();
+
+    // The object after the write, before normalisation.
+    let mut after = match (sub, apply) {
+        (Some("scale"), _) => {
+            let mut scale = scale_of(&before, &target.resource.plural);
+            if request.method == "PUT" {
+                scale = body.clone();
+            } else if body.is_array() {
+                match patched(&scale, &body) {
+                    Ok(s) => scale = s,
+                    Err(e) => return e,
+                }
+            } else {
+                json_patch::merge(&mut scale, &body);
+            }
+            let replicas = scale["spec"]["replicas"].as_i64().unwrap_or(0);
+            let (path, _) = scale_field(&target.resource.plural);
+            let mut after = before.clone();
+            let mut merge = json!(replicas);
+            for field in path.rsplit('/').filter(|f| !f.is_empty()) {
+                merge = json!({ field: merge });
+            }
+            json_patch::merge(&mut after, &merge);
+            after
+        }
+        (None, true) => {
+            let mut configuration = body.clone();
+            if let Some(map) = configuration.as_object_mut() {
+                map.remove("status");
+            }
+            let force = query_flag(&request.query, "force");
+            if !force {
+                let conflicts = stored.owners.conflicts(&manager, &before, &configuration);
+                if !conflicts.is_empty() {
                     return status(
                         409,
                         "Conflict",
                         format!(
-                            "the object has been modified; resourceVersion {expected} is stale"
+                            "Apply failed with {} conflict(s): {}",
+                            conflicts.len(),
+                            conflicts.join(", ")
                         ),
                     );
                 }
-                json_patch::merge(object, &patch);
-                bump_generation(object, &spec_before, sub.as_deref());
-                object["metadata"]["resourceVersion"] = json!(version);
-                let released = !object["metadata"]["deletionTimestamp"].is_null()
-                    && object["metadata"]["finalizers"]
-                        .as_array()
-                        .is_none_or(Vec::is_empty);
-                let answer = respond(StatusCode::OK, object);
-                if released {
-                    // The last finalizer is gone: the object goes away.
-                    store.remove(&name);
-                }
-                answer
             }
-            ("POST", None, _) => {
-                let mut object = body.unwrap_or_default();
-                let name = object["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or("created")
-                    .to_owned();
-                if store.contains_key(&name) {
-                    return status(
-                        409,
-                        "AlreadyExists",
-                        format!("{plural_name} \"{name}\" already exists"),
-                    );
-                }
-                object["metadata"]["resourceVersion"] = json!(version);
-                store.insert(name, object.clone());
-                respond(StatusCode::CREATED, &object)
+            let mut merged = before.clone();
+            if let Some(previous) = stored.owners.applied.get(&manager).cloned() {
+                ownership::drop_unapplied(
+                    &mut merged,
+                    &stored.owners,
+                    &manager,
+                    &previous,
+                    &configuration,
+                );
             }
-            ("DELETE", Some(name), _)
-                if store.get(&name).is_some_and(|o| {
-                    o["metadata"]["finalizers"]
-                        .as_array()
-                        .is_some_and(|f| !f.is_empty())
-                }) =>
+            ownership::merge_applied(&mut merged, &configuration);
+            stored
+                .owners
+                .record_apply(&manager, &before, &configuration);
+            merged
+        }
+        (_, false) if request.method == "PUT" => {
+            let mut replaced = body.clone();
+            // Server-set metadata is kept.
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "deletionTimestamp",
+            ] {
+                replaced["metadata"][field] = before["metadata"][field].clone();
+            }
+            replaced
+        }
+        (_, false) if body.is_array() => match patched(&before, &body) {
+            Ok(after) => after,
+            Err(e) => return e,
+        },
+        (_, false) => {
+            let mut after = before.clone();
+            json_patch::merge(&mut after, &body);
+            after
+        }
+        (_, true) => {
+            return status(
+                415,
+                "UnsupportedMediaType",
+                "apply is only for the main resource".into(),
+            );
+        }
+    };
+
+    // Optimistic concurrency: a resourceVersion in the write must be current.
+    let expected = if body.is_array() {
+        None
+    } else {
+        body["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    if let Some(expected) = expected
+        && before["metadata"]["resourceVersion"].as_str() != Some(expected.as_str())
+    {
+        return status(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                target.resource.plural
+            ),
+        );
+    }
+
+    // A status write changes only the status; any other write leaves it.
+    match sub {
+        Some("status") => {
+            let status_after = after["status"].clone();
+            after = before.clone();
+            after["status"] = status_after;
+        }
+        _ => {
+            after["status"] = before["status"].clone();
+            if after["status"].is_null()
+                && let Some(map) = after.as_object_mut()
             {
-                // Finalizers hold the object: it is only marked as deleting.
-                let object = store.get_mut(&name).expect("checked above");
-                object["metadata"]["deletionTimestamp"] = json!("2026-11-21T00:00:00Z");
-                object["metadata"]["resourceVersion"] = json!(version);
-                respond(StatusCode::OK, object)
+                map.remove("status");
             }
-            ("DELETE", Some(name), _) => match store.remove(&name) {
-                Some(_) => status(200, "Deleted", format!("{plural_name} \"{name}\" deleted")),
-                None => status(
-                    404,
-                    "NotFound",
-                    format!("{plural_name} \"{name}\" not found"),
-                ),
-            },
-            _ => status(405, "MethodNotAllowed", format!("{method} {path}?{query}")),
         }
     }
+    for field in [
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "name",
+        "namespace",
+    ] {
+        after["metadata"][field] = before["metadata"][field].clone();
+    }
+    if let Some(meta) = after["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    normalise::built_in(
+        &target.resource.plural,
+        &mut after,
+        &mut state.allocated_ips,
+    );
+    if sub.is_none() && generation_moves(&before, &after) {
+        let generation = before["metadata"]["generation"].as_i64().unwrap_or(0);
+        after["metadata"]["generation"] = json!(generation.saturating_add(1));
+    }
+    if !apply {
+        stored.owners.record_update(&manager, &before, &after);
+    }
+    let mut unchanged_before = before.clone();
+    if let Some(meta) = unchanged_before["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    unchanged_before["metadata"]["resourceVersion"] = Value::Null;
+    let mut unchanged_after = after.clone();
+    unchanged_after["metadata"]["resourceVersion"] = Value::Null;
+    if unchanged_before == unchanged_after && stored.owners == owners_before {
+        // The API server writes nothing for a no-op update.
+        return (
+            StatusCode::OK,
+            if sub == Some("scale") {
+                scale_of(&before, &target.resource.plural)
+            } else {
+                before
+            },
+        );
+    }
+    stored.object = after;
+    let stored = state.commit(&target.resource, stored, Some(before));
+    if lifecycle::releasable(&stored) {
+        // The last finalizer of an object being deleted is gone.
+        lifecycle::delete(state, &target.resource, &key);
+    }
+    let answer = if sub == Some("scale") {
+        scale_of(&stored, &target.resource.plural)
+    } else {
+        stored
+    };
+    (StatusCode::OK, answer)
+}
+
+/// A JSON Patch applied as a whole or not at all, like the API server does;
+/// a failing `test` is a 422.
+fn patched(object: &Value, patch: &Value) -> Result<Value, (StatusCode, Value)> {
+    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| status(400, "BadRequest", e.to_string()))?;
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &ops)
+        .map_err(|e| status(422, "Invalid", format!("the JSON patch failed: {e}")))?;
+    Ok(patched)
 }
