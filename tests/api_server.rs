@@ -515,3 +515,84 @@ async fn leader_worker_sets_get_a_leader_and_workers_per_group() {
         .unwrap();
     assert_eq!(status["status"]["readyReplicas"], 0);
 }
+
+#[tokio::test]
+async fn writes_of_tandem_kinds_pass_its_webhooks_and_a_denial_is_worded_as_the_api_server_words_it()
+ {
+    let webhook = common::start_server(|_| {}).await;
+    let fake = FakeApi::new();
+    fake.register_webhooks(
+        &format!("https://{}", webhook.server.webhook_addr),
+        &webhook.ca_pem,
+    );
+    let services: Api<tandem::api::InferenceService> = Api::namespaced(fake.client(), "default");
+    let mut service = common::yaml_documents(&common::repo_path(
+        "examples/inferenceservice/story1-monolithic.yaml",
+    ))
+    .remove(0);
+    service["metadata"]["namespace"] = json!("default");
+
+    // The mutating webhook's defaults are stored.
+    let created = services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(service.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    let created = serde_json::to_value(created).unwrap();
+    assert_eq!(
+        created["spec"]["upgradeStrategy"]["type"], "RollingUpdate",
+        "{created}"
+    );
+
+    // A denial reaches the client as the API server words it.
+    let name = service["metadata"]["name"].as_str().unwrap().to_owned();
+    let refused = services
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/roles/0/replicas", "value": -1}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = refused else {
+        panic!("expected a denial, got {refused}");
+    };
+    assert!(
+        status.message.starts_with(
+            "admission webhook \"validate.inferenceservices.fusioninfer.io\" denied the request: spec.roles[0].replicas"
+        ),
+        "{}",
+        status.message
+    );
+    assert!(status.code >= 400, "{}", status.code);
+
+    // With the webhook gone, the validating one fails closed.
+    webhook.server.shutdown();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let unreachable = services
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = unreachable else {
+        panic!("expected a failure, got {unreachable}");
+    };
+    assert_eq!(status.code, 500);
+    assert!(
+        status
+            .message
+            .contains("failed calling webhook \"validate.inferenceservices.fusioninfer.io\""),
+        "{}",
+        status.message
+    );
+}

@@ -24,6 +24,7 @@
 //! Every request is logged, so tests assert exactly what was written, and the
 //! next writes to a path can be made to answer 409 Conflict.
 
+pub mod admission;
 pub mod lifecycle;
 pub mod normalise;
 pub mod ownership;
@@ -294,22 +295,25 @@ impl Default for FakeApi {
 }
 
 /// A request as the server reads it.
-struct Incoming {
-    method: String,
-    path: String,
-    query: String,
-    content_type: String,
-    body: Option<Value>,
+pub struct Incoming {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    /// Who sent it: the bearer token of the request, which this server
+    /// takes as the user name (`admin` without one).
+    pub user: String,
+    pub body: Option<Value>,
 }
 
 /// What the request names: a resource, and within it perhaps a namespace,
 /// a name and a subresource.
 #[derive(Clone, Debug)]
-struct Target {
-    resource: Resource,
-    namespace: Option<String>,
-    name: Option<String>,
-    sub: Option<String>,
+pub struct Target {
+    pub resource: Resource,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub sub: Option<String>,
 }
 
 /// Parses `/api/v1/...` and `/apis/g/v/...` paths.
@@ -588,6 +592,32 @@ impl FakeApi {
         self.change(|state| state.leader_worker_sets = true);
     }
 
+    /// Registers Tandem's webhooks exactly as `webhooks/` does, but reached
+    /// at `base` (`https://127.0.0.1:PORT`, the server under test) with the
+    /// CA that signed its certificate.
+    pub fn register_webhooks(&self, base: &str, ca_pem: &str) {
+        use base64::Engine;
+        let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+        for file in ["webhooks/mutating.yaml", "webhooks/validating.yaml"] {
+            for mut configuration in crate::common::yaml_documents(&crate::common::repo_path(file))
+            {
+                for webhook in configuration["webhooks"]
+                    .as_array_mut()
+                    .into_iter()
+                    .flatten()
+                {
+                    let path = webhook["clientConfig"]["service"]["path"]
+                        .as_str()
+                        .expect("every Tandem webhook names its path")
+                        .to_owned();
+                    webhook["clientConfig"] =
+                        json!({"url": format!("{base}{path}"), "caBundle": bundle});
+                }
+                self.insert(configuration);
+            }
+        }
+    }
+
     /// The address the server listens on, starting it on first use (on the
     /// tokio runtime of the caller).
     pub fn address(&self) -> SocketAddr {
@@ -847,6 +877,13 @@ impl FakeApi {
                 .and_then(|t| t.to_str().ok())
                 .unwrap_or_default()
                 .to_owned(),
+            user: parts
+                .headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|t| t.to_str().ok())
+                .and_then(|t| t.strip_prefix("Bearer "))
+                .unwrap_or("admin")
+                .to_owned(),
             body: if bytes.is_empty() {
                 None
             } else {
@@ -862,7 +899,7 @@ impl FakeApi {
             });
             return self.watch(&incoming);
         }
-        let (code, body) = self.answer(incoming);
+        let (code, body) = self.answer(incoming).await;
         Response::builder()
             .status(code)
             .header("content-type", "application/json")
@@ -872,9 +909,41 @@ impl FakeApi {
             .expect("a status and a header make a response")
     }
 
-    /// Answers one request that is not a watch.
-    fn answer(&self, request: Incoming) -> (StatusCode, Value) {
-        self.change(|state| answer(state, request))
+    /// Answers one request that is not a watch. A write is planned under
+    /// the lock, admitted by the webhooks registered for it without the
+    /// lock, and stored under the lock if nothing changed the object in
+    /// between (else planned again, as the API server retries its
+    /// optimistic write to etcd).
+    async fn answer(&self, request: Incoming) -> (StatusCode, Value) {
+        let target = match self.change(|state| screen(state, &request)) {
+            Ok(target) => target,
+            Err(refusal) => return refusal,
+        };
+        if !is_write(&request, &target) {
+            return self.change(|state| answer(state, &target, &request));
+        }
+        for _ in 0..5 {
+            let planned = match self.change(|state| plan_write(state, &target, &request)) {
+                Ok(planned) => planned,
+                Err(refusal) => return refusal,
+            };
+            let hooks = self.change(|state| admission::matching(state, &planned));
+            let planned = match admission::admit(&hooks, planned, &request).await {
+                Ok(planned) => planned,
+                Err(refusal) => return refusal,
+            };
+            if let Some(answer) = self.change(|state| finish(state, planned)) {
+                return answer;
+            }
+        }
+        status(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {}: the object kept changing",
+                request.path
+            ),
+        )
     }
 
     /// Streams the changes a watch asks for, one JSON event a line.
@@ -1111,8 +1180,9 @@ impl Scope {
     }
 }
 
-/// Answers a request that is not a watch, under the lock.
-fn answer(state: &mut State, request: Incoming) -> (StatusCode, Value) {
+/// Logs a request and answers what stops it before its resource is read:
+/// an injected conflict, an API that is not installed, a refused write.
+fn screen(state: &mut State, request: &Incoming) -> Result<Target, (StatusCode, Value)> {
     state.calls.push(Call {
         method: request.method.clone(),
         path: request.path.clone(),
@@ -1127,65 +1197,73 @@ fn answer(state: &mut State, request: Incoming) -> (StatusCode, Value) {
             .find(|(suffix, left)| *left > 0 && request.path.ends_with(suffix.as_str()))
     {
         conflict.1 -= 1;
-        return status(
+        return Err(status(
             409,
             "Conflict",
             format!(
                 "Operation cannot be fulfilled on {}: the object has been modified; please apply your changes to the latest version and try again",
                 request.path
             ),
-        );
+        ));
     }
     let Some(target) = target_of(&request.path) else {
-        return status(
+        return Err(status(
             404,
             "NotFound",
             format!(
                 "the server could not find the requested resource ({})",
                 request.path
             ),
-        );
+        ));
     };
     let plural = target.resource.plural.clone();
     if state.missing.contains(&plural) {
-        return status(
+        return Err(status(
             404,
             "NotFound",
             format!("the server could not find the requested resource ({plural})"),
-        );
+        ));
     }
     if let Some(&code) = state.refused.get(&plural)
         && method != "GET"
     {
-        return status(
+        return Err(status(
             code,
             "Forbidden",
             format!("{method} {plural} is refused by this test"),
-        );
+        ));
     }
+    Ok(target)
+}
+
+/// Whether a request creates or changes an object (and so is admitted).
+fn is_write(request: &Incoming, target: &Target) -> bool {
+    matches!(
+        (request.method.as_str(), target.name.is_some()),
+        ("POST", false) | ("PATCH" | "PUT", true)
+    )
+}
+
+/// Answers a read or a delete, under the lock.
+fn answer(state: &mut State, target: &Target, request: &Incoming) -> (StatusCode, Value) {
+    let method = request.method.as_str();
+    let plural = target.resource.plural.clone();
     let namespace = target.namespace.clone().unwrap_or_default();
     match (method, target.name.clone(), target.sub.as_deref()) {
-        ("GET", None, _) => list(state, &target, &request.query),
+        ("GET", None, _) => list(state, target, &request.query),
         ("GET", Some(name), Some("scale")) => {
             match state.get(&target.resource, &(namespace, name.clone())) {
                 Some(stored) => (StatusCode::OK, scale_of(&stored.object, &plural)),
-                None => not_found(&target, &name),
+                None => not_found(target, &name),
             }
         }
         ("GET", Some(name), _) => match state.get(&target.resource, &(namespace, name.clone())) {
             Some(stored) => (StatusCode::OK, stored.object.clone()),
-            None => not_found(&target, &name),
+            None => not_found(target, &name),
         },
-        ("POST", None, _) => create(
-            state,
-            &target,
-            request.body.unwrap_or_default(),
-            &request.query,
-        ),
-        ("PATCH" | "PUT", Some(name), sub) => write(state, &target, &name, sub, &request),
         ("DELETE", Some(name), None) => {
             lifecycle::delete(state, &target.resource, &(namespace, name.clone()))
-                .unwrap_or_else(|| not_found(&target, &name))
+                .unwrap_or_else(|| not_found(target, &name))
         }
         _ => status(
             405,
@@ -1193,6 +1271,95 @@ fn answer(state: &mut State, request: Incoming) -> (StatusCode, Value) {
             format!("{method} {}?{}", request.path, request.query),
         ),
     }
+}
+
+/// Plans a create or a change, under the lock: what would be stored.
+fn plan_write(
+    state: &mut State,
+    target: &Target,
+    request: &Incoming,
+) -> Result<Planned, (StatusCode, Value)> {
+    match (request.method.as_str(), target.name.as_deref()) {
+        ("POST", None) => create(
+            state,
+            target,
+            request.body.clone().unwrap_or_default(),
+            &request.query,
+        ),
+        (_, Some(name)) => write(state, target, name, target.sub.as_deref(), request),
+        _ => Err(status(405, "MethodNotAllowed", request.path.clone())),
+    }
+}
+
+/// A write as planned, before admission stores it.
+pub struct Planned {
+    pub resource: Resource,
+    pub key: (String, String),
+    /// The object before the write; None when it creates one.
+    pub before: Option<Value>,
+    pub stored: Stored,
+    /// The subresource written (`status`, `scale`).
+    pub sub: Option<String>,
+    /// Nothing changes: the API server answers without storing.
+    pub no_op: bool,
+}
+
+impl Planned {
+    /// The AdmissionReview operation.
+    pub fn operation(&self) -> &'static str {
+        if self.before.is_some() {
+            "UPDATE"
+        } else {
+            "CREATE"
+        }
+    }
+}
+
+/// Stores a planned write, under the lock, if what it was planned from is
+/// still what is stored (else None: plan again).
+fn finish(state: &mut State, planned: Planned) -> Option<(StatusCode, Value)> {
+    let current = state
+        .get(&planned.resource, &planned.key)
+        .map(|s| s.object["metadata"]["resourceVersion"].clone());
+    let planned_from = planned
+        .before
+        .as_ref()
+        .map(|b| b["metadata"]["resourceVersion"].clone());
+    if current != planned_from {
+        return None;
+    }
+    let plural = planned.resource.plural.clone();
+    let scale = planned.sub.as_deref() == Some("scale");
+    if planned.no_op {
+        let before = planned.before.unwrap_or_default();
+        return Some((
+            StatusCode::OK,
+            if scale {
+                scale_of(&before, &plural)
+            } else {
+                before
+            },
+        ));
+    }
+    let created = planned.before.is_none();
+    let stored = state.commit(&planned.resource, planned.stored, planned.before);
+    if lifecycle::releasable(&stored) {
+        // The last finalizer of an object being deleted is gone.
+        lifecycle::delete(state, &planned.resource, &planned.key);
+    }
+    let answer = if scale {
+        scale_of(&stored, &plural)
+    } else {
+        stored
+    };
+    Some((
+        if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        answer,
+    ))
 }
 
 fn list(state: &State, target: &Target, query: &str) -> (StatusCode, Value) {
@@ -1227,16 +1394,16 @@ fn create(
     target: &Target,
     mut object: Value,
     query: &str,
-) -> (StatusCode, Value) {
+) -> Result<Planned, (StatusCode, Value)> {
     if let Some(namespace) = &target.namespace {
         if lifecycle::terminating(state, namespace) {
-            return status(
+            return Err(status(
                 403,
                 "Forbidden",
                 format!(
                     "unable to create new content in namespace {namespace} because it is being terminated"
                 ),
-            );
+            ));
         }
         object["metadata"]["namespace"] = json!(namespace);
     }
@@ -1249,20 +1416,20 @@ fn create(
                 .map(|prefix| format!("{prefix}{:05x}", state.version + 1))
         })
     else {
-        return status(
+        return Err(status(
             422,
             "Invalid",
             "metadata.name: Required value: name or generateName is required".into(),
-        );
+        ));
     };
     object["metadata"]["name"] = json!(name);
     let key = key_of(&object);
     if state.get(&target.resource, &key).is_some() {
-        return status(
+        return Err(status(
             409,
             "AlreadyExists",
             format!("{} \"{name}\" already exists", target.resource.plural),
-        );
+        ));
     }
     let uid = state.next_uid();
     let meta = &mut object["metadata"];
@@ -1279,8 +1446,14 @@ fn create(
     );
     let mut owners = Owners::default();
     owners.record_update(&field_manager(query), &json!({}), &object);
-    let stored = state.commit(&target.resource, Stored { object, owners }, None);
-    (StatusCode::CREATED, stored)
+    Ok(Planned {
+        resource: target.resource.clone(),
+        key,
+        before: None,
+        stored: Stored { object, owners },
+        sub: None,
+        no_op: false,
+    })
 }
 
 /// PATCH and PUT, of the object or of its `/status` or `/scale`.
@@ -1290,7 +1463,7 @@ fn write(
     name: &str,
     sub: Option<&str>,
     request: &Incoming,
-) -> (StatusCode, Value) {
+) -> Result<Planned, (StatusCode, Value)> {
     let key = (
         target.namespace.clone().unwrap_or_default(),
         name.to_owned(),
@@ -1309,13 +1482,13 @@ fn write(
             }
             if let Some(namespace) = &target.namespace {
                 if lifecycle::terminating(state, namespace) {
-                    return status(
+                    return Err(status(
                         403,
                         "Forbidden",
                         format!(
                             "unable to create new content in namespace {namespace} because it is being terminated"
                         ),
-                    );
+                    ));
                 }
                 object["metadata"]["namespace"] = json!(namespace);
             }
@@ -1331,10 +1504,16 @@ fn write(
             );
             let mut owners = Owners::default();
             owners.record_apply(&manager, &json!({}), &body);
-            let stored = state.commit(&target.resource, Stored { object, owners }, None);
-            return (StatusCode::CREATED, stored);
+            return Ok(Planned {
+                resource: target.resource.clone(),
+                key,
+                before: None,
+                stored: Stored { object, owners },
+                sub: None,
+                no_op: false,
+            });
         }
-        return not_found(target, name);
+        return Err(not_found(target, name));
     };
     let before = stored.object.clone();
     let owners_before = stored.owners.clone();
@@ -1346,10 +1525,7 @@ fn write(
             if request.method == "PUT" {
                 scale = body.clone();
             } else if body.is_array() {
-                match patched(&scale, &body) {
-                    Ok(s) => scale = s,
-                    Err(e) => return e,
-                }
+                scale = patched(&scale, &body)?;
             } else {
                 json_patch::merge(&mut scale, &body);
             }
@@ -1372,7 +1548,7 @@ fn write(
             if !force {
                 let conflicts = stored.owners.conflicts(&manager, &before, &configuration);
                 if !conflicts.is_empty() {
-                    return status(
+                    return Err(status(
                         409,
                         "Conflict",
                         format!(
@@ -1380,7 +1556,7 @@ fn write(
                             conflicts.len(),
                             conflicts.join(", ")
                         ),
-                    );
+                    ));
                 }
             }
             let mut merged = before.clone();
@@ -1412,21 +1588,18 @@ fn write(
             }
             replaced
         }
-        (_, false) if body.is_array() => match patched(&before, &body) {
-            Ok(after) => after,
-            Err(e) => return e,
-        },
+        (_, false) if body.is_array() => patched(&before, &body)?,
         (_, false) => {
             let mut after = before.clone();
             json_patch::merge(&mut after, &body);
             after
         }
         (_, true) => {
-            return status(
+            return Err(status(
                 415,
                 "UnsupportedMediaType",
                 "apply is only for the main resource".into(),
-            );
+            ));
         }
     };
 
@@ -1441,14 +1614,14 @@ fn write(
     if let Some(expected) = expected
         && before["metadata"]["resourceVersion"].as_str() != Some(expected.as_str())
     {
-        return status(
+        return Err(status(
             409,
             "Conflict",
             format!(
                 "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
                 target.resource.plural
             ),
-        );
+        ));
     }
 
     // A status write changes only the status; any other write leaves it.
@@ -1498,29 +1671,17 @@ fn write(
     unchanged_before["metadata"]["resourceVersion"] = Value::Null;
     let mut unchanged_after = after.clone();
     unchanged_after["metadata"]["resourceVersion"] = Value::Null;
-    if unchanged_before == unchanged_after && stored.owners == owners_before {
-        // The API server writes nothing for a no-op update.
-        return (
-            StatusCode::OK,
-            if sub == Some("scale") {
-                scale_of(&before, &target.resource.plural)
-            } else {
-                before
-            },
-        );
-    }
+    // The API server stores nothing for a write that changes nothing.
+    let no_op = unchanged_before == unchanged_after && stored.owners == owners_before;
     stored.object = after;
-    let stored = state.commit(&target.resource, stored, Some(before));
-    if lifecycle::releasable(&stored) {
-        // The last finalizer of an object being deleted is gone.
-        lifecycle::delete(state, &target.resource, &key);
-    }
-    let answer = if sub == Some("scale") {
-        scale_of(&stored, &target.resource.plural)
-    } else {
-        stored
-    };
-    (StatusCode::OK, answer)
+    Ok(Planned {
+        resource: target.resource.clone(),
+        key,
+        before: Some(before),
+        stored,
+        sub: sub.map(str::to_owned),
+        no_op,
+    })
 }
 
 /// A JSON Patch applied as a whole or not at all, like the API server does;
