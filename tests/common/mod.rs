@@ -5,6 +5,7 @@
 
 pub mod fake_api;
 pub mod load;
+pub mod running;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

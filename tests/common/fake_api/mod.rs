@@ -655,12 +655,14 @@ impl FakeApi {
         kube::Client::try_from(config).expect("a client for the fake API")
     }
 
-    /// A kubeconfig that points at this server, for the `tandem` binary.
-    pub fn kubeconfig(&self) -> String {
+    /// A kubeconfig that points at this server as `user` (its token, which
+    /// this server takes as the user name admission reviews report), for the
+    /// `tandem` binary.
+    pub fn kubeconfig(&self, user: &str) -> String {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
              contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tandem\n    namespace: default\n\
-             current-context: fake\nusers:\n- name: tandem\n  user: {{}}\n",
+             current-context: fake\nusers:\n- name: tandem\n  user:\n    token: {user}\n",
             self.address()
         )
     }
