@@ -209,6 +209,9 @@ pub fn validate_as(
     lookup: &dyn Lookup,
     requester: Requester<'_>,
 ) -> Findings {
+    if old.is_some_and(|old| spec_unchanged(old, object)) {
+        return Findings::default();
+    }
     let spec = object.get("spec").unwrap_or(&Value::Null);
     match kind {
         Kind::InferenceService => with_spec(spec, |s: inference_service::InferenceServiceSpec| {
@@ -284,6 +287,16 @@ pub fn validate_as(
             findings
         }),
     }
+}
+
+/// Whether an update leaves the spec as it was: it changes only metadata
+/// (finalizers, labels, annotations) or status. Everything the validation
+/// refuses is about the spec, so such an update is never refused for it: the
+/// stored object was admitted before, or got in while the webhook was away,
+/// and refusing, say, the removal of a finalizer because the view's target is
+/// gone would keep the object, and its namespace, from ever being deleted.
+fn spec_unchanged(old: &Value, new: &Value) -> bool {
+    old.get("spec") == new.get("spec")
 }
 
 /// An InferenceService update against the ScaleView locks in the stored
@@ -600,6 +613,43 @@ mod tests {
         assert_eq!(
             validate(Kind::ScaleView, "default", &view, None, &empty).denial_message(),
             "spec.targetRef.name: InferenceService \"qwen\" not found in this namespace"
+        );
+    }
+
+    #[test]
+    fn an_update_that_leaves_the_spec_is_never_refused_for_it() {
+        let mut view = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "v", "namespace": "default", "finalizers": ["fusioninfer.io/scale-view-lock"],
+                "deletionTimestamp": "2026-11-21T10:00:00Z"},
+            "spec": {"targetRef": {"name": "qwen", "componentType": "decoder"}, "scalePolicy": [{"group": "decode"}]}});
+        let gone = lookup::Objects::new([]);
+        let old = view.clone();
+        view["metadata"]["finalizers"] = json!([]);
+        assert!(
+            validate(Kind::ScaleView, "default", &view, Some(&old), &gone).is_allowed(),
+            "removing the finalizer of a view whose target is gone"
+        );
+        // A change of the spec is still checked, target and all.
+        let mut moved = view.clone();
+        moved["spec"]["scalePolicy"][0]["priority"] = json!(3);
+        assert!(
+            validate(Kind::ScaleView, "default", &moved, Some(&old), &gone)
+                .denial_message()
+                .contains("InferenceService \"qwen\" not found"),
+        );
+        // An InferenceService whose locked role is unchanged but whose labels move.
+        let mut service = story2();
+        let stored = service.clone();
+        service["metadata"]["labels"] = json!({"team": "serving"});
+        assert!(
+            validate(
+                Kind::InferenceService,
+                "default",
+                &service,
+                Some(&stored),
+                &gone
+            )
+            .is_allowed()
         );
     }
 

@@ -144,11 +144,17 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
         let write = || api.patch_status(name, &params, &patch);
-        if stale_locks {
+        let written = if stale_locks {
             // Guarded by the resourceVersion: repeating it cannot succeed.
-            write().await?;
+            write().await
         } else {
-            retry_conflicts(&ctx, &reference, "writing the status", write).await?;
+            retry_conflicts(&ctx, &reference, "writing the status", write).await
+        };
+        match written {
+            Ok(_) => {}
+            // Deleted since it was read: its children go with it.
+            Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(Action::requeue(

@@ -21,7 +21,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Error, is_conflict, retry_conflicts};
+use super::{Context, Error, is_conflict, is_not_found, retry_conflicts};
 use crate::api::{InferenceService, ScaleView};
 use crate::plan::scale_view as view_plan;
 
@@ -64,6 +64,12 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             Ok(_) => {}
             Err(e) if is_conflict(&e) => {
                 tracing::debug!(view = name, "the target changed while locking; retrying");
+                return Ok(Action::requeue(CONFLICT_RETRY));
+            }
+            Err(e) if is_not_found(&e) => {
+                // Deleted between the read and the write (its namespace is
+                // going, say): its locks went with it; plan again without it.
+                tracing::debug!(view = name, "the target went while locking; looking again");
                 return Ok(Action::requeue(CONFLICT_RETRY));
             }
             Err(e) => return Err(e.into()),
