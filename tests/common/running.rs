@@ -122,16 +122,35 @@ pub async fn eventually(
     }
 }
 
-/// Asserts that nothing but the leader Lease is written for `seconds`.
-pub async fn quiet_for(fake: &FakeApi, running: &Running, seconds: u64) {
-    fake.take_calls();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let writes: Vec<String> = fake
-        .take_calls()
+fn writes(fake: &FakeApi) -> Vec<String> {
+    fake.take_calls()
         .iter()
         .filter(|c| c.is_write() && !c.path.contains("/leases/"))
         .map(|c| c.line())
-        .collect();
+        .collect()
+}
+
+/// Asserts that nothing but the leader Lease is written for `seconds`,
+/// once the writes that carry out the last change (the reconciles still
+/// under way when the scenario saw its end state) have stopped: after a
+/// 2 s pause in them, within 30 s.
+pub async fn quiet_for(fake: &FakeApi, running: &Running, seconds: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    fake.take_calls();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let late = writes(fake);
+        if late.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still writing after 30 s: {late:#?}\ntandem's log:\n{}",
+            running.log()
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let writes = writes(fake);
     assert!(
         writes.is_empty(),
         "writes in a settled world within {seconds} s: {writes:#?}\ntandem's log:\n{}",
