@@ -279,3 +279,294 @@ async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves
     }
     quiet_for(&fake, &tandem, 10).await;
 }
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": format!("{name}:v1")}]}}}})
+}
+
+fn deployment_replicas(fake: &FakeApi, name: &str) -> Option<i64> {
+    fake.get("apps/v1", "Deployment", "default", name)?["spec"]["replicas"].as_i64()
+}
+
+async fn scale_deployment(fake: &FakeApi, name: &str, replicas: i64) {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(fake.client(), "default");
+    deployments
+        .patch_scale(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_scaling_the_source_moves_the_targets_and_a_hand_edit_is_set_back() {
+    let fake = FakeApi::new();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    for (name, replicas) in [("router", 1), ("prefill", 1), ("decode", 2)] {
+        create(&fake, &deployment(name, replicas)).await;
+    }
+    create(
+        &fake,
+        &json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+            "metadata": {"name": "pd-pool", "namespace": "default"},
+            "spec": {"targetResources": [
+                {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+                {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+                {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "router", "role": "Source"},
+                {"name": "prefill", "role": "Target", "ratio": 1},
+                {"name": "decode", "role": "Target", "ratio": "2"}]}}}}),
+    )
+    .await;
+
+    // What an HPA does: a /scale write on the Source.
+    scale_deployment(&fake, "router", 3).await;
+    eventually(&tandem, 30, "prefill 3, decode 6", || {
+        deployment_replicas(&fake, "prefill") == Some(3)
+            && deployment_replicas(&fake, "decode") == Some(6)
+    })
+    .await;
+
+    // A Target changed by hand is set back.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(fake.client(), "default");
+    deployments
+        .patch(
+            "decode",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually(&tandem, 30, "decode back at 6", || {
+        deployment_replicas(&fake, "decode") == Some(6)
+    })
+    .await;
+    assert!(
+        fake.event_notes()
+            .iter()
+            .any(|n| n.starts_with("DriftRepaired:")),
+        "{:#?}",
+        fake.event_notes()
+    );
+    quiet_for(&fake, &tandem, 10).await;
+}
+
+async fn scale_group(fake: &FakeApi, replicas: i64) {
+    let groups: Api<tandem::api::ResourceScalingGroup> = Api::namespaced(fake.client(), "default");
+    groups
+        .patch_scale(
+            "pd-cluster",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+}
+
+fn deployment_names(fake: &FakeApi) -> Vec<String> {
+    let mut names: Vec<String> = fake
+        .list("apps/v1", "Deployment", "default")
+        .iter()
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_replication_goes_from_one_group_to_three_and_back_to_two() {
+    let fake = FakeApi::new();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    for (name, replicas) in [("prefill", 1), ("decode", 2)] {
+        create(&fake, &deployment(name, replicas)).await;
+    }
+    create(
+        &fake,
+        &json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+            "metadata": {"name": "pd-cluster", "namespace": "default"},
+            "spec": {"targetResources": [
+                {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+                {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+             "scalingStrategy": {"type": "GroupReplication", "groupConfig": {
+                "groupNamePrefix": "inference-unit", "replicas": 1,
+                "scaleDown": {"policy": "Ordered", "candidates": ["inference-unit-01"]}}}}}),
+    )
+    .await;
+    scale_group(&fake, 3).await;
+    eventually(&tandem, 30, "groups 01 and 02 cloned", || {
+        deployment_names(&fake)
+            == [
+                "decode",
+                "inference-unit-01-decode",
+                "inference-unit-01-prefill",
+                "inference-unit-02-decode",
+                "inference-unit-02-prefill",
+                "prefill",
+            ]
+    })
+    .await;
+    let clone = fake
+        .get(
+            "apps/v1",
+            "Deployment",
+            "default",
+            "inference-unit-02-decode",
+        )
+        .unwrap();
+    assert_eq!(
+        clone["metadata"]["ownerReferences"][0]["kind"],
+        "ResourceScalingGroup"
+    );
+
+    // Down to two: the candidate goes first, even though it is not the newest.
+    scale_group(&fake, 2).await;
+    eventually(&tandem, 30, "group 01 removed", || {
+        deployment_names(&fake)
+            == [
+                "decode",
+                "inference-unit-02-decode",
+                "inference-unit-02-prefill",
+                "prefill",
+            ]
+    })
+    .await;
+    quiet_for(&fake, &tandem, 10).await;
+}
+
+fn leader_worker_sets(fake: &FakeApi, namespace: &str) -> Vec<String> {
+    let mut names: Vec<String> = fake
+        .list(LWS, "LeaderWorkerSet", namespace)
+        .iter()
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+async fn set_role_replicas(fake: &FakeApi, service: &str, role: usize, replicas: i64) {
+    let services: Api<tandem::api::InferenceService> = Api::namespaced(fake.client(), "default");
+    services
+        .patch(
+            service,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": format!("/spec/roles/{role}/replicas"), "value": replicas}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binpack_scale_down_removes_the_replicas_cheapest_to_lose() {
+    let fake = FakeApi::new();
+    fake.run_leader_worker_sets();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let name = service["metadata"]["name"].as_str().unwrap().to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    service["spec"]["roles"][0]["replicas"] = json!(4);
+    service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+    create(&fake, &service).await;
+    eventually(&tandem, 30, "four replicas with their pods", || {
+        fake.list("v1", "Pod", "default").len() == 4
+    })
+    .await;
+    fake.set_ready_matching("default", &format!("fusioninfer.io/service={name}"), true);
+
+    // The pods' deletion costs, as an operator would set them: replicas 1
+    // and 2 are the cheapest to lose.
+    for (index, cost) in [(0, 100), (1, 50), (2, 0), (3, 75)] {
+        let pod = fake
+            .list("v1", "Pod", "default")
+            .into_iter()
+            .find(|p| {
+                p["metadata"]["labels"]["fusioninfer.io/replica-index"]
+                    == index.to_string().as_str()
+            })
+            .unwrap_or_else(|| panic!("a pod of replica {index}"));
+        let pod_name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+        fake.edit("v1", "Pod", "default", &pod_name, |p| {
+            p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] =
+                json!(cost.to_string());
+        });
+    }
+    set_role_replicas(&fake, &name, 0, 2).await;
+    eventually(&tandem, 30, "replicas 0 and 3 kept", || {
+        leader_worker_sets(&fake, "default")
+            == [format!("{name}-{role}-0"), format!("{name}-{role}-3")]
+    })
+    .await;
+    quiet_for(&fake, &tandem, 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_leader_dies_the_other_replica_takes_over_and_finishes_the_scale() {
+    let fake = FakeApi::new();
+    fake.run_leader_worker_sets();
+    let mut first = Running::start(&fake, "tandem-a").await;
+    let service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let name = service["metadata"]["name"].as_str().unwrap().to_owned();
+    create(&fake, &service).await;
+    eventually(&first, 30, "the first replica deploys the service", || {
+        leader_worker_sets(&fake, "default").len() == 1
+    })
+    .await;
+    let second = Running::start(&fake, "tandem-b").await;
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "tandem-system",
+            "tandem-controller",
+        )
+        .expect("the leader Lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "tandem-a");
+
+    // A scale the leader cannot finish (its LeaderWorkerSet writes fail),
+    // and then it dies.
+    fake.refuse_writes("leaderworkersets", 500);
+    fake.take_calls();
+    set_role_replicas(&fake, &name, 0, 3).await;
+    let mut tried = false;
+    eventually(&first, 30, "the leader tried to create a replica", || {
+        tried |= fake
+            .take_calls()
+            .iter()
+            .any(|c| c.is_write() && c.path.contains("/leaderworkersets/"));
+        tried
+    })
+    .await;
+    first.kill();
+    fake.allow_writes("leaderworkersets");
+    assert_eq!(leader_worker_sets(&fake, "default").len(), 1, "half done");
+    eventually(&second, 60, "the new leader finished the scale", || {
+        leader_worker_sets(&fake, "default").len() == 3
+    })
+    .await;
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            "tandem-system",
+            "tandem-controller",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "tandem-b");
+    quiet_for(&fake, &second, 10).await;
+}

@@ -727,6 +727,11 @@ impl FakeApi {
         self.lock().refused.insert(plural.to_owned(), code);
     }
 
+    /// Accepts writes to a plural again.
+    pub fn allow_writes(&self, plural: &str) {
+        self.lock().refused.remove(plural);
+    }
+
     pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let resource = Resource::of(&json!({"apiVersion": api_version, "kind": kind}));
         let namespace = if resource.cluster_scoped() {
