@@ -66,11 +66,42 @@ pub fn releasable(object: &Value) -> bool {
     deleting(object) && finalizers(object) == 0
 }
 
-/// Whether a namespace is being deleted.
-pub fn terminating(state: &State, namespace: &str) -> bool {
-    state
+/// Refuses new content in a namespace that is being deleted (403), or was
+/// (404), as the API server's NamespaceLifecycle admission does. A namespace
+/// never created is taken to exist, so tests need not create `default`.
+pub fn may_create_in(state: &State, namespace: &str) -> Result<(), (StatusCode, Value)> {
+    let terminating = state
         .get(&namespaces(), &(String::new(), namespace.to_owned()))
-        .is_some_and(|n| deleting(&n.object))
+        .is_some_and(|n| deleting(&n.object));
+    if terminating {
+        return Err(status(
+            403,
+            "Forbidden",
+            format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            ),
+        ));
+    }
+    if state.deleted_namespaces.contains(namespace) {
+        return Err(status(
+            404,
+            "NotFound",
+            format!("namespaces \"{namespace}\" not found"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether an object names an owner that was deleted (created by a client
+/// that had not seen the deletion yet): the garbage collector takes it.
+pub fn owners_gone(state: &State, object: &Value) -> bool {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| {
+            refs.iter()
+                .filter_map(|r| r["uid"].as_str())
+                .any(|uid| state.deleted_uids.contains(uid))
+        })
 }
 
 /// Deletes an object: marks it while finalizers hold it, removes it
@@ -109,9 +140,15 @@ pub fn settle(state: &mut State) {
     // Each round changes something or ends the loop; a bound keeps a bug in
     // this fake from hanging a test.
     for _ in 0..100 {
-        let changed =
-            collect_garbage(state) | empty_namespaces(state) | run_leader_worker_sets(state);
-        if !changed {
+        let dirty = std::mem::take(&mut state.dirty);
+        if dirty.deletions {
+            collect_garbage(state);
+            empty_namespaces(state);
+        }
+        if dirty.workloads {
+            run_leader_worker_sets(state);
+        }
+        if !state.dirty.deletions && !state.dirty.workloads {
             return;
         }
     }
@@ -160,7 +197,8 @@ fn empty_namespaces(state: &mut State) -> bool {
             .map(|(r, s)| (r.clone(), super::key_of(&s.object), deleting(&s.object)))
             .collect();
         if content.is_empty() {
-            state.remove(&namespaces(), &(String::new(), namespace));
+            state.remove(&namespaces(), &(String::new(), namespace.clone()));
+            state.deleted_namespaces.insert(namespace);
             changed = true;
             continue;
         }

@@ -172,8 +172,22 @@ pub struct State {
     uids: u64,
     /// The uids of objects deleted for good, for the garbage collector.
     pub deleted_uids: BTreeSet<String>,
+    /// Namespaces that were deleted: nothing can be created in them.
+    pub deleted_namespaces: BTreeSet<String>,
     /// Whether LeaderWorkerSets get pods ([`FakeApi::run_leader_worker_sets`]).
     pub leader_worker_sets: bool,
+    /// What changed since the cluster's controllers last ran, so that they
+    /// run only when they may have something to do ([`lifecycle::settle`]).
+    pub dirty: Dirty,
+}
+
+/// What the cluster's own controllers have to look at again.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Dirty {
+    /// Something was deleted or marked for deletion: dependents, namespaces.
+    pub deletions: bool,
+    /// A LeaderWorkerSet or a pod changed.
+    pub workloads: bool,
 }
 
 /// The clock of every timestamp the server writes.
@@ -212,6 +226,9 @@ impl State {
         } else {
             "ADDED"
         };
+        self.dirty.deletions |= !object["metadata"]["deletionTimestamp"].is_null()
+            || lifecycle::owners_gone(self, &object);
+        self.dirty.workloads |= matches!(resource.plural.as_str(), "leaderworkersets" | "pods");
         self.record(resource, kind, object.clone(), previous);
         object
     }
@@ -222,6 +239,8 @@ impl State {
         if let Some(uid) = stored.object["metadata"]["uid"].as_str() {
             self.deleted_uids.insert(uid.to_owned());
         }
+        self.dirty.deletions = true;
+        self.dirty.workloads |= matches!(resource.plural.as_str(), "leaderworkersets" | "pods");
         self.version += 1;
         let mut object = stored.object;
         object["metadata"]["resourceVersion"] = json!(self.version.to_string());
@@ -257,6 +276,13 @@ impl State {
         self.objects
             .iter()
             .flat_map(|(r, objects)| objects.values().map(move |s| (r, s)))
+    }
+
+    /// The kept changes after `version`, oldest first (the history is in
+    /// version order, so this is a binary search, not a scan).
+    fn changes_after(&self, version: u64) -> impl Iterator<Item = &Change> {
+        let start = self.history.partition_point(|c| c.version <= version);
+        self.history.range(start..)
     }
 
     /// The oldest resourceVersion a watch can resume from.
@@ -1000,7 +1026,7 @@ impl FakeApi {
                             .body(HttpBody::from(body))
                             .expect("a response");
                     }
-                    for change in state.history.iter().filter(|c| c.version > version) {
+                    for change in state.changes_after(version) {
                         if let Some(event) = scope.event(change) {
                             pending.push_back(event);
                         }
@@ -1060,7 +1086,7 @@ impl FakeApi {
                             pending.push_back(json!({"type": "ERROR", "object": status(410, "Expired",
                                 format!("too old resource version: {next} ({})", state.oldest_resumable())).1}));
                         } else {
-                            for change in state.history.iter().filter(|c| c.version > next) {
+                            for change in state.changes_after(next) {
                                 if let Some(event) = scope.event(change) {
                                     pending.push_back(event);
                                 }
@@ -1349,6 +1375,9 @@ fn finish(state: &mut State, planned: Planned) -> Option<(StatusCode, Value)> {
         ));
     }
     let created = planned.before.is_none();
+    if created && planned.resource.plural == "namespaces" {
+        state.deleted_namespaces.remove(&planned.key.1);
+    }
     let stored = state.commit(&planned.resource, planned.stored, planned.before);
     if lifecycle::releasable(&stored) {
         // The last finalizer of an object being deleted is gone.
@@ -1403,15 +1432,7 @@ fn create(
     query: &str,
 ) -> Result<Planned, (StatusCode, Value)> {
     if let Some(namespace) = &target.namespace {
-        if lifecycle::terminating(state, namespace) {
-            return Err(status(
-                403,
-                "Forbidden",
-                format!(
-                    "unable to create new content in namespace {namespace} because it is being terminated"
-                ),
-            ));
-        }
+        lifecycle::may_create_in(state, namespace)?;
         object["metadata"]["namespace"] = json!(namespace);
     }
     let Some(name) = object["metadata"]["name"]
@@ -1488,15 +1509,7 @@ fn write(
                 map.remove("status");
             }
             if let Some(namespace) = &target.namespace {
-                if lifecycle::terminating(state, namespace) {
-                    return Err(status(
-                        403,
-                        "Forbidden",
-                        format!(
-                            "unable to create new content in namespace {namespace} because it is being terminated"
-                        ),
-                    ));
-                }
+                lifecycle::may_create_in(state, namespace)?;
                 object["metadata"]["namespace"] = json!(namespace);
             }
             let uid = state.next_uid();
