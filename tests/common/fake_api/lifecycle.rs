@@ -30,6 +30,9 @@ use super::{NOW, Resource, State, Stored, normalise, ownership::Owners, status};
 
 const LWS: &str = "leaderworkerset.sigs.k8s.io";
 
+/// The label naming a pod's LeaderWorkerSet.
+pub const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+
 fn pods() -> Resource {
     Resource {
         prefix: "/api/v1".into(),
@@ -145,10 +148,12 @@ pub fn settle(state: &mut State) {
             collect_garbage(state);
             empty_namespaces(state);
         }
-        if dirty.workloads {
-            run_leader_worker_sets(state);
+        if state.leader_worker_sets {
+            for (namespace, name) in &dirty.workloads {
+                reconcile_leader_worker_set(state, namespace, name);
+            }
         }
-        if !state.dirty.deletions && !state.dirty.workloads {
+        if state.dirty.is_empty() {
             return;
         }
     }
@@ -246,54 +251,41 @@ fn pod_ready(pod: &Value) -> bool {
     })
 }
 
-fn run_leader_worker_sets(state: &mut State) -> bool {
-    if !state.leader_worker_sets {
-        return false;
-    }
-    let sets: Vec<Value> = state
-        .objects
-        .get(&leader_worker_sets())
-        .into_iter()
-        .flat_map(|s| s.values())
-        .map(|s| s.object.clone())
-        .collect();
-    let mut changed = false;
-    for set in &sets {
-        changed |= reconcile_leader_worker_set(state, set);
-    }
-    // Pods whose LeaderWorkerSet is gone are the garbage collector's.
-    changed
+/// The pods of LeaderWorkerSet `name`: they are named `{name}-{group}` and
+/// `{name}-{group}-{worker}`, so a range of names holds them all.
+fn pods_of(state: &State, namespace: &str, name: &str) -> Vec<Value> {
+    let Some(pods) = state.objects.get(&pods()) else {
+        return Vec::new();
+    };
+    let prefix = format!("{name}-");
+    pods.range((namespace.to_owned(), prefix.clone())..)
+        .take_while(|((ns, pod), _)| ns == namespace && pod.starts_with(&prefix))
+        .map(|(_, p)| &p.object)
+        .filter(|p| p["metadata"]["labels"][LWS_NAME] == name)
+        .cloned()
+        .collect()
 }
 
-fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
-    let meta = &set["metadata"];
-    let (Some(namespace), Some(name), Some(uid)) = (
-        meta["namespace"].as_str(),
-        meta["name"].as_str(),
-        meta["uid"].as_str(),
-    ) else {
-        return false;
+fn reconcile_leader_worker_set(state: &mut State, namespace: &str, name: &str) {
+    let key = (namespace.to_owned(), name.to_owned());
+    let Some(set) = state
+        .get(&leader_worker_sets(), &key)
+        .map(|s| s.object.clone())
+    else {
+        // Its pods are the garbage collector's.
+        return;
     };
-    if deleting(set) {
-        return false;
+    let Some(uid) = set["metadata"]["uid"].as_str() else {
+        return;
+    };
+    if deleting(&set) {
+        return;
     }
     let groups = set["spec"]["replicas"].as_u64().unwrap_or(1);
     let template = &set["spec"]["leaderWorkerTemplate"];
     let size = template["size"].as_u64().unwrap_or(1).max(1);
     let hash = revision_hash(template);
-    let existing: Vec<Value> = state
-        .objects
-        .get(&pods())
-        .into_iter()
-        .flat_map(|p| p.values())
-        .map(|p| &p.object)
-        .filter(|p| {
-            p["metadata"]["namespace"] == namespace
-                && p["metadata"]["labels"][format!("{LWS}/name")] == name
-        })
-        .cloned()
-        .collect();
-    let mut changed = false;
+    let existing = pods_of(state, namespace, name);
 
     // Pods past the replicas, or of an old template, go (a whole group at
     // once: LWS recreates a group as a unit).
@@ -319,7 +311,6 @@ fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
                 .is_some_and(|g| stale_groups.contains(g));
         if stale && !deleting(pod) {
             delete(state, &pods(), &super::key_of(pod));
-            changed = true;
         }
     }
 
@@ -362,6 +353,9 @@ fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
                 "spec": source["spec"].clone(),
                 "status": {"phase": "Pending"}});
             normalise::built_in("pods", &mut pod, &mut 0);
+            if state.pods_start_ready {
+                set_pod_ready(&mut pod, true);
+            }
             state.commit(
                 &pods(),
                 Stored {
@@ -370,21 +364,12 @@ fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
                 },
                 None,
             );
-            changed = true;
         }
     }
 
     // Status: groups whose every pod is ready, and at the current template.
-    let current: Vec<&Value> = state
-        .objects
-        .get(&pods())
+    let current: Vec<Value> = pods_of(state, namespace, name)
         .into_iter()
-        .flat_map(|p| p.values())
-        .map(|p| &p.object)
-        .filter(|p| {
-            p["metadata"]["namespace"] == namespace
-                && p["metadata"]["labels"][format!("{LWS}/name")] == name
-        })
         .filter(|p| !deleting(p))
         .collect();
     let group_pods = |g: u64| {
@@ -393,7 +378,7 @@ fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
         })
     };
     let ready = (0..groups)
-        .filter(|g| group_pods(*g).count() as u64 == size && group_pods(*g).all(|p| pod_ready(p)))
+        .filter(|g| group_pods(*g).count() as u64 == size && group_pods(*g).all(pod_ready))
         .count();
     let updated = (0..groups)
         .filter(|g| group_pods(*g).count() as u64 == size)
@@ -402,7 +387,6 @@ fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
         "hpaPodSelector": format!("{LWS}/name={name},{LWS}/worker-index=0"),
         "conditions": [{"type": "Available", "status": if ready as u64 == groups { "True" } else { "False" },
             "reason": "AllGroupsReady", "message": "", "lastTransitionTime": NOW}]});
-    let key = (namespace.to_owned(), name.to_owned());
     if let Some(stored) = state.get(&leader_worker_sets(), &key).cloned()
         && stored.object["status"] != next
     {
@@ -410,7 +394,5 @@ fn reconcile_leader_worker_set(state: &mut State, set: &Value) -> bool {
         let mut stored = stored;
         stored.object["status"] = next;
         state.commit(&leader_worker_sets(), stored, Some(previous));
-        changed = true;
     }
-    changed
 }

@@ -176,18 +176,40 @@ pub struct State {
     pub deleted_namespaces: BTreeSet<String>,
     /// Whether LeaderWorkerSets get pods ([`FakeApi::run_leader_worker_sets`]).
     pub leader_worker_sets: bool,
+    /// Whether those pods start ready ([`FakeApi::start_pods_ready`]).
+    pub pods_start_ready: bool,
     /// What changed since the cluster's controllers last ran, so that they
     /// run only when they may have something to do ([`lifecycle::settle`]).
     pub dirty: Dirty,
 }
 
 /// What the cluster's own controllers have to look at again.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Dirty {
     /// Something was deleted or marked for deletion: dependents, namespaces.
     pub deletions: bool,
-    /// A LeaderWorkerSet or a pod changed.
-    pub workloads: bool,
+    /// LeaderWorkerSets (namespace, name) that changed, or whose pods did.
+    pub workloads: BTreeSet<(String, String)>,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        !self.deletions && self.workloads.is_empty()
+    }
+
+    /// Notes a change of `object`, of `resource`.
+    fn note(&mut self, resource: &Resource, object: &Value) {
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+        let set = match resource.plural.as_str() {
+            "leaderworkersets" => object["metadata"]["name"].as_str(),
+            "pods" => object["metadata"]["labels"][lifecycle::LWS_NAME].as_str(),
+            _ => None,
+        };
+        if let Some(set) = set {
+            self.workloads
+                .insert((namespace.to_owned(), set.to_owned()));
+        }
+    }
 }
 
 /// The clock of every timestamp the server writes.
@@ -228,7 +250,7 @@ impl State {
         };
         self.dirty.deletions |= !object["metadata"]["deletionTimestamp"].is_null()
             || lifecycle::owners_gone(self, &object);
-        self.dirty.workloads |= matches!(resource.plural.as_str(), "leaderworkersets" | "pods");
+        self.dirty.note(resource, &object);
         self.record(resource, kind, object.clone(), previous);
         object
     }
@@ -240,7 +262,7 @@ impl State {
             self.deleted_uids.insert(uid.to_owned());
         }
         self.dirty.deletions = true;
-        self.dirty.workloads |= matches!(resource.plural.as_str(), "leaderworkersets" | "pods");
+        self.dirty.note(resource, &stored.object);
         self.version += 1;
         let mut object = stored.object;
         object["metadata"]["resourceVersion"] = json!(self.version.to_string());
@@ -642,6 +664,12 @@ impl FakeApi {
                 self.insert(configuration);
             }
         }
+    }
+
+    /// Makes the pods the LeaderWorkerSet controller creates ready from the
+    /// start (for worlds too large to make ready pod by pod).
+    pub fn start_pods_ready(&self) {
+        self.change(|state| state.pods_start_ready = true);
     }
 
     /// The address the server listens on, starting it on first use (on the
