@@ -83,14 +83,18 @@ async fn story_4_is_deployed_becomes_ready_and_then_nothing_is_written() {
         || fake.list("v1", "Pod", "default").len() == 10,
     )
     .await;
-    let stored = fake
-        .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
-        .unwrap();
-    assert_eq!(
-        condition(&stored, "Ready").as_deref(),
-        Some("False"),
-        "{stored}"
-    );
+    eventually(
+        &tandem,
+        30,
+        "the service not ready while its pods start",
+        || {
+            let stored = fake
+                .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
+                .unwrap();
+            condition(&stored, "Ready").as_deref() == Some("False")
+        },
+    )
+    .await;
 
     // Every pod becomes ready: so does the service.
     fake.set_ready_matching("default", "fusioninfer.io/service=deepseek-r1-disagg", true);
