@@ -649,7 +649,7 @@ fn rendered<'a>(out: &'a Value, kind: &str) -> &'a Value {
 
 #[test]
 fn render_now_shows_the_next_step_from_the_given_statuses() {
-    let (v1, v2) = ("f5d1d225f2", "f56bd0e55b");
+    let (v1, v2) = ("f5d1d225f2", "aab463d2bd");
     let backends =
         |out: &Value| rendered(out, "HTTPRoute")["spec"]["rules"][0]["backendRefs"].clone();
     let condition = |out: &Value, t: &str| {

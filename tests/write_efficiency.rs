@@ -189,6 +189,14 @@ async fn inference_service_reconciles_write_only_what_changed() {
     reconcile_service(&fake, &ctx, &name).await;
     assert_unchanged(table.row(&fake, "unchanged"), "after scale up");
 
+    let prefill_before = fake
+        .get(
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-disagg-prefill-0",
+        )
+        .expect("prefill's replica");
     edit_service(&fake, &name, |s| {
         s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] =
             json!("vllm/vllm-openai:v0.12.0");
@@ -196,14 +204,21 @@ async fn inference_service_reconciles_write_only_what_changed() {
     reconcile_service(&fake, &ctx, &name).await;
     let template = table.row(
         &fake,
-        "decode template change (new revision: all 4 LeaderWorkerSets)",
+        "decode template change (decode's 3 LeaderWorkerSets)",
     );
-    // The revision label is a hash of every serving role's template
-    // (`plan::children::revision`), so the prefill replica is applied too;
-    // the PodGroup does not change.
-    assert_eq!(template.patches, 4, "{template:?}");
-    assert_eq!(template.events, 4);
+    // Each role's revision label hashes only what shapes its own pods
+    // (`plan::children::role_revision`): the prefill replica and the
+    // PodGroup are not written.
+    assert_eq!(template.patches, 3, "{template:?}");
+    assert_eq!(template.events, 3);
     assert_eq!(template.deletes, 0);
+    assert_eq!(
+        fake.list("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "default")
+            .into_iter()
+            .find(|o| o["metadata"]["labels"]["fusioninfer.io/role-name"] == "prefill"),
+        Some(prefill_before),
+        "prefill's LeaderWorkerSet is byte-identical"
+    );
     reconcile_service(&fake, &ctx, &name).await;
     assert_unchanged(table.row(&fake, "unchanged"), "after the template change");
 

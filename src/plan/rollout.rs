@@ -107,6 +107,8 @@ pub struct Rollout {
     pub requeue: Option<SignedDuration>,
     /// What keeps the rollout from doing what it should.
     pub problems: Vec<String>,
+    /// The time it was planned at (RollingUpdate paces replicas with it).
+    pub now: Timestamp,
 }
 
 impl Rollout {
@@ -181,6 +183,7 @@ pub fn plan(
             conditions: Vec::new(),
             requeue: None,
             problems: Vec::new(),
+            now,
         }
     };
     match strategy {
@@ -556,6 +559,7 @@ impl SideBySide<'_> {
             conditions,
             requeue,
             problems,
+            now: self.now,
         }
     }
 }
@@ -1337,7 +1341,8 @@ mod tests {
         assert!(pass.delete.is_empty());
         assert_eq!(
             pass.apply[0].object["metadata"]["labels"][REVISION],
-            children::revision(&s.spec)
+            children::role_revision(&s.spec, &s.spec.roles[0]),
+            "labelled with the role's revision"
         );
         let progressing = pass
             .status

@@ -287,6 +287,13 @@ pub fn plan(
                 policy,
                 &seen.candidates,
             );
+            // Side by side, a replica is labelled with its run's (service)
+            // revision; otherwise with its role's own, so that a change to
+            // one role leaves the other roles' objects as they are.
+            let label = match run.members {
+                Members::Labelled => run.revision.clone(),
+                Members::All | Members::AllKeepingOthers => children::role_revision(spec, role),
+            };
             for &index in &indices {
                 let at_index = |o: &&&Value| {
                     o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str()
@@ -296,7 +303,7 @@ pub fn plan(
                     (Members::AllKeepingOthers, _) => members
                         .iter()
                         .filter(at_index)
-                        .find(|o| revision::of(o) != Some(&run.revision)),
+                        .find(|o| revision::of(o) != Some(label.as_str())),
                     (Members::Labelled, None) => members.iter().find(at_index),
                     _ => None,
                 };
@@ -329,7 +336,7 @@ pub fn plan(
                         service,
                         role,
                         index,
-                        &run.revision,
+                        &label,
                         &run.naming,
                         &placement,
                     )?,
@@ -338,7 +345,7 @@ pub fn plan(
                         role.name,
                         index + 1,
                         role.node_count(),
-                        run.revision
+                        label
                     ),
                 });
             }
@@ -785,12 +792,16 @@ pub fn reconcile(
     }
 
     let spec_revision = children::revision(&service.spec);
+    let role_revisions = children::role_revisions(&service.spec);
     let revisions: Vec<&str> = match (service.spec.upgrade_type(), &rollout) {
         (UpgradeType::None, _) => Vec::new(),
         (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, Some(rollout)) => {
             rollout.revisions()
         }
-        _ => vec![spec_revision.as_str()],
+        (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, None) => {
+            vec![spec_revision.as_str()]
+        }
+        (UpgradeType::RollingUpdate, _) => role_revisions.values().map(String::as_str).collect(),
     };
     // The router's status is its endpoint picker's; with revisions side by
     // side, the active revision's.
