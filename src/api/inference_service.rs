@@ -6,6 +6,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,12 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
         type_ = "string",
         json_path = ".status.ready",
         description = "Ready replicas over desired replicas, all serving roles together"
+    ),
+    printcolumn(
+        name = "Up-To-Date",
+        type_ = "string",
+        json_path = ".status.updated",
+        description = "Replicas at their role's update revision over desired replicas, all serving roles together"
     ),
     printcolumn(
         name = "Status",
@@ -254,6 +261,36 @@ pub struct UpgradeStrategy {
     /// Options of IncrementalUpgrade; NewRevision uses only its gatewayClassName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental_upgrade_options: Option<IncrementalUpgradeOptions>,
+    /// How RollingUpdate paces a role's replicas (every role alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateOptions>,
+}
+
+/// The pace of a RollingUpdate, applied to each serving role: how many of its
+/// replicas may be out of service, and how many extra may run, while its
+/// replicas move to the role's new revision one LeaderWorkerSet at a time.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdateOptions {
+    /// Replicas of a role that may be out of service (not ready, or being
+    /// replaced) during the update: a count, or a percent of the role's
+    /// replicas rounded down. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Replicas of a role that may run beyond its desired count during the
+    /// update (extra GPUs): a count, or a percent of the role's replicas
+    /// rounded up. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrString>,
+    /// Replicas with an index below it keep the old revision (a canary).
+    /// Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    /// Seconds a replica moved to the new revision may take to become ready
+    /// before the rollout halts (Progressing=False, ProgressDeadlineExceeded).
+    /// Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_seconds: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -321,6 +358,11 @@ pub struct InferenceServiceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
 
+    /// Replicas at their role's update revision over desired replicas of the
+    /// serving roles ("3/6").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated: Option<String>,
+
     /// Locks held by ScaleViews: a locked role's replicas change only through its view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
@@ -344,6 +386,19 @@ pub struct ComponentStatus {
     pub phase: ComponentPhase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
+    /// Serving roles: replicas at the role's update revision.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// Serving roles: replicas at the update revision whose every node is ready.
+    #[serde(default)]
+    pub updated_ready_replicas: i32,
+    /// Serving roles: the revision most replicas ran before the update; the
+    /// update revision once every replica runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// Serving roles: the revision new and replaced replicas get.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -441,8 +496,109 @@ pub fn validate(spec: &InferenceServiceSpec) -> Findings {
     }
     if let Some(upgrade) = &spec.upgrade_strategy {
         validate_upgrade(upgrade, &mut findings);
+        if let Some(rolling) = &upgrade.rolling_update {
+            validate_rolling_update(spec, rolling, &mut findings);
+        }
     }
     findings
+}
+
+/// One budget of `spec.upgradeStrategy.rollingUpdate`: a count >= 0 or a
+/// percent from 0% to 100%. Returns whether it is zero.
+fn validate_budget(value: &IntOrString, at: &str, findings: &mut Findings) -> bool {
+    match value {
+        IntOrString::Int(n) if *n < 0 => {
+            findings.deny(at, format!("must be >= 0, got {n}"));
+            false
+        }
+        IntOrString::Int(n) => *n == 0,
+        IntOrString::String(text) => {
+            match text.strip_suffix('%').map(|p| p.parse::<i64>()) {
+                Some(Ok(percent)) if (0..=100).contains(&percent) => percent == 0,
+                Some(Ok(percent)) => {
+                    findings.deny(
+                        at,
+                        format!("a percent must be between 0% and 100%, got {percent}%"),
+                    );
+                    false
+                }
+                _ => {
+                    findings.deny(
+                        at,
+                        format!("must be a count (such as 1) or a percent (such as \"25%\"), got {text:?}"),
+                    );
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// `spec.upgradeStrategy.rollingUpdate`: budgets >= 0 and not both 0 (the
+/// rollout could never move), a partition from 0 to every serving role's
+/// replicas, a progress deadline above 0. Ignored, with a warning, by the
+/// other strategies.
+fn validate_rolling_update(
+    spec: &InferenceServiceSpec,
+    rolling: &RollingUpdateOptions,
+    findings: &mut Findings,
+) {
+    let at = "spec.upgradeStrategy.rollingUpdate";
+    let strategy = spec.upgrade_type();
+    if strategy != UpgradeType::RollingUpdate {
+        findings.warn(format!(
+            "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}"
+        ));
+        return;
+    }
+    let unavailable_zero = rolling
+        .max_unavailable
+        .as_ref()
+        .map(|v| validate_budget(v, &format!("{at}.maxUnavailable"), findings));
+    let surge_zero = rolling
+        .max_surge
+        .as_ref()
+        .map(|v| validate_budget(v, &format!("{at}.maxSurge"), findings));
+    // Unset: maxUnavailable 1, maxSurge 0.
+    if unavailable_zero == Some(true) && surge_zero.unwrap_or(true) {
+        findings.deny(
+            format!("{at}.maxUnavailable"),
+            "maxUnavailable and maxSurge cannot both be 0: no replica could ever be replaced",
+        );
+    }
+    if let Some(partition) = rolling.partition {
+        if partition < 0 {
+            findings.deny(
+                format!("{at}.partition"),
+                format!("must be >= 0, got {partition}"),
+            );
+        }
+        for (i, role) in spec
+            .roles
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_router())
+        {
+            if partition > role.replicas() {
+                findings.deny(
+                    format!("{at}.partition"),
+                    format!(
+                        "must be at most the replicas of every serving role, got {partition} over spec.roles[{i}].replicas {} (role {})",
+                        role.replicas(),
+                        role.name
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(seconds) = rolling.progress_deadline_seconds
+        && seconds <= 0
+    {
+        findings.deny(
+            format!("{at}.progressDeadlineSeconds"),
+            format!("must be > 0, got {seconds}"),
+        );
+    }
 }
 
 fn validate_roles(roles: &[Role], findings: &mut Findings) {
@@ -1168,6 +1324,113 @@ mod tests {
         let mut missing = pd();
         missing["upgradeStrategy"] = json!({"type": "IncrementalUpgrade"});
         assert!(denial(missing).starts_with(&format!("{at}: required when")));
+    }
+
+    fn rolling(options: serde_json::Value) -> serde_json::Value {
+        let mut value = pd();
+        value["upgradeStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": options});
+        value
+    }
+
+    /// Issue 14's validation table: each case names the field it breaks.
+    #[test]
+    fn rolling_update_options() {
+        for valid in [
+            json!({}),
+            json!({"maxUnavailable": 1, "maxSurge": 0}),
+            json!({"maxUnavailable": 0, "maxSurge": 1}),
+            json!({"maxUnavailable": "25%", "maxSurge": "25%", "partition": 1, "progressDeadlineSeconds": 60}),
+            json!({"maxUnavailable": "100%", "partition": 1}),
+        ] {
+            let findings = validate(&spec(rolling(valid.clone())));
+            assert!(
+                findings.is_allowed(),
+                "{valid}: {}",
+                findings.denial_message()
+            );
+        }
+        let at = "spec.upgradeStrategy.rollingUpdate";
+        let cases = [
+            (
+                json!({"maxUnavailable": 0, "maxSurge": 0}),
+                format!("{at}.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"),
+            ),
+            (
+                json!({"maxUnavailable": "0%", "maxSurge": "0%"}),
+                format!("{at}.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"),
+            ),
+            (
+                json!({"maxUnavailable": 0}),
+                format!("{at}.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"),
+            ),
+            (
+                json!({"maxUnavailable": -1}),
+                format!("{at}.maxUnavailable: must be >= 0, got -1"),
+            ),
+            (
+                json!({"maxSurge": -2}),
+                format!("{at}.maxSurge: must be >= 0, got -2"),
+            ),
+            (
+                json!({"maxSurge": "150%"}),
+                format!("{at}.maxSurge: a percent must be between 0% and 100%, got 150%"),
+            ),
+            (
+                json!({"maxUnavailable": "101%"}),
+                format!("{at}.maxUnavailable: a percent must be between 0% and 100%, got 101%"),
+            ),
+            (
+                json!({"maxUnavailable": "one"}),
+                format!("{at}.maxUnavailable: must be a count (such as 1) or a percent"),
+            ),
+            (
+                json!({"partition": 3}),
+                format!(
+                    "{at}.partition: must be at most the replicas of every serving role, got 3 over spec.roles[0].replicas 1 (role prefill)"
+                ),
+            ),
+            (
+                json!({"partition": -1}),
+                format!("{at}.partition: must be >= 0, got -1"),
+            ),
+            (
+                json!({"progressDeadlineSeconds": 0}),
+                format!("{at}.progressDeadlineSeconds: must be > 0, got 0"),
+            ),
+        ];
+        for (options, expected) in cases {
+            let message = denial(rolling(options.clone()));
+            assert!(
+                message.starts_with(&expected),
+                "{options}: expected {expected:?}, got {message:?}"
+            );
+        }
+        // Another strategy ignores them, with a warning.
+        let mut other = rolling(json!({"maxUnavailable": 0, "maxSurge": 0}));
+        other["upgradeStrategy"]["type"] = json!("None");
+        let findings = validate(&spec(other));
+        assert!(findings.is_allowed());
+        assert!(findings.warnings[0].starts_with("spec.upgradeStrategy.rollingUpdate is ignored"));
+    }
+
+    /// The webhook denies the same, naming the field.
+    #[test]
+    fn the_webhook_denies_a_rolling_update_that_cannot_move() {
+        let object = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen"},
+            "spec": rolling(json!({"maxUnavailable": "0%", "maxSurge": 0}))});
+        let denied = crate::admission::admit(
+            crate::admission::Kind::InferenceService,
+            "default",
+            &object,
+            None,
+            &crate::admission::lookup::Blind,
+        )
+        .expect_err("denied");
+        assert_eq!(
+            denied.violations[0].field,
+            "spec.upgradeStrategy.rollingUpdate.maxUnavailable"
+        );
     }
 
     #[test]

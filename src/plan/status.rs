@@ -166,6 +166,7 @@ pub fn status(
         conditions: kept,
         components,
         ready: Some(format!("{ready}/{desired}")),
+        updated: None,
         // Owned by the ScaleView controller: carried over as is. The upgrade
         // is decided by plan::rollout, which sets it after this.
         scale_views: previous.scale_views,
@@ -303,6 +304,7 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
             ready_pods,
             phase,
             last_update_time: None,
+            ..Default::default()
         },
         failure,
         outdated,
@@ -355,6 +357,7 @@ fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
             ready_pods: ready,
             phase,
             last_update_time: None,
+            ..Default::default()
         },
         failure: None,
         outdated: false,
