@@ -1030,6 +1030,98 @@ mod tests {
         assert_eq!(sim.sets.len(), 3);
     }
 
+    /// The worked example of docs/upgrades.md: decode 4 replicas x 4 nodes,
+    /// maxUnavailable 1, maxSurge 1, a reconcile every 10 s, and each new
+    /// replica's leader ready 10 s after it moved, each worker 10 s later
+    /// than the one before: a Markdown table of every step that moves
+    /// something or changes a replica's readiness.
+    fn rolling_worked_example() -> String {
+        let mut sim = Sim::new(4, 4, options(IntOrString::Int(1), IntOrString::Int(1)));
+        sim.delay = Box::new(|_, worker| Some(worker as u32 + 1));
+        let show = |sim: &Sim| {
+            sim.observed()
+                .iter()
+                .map(|r| {
+                    let revision = if r.revision.as_deref() == Some(NEW) {
+                        "new"
+                    } else {
+                        "old"
+                    };
+                    if r.ready {
+                        format!("{}: {revision}, ready", r.index)
+                    } else {
+                        format!("{}: {revision}, {}/4 pods ready", r.index, r.ready_pods)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let mut table = "| t | replicas before the step | the step |\n|---|---|---|\n".to_owned();
+        let mut last = String::new();
+        for second in (0..).step_by(10) {
+            let before = show(&sim);
+            let existed: BTreeSet<u32> = sim.sets.keys().copied().collect();
+            let paced = sim.step();
+            let moves: Vec<String> = paced
+                .steps
+                .iter()
+                .filter_map(|(i, step)| match step {
+                    Step::Apply { why: Some(_), .. } if existed.contains(i) => {
+                        Some(format!("replica {i} gets the new template in place"))
+                    }
+                    Step::Apply { why: Some(_), .. } => Some(format!(
+                        "replica {i} is created at the new revision (surge)"
+                    )),
+                    Step::Delete(_) => Some(format!("replica {i} (old) is deleted")),
+                    _ => None,
+                })
+                .collect();
+            let step = if moves.is_empty() && sim.done() {
+                "nothing: every replica runs the new revision and is ready".to_owned()
+            } else if moves.is_empty() {
+                "nothing: waiting for a ready replica".to_owned()
+            } else {
+                moves.join("; ")
+            };
+            if before != last || !moves.is_empty() {
+                table.push_str(&format!("| {second}s | {before} | {step} |\n"));
+            }
+            last = before;
+            if sim.done() {
+                break;
+            }
+            sim.tick();
+            assert!(second < 1000, "the example ends");
+        }
+        table
+    }
+
+    #[test]
+    fn the_rolling_update_example_in_the_docs_is_what_the_plan_does() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/upgrades.md");
+        let (begin, end) = (
+            "<!-- rolling update example: begin -->\n",
+            "<!-- rolling update example: end -->",
+        );
+        let table = rolling_worked_example();
+        let doc = std::fs::read_to_string(path).unwrap_or_default();
+        if std::env::var_os("TANDEM_WRITE_DOCS").is_some() {
+            let (head, tail) = doc.split_once(begin).expect("the doc has the begin marker");
+            let (_, tail) = tail.split_once(end).expect("the doc has the end marker");
+            std::fs::write(path, format!("{head}{begin}{table}{end}{tail}")).unwrap();
+            return;
+        }
+        let current = doc
+            .split_once(begin)
+            .and_then(|(_, rest)| rest.split_once(end))
+            .map(|(table, _)| table);
+        assert_eq!(
+            current,
+            Some(table.as_str()),
+            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::pacing::tests::the_rolling_update_example"
+        );
+    }
+
     fn budget_value() -> impl Strategy<Value = IntOrString> {
         prop_oneof![
             (0i32..4).prop_map(IntOrString::Int),
