@@ -821,3 +821,69 @@ fn render_now_shows_the_next_step_of_a_rolling_update() {
         "halted: no replica moves"
     );
 }
+
+/// The pods LeaderWorkerSet's controller would run for `sets`, all ready.
+fn ready_pods_of(sets: &[&Value]) -> Vec<Value> {
+    let mut pods = Vec::new();
+    for lws in sets {
+        let name = lws["metadata"]["name"].as_str().unwrap();
+        let group = &lws["spec"]["leaderWorkerTemplate"];
+        for worker in 0..group["size"].as_u64().unwrap() {
+            let template = if worker == 0 && !group["leaderTemplate"].is_null() {
+                &group["leaderTemplate"]
+            } else {
+                &group["workerTemplate"]
+            };
+            let mut labels = template["metadata"]["labels"].clone();
+            labels["leaderworkerset.sigs.k8s.io/worker-index"] = json!(worker.to_string());
+            pods.push(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{name}-0-{worker}"), "namespace": "default", "labels": labels},
+                "spec": {"nodeName": format!("gpu-{worker}"), "containers": [{"name": "vllm", "image": "v"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}));
+        }
+    }
+    pods
+}
+
+/// Issue 14: with every replica of story 4 ready, a new decode image renders
+/// one decode LeaderWorkerSet and nothing of prefill (nor the PodGroup).
+#[test]
+fn render_of_a_decode_change_touches_no_prefill_object() {
+    let options = tandem::render::Options::default();
+    let story = yaml_documents(&repo_path(
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    ));
+    let first = tandem::render::render(story, &options).unwrap();
+    let sets: Vec<&Value> = first
+        .apply
+        .iter()
+        .filter(|o| o["kind"] == "LeaderWorkerSet")
+        .collect();
+    assert_eq!(sets.len(), 3);
+    let mut world: Vec<Value> = first.apply.clone();
+    world.extend(ready_pods_of(&sets));
+    for object in world.iter_mut().filter(|o| o["kind"] == "InferenceService") {
+        object["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] =
+            json!("vllm/vllm-openai:v0.12.0");
+    }
+    let second = tandem::render::render(world.clone(), &options).unwrap();
+    let changed: Vec<String> = second
+        .apply
+        .iter()
+        .filter(|o| o["kind"] != "InferenceService")
+        .filter(|o| !world.contains(o))
+        .map(|o| {
+            format!(
+                "{} {}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        ["LeaderWorkerSet deepseek-r1-disagg-decode-1"],
+        "one decode replica per step, no prefill object, no PodGroup"
+    );
+    assert!(second.delete.is_empty());
+}

@@ -910,6 +910,43 @@ mod tests {
     }
 
     #[test]
+    fn binpack_replaces_the_cheapest_replica_first() {
+        let sim = Sim::new(4, 1, options(IntOrString::Int(1), IntOrString::Int(0)));
+        let replicas = sim.observed();
+        let candidates: BTreeMap<u32, Candidate> = [(0, 5), (1, -3), (2, 9), (3, 1)]
+            .into_iter()
+            .map(|(index, cost)| {
+                (
+                    index,
+                    Candidate {
+                        index,
+                        running: true,
+                        cost,
+                        deleting: false,
+                    },
+                )
+            })
+            .collect();
+        let paced = pace(&RoleRollout {
+            role: "decode",
+            desired: 4,
+            update_revision: NEW,
+            budget: sim.budget(),
+            policy: RoleScaleDownPolicy::Binpack,
+            candidates: &candidates,
+            replicas: &replicas,
+            now: t0(),
+        });
+        let moved: Vec<u32> = paced
+            .steps
+            .iter()
+            .filter(|(_, s)| matches!(s, Step::Apply { why: Some(_), .. }))
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(moved, [1], "the lowest deletion cost goes first");
+    }
+
+    #[test]
     fn a_partition_keeps_the_lower_replicas_on_the_old_revision() {
         let mut o = options(IntOrString::Int(1), IntOrString::Int(0));
         o.partition = Some(2);
