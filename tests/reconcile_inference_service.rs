@@ -58,11 +58,11 @@ async fn create_then_nothing_to_write() {
     assert_eq!(
         fake.take_writes(),
         [
+            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
-            EVENTS.to_owned(),
-            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
             EVENTS.to_owned(),
             status_patch(&name),
         ]
@@ -964,10 +964,15 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
     let writes = fake.take_writes();
     assert_eq!(
         writes[0],
-        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1")
+        "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference",
+        "the new entries before the replicas whose pods name them"
     );
     assert_eq!(
         writes[2],
+        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1")
+    );
+    assert_eq!(
+        writes[4],
         format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-2")
     );
     assert_eq!(
@@ -1000,13 +1005,13 @@ async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
     assert_eq!(
         fake.take_writes(),
         [
+            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
             format!("PATCH {first}"),
             format!("PATCH {first}"),
             format!("PATCH {first}"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
-            EVENTS.to_owned(),
-            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
             EVENTS.to_owned(),
             status_patch(&name),
             status_patch(&name),
@@ -1062,10 +1067,18 @@ async fn an_apply_that_keeps_conflicting_gives_up_after_the_cap_with_an_event() 
         .await
         .expect_err("the reconcile fails and is requeued");
     assert!(error.to_string().contains("409"), "{error}");
-    let mut expected = vec![format!("PATCH {first}"); 5];
+    let mut expected = vec![
+        "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+        EVENTS.to_owned(),
+    ];
+    expected.extend(vec![format!("PATCH {first}"); 5]);
     expected.push(EVENTS.to_owned());
     assert_eq!(fake.take_writes(), expected, "five tries, then the Event");
-    let notes = fake.event_notes();
+    let notes: Vec<String> = fake
+        .event_notes()
+        .into_iter()
+        .filter(|n| !n.starts_with("Created: PodGroup"))
+        .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
         notes[0].starts_with(

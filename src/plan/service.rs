@@ -486,11 +486,17 @@ pub fn plan(
     if let Some(traffic) = &rollout.traffic {
         traffic_objects(service, world, rollout, traffic, &mut plan)?;
     }
+    // The PodGroup goes first: a new replica's entry (a surge replica of a
+    // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
+    // pods that name it.
     if let Some(pod_group) = gang::pod_group(service, &gang_members)? {
-        plan.desired.push(Desired {
-            object: pod_group,
-            why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
-        });
+        plan.desired.insert(
+            0,
+            Desired {
+                object: pod_group,
+                why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
+            },
+        );
     }
     Ok(plan)
 }
