@@ -1212,6 +1212,19 @@ async fn a_rolling_update_replaces_one_replica_per_step_and_halts_on_a_broken_re
             .starts_with("replica 1 of role inference at revision "),
         "{progressing}"
     );
+    let warning = fake
+        .list("events.k8s.io/v1", "Event", "default")
+        .into_iter()
+        .find(|e| e["reason"] == "ProgressDeadlineExceeded")
+        .expect("the halt's Event");
+    assert_eq!(warning["type"], "Warning");
+    assert!(
+        warning["note"]
+            .as_str()
+            .unwrap()
+            .contains("not ready within progressDeadlineSeconds 600"),
+        "{warning}"
+    );
     reconcile_stored(&fake, &later, &name).await;
     assert_eq!(
         fake.take_writes(),
