@@ -1193,5 +1193,59 @@ mod tests {
             });
             sim.run(400);
         }
+
+        /// A scale change in the middle of a rollout: it still ends with the
+        /// new count at the new revision, never more replicas than the
+        /// larger count plus maxSurge (and the floor's one), and a
+        /// scale-down removes old replicas before ready new ones (a new one
+        /// that is not ready yet may go first when the floor keeps the last
+        /// ready old one).
+        #[test]
+        fn a_rollout_scaled_midway_still_ends(
+            desired in 1u32..9,
+            scaled in 1u32..9,
+            at in 0usize..6,
+            unavailable in 0i32..3,
+            surge in 0i32..3,
+        ) {
+            prop_assume!(unavailable + surge > 0);
+            let mut sim = Sim::new(desired, 1, options(IntOrString::Int(unavailable), IntOrString::Int(surge)));
+            sim.delay = Box::new(|revision, _| Some(if revision == NEW { 2 } else { 1 }));
+            for _ in 0..at {
+                sim.step();
+                sim.tick();
+            }
+            let ready_new: BTreeSet<u32> = sim
+                .observed()
+                .iter()
+                .filter(|r| r.ready && r.revision.as_deref() == Some(NEW))
+                .map(|r| r.index)
+                .collect();
+            sim.desired = scaled;
+            let paced = sim.step();
+            let deleted_ready_new = paced
+                .steps
+                .iter()
+                .any(|(i, s)| matches!(s, Step::Delete(_)) && ready_new.contains(i));
+            let old_left = sim.sets.values().any(|s| s.revision == OLD);
+            prop_assert!(
+                !(deleted_ready_new && old_left),
+                "a ready new replica went while old ones stay: {:?}",
+                sim.sets
+            );
+            let bound = desired.max(scaled) as usize + surge as usize + usize::from(sim.floor_surged);
+            prop_assert!(sim.sets.len() <= bound, "{} > {bound}", sim.sets.len());
+            for _ in 0..200 {
+                if sim.done() {
+                    break;
+                }
+                sim.tick();
+                sim.step();
+                let bound = scaled.max(desired) as usize + surge as usize + usize::from(sim.floor_surged);
+                prop_assert!(sim.sets.len() <= bound, "{} > {bound}", sim.sets.len());
+            }
+            prop_assert!(sim.done(), "{:?}", sim.sets);
+            prop_assert_eq!(sim.sets.len(), scaled as usize);
+        }
     }
 }
