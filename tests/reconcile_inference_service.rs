@@ -1289,3 +1289,35 @@ async fn a_one_replica_role_surges_instead_of_going_dark() {
         "{writes:#?}"
     );
 }
+
+/// A role's own rollingUpdate overrides the service's: decode surges one
+/// replica instead of taking one down.
+#[tokio::test]
+async fn a_role_paces_by_its_own_rolling_update() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = store_story(
+        &fake,
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.run_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][1]["rollingUpdate"] = json!({"maxUnavailable": 0, "maxSurge": 1});
+        s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        s["metadata"]["generation"] = json!(2);
+    });
+    fake.take_calls();
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    let sets: Vec<&String> = writes
+        .iter()
+        .filter(|w| w.contains("/leaderworkersets/"))
+        .collect();
+    assert_eq!(
+        sets,
+        [&format!("PATCH {LWS_PATH}/deepseek-r1-disagg-decode-2")],
+        "one surge replica, no replica taken down"
+    );
+}

@@ -77,6 +77,28 @@ pub struct InferenceServiceSpec {
 }
 
 impl InferenceServiceSpec {
+    /// The RollingUpdate pace of `role`: each field of its own
+    /// `rollingUpdate` when set, else the service's
+    /// `upgradeStrategy.rollingUpdate`.
+    pub fn rolling_update_for(&self, role: &Role) -> RollingUpdateOptions {
+        let service = self
+            .upgrade_strategy
+            .as_ref()
+            .and_then(|u| u.rolling_update.clone())
+            .unwrap_or_default();
+        let Some(own) = role.rolling_update.clone() else {
+            return service;
+        };
+        RollingUpdateOptions {
+            max_unavailable: own.max_unavailable.or(service.max_unavailable),
+            max_surge: own.max_surge.or(service.max_surge),
+            partition: own.partition.or(service.partition),
+            progress_deadline_seconds: own
+                .progress_deadline_seconds
+                .or(service.progress_deadline_seconds),
+        }
+    }
+
     /// `spec.upgradeStrategy.type`, RollingUpdate when unset.
     pub fn upgrade_type(&self) -> UpgradeType {
         self.upgrade_strategy
@@ -171,6 +193,11 @@ pub struct Role {
     /// instead of the one generated from `strategy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_picker_config: Option<String>,
+
+    /// Serving roles: this role's RollingUpdate pace; each field it sets
+    /// overrides the same field of spec.upgradeStrategy.rollingUpdate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateOptions>,
 }
 
 impl Role {
@@ -496,100 +523,48 @@ pub fn validate(spec: &InferenceServiceSpec) -> Findings {
     }
     if let Some(upgrade) = &spec.upgrade_strategy {
         validate_upgrade(upgrade, &mut findings);
-        if let Some(rolling) = &upgrade.rolling_update {
-            validate_rolling_update(spec, rolling, &mut findings);
-        }
     }
+    validate_rolling_update(spec, &mut findings);
     findings
 }
 
-/// One budget of `spec.upgradeStrategy.rollingUpdate`: a count >= 0 or a
-/// percent from 0% to 100%. Returns whether it is zero.
-fn validate_budget(value: &IntOrString, at: &str, findings: &mut Findings) -> bool {
+/// One budget of a `rollingUpdate` block: a count >= 0 or a percent from 0%
+/// to 100%.
+fn validate_budget(value: &IntOrString, at: &str, findings: &mut Findings) {
     match value {
-        IntOrString::Int(n) if *n < 0 => {
-            findings.deny(at, format!("must be >= 0, got {n}"));
-            false
-        }
-        IntOrString::Int(n) => *n == 0,
-        IntOrString::String(text) => {
-            match text.strip_suffix('%').map(|p| p.parse::<i64>()) {
-                Some(Ok(percent)) if (0..=100).contains(&percent) => percent == 0,
-                Some(Ok(percent)) => {
-                    findings.deny(
-                        at,
-                        format!("a percent must be between 0% and 100%, got {percent}%"),
-                    );
-                    false
-                }
-                _ => {
-                    findings.deny(
-                        at,
-                        format!("must be a count (such as 1) or a percent (such as \"25%\"), got {text:?}"),
-                    );
-                    false
-                }
-            }
-        }
+        IntOrString::Int(n) if *n < 0 => findings.deny(at, format!("must be >= 0, got {n}")),
+        IntOrString::Int(_) => {}
+        IntOrString::String(text) => match text.strip_suffix('%').map(|p| p.parse::<i64>()) {
+            Some(Ok(percent)) if (0..=100).contains(&percent) => {}
+            Some(Ok(percent)) => findings.deny(
+                at,
+                format!("a percent must be between 0% and 100%, got {percent}%"),
+            ),
+            _ => findings.deny(
+                at,
+                format!("must be a count (such as 1) or a percent (such as \"25%\"), got {text:?}"),
+            ),
+        },
     }
 }
 
-/// `spec.upgradeStrategy.rollingUpdate`: budgets >= 0 and not both 0 (the
-/// rollout could never move), a partition from 0 to every serving role's
-/// replicas, a progress deadline above 0. Ignored, with a warning, by the
-/// other strategies.
-fn validate_rolling_update(
-    spec: &InferenceServiceSpec,
-    rolling: &RollingUpdateOptions,
-    findings: &mut Findings,
-) {
-    let at = "spec.upgradeStrategy.rollingUpdate";
-    let strategy = spec.upgrade_type();
-    if strategy != UpgradeType::RollingUpdate {
-        findings.warn(format!(
-            "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}"
-        ));
-        return;
+/// The fields of one `rollingUpdate` block at `at` on their own: budgets a
+/// count >= 0 or a percent from 0% to 100%, a partition >= 0, a deadline
+/// above 0.
+fn validate_rolling_fields(rolling: &RollingUpdateOptions, at: &str, findings: &mut Findings) {
+    if let Some(value) = &rolling.max_unavailable {
+        validate_budget(value, &format!("{at}.maxUnavailable"), findings);
     }
-    let unavailable_zero = rolling
-        .max_unavailable
-        .as_ref()
-        .map(|v| validate_budget(v, &format!("{at}.maxUnavailable"), findings));
-    let surge_zero = rolling
-        .max_surge
-        .as_ref()
-        .map(|v| validate_budget(v, &format!("{at}.maxSurge"), findings));
-    // Unset: maxUnavailable 1, maxSurge 0.
-    if unavailable_zero == Some(true) && surge_zero.unwrap_or(true) {
+    if let Some(value) = &rolling.max_surge {
+        validate_budget(value, &format!("{at}.maxSurge"), findings);
+    }
+    if let Some(partition) = rolling.partition
+        && partition < 0
+    {
         findings.deny(
-            format!("{at}.maxUnavailable"),
-            "maxUnavailable and maxSurge cannot both be 0: no replica could ever be replaced",
+            format!("{at}.partition"),
+            format!("must be >= 0, got {partition}"),
         );
-    }
-    if let Some(partition) = rolling.partition {
-        if partition < 0 {
-            findings.deny(
-                format!("{at}.partition"),
-                format!("must be >= 0, got {partition}"),
-            );
-        }
-        for (i, role) in spec
-            .roles
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.is_router())
-        {
-            if partition > role.replicas() {
-                findings.deny(
-                    format!("{at}.partition"),
-                    format!(
-                        "must be at most the replicas of every serving role, got {partition} over spec.roles[{i}].replicas {} (role {})",
-                        role.replicas(),
-                        role.name
-                    ),
-                );
-            }
-        }
     }
     if let Some(seconds) = rolling.progress_deadline_seconds
         && seconds <= 0
@@ -598,6 +573,107 @@ fn validate_rolling_update(
             format!("{at}.progressDeadlineSeconds"),
             format!("must be > 0, got {seconds}"),
         );
+    }
+}
+
+/// `spec.upgradeStrategy.rollingUpdate` and each role's `rollingUpdate`:
+/// their fields ([`validate_rolling_fields`]), then each serving role's
+/// effective pace ([`InferenceServiceSpec::rolling_update_for`]): budgets not
+/// both 0 (the rollout could never move) and a partition at most the role's
+/// replicas, denied at the field that sets them. A router role has no
+/// replicas to roll; other strategies ignore the blocks, with a warning.
+fn validate_rolling_update(spec: &InferenceServiceSpec, findings: &mut Findings) {
+    let service_at = "spec.upgradeStrategy.rollingUpdate";
+    let service = spec
+        .upgrade_strategy
+        .as_ref()
+        .and_then(|u| u.rolling_update.as_ref());
+    let strategy = spec.upgrade_type();
+    let mut given: Vec<String> = service.iter().map(|_| service_at.to_owned()).collect();
+    given.extend(
+        spec.roles
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.rolling_update.is_some())
+            .map(|(i, _)| format!("spec.roles[{i}].rollingUpdate")),
+    );
+    if given.is_empty() {
+        return;
+    }
+    if strategy != UpgradeType::RollingUpdate {
+        for at in given {
+            findings.warn(format!(
+                "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}"
+            ));
+        }
+        return;
+    }
+    if let Some(rolling) = service {
+        validate_rolling_fields(rolling, service_at, findings);
+    }
+    for (i, role) in spec.roles.iter().enumerate() {
+        let Some(own) = &role.rolling_update else {
+            continue;
+        };
+        let at = format!("spec.roles[{i}].rollingUpdate");
+        if role.is_router() {
+            findings.deny(
+                at,
+                "a router role has no replicas to roll: set it on a serving role or in spec.upgradeStrategy.rollingUpdate",
+            );
+            continue;
+        }
+        validate_rolling_fields(own, &at, findings);
+    }
+    let is_zero = |v: &IntOrString| match v {
+        IntOrString::Int(n) => *n == 0,
+        IntOrString::String(text) => text
+            .strip_suffix('%')
+            .and_then(|p| p.parse::<i64>().ok())
+            .is_some_and(|p| p == 0),
+    };
+    for (i, role) in spec
+        .roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_router())
+    {
+        let effective = spec.rolling_update_for(role);
+        let own = role.rolling_update.as_ref();
+        let from = |set: bool| {
+            if set {
+                format!("spec.roles[{i}].rollingUpdate")
+            } else {
+                service_at.to_owned()
+            }
+        };
+        // Unset: maxUnavailable 1, maxSurge 0.
+        let unavailable_zero = effective.max_unavailable.as_ref().is_some_and(is_zero);
+        let surge_zero = effective.max_surge.as_ref().is_none_or(is_zero);
+        if unavailable_zero && surge_zero {
+            let own_sets =
+                own.is_some_and(|o| o.max_unavailable.is_some() || o.max_surge.is_some());
+            let field = format!("{}.maxUnavailable", from(own_sets));
+            if !findings.violations.iter().any(|v| v.field == field) {
+                findings.deny(
+                    field,
+                    "maxUnavailable and maxSurge cannot both be 0: no replica could ever be replaced",
+                );
+            }
+        }
+        if let Some(partition) = effective.partition
+            && partition > role.replicas()
+        {
+            let own_sets = own.is_some_and(|o| o.partition.is_some());
+            findings.deny(
+                format!("{}.partition", from(own_sets)),
+                format!(
+                    "must be at most the replicas of role {} (spec.roles[{i}].replicas {}), got {partition}",
+                    role.name,
+                    role.replicas()
+                ),
+            );
+        }
     }
 }
 
@@ -1386,7 +1462,7 @@ mod tests {
             (
                 json!({"partition": 3}),
                 format!(
-                    "{at}.partition: must be at most the replicas of every serving role, got 3 over spec.roles[0].replicas 1 (role prefill)"
+                    "{at}.partition: must be at most the replicas of role prefill (spec.roles[0].replicas 1), got 3"
                 ),
             ),
             (
@@ -1405,6 +1481,59 @@ mod tests {
                 "{options}: expected {expected:?}, got {message:?}"
             );
         }
+        // A role's own block overrides the service's field by field, and is
+        // denied at its own path.
+        let mut own = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
+        own["roles"][1]["rollingUpdate"] = json!({"maxSurge": 0});
+        assert!(
+            denial(own).starts_with(
+                "spec.roles[1].rollingUpdate.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"
+            )
+        );
+        let mut own = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
+        own["roles"][1]["rollingUpdate"] = json!({"maxUnavailable": 1, "partition": 3});
+        assert!(
+            denial(own).starts_with(
+                "spec.roles[1].rollingUpdate.partition: must be at most the replicas of role decode (spec.roles[1].replicas 2), got 3"
+            )
+        );
+        let mut own = rolling(json!({}));
+        own["roles"][0]["rollingUpdate"] = json!({"maxSurge": "-5%"});
+        assert!(denial(own).starts_with(
+            "spec.roles[0].rollingUpdate.maxSurge: a percent must be between 0% and 100%, got -5%"
+        ));
+        let mut fine = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
+        fine["roles"][1]["rollingUpdate"] =
+            json!({"maxUnavailable": 1, "maxSurge": 0, "partition": 2});
+        let fine = spec(fine);
+        assert!(validate(&fine).is_allowed());
+        let decode = fine.rolling_update_for(&fine.roles[1]);
+        assert_eq!(
+            (decode.max_unavailable, decode.max_surge, decode.partition),
+            (
+                Some(IntOrString::Int(1)),
+                Some(IntOrString::Int(0)),
+                Some(2)
+            )
+        );
+        let prefill = fine.rolling_update_for(&fine.roles[0]);
+        assert_eq!(
+            (
+                prefill.max_unavailable,
+                prefill.max_surge,
+                prefill.partition
+            ),
+            (Some(IntOrString::Int(0)), Some(IntOrString::Int(1)), None)
+        );
+        let mut router = rolling(json!({}));
+        router["roles"].as_array_mut().unwrap().push(
+            json!({"name": "router", "componentType": "router", "rollingUpdate": {"maxSurge": 1}}),
+        );
+        assert!(
+            denial(router)
+                .starts_with("spec.roles[2].rollingUpdate: a router role has no replicas to roll")
+        );
+
         // Another strategy ignores them, with a warning.
         let mut other = rolling(json!({"maxUnavailable": 0, "maxSurge": 0}));
         other["upgradeStrategy"]["type"] = json!("None");

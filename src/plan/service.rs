@@ -321,16 +321,19 @@ pub fn plan(
             if rolling {
                 let nodes = usize::try_from(role.node_count()).unwrap_or(1);
                 let replicas = pacing::observe(&role.name, nodes, &members, &pods);
-                let options = service
-                    .spec
-                    .upgrade_strategy
-                    .as_ref()
-                    .and_then(|u| u.rolling_update.as_ref());
+                let options = service.spec.rolling_update_for(
+                    service
+                        .spec
+                        .roles
+                        .iter()
+                        .find(|r| r.name == role.name)
+                        .unwrap_or(role),
+                );
                 let paced = pacing::pace(&pacing::RoleRollout {
                     role: &role.name,
                     desired: u32::try_from(count).unwrap_or(0),
                     update_revision: &label,
-                    budget: pacing::budget(options, count),
+                    budget: pacing::budget(Some(&options), count),
                     policy,
                     candidates: &seen.candidates,
                     replicas: &replicas,
