@@ -58,11 +58,11 @@ async fn create_then_nothing_to_write() {
     assert_eq!(
         fake.take_writes(),
         [
+            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
-            EVENTS.to_owned(),
-            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
             EVENTS.to_owned(),
             status_patch(&name),
         ]
@@ -181,13 +181,16 @@ async fn a_template_change_updates_every_replica_and_a_hand_edit_is_set_back() {
             json!("vllm/vllm-openai:v0.12.0");
     });
     reconcile_stored(&fake, &ctx, &name).await;
+    // No pod is ready, so no replica serves and RollingUpdate replaces them
+    // all at once (spending no maxUnavailable); the status says it rolls.
     assert_eq!(
         fake.take_writes(),
         [
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
-            EVENTS.to_owned()
+            EVENTS.to_owned(),
+            status_patch(&name),
         ]
     );
     assert_ne!(revision(&fake), before, "a new revision");
@@ -961,10 +964,15 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
     let writes = fake.take_writes();
     assert_eq!(
         writes[0],
-        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1")
+        "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference",
+        "the new entries before the replicas whose pods name them"
     );
     assert_eq!(
         writes[2],
+        format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1")
+    );
+    assert_eq!(
+        writes[4],
         format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-2")
     );
     assert_eq!(
@@ -997,13 +1005,13 @@ async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
     assert_eq!(
         fake.take_writes(),
         [
+            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+            EVENTS.to_owned(),
             format!("PATCH {first}"),
             format!("PATCH {first}"),
             format!("PATCH {first}"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
-            EVENTS.to_owned(),
-            "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
             EVENTS.to_owned(),
             status_patch(&name),
             status_patch(&name),
@@ -1059,10 +1067,18 @@ async fn an_apply_that_keeps_conflicting_gives_up_after_the_cap_with_an_event() 
         .await
         .expect_err("the reconcile fails and is requeued");
     assert!(error.to_string().contains("409"), "{error}");
-    let mut expected = vec![format!("PATCH {first}"); 5];
+    let mut expected = vec![
+        "PATCH /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
+        EVENTS.to_owned(),
+    ];
+    expected.extend(vec![format!("PATCH {first}"); 5]);
     expected.push(EVENTS.to_owned());
     assert_eq!(fake.take_writes(), expected, "five tries, then the Event");
-    let notes = fake.event_notes();
+    let notes: Vec<String> = fake
+        .event_notes()
+        .into_iter()
+        .filter(|n| !n.starts_with("Created: PodGroup"))
+        .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
         notes[0].starts_with(
@@ -1089,5 +1105,219 @@ async fn an_apply_that_keeps_conflicting_gives_up_after_the_cap_with_an_event() 
             "deepseek-r1-inference-inference-0"
         )
         .is_some()
+    );
+}
+
+/// A reconcile context whose clock reads `at`.
+fn context_at(fake: &FakeApi, at: &str) -> Arc<Context> {
+    let now: jiff::Timestamp = at.parse().unwrap();
+    fake.context_with(move |ctx| ctx.now = Arc::new(move || now))
+}
+
+fn condition(fake: &FakeApi, name: &str, type_: &str) -> Value {
+    fake.get(IS, "InferenceService", "default", name).unwrap()["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap()
+}
+
+/// Issue 14: a template change under the default RollingUpdate replaces one
+/// replica per step (maxUnavailable 1, maxSurge 0), says which budget let it,
+/// writes nothing while the replaced replica starts, and halts with
+/// ProgressDeadlineExceeded when it never becomes ready.
+#[tokio::test]
+async fn a_rolling_update_replaces_one_replica_per_step_and_halts_on_a_broken_revision() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.step_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &ctx, &name).await;
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["ready"], "2/2");
+    assert_eq!(status["updated"], "2/2");
+    let old = status["components"]["inference"]["updateRevision"].clone();
+    assert_eq!(status["components"]["inference"]["currentRevision"], old);
+    fake.take_calls();
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:broken");
+        s["metadata"]["generation"] = json!(2);
+    });
+    fake.take_calls();
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            status_patch(&name),
+        ],
+        "one replica per step, the highest index first"
+    );
+    let replaced = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-1",
+        )
+        .unwrap();
+    assert_eq!(
+        replaced["metadata"]["annotations"]["fusioninfer.io/updated-at"],
+        "2026-11-21T10:00:00Z"
+    );
+    let notes = fake.event_notes();
+    assert!(
+        notes.iter().any(|n| n.contains(
+            "replica 1 (revision ") && n.contains("is replaced in place, 1 of 2 replicas stay ready and at least 1 must (maxUnavailable 1)")),
+        "{notes:#?}"
+    );
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["components"]["inference"]["currentRevision"], old);
+    assert_ne!(status["components"]["inference"]["updateRevision"], old);
+    assert_eq!(
+        condition(&fake, &name, "Progressing")["reason"],
+        "RollingUpdate"
+    );
+
+    // The new pods are never ready. Nothing new is ready: nothing is written.
+    fake.step_leader_worker_sets("default", |lws| {
+        lws["metadata"]["labels"]["fusioninfer.io/revision"] == old
+    });
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.take_calls();
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), Vec::<String>::new());
+
+    // 600 s later the rollout halts, once, with an Event naming the replica.
+    let later = context_at(&fake, "2026-11-21T10:10:00Z");
+    reconcile_stored(&fake, &later, &name).await;
+    assert_eq!(fake.take_writes(), [EVENTS.to_owned(), status_patch(&name)]);
+    let progressing = condition(&fake, &name, "Progressing");
+    assert_eq!(
+        (
+            progressing["status"].as_str(),
+            progressing["reason"].as_str()
+        ),
+        (Some("False"), Some("ProgressDeadlineExceeded"))
+    );
+    assert!(
+        progressing["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("replica 1 of role inference at revision "),
+        "{progressing}"
+    );
+    let warning = fake
+        .list("events.k8s.io/v1", "Event", "default")
+        .into_iter()
+        .find(|e| e["reason"] == "ProgressDeadlineExceeded")
+        .expect("the halt's Event");
+    assert_eq!(warning["type"], "Warning");
+    assert!(
+        warning["note"]
+            .as_str()
+            .unwrap()
+            .contains("not ready within progressDeadlineSeconds 600"),
+        "{warning}"
+    );
+    reconcile_stored(&fake, &later, &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        Vec::<String>::new(),
+        "halted: nothing more"
+    );
+    assert_eq!(
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-0"
+        )
+        .unwrap()["metadata"]["labels"]["fusioninfer.io/revision"],
+        old,
+        "the other replica keeps serving the old revision"
+    );
+}
+
+/// A one-replica role with maxSurge 0 keeps its ready replica and surges one
+/// at the new revision instead, saying so.
+#[tokio::test]
+async fn a_one_replica_role_surges_instead_of_going_dark() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = store_story(
+        &fake,
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.step_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        s["metadata"]["generation"] = json!(2);
+    });
+    fake.take_calls();
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    assert!(
+        writes.contains(&format!("PATCH {LWS_PATH}/deepseek-r1-disagg-prefill-1")),
+        "{writes:#?}"
+    );
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.ends_with("/deepseek-r1-disagg-prefill-0"))
+    );
+    let notes = fake.event_notes();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("is added beyond maxSurge 0 so that the role keeps serving")),
+        "{notes:#?}"
+    );
+    // Once the surge replica is ready, the old one goes.
+    fake.step_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    assert!(
+        writes.contains(&format!("DELETE {LWS_PATH}/deepseek-r1-disagg-prefill-0")),
+        "{writes:#?}"
+    );
+}
+
+/// A role's own rollingUpdate overrides the service's: decode surges one
+/// replica instead of taking one down.
+#[tokio::test]
+async fn a_role_paces_by_its_own_rolling_update() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    let name = store_story(
+        &fake,
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    );
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.step_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &ctx, &name).await;
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][1]["rollingUpdate"] = json!({"maxUnavailable": 0, "maxSurge": 1});
+        s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        s["metadata"]["generation"] = json!(2);
+    });
+    fake.take_calls();
+    reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    let sets: Vec<&String> = writes
+        .iter()
+        .filter(|w| w.contains("/leaderworkersets/"))
+        .collect();
+    assert_eq!(
+        sets,
+        [&format!("PATCH {LWS_PATH}/deepseek-r1-disagg-decode-2")],
+        "one surge replica, no replica taken down"
     );
 }

@@ -649,7 +649,7 @@ fn rendered<'a>(out: &'a Value, kind: &str) -> &'a Value {
 
 #[test]
 fn render_now_shows_the_next_step_from_the_given_statuses() {
-    let (v1, v2) = ("f5d1d225f2", "f56bd0e55b");
+    let (v1, v2) = ("f5d1d225f2", "aab463d2bd");
     let backends =
         |out: &Value| rendered(out, "HTTPRoute")["spec"]["rules"][0]["backendRefs"].clone();
     let condition = |out: &Value, t: &str| {
@@ -714,4 +714,176 @@ fn render_now_shows_the_next_step_from_the_given_statuses() {
             format!("{NAME}-inference-1-{v2}")
         ]
     );
+}
+
+/// Runs `tandem render` on a world file at `now`, as JSON.
+fn render_file_at(file: &std::path::Path, now: &str) -> Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["render", "-f"])
+        .arg(file)
+        .args(["--now", now, "-o", "json"])
+        .current_dir(repo_path(""))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Issue 14: `tandem render --now` shows the next step of a RollingUpdate
+/// from a world with pods, with the plan the reconciler uses; fed its own
+/// output back after the progress deadline, it shows the halt.
+#[test]
+fn render_now_shows_the_next_step_of_a_rolling_update() {
+    let example = repo_path("examples/render/rolling-update-step.yaml");
+    let out = render_file_at(&example, "2026-11-21T10:00:00Z");
+    let sets: Vec<&Value> = out["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "LeaderWorkerSet")
+        .collect();
+    let names: Vec<&str> = sets
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["qwen-rolling-inference-2", "qwen-rolling-inference-3"],
+        "replica 2 in place and one surge replica; 0 and 1 keep serving"
+    );
+    for set in &sets {
+        assert_eq!(
+            set["metadata"]["annotations"]["fusioninfer.io/updated-at"],
+            "2026-11-21T10:00:00Z"
+        );
+        assert_ne!(
+            set["metadata"]["labels"]["fusioninfer.io/revision"],
+            "1111111111"
+        );
+    }
+    let service = rendered(&out, "InferenceService");
+    let progressing = service["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .unwrap();
+    assert_eq!(progressing["reason"], "RollingUpdate");
+    assert!(
+        progressing["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("role inference: waiting for replica(s) 2, 3 to be ready at revision "),
+        "{progressing}"
+    );
+
+    // The world after that step, with nothing new ready, 10 minutes later.
+    let mut world = yaml_documents(&example);
+    for object in out["apply"].as_array().unwrap() {
+        let same = |o: &Value| {
+            o["kind"] == object["kind"] && o["metadata"]["name"] == object["metadata"]["name"]
+        };
+        world.retain(|o| !same(o));
+        world.push(object.clone());
+    }
+    let file = std::env::temp_dir().join(format!("tandem-rolling-{}.json", std::process::id()));
+    std::fs::write(
+        &file,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": world})).unwrap(),
+    )
+    .unwrap();
+    let later = render_file_at(&file, "2026-11-21T10:10:00Z");
+    std::fs::remove_file(&file).ok();
+    let service = rendered(&later, "InferenceService");
+    let progressing = service["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .unwrap();
+    assert_eq!(
+        (
+            progressing["status"].as_str(),
+            progressing["reason"].as_str()
+        ),
+        (Some("False"), Some("ProgressDeadlineExceeded"))
+    );
+    assert!(
+        !later["apply"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["kind"] == "LeaderWorkerSet"),
+        "halted: no replica moves"
+    );
+}
+
+/// The pods LeaderWorkerSet's controller would run for `sets`, all ready.
+fn ready_pods_of(sets: &[&Value]) -> Vec<Value> {
+    let mut pods = Vec::new();
+    for lws in sets {
+        let name = lws["metadata"]["name"].as_str().unwrap();
+        let group = &lws["spec"]["leaderWorkerTemplate"];
+        for worker in 0..group["size"].as_u64().unwrap() {
+            let template = if worker == 0 && !group["leaderTemplate"].is_null() {
+                &group["leaderTemplate"]
+            } else {
+                &group["workerTemplate"]
+            };
+            let mut labels = template["metadata"]["labels"].clone();
+            labels["leaderworkerset.sigs.k8s.io/worker-index"] = json!(worker.to_string());
+            pods.push(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{name}-0-{worker}"), "namespace": "default", "labels": labels},
+                "spec": {"nodeName": format!("gpu-{worker}"), "containers": [{"name": "vllm", "image": "v"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}));
+        }
+    }
+    pods
+}
+
+/// Issue 14: with every replica of story 4 ready, a new decode image renders
+/// one decode LeaderWorkerSet and nothing of prefill (nor the PodGroup).
+#[test]
+fn render_of_a_decode_change_touches_no_prefill_object() {
+    let options = tandem::render::Options::default();
+    let story = yaml_documents(&repo_path(
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    ));
+    let first = tandem::render::render(story, &options).unwrap();
+    let sets: Vec<&Value> = first
+        .apply
+        .iter()
+        .filter(|o| o["kind"] == "LeaderWorkerSet")
+        .collect();
+    assert_eq!(sets.len(), 3);
+    let mut world: Vec<Value> = first.apply.clone();
+    world.extend(ready_pods_of(&sets));
+    for object in world.iter_mut().filter(|o| o["kind"] == "InferenceService") {
+        object["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] =
+            json!("vllm/vllm-openai:v0.12.0");
+    }
+    let second = tandem::render::render(world.clone(), &options).unwrap();
+    let changed: Vec<String> = second
+        .apply
+        .iter()
+        .filter(|o| o["kind"] != "InferenceService")
+        .filter(|o| !world.contains(o))
+        .map(|o| {
+            format!(
+                "{} {}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        ["LeaderWorkerSet deepseek-r1-disagg-decode-1"],
+        "one decode replica per step, no prefill object, no PodGroup"
+    );
+    assert!(second.delete.is_empty());
 }

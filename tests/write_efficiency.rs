@@ -155,6 +155,25 @@ fn edit_service(fake: &FakeApi, name: &str, change: impl FnOnce(&mut Value)) {
     fake.take_calls();
 }
 
+/// The LeaderWorkerSets of a role, by name, as stored.
+fn role_sets(fake: &FakeApi, role: &str) -> Vec<Value> {
+    fake.list(LWS, "LeaderWorkerSet", "default")
+        .into_iter()
+        .filter(|o| o["metadata"]["labels"]["fusioninfer.io/role-name"] == role)
+        .collect()
+}
+
+/// The LeaderWorkerSets a reconcile patched.
+fn patched_sets(calls: &[Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| c.method == "PATCH" && c.path.contains("/leaderworkersets/"))
+        .map(|c| c.path.rsplit('/').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+const LWS: &str = "leaderworkerset.x-k8s.io/v1";
+
 #[tokio::test]
 async fn inference_service_reconciles_write_only_what_changed() {
     let fake = FakeApi::new();
@@ -164,6 +183,7 @@ async fn inference_service_reconciles_write_only_what_changed() {
     let mut table = Table::new(
         "InferenceService story 4 (P/D multi-node: prefill 1 x 2 nodes, decode 2 x 4 nodes)",
     );
+    let all_ready = |_: &Value| true;
 
     reconcile_service(&fake, &ctx, &name).await;
     let created = table.row(&fake, "create: 3 LeaderWorkerSets and the PodGroup");
@@ -174,6 +194,14 @@ async fn inference_service_reconciles_write_only_what_changed() {
 
     reconcile_service(&fake, &ctx, &name).await;
     assert_unchanged(table.row(&fake, "unchanged"), "after create");
+
+    fake.step_leader_worker_sets("default", all_ready);
+    fake.take_calls();
+    reconcile_service(&fake, &ctx, &name).await;
+    let ready = table.row(&fake, "every pod ready: the status says so");
+    assert_eq!((ready.patches, ready.deletes, ready.status), (0, 0, 1));
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_unchanged(table.row(&fake, "unchanged"), "once ready");
 
     edit_service(&fake, &name, |s| {
         s["spec"]["roles"][1]["replicas"] = json!(3)
@@ -188,22 +216,71 @@ async fn inference_service_reconciles_write_only_what_changed() {
     assert_eq!(scaled.events, scaled.patches);
     reconcile_service(&fake, &ctx, &name).await;
     assert_unchanged(table.row(&fake, "unchanged"), "after scale up");
+    fake.step_leader_worker_sets("default", all_ready);
+    fake.take_calls();
+    reconcile_service(&fake, &ctx, &name).await;
+    table.row(&fake, "the new replica ready: the status says so");
 
+    // A new decode image: decode's revision moves, prefill's does not
+    // (`plan::children::role_revision`), and RollingUpdate replaces one
+    // decode replica at a time (maxUnavailable 1, maxSurge 0).
+    let prefill_before = role_sets(&fake, "prefill");
+    let pod_group_before = fake.list("scheduling.volcano.sh/v1beta1", "PodGroup", "default");
     edit_service(&fake, &name, |s| {
         s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] =
             json!("vllm/vllm-openai:v0.12.0");
     });
-    reconcile_service(&fake, &ctx, &name).await;
-    let template = table.row(
-        &fake,
-        "decode template change (new revision: all 4 LeaderWorkerSets)",
+    let mut replaced = Vec::new();
+    for step in 1..=3 {
+        reconcile_service(&fake, &ctx, &name).await;
+        let calls = fake.take_calls();
+        let patched = patched_sets(&calls);
+        let counts = Counts::of(&calls);
+        assert_eq!(patched.len(), 1, "one replica per step: {patched:?}");
+        assert!(
+            patched[0].starts_with("deepseek-r1-disagg-decode-"),
+            "{patched:?}"
+        );
+        assert_eq!((counts.patches, counts.deletes), (1, 0), "{counts:?}");
+        assert_eq!(counts.events, 1, "the replaced replica's Event: {counts:?}");
+        replaced.push(patched[0].clone());
+        table.rows.push((
+            format!(
+                "decode image, step {step}: {} replaced",
+                patched[0].trim_start_matches("deepseek-r1-disagg-")
+            ),
+            counts,
+        ));
+        // Nothing new is ready: nothing is written.
+        reconcile_service(&fake, &ctx, &name).await;
+        assert_unchanged(
+            table.row(&fake, "unchanged (the replaced replica not ready yet)"),
+            "while a replaced replica starts",
+        );
+        fake.step_leader_worker_sets("default", all_ready);
+        fake.take_calls();
+    }
+    replaced.sort();
+    assert_eq!(
+        replaced,
+        [
+            "deepseek-r1-disagg-decode-0",
+            "deepseek-r1-disagg-decode-1",
+            "deepseek-r1-disagg-decode-2"
+        ]
     );
-    // The revision label is a hash of every serving role's template
-    // (`plan::children::revision`), so the prefill replica is applied too;
-    // the PodGroup does not change.
-    assert_eq!(template.patches, 4, "{template:?}");
-    assert_eq!(template.events, 4);
-    assert_eq!(template.deletes, 0);
+    reconcile_service(&fake, &ctx, &name).await;
+    let done = table.row(&fake, "the last replica ready: the status says so");
+    assert_eq!((done.patches, done.deletes, done.status), (0, 0, 1));
+    assert_eq!(
+        role_sets(&fake, "prefill"),
+        prefill_before,
+        "prefill's LeaderWorkerSets are byte-identical"
+    );
+    assert_eq!(
+        fake.list("scheduling.volcano.sh/v1beta1", "PodGroup", "default"),
+        pod_group_before
+    );
     reconcile_service(&fake, &ctx, &name).await;
     assert_unchanged(table.row(&fake, "unchanged"), "after the template change");
 

@@ -6,6 +6,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,12 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
         type_ = "string",
         json_path = ".status.ready",
         description = "Ready replicas over desired replicas, all serving roles together"
+    ),
+    printcolumn(
+        name = "Up-To-Date",
+        type_ = "string",
+        json_path = ".status.updated",
+        description = "Replicas at their role's update revision over desired replicas, all serving roles together"
     ),
     printcolumn(
         name = "Status",
@@ -70,6 +77,28 @@ pub struct InferenceServiceSpec {
 }
 
 impl InferenceServiceSpec {
+    /// The RollingUpdate pace of `role`: each field of its own
+    /// `rollingUpdate` when set, else the service's
+    /// `upgradeStrategy.rollingUpdate`.
+    pub fn rolling_update_for(&self, role: &Role) -> RollingUpdateOptions {
+        let service = self
+            .upgrade_strategy
+            .as_ref()
+            .and_then(|u| u.rolling_update.clone())
+            .unwrap_or_default();
+        let Some(own) = role.rolling_update.clone() else {
+            return service;
+        };
+        RollingUpdateOptions {
+            max_unavailable: own.max_unavailable.or(service.max_unavailable),
+            max_surge: own.max_surge.or(service.max_surge),
+            partition: own.partition.or(service.partition),
+            progress_deadline_seconds: own
+                .progress_deadline_seconds
+                .or(service.progress_deadline_seconds),
+        }
+    }
+
     /// `spec.upgradeStrategy.type`, RollingUpdate when unset.
     pub fn upgrade_type(&self) -> UpgradeType {
         self.upgrade_strategy
@@ -164,6 +193,11 @@ pub struct Role {
     /// instead of the one generated from `strategy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_picker_config: Option<String>,
+
+    /// Serving roles: this role's RollingUpdate pace; each field it sets
+    /// overrides the same field of spec.upgradeStrategy.rollingUpdate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateOptions>,
 }
 
 impl Role {
@@ -254,6 +288,36 @@ pub struct UpgradeStrategy {
     /// Options of IncrementalUpgrade; NewRevision uses only its gatewayClassName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental_upgrade_options: Option<IncrementalUpgradeOptions>,
+    /// How RollingUpdate paces a role's replicas (every role alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RollingUpdateOptions>,
+}
+
+/// The pace of a RollingUpdate, applied to each serving role: how many of its
+/// replicas may be out of service, and how many extra may run, while its
+/// replicas move to the role's new revision one LeaderWorkerSet at a time.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollingUpdateOptions {
+    /// Replicas of a role that may be out of service (not ready, or being
+    /// replaced) during the update: a count, or a percent of the role's
+    /// replicas rounded down. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Replicas of a role that may run beyond its desired count during the
+    /// update (extra GPUs): a count, or a percent of the role's replicas
+    /// rounded up. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrString>,
+    /// Replicas with an index below it keep the old revision (a canary).
+    /// Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<i32>,
+    /// Seconds a replica moved to the new revision may take to become ready
+    /// before the rollout halts (Progressing=False, ProgressDeadlineExceeded).
+    /// Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline_seconds: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -321,6 +385,11 @@ pub struct InferenceServiceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
 
+    /// Replicas at their role's update revision over desired replicas of the
+    /// serving roles ("3/6").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated: Option<String>,
+
     /// Locks held by ScaleViews: a locked role's replicas change only through its view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
@@ -344,6 +413,19 @@ pub struct ComponentStatus {
     pub phase: ComponentPhase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<Time>,
+    /// Serving roles: replicas at the role's update revision.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// Serving roles: replicas at the update revision whose every node is ready.
+    #[serde(default)]
+    pub updated_ready_replicas: i32,
+    /// Serving roles: the revision most replicas ran before the update; the
+    /// update revision once every replica runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// Serving roles: the revision new and replaced replicas get.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -442,7 +524,157 @@ pub fn validate(spec: &InferenceServiceSpec) -> Findings {
     if let Some(upgrade) = &spec.upgrade_strategy {
         validate_upgrade(upgrade, &mut findings);
     }
+    validate_rolling_update(spec, &mut findings);
     findings
+}
+
+/// One budget of a `rollingUpdate` block: a count >= 0 or a percent from 0%
+/// to 100%.
+fn validate_budget(value: &IntOrString, at: &str, findings: &mut Findings) {
+    match value {
+        IntOrString::Int(n) if *n < 0 => findings.deny(at, format!("must be >= 0, got {n}")),
+        IntOrString::Int(_) => {}
+        IntOrString::String(text) => match text.strip_suffix('%').map(|p| p.parse::<i64>()) {
+            Some(Ok(percent)) if (0..=100).contains(&percent) => {}
+            Some(Ok(percent)) => findings.deny(
+                at,
+                format!("a percent must be between 0% and 100%, got {percent}%"),
+            ),
+            _ => findings.deny(
+                at,
+                format!("must be a count (such as 1) or a percent (such as \"25%\"), got {text:?}"),
+            ),
+        },
+    }
+}
+
+/// The fields of one `rollingUpdate` block at `at` on their own: budgets a
+/// count >= 0 or a percent from 0% to 100%, a partition >= 0, a deadline
+/// above 0.
+fn validate_rolling_fields(rolling: &RollingUpdateOptions, at: &str, findings: &mut Findings) {
+    if let Some(value) = &rolling.max_unavailable {
+        validate_budget(value, &format!("{at}.maxUnavailable"), findings);
+    }
+    if let Some(value) = &rolling.max_surge {
+        validate_budget(value, &format!("{at}.maxSurge"), findings);
+    }
+    if let Some(partition) = rolling.partition
+        && partition < 0
+    {
+        findings.deny(
+            format!("{at}.partition"),
+            format!("must be >= 0, got {partition}"),
+        );
+    }
+    if let Some(seconds) = rolling.progress_deadline_seconds
+        && seconds <= 0
+    {
+        findings.deny(
+            format!("{at}.progressDeadlineSeconds"),
+            format!("must be > 0, got {seconds}"),
+        );
+    }
+}
+
+/// `spec.upgradeStrategy.rollingUpdate` and each role's `rollingUpdate`:
+/// their fields ([`validate_rolling_fields`]), then each serving role's
+/// effective pace ([`InferenceServiceSpec::rolling_update_for`]): budgets not
+/// both 0 (the rollout could never move) and a partition at most the role's
+/// replicas, denied at the field that sets them. A router role has no
+/// replicas to roll; other strategies ignore the blocks, with a warning.
+fn validate_rolling_update(spec: &InferenceServiceSpec, findings: &mut Findings) {
+    let service_at = "spec.upgradeStrategy.rollingUpdate";
+    let service = spec
+        .upgrade_strategy
+        .as_ref()
+        .and_then(|u| u.rolling_update.as_ref());
+    let strategy = spec.upgrade_type();
+    let mut given: Vec<String> = service.iter().map(|_| service_at.to_owned()).collect();
+    given.extend(
+        spec.roles
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.rolling_update.is_some())
+            .map(|(i, _)| format!("spec.roles[{i}].rollingUpdate")),
+    );
+    if given.is_empty() {
+        return;
+    }
+    if strategy != UpgradeType::RollingUpdate {
+        for at in given {
+            findings.warn(format!(
+                "{at} is ignored: spec.upgradeStrategy.type is {strategy:?}"
+            ));
+        }
+        return;
+    }
+    if let Some(rolling) = service {
+        validate_rolling_fields(rolling, service_at, findings);
+    }
+    for (i, role) in spec.roles.iter().enumerate() {
+        let Some(own) = &role.rolling_update else {
+            continue;
+        };
+        let at = format!("spec.roles[{i}].rollingUpdate");
+        if role.is_router() {
+            findings.deny(
+                at,
+                "a router role has no replicas to roll: set it on a serving role or in spec.upgradeStrategy.rollingUpdate",
+            );
+            continue;
+        }
+        validate_rolling_fields(own, &at, findings);
+    }
+    let is_zero = |v: &IntOrString| match v {
+        IntOrString::Int(n) => *n == 0,
+        IntOrString::String(text) => text
+            .strip_suffix('%')
+            .and_then(|p| p.parse::<i64>().ok())
+            .is_some_and(|p| p == 0),
+    };
+    for (i, role) in spec
+        .roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_router())
+    {
+        let effective = spec.rolling_update_for(role);
+        let own = role.rolling_update.as_ref();
+        let from = |set: bool| {
+            if set {
+                format!("spec.roles[{i}].rollingUpdate")
+            } else {
+                service_at.to_owned()
+            }
+        };
+        // Unset: maxUnavailable 1, maxSurge 0.
+        let unavailable_zero = effective.max_unavailable.as_ref().is_some_and(is_zero);
+        let surge_zero = effective.max_surge.as_ref().is_none_or(is_zero);
+        if unavailable_zero && surge_zero {
+            let own_sets =
+                own.is_some_and(|o| o.max_unavailable.is_some() || o.max_surge.is_some());
+            let field = format!("{}.maxUnavailable", from(own_sets));
+            if !findings.violations.iter().any(|v| v.field == field) {
+                findings.deny(
+                    field,
+                    "maxUnavailable and maxSurge cannot both be 0: no replica could ever be replaced",
+                );
+            }
+        }
+        if let Some(partition) = effective.partition
+            && partition > role.replicas()
+        {
+            let own_sets = own.is_some_and(|o| o.partition.is_some());
+            findings.deny(
+                format!("{}.partition", from(own_sets)),
+                format!(
+                    "must be at most the replicas of role {} (spec.roles[{i}].replicas {}), got {partition}",
+                    role.name,
+                    role.replicas()
+                ),
+            );
+        }
+    }
 }
 
 fn validate_roles(roles: &[Role], findings: &mut Findings) {
@@ -1168,6 +1400,166 @@ mod tests {
         let mut missing = pd();
         missing["upgradeStrategy"] = json!({"type": "IncrementalUpgrade"});
         assert!(denial(missing).starts_with(&format!("{at}: required when")));
+    }
+
+    fn rolling(options: serde_json::Value) -> serde_json::Value {
+        let mut value = pd();
+        value["upgradeStrategy"] = json!({"type": "RollingUpdate", "rollingUpdate": options});
+        value
+    }
+
+    /// Issue 14's validation table: each case names the field it breaks.
+    #[test]
+    fn rolling_update_options() {
+        for valid in [
+            json!({}),
+            json!({"maxUnavailable": 1, "maxSurge": 0}),
+            json!({"maxUnavailable": 0, "maxSurge": 1}),
+            json!({"maxUnavailable": "25%", "maxSurge": "25%", "partition": 1, "progressDeadlineSeconds": 60}),
+            json!({"maxUnavailable": "100%", "partition": 1}),
+        ] {
+            let findings = validate(&spec(rolling(valid.clone())));
+            assert!(
+                findings.is_allowed(),
+                "{valid}: {}",
+                findings.denial_message()
+            );
+        }
+        let at = "spec.upgradeStrategy.rollingUpdate";
+        let cases = [
+            (
+                json!({"maxUnavailable": 0, "maxSurge": 0}),
+                format!("{at}.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"),
+            ),
+            (
+                json!({"maxUnavailable": "0%", "maxSurge": "0%"}),
+                format!("{at}.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"),
+            ),
+            (
+                json!({"maxUnavailable": 0}),
+                format!("{at}.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"),
+            ),
+            (
+                json!({"maxUnavailable": -1}),
+                format!("{at}.maxUnavailable: must be >= 0, got -1"),
+            ),
+            (
+                json!({"maxSurge": -2}),
+                format!("{at}.maxSurge: must be >= 0, got -2"),
+            ),
+            (
+                json!({"maxSurge": "150%"}),
+                format!("{at}.maxSurge: a percent must be between 0% and 100%, got 150%"),
+            ),
+            (
+                json!({"maxUnavailable": "101%"}),
+                format!("{at}.maxUnavailable: a percent must be between 0% and 100%, got 101%"),
+            ),
+            (
+                json!({"maxUnavailable": "one"}),
+                format!("{at}.maxUnavailable: must be a count (such as 1) or a percent"),
+            ),
+            (
+                json!({"partition": 3}),
+                format!(
+                    "{at}.partition: must be at most the replicas of role prefill (spec.roles[0].replicas 1), got 3"
+                ),
+            ),
+            (
+                json!({"partition": -1}),
+                format!("{at}.partition: must be >= 0, got -1"),
+            ),
+            (
+                json!({"progressDeadlineSeconds": 0}),
+                format!("{at}.progressDeadlineSeconds: must be > 0, got 0"),
+            ),
+        ];
+        for (options, expected) in cases {
+            let message = denial(rolling(options.clone()));
+            assert!(
+                message.starts_with(&expected),
+                "{options}: expected {expected:?}, got {message:?}"
+            );
+        }
+        // A role's own block overrides the service's field by field, and is
+        // denied at its own path.
+        let mut own = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
+        own["roles"][1]["rollingUpdate"] = json!({"maxSurge": 0});
+        assert!(
+            denial(own).starts_with(
+                "spec.roles[1].rollingUpdate.maxUnavailable: maxUnavailable and maxSurge cannot both be 0"
+            )
+        );
+        let mut own = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
+        own["roles"][1]["rollingUpdate"] = json!({"maxUnavailable": 1, "partition": 3});
+        assert!(
+            denial(own).starts_with(
+                "spec.roles[1].rollingUpdate.partition: must be at most the replicas of role decode (spec.roles[1].replicas 2), got 3"
+            )
+        );
+        let mut own = rolling(json!({}));
+        own["roles"][0]["rollingUpdate"] = json!({"maxSurge": "-5%"});
+        assert!(denial(own).starts_with(
+            "spec.roles[0].rollingUpdate.maxSurge: a percent must be between 0% and 100%, got -5%"
+        ));
+        let mut fine = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
+        fine["roles"][1]["rollingUpdate"] =
+            json!({"maxUnavailable": 1, "maxSurge": 0, "partition": 2});
+        let fine = spec(fine);
+        assert!(validate(&fine).is_allowed());
+        let decode = fine.rolling_update_for(&fine.roles[1]);
+        assert_eq!(
+            (decode.max_unavailable, decode.max_surge, decode.partition),
+            (
+                Some(IntOrString::Int(1)),
+                Some(IntOrString::Int(0)),
+                Some(2)
+            )
+        );
+        let prefill = fine.rolling_update_for(&fine.roles[0]);
+        assert_eq!(
+            (
+                prefill.max_unavailable,
+                prefill.max_surge,
+                prefill.partition
+            ),
+            (Some(IntOrString::Int(0)), Some(IntOrString::Int(1)), None)
+        );
+        let mut router = rolling(json!({}));
+        router["roles"].as_array_mut().unwrap().push(
+            json!({"name": "router", "componentType": "router", "rollingUpdate": {"maxSurge": 1}}),
+        );
+        assert!(
+            denial(router)
+                .starts_with("spec.roles[2].rollingUpdate: a router role has no replicas to roll")
+        );
+
+        // Another strategy ignores them, with a warning.
+        let mut other = rolling(json!({"maxUnavailable": 0, "maxSurge": 0}));
+        other["upgradeStrategy"]["type"] = json!("None");
+        let findings = validate(&spec(other));
+        assert!(findings.is_allowed());
+        assert!(findings.warnings[0].starts_with("spec.upgradeStrategy.rollingUpdate is ignored"));
+    }
+
+    /// The webhook denies the same, naming the field.
+    #[test]
+    fn the_webhook_denies_a_rolling_update_that_cannot_move() {
+        let object = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen"},
+            "spec": rolling(json!({"maxUnavailable": "0%", "maxSurge": 0}))});
+        let denied = crate::admission::admit(
+            crate::admission::Kind::InferenceService,
+            "default",
+            &object,
+            None,
+            &crate::admission::lookup::Blind,
+        )
+        .expect_err("denied");
+        assert_eq!(
+            denied.violations[0].field,
+            "spec.upgradeStrategy.rollingUpdate.maxUnavailable"
+        );
     }
 
     #[test]

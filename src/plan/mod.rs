@@ -9,6 +9,7 @@ pub mod gang;
 pub mod inplace;
 pub mod leadership;
 pub mod locks;
+pub mod pacing;
 pub mod quantity;
 pub mod ratio;
 pub mod replicas;

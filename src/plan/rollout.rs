@@ -3,8 +3,9 @@
 //! reconcile, each at what share of the desired replicas, and, for NewRevision
 //! and IncrementalUpgrade, the one step [`upgrade`] takes between them.
 //!
-//! - **RollingUpdate** (default): one set of LeaderWorkerSets, updated in
-//!   place to the spec's revision; each LeaderWorkerSet rolls its pods.
+//! - **RollingUpdate** (default): one set of LeaderWorkerSets, each role's
+//!   moving to the role's revision a few replicas at a time
+//!   ([`super::pacing`], decided per role by the reconcile pass).
 //! - **None**: one set; a running replica keeps the revision it has, and only
 //!   replicas created later get the spec's.
 //! - **NewRevision** and **IncrementalUpgrade**: the spec's revision runs
@@ -42,8 +43,8 @@ pub const ROLLBACK_IN_PROGRESS: &str = "RollbackInProgress";
 pub enum Members {
     /// Those labelled with the run's revision (NewRevision, IncrementalUpgrade).
     Labelled,
-    /// Every LeaderWorkerSet, updated in place to the run's revision
-    /// (RollingUpdate).
+    /// Every LeaderWorkerSet, moved to its role's revision as
+    /// [`super::pacing`] allows (RollingUpdate).
     All,
     /// Every LeaderWorkerSet; those of another revision are left as they are
     /// (None).
@@ -107,6 +108,8 @@ pub struct Rollout {
     pub requeue: Option<SignedDuration>,
     /// What keeps the rollout from doing what it should.
     pub problems: Vec<String>,
+    /// The time it was planned at (RollingUpdate paces replicas with it).
+    pub now: Timestamp,
 }
 
 impl Rollout {
@@ -181,6 +184,7 @@ pub fn plan(
             conditions: Vec::new(),
             requeue: None,
             problems: Vec::new(),
+            now,
         }
     };
     match strategy {
@@ -556,6 +560,7 @@ impl SideBySide<'_> {
             conditions,
             requeue,
             problems,
+            now: self.now,
         }
     }
 }
@@ -1337,7 +1342,8 @@ mod tests {
         assert!(pass.delete.is_empty());
         assert_eq!(
             pass.apply[0].object["metadata"]["labels"][REVISION],
-            children::revision(&s.spec)
+            children::role_revision(&s.spec, &s.spec.roles[0]),
+            "labelled with the role's revision"
         );
         let progressing = pass
             .status

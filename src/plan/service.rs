@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::quantity::Quantity;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
-use super::{children, gang, revision, router, scale_view, topology, traffic, upgrade, victims};
+use super::{
+    children, gang, pacing, revision, router, scale_view, topology, traffic, upgrade, victims,
+};
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
@@ -226,6 +228,10 @@ pub struct Plan {
     pub desired: Vec<Desired>,
     pub kept: BTreeSet<(String, String, String)>,
     pub problems: Vec<String>,
+    /// Why a RollingUpdate removes a replica, by LeaderWorkerSet name.
+    pub delete_notes: BTreeMap<String, String>,
+    /// The RollingUpdate step of each role that is moving to a new revision.
+    pub paced: BTreeMap<String, pacing::Paced>,
 }
 
 fn key(object: &Value) -> (String, String, String) {
@@ -281,6 +287,121 @@ pub fn plan(
                 .find(|r| r.name == role.name)
                 .unwrap_or(role)
                 .scale_down_policy();
+            // Side by side, a replica is labelled with its run's (service)
+            // revision; otherwise with its role's own.
+            let label = match run.members {
+                Members::Labelled => run.revision.clone(),
+                Members::All | Members::AllKeepingOthers => children::role_revision(spec, role),
+            };
+            let placement = |index: u32| topology::Placement {
+                scheduler_name: scheduling.scheduler_name.clone(),
+                annotations: if scheduling.gang {
+                    gang::pod_annotations(name, &role.name, index)
+                } else {
+                    BTreeMap::new()
+                },
+            };
+            let of_role =
+                |o: &Value| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str();
+            let at_index = |index: u32| {
+                members
+                    .iter()
+                    .copied()
+                    .find(move |o| of_role(o) && index_of(o) == Some(index))
+            };
+            // A role rolls while a replica or a pod of it runs another
+            // revision (the old pods of the last replaced replica included).
+            let rolling = run.members == Members::All
+                && members
+                    .iter()
+                    .copied()
+                    .filter(|o| of_role(o))
+                    .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
+                    .chain(pods.iter().filter(|p| of_role(p)))
+                    .any(|o| revision::of(o) != Some(label.as_str()));
+            if rolling {
+                let nodes = usize::try_from(role.node_count()).unwrap_or(1);
+                let replicas = pacing::observe(&role.name, nodes, &members, &pods);
+                let options = service.spec.rolling_update_for(
+                    service
+                        .spec
+                        .roles
+                        .iter()
+                        .find(|r| r.name == role.name)
+                        .unwrap_or(role),
+                );
+                let paced = pacing::pace(&pacing::RoleRollout {
+                    role: &role.name,
+                    desired: u32::try_from(count).unwrap_or(0),
+                    update_revision: &label,
+                    budget: pacing::budget(Some(&options), count),
+                    policy,
+                    candidates: &seen.candidates,
+                    replicas: &replicas,
+                    now: rollout.now,
+                });
+                for (&index, step) in &paced.steps {
+                    match step {
+                        pacing::Step::Keep => {
+                            if let Some(existing) = at_index(index) {
+                                plan.kept.insert(key(existing));
+                            }
+                        }
+                        pacing::Step::Delete(why) => {
+                            if let Some(existing) = at_index(index) {
+                                plan.delete_notes.insert(
+                                    text(&existing["metadata"]["name"]).to_owned(),
+                                    why.clone(),
+                                );
+                            }
+                        }
+                        pacing::Step::Apply { why, updated_at } => {
+                            let mut object = topology::leader_worker_set(
+                                service,
+                                role,
+                                index,
+                                &label,
+                                &run.naming,
+                                &placement(index),
+                            )?;
+                            if let Some(at) = updated_at {
+                                object["metadata"]["annotations"] =
+                                    serde_json::json!({pacing::UPDATED_AT: at.to_string()});
+                            }
+                            plan.desired.push(Desired {
+                                object,
+                                why: why.clone().unwrap_or_else(|| {
+                                    format!(
+                                        "replica {index} of role {} at revision {label} ({} node(s))",
+                                        role.name,
+                                        role.node_count()
+                                    )
+                                }),
+                            });
+                        }
+                    }
+                }
+                // The next reconcile looks at this role again only while an
+                // old replica or old pods remain: the status says it rolls
+                // only then, so that it stays the same when nothing changes.
+                let mut paced = paced;
+                let rolls_on = paced.steps.values().any(|s| *s == pacing::Step::Keep)
+                    || pods
+                        .iter()
+                        .filter(|p| of_role(p))
+                        .any(|p| revision::of(p) != Some(label.as_str()));
+                if !rolls_on {
+                    paced.waiting = None;
+                }
+                let kept = paced.kept();
+                let leaving: BTreeSet<u32> = seen.with_pods.difference(&kept).copied().collect();
+                gang_members
+                    .entry(role.name.clone())
+                    .or_default()
+                    .extend(victims::pod_group_indices(&kept, &leaving));
+                plan.paced.insert(role.name.clone(), paced);
+                continue;
+            }
             let indices = victims::keep(
                 &seen.existing,
                 &seen.deleting,
@@ -289,16 +410,11 @@ pub fn plan(
                 &seen.candidates,
             );
             for &index in &indices {
-                let at_index = |o: &&&Value| {
-                    o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str()
-                        && index_of(o) == Some(index)
-                };
                 let left_alone = match (run.members, &run.spec) {
-                    (Members::AllKeepingOthers, _) => members
-                        .iter()
-                        .filter(at_index)
-                        .find(|o| revision::of(o) != Some(&run.revision)),
-                    (Members::Labelled, None) => members.iter().find(at_index),
+                    (Members::AllKeepingOthers, _) => {
+                        at_index(index).filter(|o| revision::of(o) != Some(label.as_str()))
+                    }
+                    (Members::Labelled, None) => at_index(index),
                     _ => None,
                 };
                 if let Some(existing) = left_alone {
@@ -312,34 +428,35 @@ pub fn plan(
                     ));
                     continue;
                 }
-                let placement = topology::Placement {
-                    scheduler_name: scheduling.scheduler_name.clone(),
-                    annotations: if scheduling.gang {
-                        gang::pod_annotations(name, &role.name, index)
-                    } else {
-                        BTreeMap::new()
-                    },
-                };
                 let share = if run.capacity < 100 {
                     format!(", {}% of {full}", run.capacity)
                 } else {
                     String::new()
                 };
+                let mut object = topology::leader_worker_set(
+                    service,
+                    role,
+                    index,
+                    &label,
+                    &run.naming,
+                    &placement(index),
+                )?;
+                // The time a past rollout moved this replica stays as it is.
+                if let Some(at) = at_index(index)
+                    .filter(|o| {
+                        run.members == Members::All && revision::of(o) == Some(label.as_str())
+                    })
+                    .and_then(|o| o["metadata"]["annotations"][pacing::UPDATED_AT].as_str())
+                {
+                    object["metadata"]["annotations"] = serde_json::json!({pacing::UPDATED_AT: at});
+                }
                 plan.desired.push(Desired {
-                    object: topology::leader_worker_set(
-                        service,
-                        role,
-                        index,
-                        &run.revision,
-                        &run.naming,
-                        &placement,
-                    )?,
+                    object,
                     why: format!(
-                        "replica {index} of role {} ({} of {count} replicas{share}, {} node(s) each, revision {})",
+                        "replica {index} of role {} ({} of {count} replicas{share}, {} node(s) each, revision {label})",
                         role.name,
                         index + 1,
                         role.node_count(),
-                        run.revision
                     ),
                 });
             }
@@ -373,11 +490,17 @@ pub fn plan(
     if let Some(traffic) = &rollout.traffic {
         traffic_objects(service, world, rollout, traffic, &mut plan)?;
     }
+    // The PodGroup goes first: a new replica's entry (a surge replica of a
+    // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
+    // pods that name it.
     if let Some(pod_group) = gang::pod_group(service, &gang_members)? {
-        plan.desired.push(Desired {
-            object: pod_group,
-            why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
-        });
+        plan.desired.insert(
+            0,
+            Desired {
+                object: pod_group,
+                why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
+            },
+        );
     }
     Ok(plan)
 }
@@ -774,9 +897,10 @@ pub fn reconcile(
         {
             let kind = child["kind"].as_str().unwrap_or("object");
             let name = child["metadata"]["name"].as_str().unwrap_or_default();
-            let why = match &rollout {
-                Some(rollout) => why_gone(service, rollout, child, world),
-                None => why_delete(service, child, world),
+            let why = match (&rollout, planned.delete_notes.get(name)) {
+                (_, Some(note)) => note.clone(),
+                (Some(rollout), None) => why_gone(service, rollout, child, world),
+                (None, None) => why_delete(service, child, world),
             };
             delete.push(Delete {
                 object: child.clone(),
@@ -786,12 +910,27 @@ pub fn reconcile(
     }
 
     let spec_revision = children::revision(&service.spec);
+    let role_revisions = children::role_revisions(&service.spec);
+    let side_by_side = service.spec.upgrade_type().runs_revisions_side_by_side();
     let revisions: Vec<&str> = match (service.spec.upgrade_type(), &rollout) {
         (UpgradeType::None, _) => Vec::new(),
         (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, Some(rollout)) => {
             rollout.revisions()
         }
-        _ => vec![spec_revision.as_str()],
+        (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, None) => {
+            vec![spec_revision.as_str()]
+        }
+        (UpgradeType::RollingUpdate, _) => role_revisions.values().map(String::as_str).collect(),
+    };
+    // The revision new replicas get: the role's own, or side by side the
+    // spec's (service) revision.
+    let update_revisions: BTreeMap<String, String> = if side_by_side {
+        role_revisions
+            .keys()
+            .map(|role| (role.clone(), spec_revision.clone()))
+            .collect()
+    } else {
+        role_revisions.clone()
     };
     // The router's status is its endpoint picker's; with revisions side by
     // side, the active revision's.
@@ -811,15 +950,23 @@ pub fn reconcile(
         router: router_deployment,
         revisions: &revisions,
         problems: &problems,
+        update_revisions,
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
     if let Some(rollout) = &rollout {
         report_rollout(service, rollout, &mut status, now);
     }
-    let (events, requeue) = rollout.map_or_else(Default::default, |r| {
+    let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
         (r.events, r.requeue.map(|d| d.unsigned_abs()))
     });
+    if let Some(paced) = report_paced(service, &planned.paced, &mut status, now) {
+        events.extend(paced.events);
+        requeue = match (requeue, paced.requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
     Pass {
         apply,
         delete,
@@ -880,6 +1027,99 @@ fn report_rollout(
     }
     status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
 }
+
+/// How soon to look again while a RollingUpdate waits for replicas to
+/// become ready (pods may send no event the controller watches).
+const READINESS_POLL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What a RollingUpdate adds to a reconcile: Events and when to look again.
+struct PacedReport {
+    events: Vec<rollout::Event>,
+    requeue: Option<std::time::Duration>,
+}
+
+/// Puts the RollingUpdate's state into the Progressing condition: False with
+/// ProgressDeadlineExceeded while a role is halted (and an Event the first
+/// time), True with RollingUpdate and what it waits for while replicas move.
+/// None when no role is moving.
+fn report_paced(
+    service: &InferenceService,
+    paced: &BTreeMap<String, pacing::Paced>,
+    status: &mut InferenceServiceStatus,
+    now: &Time,
+) -> Option<PacedReport> {
+    if paced.is_empty() {
+        return None;
+    }
+    let previous = service
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let halted: Vec<&str> = paced.values().filter_map(|p| p.halted.as_deref()).collect();
+    let waiting: Vec<&str> = paced
+        .values()
+        .filter_map(|p| p.waiting.as_deref())
+        .collect();
+    let mut events = Vec::new();
+    let condition = if halted.is_empty() {
+        if waiting.is_empty() {
+            None
+        } else {
+            Some(status::condition(
+                previous,
+                "Progressing",
+                true,
+                "RollingUpdate",
+                waiting.join("; "),
+                service.metadata.generation,
+                now,
+            ))
+        }
+    } else {
+        let message = halted.join("; ");
+        let already = previous.iter().any(|c| {
+            c.type_ == "Progressing"
+                && c.reason == PROGRESS_DEADLINE_EXCEEDED
+                && c.message == message
+        });
+        if !already {
+            events.push(rollout::Event {
+                reason: PROGRESS_DEADLINE_EXCEEDED,
+                note: message.clone(),
+            });
+        }
+        Some(status::condition(
+            previous,
+            "Progressing",
+            false,
+            PROGRESS_DEADLINE_EXCEEDED,
+            message,
+            service.metadata.generation,
+            now,
+        ))
+    };
+    if let Some(condition) = condition {
+        status.conditions.retain(|c| c.type_ != "Progressing");
+        status.conditions.push(condition);
+        status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    }
+    let moving = paced.values().any(|p| p.in_progress && p.halted.is_none());
+    let deadline = paced
+        .values()
+        .filter_map(|p| p.deadline)
+        .min()
+        .map(|d| d.duration_since(now.0).unsigned_abs());
+    let requeue = match (moving, deadline) {
+        (false, _) => None,
+        (true, Some(d)) => Some(d.clamp(std::time::Duration::from_secs(1), READINESS_POLL)),
+        (true, None) => Some(READINESS_POLL),
+    };
+    Some(PacedReport { events, requeue })
+}
+
+/// The Progressing reason of a halted RollingUpdate.
+pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 
 /// Why a child goes, for the Event: a revision's replica, Service or record
 /// in the words of the upgrade; anything else as [`why_delete`] says.

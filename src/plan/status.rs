@@ -40,6 +40,10 @@ pub struct Observed<'a> {
     /// What keeps the service from being applied (an API that is not
     /// installed, a spec the webhook would deny): reported as Failed.
     pub problems: &'a [String],
+    /// The revision each serving role's new and replaced replicas get, by
+    /// role name (`updateRevision`); a role without one reports no
+    /// revisions.
+    pub update_revisions: BTreeMap<String, String>,
 }
 
 /// One role's state and, when failing, why.
@@ -59,7 +63,7 @@ pub fn status(
     let mut failures = Vec::new();
     let mut waiting = Vec::new();
     let mut outdated = false;
-    let (mut ready, mut desired) = (0, 0);
+    let (mut ready, mut desired, mut updated) = (0, 0, 0);
     for role in &service.spec.roles {
         let component = if role.is_router() {
             router_component(role, observed.router)
@@ -80,6 +84,7 @@ pub fn status(
         if !role.is_router() {
             ready += status.ready_replicas;
             desired += status.desired_replicas;
+            updated += status.updated_replicas.min(status.desired_replicas);
         }
         let before = previous.components.get(&role.name);
         status.last_update_time = match before {
@@ -166,6 +171,7 @@ pub fn status(
         conditions: kept,
         components,
         ready: Some(format!("{ready}/{desired}")),
+        updated: Some(format!("{updated}/{desired}")),
         // Owned by the ScaleView controller: carried over as is. The upgrade
         // is decided by plan::rollout, which sets it after this.
         scale_views: previous.scale_views,
@@ -199,6 +205,7 @@ pub fn reported(status: &InferenceServiceStatus) -> Value {
         "conditions": status.conditions,
         "components": status.components,
         "ready": status.ready,
+        "updated": status.updated,
         "upgrade": upgrade,
     })
 }
@@ -283,6 +290,39 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         .collect();
     let outdated =
         !observed.revisions.is_empty() && revisions.iter().any(|r| !observed.revisions.contains(r));
+    let update_revision = observed.update_revisions.get(&role.name);
+    let (updated_replicas, updated_ready_replicas, current_revision) = match update_revision {
+        Some(update) => {
+            let mut replicas_at: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+            for pod in &pods {
+                if let (Some(revision), Some(index)) = (
+                    label(pod, children::REVISION),
+                    label(pod, children::REPLICA_INDEX),
+                ) {
+                    replicas_at.entry(revision).or_default().insert(index);
+                }
+            }
+            let at_update: Vec<&Value> = pods
+                .iter()
+                .copied()
+                .filter(|p| label(p, children::REVISION) == Some(update.as_str()))
+                .collect();
+            // The revision most replicas run besides the update revision
+            // (the lowest on a tie); the update revision when none other runs.
+            let current = replicas_at
+                .iter()
+                .filter(|(r, _)| **r != update.as_str())
+                .max_by_key(|(r, indices)| (indices.len(), std::cmp::Reverse(**r)))
+                .map_or(update.as_str(), |(r, _)| *r);
+            (
+                i32::try_from(replicas_at.get(update.as_str()).map_or(0, BTreeSet::len))
+                    .unwrap_or(i32::MAX),
+                self::ready_replicas(&at_update, nodes),
+                Some(current.to_owned()),
+            )
+        }
+        None => (0, 0, None),
+    };
     let phase = if failure.is_some() {
         ComponentPhase::Failed
     } else if unknown {
@@ -303,6 +343,10 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
             ready_pods,
             phase,
             last_update_time: None,
+            updated_replicas,
+            updated_ready_replicas,
+            current_revision,
+            update_revision: update_revision.cloned(),
         },
         failure,
         outdated,
@@ -355,6 +399,7 @@ fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
             ready_pods: ready,
             phase,
             last_update_time: None,
+            ..Default::default()
         },
         failure: None,
         outdated: false,
@@ -413,6 +458,7 @@ mod tests {
                 router: None,
                 revisions: &["r1"],
                 problems: &[],
+                ..Default::default()
             },
             &time(now),
         )
@@ -539,6 +585,7 @@ mod tests {
                 router: None,
                 revisions: &["r1"],
                 problems: &problems,
+                ..Default::default()
             },
             &time("2026-11-21T10:00:00Z"),
         );
@@ -590,6 +637,7 @@ mod tests {
                 router: None,
                 revisions: &["r1", "r2"],
                 problems: &[],
+                ..Default::default()
             },
             &time("2026-11-21T10:00:00Z"),
         );
@@ -601,6 +649,7 @@ mod tests {
                 router: None,
                 revisions: &[],
                 problems: &[],
+                ..Default::default()
             },
             &time("2026-11-21T10:00:00Z"),
         );
@@ -650,6 +699,7 @@ mod tests {
                 router: Some(&deployment),
                 revisions: &["r1"],
                 problems: &[],
+                ..Default::default()
             },
             &time("2026-11-21T10:00:00Z"),
         );
@@ -671,6 +721,7 @@ mod tests {
                 router: Some(&deployment),
                 revisions: &["r1"],
                 problems: &[],
+                ..Default::default()
             },
             &time("2026-11-21T10:00:00Z"),
         );

@@ -427,6 +427,7 @@ mod tests {
         beside.spec.upgrade_strategy = Some(crate::api::inference_service::UpgradeStrategy {
             type_: Some(crate::api::inference_service::UpgradeType::IncrementalUpgrade),
             incremental_upgrade_options: None,
+            rolling_update: None,
         });
         let fits = "s".repeat(41);
         assert!(check_names(&fits, &service.spec).is_allowed());

@@ -390,6 +390,7 @@ fn settings(options: &IncrementalUpgradeOptions) -> Result<Settings, String> {
     let strategy = UpgradeStrategy {
         type_: Some(UpgradeType::IncrementalUpgrade),
         incremental_upgrade_options: Some(options.clone()),
+        rolling_update: None,
     };
     let mut findings = Findings::default();
     validate_upgrade(&strategy, &mut findings);

@@ -112,8 +112,14 @@ pub(crate) async fn record(
         (_, Some(_)) => "Apply",
         (_, None) => "Upgrade",
     };
+    // A halted rollout needs someone to look: a Warning.
+    let type_ = if reason == crate::plan::service::PROGRESS_DEADLINE_EXCEEDED {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
     let event = Event {
-        type_: EventType::Normal,
+        type_,
         reason: reason.to_owned(),
         note: Some(note.to_owned()),
         action: action.to_owned(),

@@ -759,6 +759,64 @@ impl FakeApi {
         })
     }
 
+    /// Plays LeaderWorkerSet's controller once, for tests that step a
+    /// rollout by hand and decide readiness per LeaderWorkerSet (the
+    /// continuous controller is [`FakeApi::run_leader_worker_sets`]): every
+    /// LeaderWorkerSet in `namespace` has its `size` pods (leader and workers) at the
+    /// revision and replica index of its pod template, ready when `ready`
+    /// says so for the LeaderWorkerSet; pods of another revision or of a
+    /// LeaderWorkerSet that is gone are removed (the old pods of a replaced
+    /// replica). Returns the pods' names.
+    pub fn step_leader_worker_sets(
+        &self,
+        namespace: &str,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Vec<String> {
+        const LWS: &str = "leaderworkerset.x-k8s.io/v1";
+        let sets = self.list(LWS, "LeaderWorkerSet", namespace);
+        let mut wanted = BTreeMap::new();
+        for lws in &sets {
+            let name = lws["metadata"]["name"].as_str().expect("name");
+            let group = &lws["spec"]["leaderWorkerTemplate"];
+            let size = group["size"].as_u64().unwrap_or(1);
+            let is_ready = ready(lws);
+            for worker in 0..size {
+                let template = if worker == 0 && !group["leaderTemplate"].is_null() {
+                    &group["leaderTemplate"]
+                } else {
+                    &group["workerTemplate"]
+                };
+                let mut labels = template["metadata"]["labels"].clone();
+                labels["leaderworkerset.sigs.k8s.io/worker-index"] = json!(worker.to_string());
+                let pod = format!("{name}-0-{worker}");
+                wanted.insert(
+                    pod.clone(),
+                    json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": pod, "namespace": namespace, "labels": labels},
+                        "spec": {"nodeName": format!("gpu-{worker}"), "containers": template["spec"]["containers"]},
+                        "status": {"phase": "Running", "conditions": [
+                            {"type": "Ready", "status": if is_ready { "True" } else { "False" }}]}}),
+                );
+            }
+        }
+        for pod in self.list("v1", "Pod", namespace) {
+            let name = pod["metadata"]["name"].as_str().expect("name");
+            let same = wanted.get(name).is_some_and(|w| {
+                w["metadata"]["labels"] == pod["metadata"]["labels"] && w["status"] == pod["status"]
+            });
+            if same {
+                wanted.remove(name);
+            } else if !wanted.contains_key(name) {
+                self.remove("v1", "Pod", namespace, name);
+            }
+        }
+        let names = wanted.keys().cloned().collect();
+        for pod in wanted.into_values() {
+            self.insert(pod);
+        }
+        names
+    }
+
     /// Removes a stored object at once, finalizers or not (as if they had
     /// been stripped by hand, or the controller crashed before running them).
     pub fn remove(&self, api_version: &str, kind: &str, namespace: &str, name: &str) {
