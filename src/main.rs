@@ -1,4 +1,11 @@
 //! The `tandem` binary: serve | render | crds | certs.
+// As in the library: no unchecked arithmetic (issue 16).
+#![warn(
+    clippy::arithmetic_side_effects,
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss
+)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -10,6 +10,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::limits::{
+    self, MAX_NODE_COUNT, MAX_PODS_PER_ROLE, MAX_PODS_PER_SERVICE, MAX_REPLICAS, MAX_ROLES,
+};
 use super::{Findings, dns1123_label_error, parse_at, schema};
 
 /// The desired state of an inference service: its roles and how they are
@@ -450,6 +453,12 @@ fn validate_roles(roles: &[Role], findings: &mut Findings) {
         findings.deny("spec.roles", "must list at least one role");
         return;
     }
+    if roles.len() > MAX_ROLES {
+        findings.deny(
+            "spec.roles",
+            format!("must list at most {MAX_ROLES} roles, got {}", roles.len()),
+        );
+    }
     let mut first_index_of: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, role) in roles.iter().enumerate() {
         let at = format!("spec.roles[{i}]");
@@ -468,6 +477,7 @@ fn validate_roles(roles: &[Role], findings: &mut Findings) {
         }
         validate_role(role, &at, findings);
     }
+    validate_service_pods(roles, findings);
 
     let types: BTreeSet<ComponentType> = roles.iter().map(|r| r.component_type).collect();
     let routers: Vec<usize> = roles
@@ -507,14 +517,59 @@ fn validate_roles(roles: &[Role], findings: &mut Findings) {
     }
 }
 
-fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
-    if let Some(replicas) = role.replicas
-        && replicas < 0
-    {
+/// The pods of a role: `replicas × nodeCount` (a router's replicas are one
+/// pod each), exact in an i64 for any two i32s.
+pub fn role_pods(role: &Role) -> i64 {
+    let nodes = if role.is_router() {
+        1
+    } else {
+        role.node_count().max(1)
+    };
+    i64::from(role.replicas().max(0)).saturating_mul(i64::from(nodes))
+}
+
+/// The service's pods, over all roles, within [`MAX_PODS_PER_SERVICE`].
+/// Checked only when every role is within its own limits, so the message
+/// points at the sum, not at a role already denied.
+fn validate_service_pods(roles: &[Role], findings: &mut Findings) {
+    let each_within = roles.iter().all(|r| {
+        (0..=MAX_REPLICAS).contains(&r.replicas())
+            && (r.is_router() || (1..=MAX_NODE_COUNT).contains(&r.node_count()))
+            && role_pods(r) <= MAX_PODS_PER_ROLE
+    });
+    if !each_within {
+        return;
+    }
+    let total = roles
+        .iter()
+        .fold(0i64, |sum, role| sum.saturating_add(role_pods(role)));
+    if total > MAX_PODS_PER_SERVICE {
         findings.deny(
-            format!("{at}.replicas"),
-            format!("must be >= 0, got {replicas}"),
+            "spec.roles",
+            format!(
+                "the service's pods (the sum over its roles of replicas × nodeCount) {}",
+                limits::over(MAX_PODS_PER_SERVICE, total)
+            ),
         );
+    }
+}
+
+fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
+    let mut counts_within = true;
+    if let Some(replicas) = role.replicas {
+        if replicas < 0 {
+            findings.deny(
+                format!("{at}.replicas"),
+                format!("must be >= 0, got {replicas}"),
+            );
+            counts_within = false;
+        } else if replicas > MAX_REPLICAS {
+            findings.deny(
+                format!("{at}.replicas"),
+                limits::over(MAX_REPLICAS, replicas),
+            );
+            counts_within = false;
+        }
     }
     if let Some(multinode) = &role.multinode {
         if role.is_router() {
@@ -522,14 +577,33 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
                 format!("{at}.multinode"),
                 "only allowed on serving roles, this role is a router",
             );
-        } else if let Some(n) = multinode.node_count
-            && n < 1
-        {
-            findings.deny(
-                format!("{at}.multinode.nodeCount"),
-                format!("must be >= 1, got {n}"),
-            );
+        } else if let Some(n) = multinode.node_count {
+            if n < 1 {
+                findings.deny(
+                    format!("{at}.multinode.nodeCount"),
+                    format!("must be >= 1, got {n}"),
+                );
+                counts_within = false;
+            } else if n > MAX_NODE_COUNT {
+                findings.deny(
+                    format!("{at}.multinode.nodeCount"),
+                    limits::over(MAX_NODE_COUNT, n),
+                );
+                counts_within = false;
+            }
         }
+    }
+    let pods = role_pods(role);
+    if counts_within && pods > MAX_PODS_PER_ROLE {
+        findings.deny(
+            format!("{at}.replicas"),
+            format!(
+                "the role's pods (replicas {} × nodeCount {}) {}",
+                role.replicas(),
+                role.node_count(),
+                limits::over(MAX_PODS_PER_ROLE, pods)
+            ),
+        );
     }
 
     if role.is_router() {
@@ -787,6 +861,10 @@ pub(crate) fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Finding
         Some(interval) if interval <= 0 => findings.deny(
             format!("{at}.intervalSeconds"),
             format!("must be > 0, got {interval}"),
+        ),
+        Some(interval) if interval > limits::MAX_INTERVAL_SECONDS => findings.deny(
+            format!("{at}.intervalSeconds"),
+            limits::over(limits::MAX_INTERVAL_SECONDS, interval),
         ),
         Some(_) => {}
     }

@@ -10,6 +10,7 @@
 //! stays available for older Volcano and is all-or-nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Add, Mul};
 
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde_json::{Value, json};
@@ -266,9 +267,10 @@ fn insert_resources(spec: &mut Value, parts: &[(&GangRole<'_>, u32)]) -> Result<
     for (gang_role, pods) in parts {
         for (name, request) in &gang_role.pod_requests {
             let overflow = |e| format!("role {:?}: {name}: {e}", gang_role.role.name);
-            let role_total = (*request * *pods).map_err(overflow)?;
+            // Quantity's operators are checked: they return a Result.
+            let role_total = request.mul(*pods).map_err(overflow)?;
             let entry = total.entry(name.as_str()).or_insert(Quantity::ZERO);
-            *entry = (*entry + role_total).map_err(overflow)?;
+            *entry = entry.add(role_total).map_err(overflow)?;
         }
     }
     if !total.is_empty() {

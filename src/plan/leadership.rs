@@ -142,9 +142,13 @@ pub enum Change {
 /// ends, as a failure, in time for the leader to stop).
 pub fn attempt_budget(state: Leadership, now: Instant, timing: &Timing) -> Duration {
     match state {
-        Leadership::Leader { renewed } => timing
-            .retry
-            .min((renewed + timing.renew_deadline).saturating_duration_since(now)),
+        // A deadline past the clock's range (durations of centuries) leaves
+        // just the retry period.
+        Leadership::Leader { renewed } => renewed
+            .checked_add(timing.renew_deadline)
+            .map_or(timing.retry, |deadline| {
+                timing.retry.min(deadline.saturating_duration_since(now))
+            }),
         Leadership::Follower | Leadership::Candidate => timing.retry,
     }
 }
@@ -153,9 +157,12 @@ pub fn attempt_budget(state: Leadership, now: Instant, timing: &Timing) -> Durat
 /// later, and for a leader no later than its renew deadline (that try has no
 /// time left, fails, and stops the controllers on time).
 pub fn next_try_at(state: Leadership, started: Instant, timing: &Timing) -> Instant {
-    let regular = started + timing.retry;
+    // Periods past the clock's range (centuries) count as none.
+    let regular = started.checked_add(timing.retry).unwrap_or(started);
     match state {
-        Leadership::Leader { renewed } => regular.min(renewed + timing.renew_deadline),
+        Leadership::Leader { renewed } => renewed
+            .checked_add(timing.renew_deadline)
+            .map_or(regular, |deadline| regular.min(deadline)),
         Leadership::Follower | Leadership::Candidate => regular,
     }
 }

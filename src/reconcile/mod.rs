@@ -231,14 +231,14 @@ where
 {
     let backoff = &ctx.conflict_backoff;
     let attempts = backoff.attempts.max(1);
-    let mut retry = 0;
+    let mut retry: u32 = 0;
     loop {
         match write().await {
-            Err(e) if is_conflict(&e) && retry + 1 < attempts => {
+            Err(e) if is_conflict(&e) && retry.saturating_add(1) < attempts => {
                 let wait = backoff.delay(retry);
                 tracing::debug!(what, error = %e, ?wait, "conflict; retrying");
                 tokio::time::sleep(wait).await;
-                retry += 1;
+                retry = retry.saturating_add(1);
             }
             Err(e) if is_conflict(&e) => {
                 let note = format!(
