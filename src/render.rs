@@ -276,6 +276,17 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         let Some(kind) = Kind::of(&key.api_version, &key.kind) else {
             continue;
         };
+        // What the API server's strict field validation would refuse; the
+        // webhook never sees such fields (the API server drops or refuses
+        // them first), but render reads the YAML as written.
+        denials.extend(
+            crate::api::schema::unknown_fields(&key.kind, object)
+                .into_iter()
+                .map(|violation| Denial {
+                    object: key.clone(),
+                    violation,
+                }),
+        );
         match admission::admit(kind, &key.namespace, object, None, &known) {
             Ok((admitted, found)) => {
                 warnings.extend(found.into_iter().map(|w| format!("{key}: {w}")));

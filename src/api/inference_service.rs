@@ -723,17 +723,9 @@ fn validate_template(
                 .unwrap_or(0),
         ),
     };
-    let mut names = BTreeSet::new();
+    super::pod_template::check(&pod, &format!("{field}.spec"), findings);
     for (c, container) in pod.containers.iter().enumerate() {
         let at = format!("{field}.spec.containers[{c}]");
-        if let Some(reason) = dns1123_label_error(&container.name) {
-            findings.deny(format!("{at}.name"), reason);
-        } else if !names.insert(container.name.as_str()) {
-            findings.deny(
-                format!("{at}.name"),
-                format!("duplicate container name {:?}", container.name),
-            );
-        }
         if filled_by_planner != Some(c)
             && container
                 .image
@@ -741,14 +733,6 @@ fn validate_template(
                 .is_none_or(|i| i.trim().is_empty())
         {
             findings.deny(format!("{at}.image"), "required: the container image");
-        }
-        for (p, port) in container.ports.iter().flatten().enumerate() {
-            if !(1..=65535).contains(&port.container_port) {
-                findings.deny(
-                    format!("{at}.ports[{p}].containerPort"),
-                    format!("must be between 1 and 65535, got {}", port.container_port),
-                );
-            }
         }
     }
 }

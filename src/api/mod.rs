@@ -8,9 +8,10 @@
 pub mod crds;
 pub mod inference_service;
 pub mod limits;
+pub mod pod_template;
 pub mod resource_scaling_group;
 pub mod scale_view;
-mod schema;
+pub mod schema;
 
 use std::fmt;
 
