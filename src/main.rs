@@ -256,7 +256,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
-                        let ctx = Arc::new(reconcile::Context::new(client.clone(), options));
+                        let ctx = Arc::new(
+                            reconcile::Context::new(client.clone(), options).reporting_as(&identity),
+                        );
                         tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
                         let election = reconcile::leader::Election::new(
                             client,
@@ -264,11 +266,11 @@ fn serve(args: ServeArgs) -> ExitCode {
                             &identity,
                             plan::leadership::Timing::DEFAULT,
                         );
-                        let start = move || {
+                        let start = move |stopping: reconcile::leader::Stopping| {
                             vec![
-                                tokio::spawn(reconcile::inference_service::run(ctx.clone())),
-                                tokio::spawn(reconcile::scale_view::run(ctx.clone())),
-                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone())),
+                                tokio::spawn(reconcile::inference_service::run(ctx.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::scale_view::run(ctx.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone(), stopping.signal())),
                             ]
                         };
                         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

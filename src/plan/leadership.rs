@@ -137,6 +137,16 @@ pub enum Change {
     StopControllers(String),
 }
 
+/// How long a replica that stops leading gives its controllers to finish the
+/// reconciles in flight before it aborts them: the part of the Lease that is
+/// left after the renew deadline. A leader that could not renew stops at its
+/// deadline, and no other replica can take the Lease before it expires, so
+/// waiting this long never overlaps with the next leader. On shutdown the
+/// Lease is released only after the wait.
+pub fn stop_grace(timing: &Timing) -> Duration {
+    timing.lease.saturating_sub(timing.renew_deadline)
+}
+
 /// How long the try beginning at `now` may take: the retry period, and for a
 /// leader no longer than is left of its renew deadline (so a try that hangs
 /// ends, as a failure, in time for the leader to stop).
@@ -215,6 +225,18 @@ pub fn next(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controllers_get_what_the_lease_leaves_after_the_deadline_to_stop() {
+        assert_eq!(stop_grace(&Timing::DEFAULT), Duration::from_secs(5));
+        let tight = Timing::new(
+            Duration::from_secs(1),
+            Duration::from_millis(900),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        assert_eq!(stop_grace(&tight), Duration::from_millis(100));
+    }
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use proptest::prelude::*;
 

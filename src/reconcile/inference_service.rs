@@ -5,6 +5,7 @@
 //! says the next upgrade step is due (Gateways are not watched).
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,7 +186,10 @@ fn error_policy(service: Arc<InferenceService>, error: &Error, _ctx: Arc<Context
 }
 
 /// Runs the controller until the stream ends (shutdown).
-pub async fn run(ctx: Arc<Context>) {
+///
+/// When `stop` completes the controller starts no new reconcile, lets those
+/// in flight finish and returns (leadership hand-over, `leader::lead`).
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let services: Api<InferenceService> = Api::all(client.clone());
     let lws = api_resource(&service_plan::LEADER_WORKER_SET);
@@ -229,6 +233,7 @@ pub async fn run(ctx: Arc<Context>) {
                 Some(ObjectRef::<InferenceService>::new(&service).within(&pod.namespace()?))
             },
         )
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

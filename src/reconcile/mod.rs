@@ -67,11 +67,12 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context whose Events name no reporting instance; `tandem serve`
+    /// names its replica with [`Context::reporting_as`].
     pub fn new(client: Client, options: Options) -> Context {
-        let instance = std::env::var("POD_NAME").ok();
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
-            instance,
+            instance: None,
         };
         Context {
             recorder: Recorder::new(client.clone(), reporter.clone()),
@@ -82,6 +83,17 @@ impl Context {
             now: Arc::new(Timestamp::now),
             conflict_backoff: ConflictBackoff::default(),
         }
+    }
+}
+
+impl Context {
+    /// Events recorded as by replica `instance` (`--pod-name`, the same name
+    /// the replica uses in the leader election), whatever the environment
+    /// says.
+    pub fn reporting_as(mut self, instance: &str) -> Context {
+        self.reporter.instance = Some(instance.to_owned());
+        self.recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        self
     }
 }
 

@@ -24,6 +24,7 @@
 //! other kinds (LeaderWorkerSets, RoleBasedGroups, discovered kinds) is seen.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -381,7 +382,10 @@ fn naming(
 }
 
 /// Runs the controller until the stream ends (shutdown).
-pub async fn run(ctx: Arc<Context>) {
+///
+/// When `stop` completes the controller starts no new reconcile, lets those
+/// in flight finish and returns (leadership hand-over, `leader::lead`).
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let controller = Controller::new(
         Api::<ResourceScalingGroup>::all(client.clone()),
@@ -423,6 +427,7 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default(),
             move |view| naming(&for_views, "fusioninfer.io", "ScaleView", &view),
         )
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

@@ -8,6 +8,7 @@
 //! status are retried on 409 (`retry_conflicts`); the finalizer and the lock
 //! carry a resourceVersion, so their 409 requeues the reconcile instead.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,7 +147,10 @@ fn error_policy(view: Arc<ScaleView>, error: &Error, _ctx: Arc<Context>) -> Acti
 
 /// Runs the controller until the stream ends (shutdown). A change of a
 /// target (its roles, its readiness) reconciles the views that target it.
-pub async fn run(ctx: Arc<Context>) {
+///
+/// When `stop` completes the controller starts no new reconcile, lets those
+/// in flight finish and returns (leadership hand-over, `leader::lead`).
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let controller = Controller::new(
         Api::<ScaleView>::all(client.clone()),
@@ -171,6 +175,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .collect::<Vec<_>>()
             },
         )
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
