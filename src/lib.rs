@@ -19,6 +19,7 @@ pub mod admission;
 pub mod api;
 pub mod certs;
 pub mod fuzzing;
+pub mod logging;
 pub mod plan;
 pub mod reconcile;
 pub mod render;

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use tandem::logging::LogFormat;
 use tandem::{admission, api, certs, plan, reconcile, render, server};
 
 #[derive(Parser)]
@@ -29,12 +30,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand)]
@@ -156,24 +151,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging(cli.log_format);
+            tandem::logging::init(cli.log_format);
             serve(args)
         }
         Command::Render(args) => run_render(args),
         Command::Crds { out_dir } => crds(out_dir),
         Command::Certs(args) => make_certs(args),
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 

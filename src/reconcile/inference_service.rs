@@ -52,7 +52,9 @@ fn child_api(
     ))
 }
 
-/// Reconciles one InferenceService.
+/// Reconciles one InferenceService. Every log line it writes names the
+/// service (the span's `object`).
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = "InferenceService", object = %super::object_key(service.as_ref())))]
 pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let (Some(namespace), Some(name)) = (
         service.metadata.namespace.as_deref(),
@@ -181,7 +183,7 @@ fn drop_stale_locks(patch: &mut Value, service: &InferenceService, next: &Infere
 }
 
 fn error_policy(service: Arc<InferenceService>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(service = %service.name_any(), %error, "reconcile failed; retrying");
+    tracing::warn!(kind = "InferenceService", object = %super::object_key(service.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }
 

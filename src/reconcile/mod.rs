@@ -97,6 +97,17 @@ impl Context {
     }
 }
 
+/// `namespace/name`: how every log line of a reconcile names its object
+/// (each reconciler's span carries it as `object`).
+pub fn object_key<K: kube::Resource>(object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
 /// Whether the API server answered 404: the object, or its whole API, is not there.
 pub(crate) fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)

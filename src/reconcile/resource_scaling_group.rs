@@ -59,6 +59,7 @@ pub const RESYNC: Duration = Duration::from_secs(30);
 const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
 /// Reconciles one ResourceScalingGroup, by strategy.
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = "ResourceScalingGroup", object = %super::object_key(rsg.as_ref())))]
 pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Action, Error> {
     match rsg.spec.scaling_strategy.type_ {
         ScalingStrategyType::InplaceScaling => inplace(rsg, ctx).await,
@@ -342,7 +343,7 @@ async fn record(recorder: &Recorder, reference: &ObjectReference, namespace: &st
 }
 
 fn error_policy(rsg: Arc<ResourceScalingGroup>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(group = %rsg.name_any(), %error, "reconcile failed; retrying");
+    tracing::warn!(kind = "ResourceScalingGroup", object = %super::object_key(rsg.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }
 

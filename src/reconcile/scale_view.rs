@@ -33,6 +33,7 @@ const RESYNC: Duration = Duration::from_secs(300);
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Reconciles one ScaleView.
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = "ScaleView", object = %super::object_key(view.as_ref())))]
 pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action, Error> {
     let (Some(namespace), Some(name)) = (
         view.metadata.namespace.as_deref(),
@@ -141,7 +142,7 @@ async fn patch_finalizers(
 }
 
 fn error_policy(view: Arc<ScaleView>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(view = %view.name_any(), %error, "reconcile failed; retrying");
+    tracing::warn!(kind = "ScaleView", object = %super::object_key(view.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }
 
