@@ -311,3 +311,286 @@ fn over_limit_objects_make_render_exit_2_with_the_message() {
         );
     }
 }
+
+// The same limits in the CRD schemas: `maximum`/`maxItems`, and the products
+// and the ScaleView's immutability as CEL `x-kubernetes-validations`, so the
+// API server refuses them even while the webhook is unreachable. The rules
+// run here in the `cel` crate's interpreter, over the seed examples and the
+// over-limit table.
+
+/// Every CEL rule of `kind`'s schema: where it sits (object keys, `*` for
+/// the items of an array), the rule and its message.
+fn cel_rules(kind: &str) -> Vec<(Vec<String>, String, String)> {
+    let crd = tandem::api::crds::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap();
+    let schema =
+        serde_json::to_value(&crd).unwrap()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            .clone();
+    let mut found = Vec::new();
+    fn walk(schema: &Value, path: Vec<String>, found: &mut Vec<(Vec<String>, String, String)>) {
+        for rule in schema["x-kubernetes-validations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            found.push((
+                path.clone(),
+                rule["rule"].as_str().unwrap().to_owned(),
+                rule["message"].as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+        for (key, property) in schema["properties"].as_object().into_iter().flatten() {
+            let mut inner = path.clone();
+            inner.push(key.clone());
+            walk(property, inner, found);
+        }
+        if schema.get("items").is_some() {
+            let mut inner = path;
+            inner.push("*".to_owned());
+            walk(&schema["items"], inner, found);
+        }
+    }
+    walk(&schema, Vec::new(), &mut found);
+    found
+}
+
+/// The values at `path` in `object` (every item where the path says `*`).
+fn values_at<'a>(object: &'a Value, path: &[String]) -> Vec<&'a Value> {
+    match path.split_first() {
+        None => vec![object],
+        Some((key, rest)) if key == "*" => object
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|item| values_at(item, rest))
+            .collect(),
+        Some((key, rest)) => object
+            .get(key.as_str())
+            .map(|inner| values_at(inner, rest))
+            .unwrap_or_default(),
+    }
+}
+
+/// A JSON value as the API server hands it to CEL: integers are `int`
+/// (int64), never `uint` as a plain serde conversion would make positive ones.
+fn cel_value(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => cel::Value::Int(i),
+            None => cel::Value::Float(n.as_f64().unwrap()),
+        },
+        Value::String(s) => cel::Value::String(std::sync::Arc::new(s.clone())),
+        Value::Array(items) => {
+            cel::Value::List(std::sync::Arc::new(items.iter().map(cel_value).collect()))
+        }
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(k, v)| (k.clone(), cel_value(v)))
+            .collect::<std::collections::HashMap<String, cel::Value>>()
+            .into(),
+    }
+}
+
+/// Runs one rule with `self` (and `oldSelf` for a transition rule).
+fn holds(rule: &str, this: &Value, old: Option<&Value>) -> bool {
+    let program = cel::Program::compile(rule).unwrap_or_else(|e| panic!("{rule}: {e:?}"));
+    let mut context = cel::Context::default();
+    context.add_variable_from_value("self", cel_value(this));
+    if let Some(old) = old {
+        context.add_variable_from_value("oldSelf", cel_value(old));
+    }
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(result)) => result,
+        other => panic!("{rule} on {this}: {other:?}"),
+    }
+}
+
+/// The CEL messages `object` (an update of `old`, if given) violates, as
+/// the API server would evaluate them: transition rules only on updates.
+fn cel_violations(object: &Value, old: Option<&Value>) -> Vec<String> {
+    let kind = object["kind"].as_str().unwrap();
+    let mut messages = Vec::new();
+    for (path, rule, message) in cel_rules(kind) {
+        let transition = rule.contains("oldSelf");
+        if transition && old.is_none() {
+            continue;
+        }
+        let news = values_at(object, &path);
+        let olds = old.map(|o| values_at(o, &path));
+        for (i, this) in news.iter().enumerate() {
+            let previous = olds.as_ref().and_then(|o| o.get(i).copied());
+            if transition && previous.is_none() {
+                continue;
+            }
+            if !holds(&rule, this, previous.filter(|_| transition)) {
+                messages.push(message.clone());
+            }
+        }
+    }
+    messages
+}
+
+fn schema_errors(object: &Value) -> Vec<String> {
+    common::tandem_schema(object["kind"].as_str().unwrap())
+        .errors(object)
+        .into_iter()
+        .map(|e| e.to_string())
+        .collect()
+}
+
+/// What only the webhook refuses: a ratio may be a number or a string, so
+/// its schema has no type to bound, and a sum over the roles needs CEL's
+/// Kubernetes-only list functions.
+const WEBHOOK_ONLY: [&str; 2] = ["ratio", "pods per service"];
+
+#[test]
+fn the_api_server_refuses_over_limit_objects_through_the_crd_schemas() {
+    for (case, object, expected) in over_limit() {
+        let schema = schema_errors(&object);
+        let cel = cel_violations(&object, None);
+        if WEBHOOK_ONLY.contains(&case) {
+            assert!(
+                schema.is_empty() && cel.is_empty(),
+                "{case}: {schema:?} {cel:?}"
+            );
+            continue;
+        }
+        assert!(
+            !schema.is_empty() || !cel.is_empty(),
+            "{case}: the CRD admits what the webhook denies ({expected})"
+        );
+    }
+    for (case, object) in at_limit() {
+        assert_eq!(schema_errors(&object), Vec::<String>::new(), "{case}");
+        assert_eq!(
+            cel_violations(&object, None),
+            Vec::<String>::new(),
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn cel_rules_name_the_products_they_bound() {
+    let role = cel_violations(&service(json!([worker("w", 101, Some(1_000))])), None);
+    assert_eq!(
+        role,
+        ["the role's pods (replicas × multinode.nodeCount) must be at most 100000"]
+    );
+    let groups = cel_violations(&replication(201, 50), None);
+    assert_eq!(
+        groups,
+        ["the replicated objects (groupConfig.replicas × target resources) must be at most 10000"]
+    );
+}
+
+/// Every example (the seeds and the rest) passes every rule, as a create
+/// and as an update that changes nothing.
+#[test]
+fn every_example_passes_the_cel_rules() {
+    let mut checked = 0;
+    for dir in [
+        "examples/inferenceservice",
+        "examples/scaleview",
+        "examples/resourcescalinggroup",
+        "examples/render",
+    ] {
+        let mut paths: Vec<_> = std::fs::read_dir(common::repo_path(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        paths.sort();
+        for path in paths {
+            for object in common::yaml_documents(&path) {
+                if Kind::of(
+                    object["apiVersion"].as_str().unwrap_or_default(),
+                    object["kind"].as_str().unwrap_or_default(),
+                )
+                .is_none()
+                {
+                    continue;
+                }
+                assert_eq!(
+                    cel_violations(&object, None),
+                    Vec::<String>::new(),
+                    "{}",
+                    path.display()
+                );
+                assert_eq!(
+                    cel_violations(&object, Some(&object)),
+                    Vec::<String>::new(),
+                    "{} (unchanged update)",
+                    path.display()
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 12, "{checked} objects");
+}
+
+#[test]
+fn a_scale_views_target_and_groups_are_immutable_in_the_crd_too() {
+    let old = view(
+        3,
+        json!([{"group": "decode-a", "priority": 1}, {"group": "decode-b"}]),
+    );
+    let immutable_target = "spec.targetRef is immutable: create a new ScaleView instead";
+    let immutable_groups = "the set of groups (spec.scalePolicy[].group) is immutable; priorities and constraints may change";
+    let change = |edit: &dyn Fn(&mut Value)| {
+        let mut new = old.clone();
+        edit(&mut new);
+        cel_violations(&new, Some(&old))
+    };
+    assert_eq!(
+        change(&|v| v["spec"]["replicas"] = json!(5)),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        change(&|v| v["spec"]["scalePolicy"] =
+            json!([{"group": "decode-b", "priority": 3}, {"group": "decode-a"}])),
+        Vec::<String>::new(),
+        "reordered, priorities changed: the same groups"
+    );
+    assert_eq!(
+        change(&|v| v["spec"]["targetRef"]["name"] = json!("other")),
+        [immutable_target]
+    );
+    assert_eq!(
+        change(&|v| v["spec"]["targetRef"]["componentType"] = json!("prefiller")),
+        [immutable_target]
+    );
+    assert_eq!(
+        change(&|v| v["spec"]["scalePolicy"] = json!([{"group": "decode-a"}])),
+        [immutable_groups],
+        "a group removed"
+    );
+    assert_eq!(
+        change(&|v| v["spec"]["scalePolicy"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"group": "decode-c"}))),
+        [immutable_groups],
+        "a group added"
+    );
+    assert_eq!(
+        change(&|v| {
+            v["spec"].as_object_mut().unwrap().remove("scalePolicy");
+        }),
+        [immutable_groups],
+        "all groups dropped"
+    );
+    // No groups before and after, written or not: the same (empty) set.
+    let mut empty = old.clone();
+    empty["spec"]["scalePolicy"] = json!([]);
+    let mut absent = old.clone();
+    absent["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("scalePolicy");
+    assert_eq!(cel_violations(&absent, Some(&empty)), Vec::<String>::new());
+}

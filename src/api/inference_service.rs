@@ -61,6 +61,7 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
 pub struct InferenceServiceSpec {
     /// The components of the service. Each role is named by the user and
     /// classified by its componentType.
+    #[schemars(length(min = 1, max = MAX_ROLES))]
     pub roles: Vec<Role>,
 
     /// Scheduler, queue, priority class and gang policy for the service's pods.
@@ -129,6 +130,10 @@ pub enum RoutingStrategy {
 /// One logical component of the service.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.replicas) || !has(self.multinode) || !has(self.multinode.nodeCount) || self.replicas * self.multinode.nodeCount <= 100000",
+    "message": "the role's pods (replicas × multinode.nodeCount) must be at most 100000",
+}]))]
 pub struct Role {
     /// User-chosen, unique name (a DNS-1123 label); part of every child's name.
     pub name: String,
@@ -138,6 +143,7 @@ pub struct Role {
 
     /// Number of independent replicas (for a router: endpoint-picker pods). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// Spreads each replica over several nodes (leader + workers).
@@ -202,6 +208,7 @@ impl Role {
 pub struct Multinode {
     /// Number of distinct nodes (pods) per replica. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_NODE_COUNT))]
     pub node_count: Option<i32>,
 }
 
@@ -294,6 +301,7 @@ pub struct IncrementalUpgradeOptions {
     pub step_size_percent: Option<i32>,
     /// Seconds between traffic steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = limits::MAX_INTERVAL_SECONDS))]
     pub interval_seconds: Option<i32>,
     /// GatewayClass of the Gateway Tandem creates for the service (NewRevision and IncrementalUpgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -66,8 +66,13 @@ use super::{Findings, dns1123_label_error, dns1123_subdomain_error, schema};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.scalingStrategy.groupConfig) || !has(self.scalingStrategy.groupConfig.replicas) || self.scalingStrategy.groupConfig.replicas * size(self.targetResources) <= 10000",
+    "message": "the replicated objects (groupConfig.replicas × target resources) must be at most 10000",
+}]))]
 pub struct ResourceScalingGroupSpec {
     /// The resources this group manages, each with a local name that bindings use.
+    #[schemars(length(min = 1, max = MAX_TARGET_RESOURCES))]
     pub target_resources: Vec<TargetResource>,
     /// GroupReplication or InplaceScaling, with its configuration.
     pub scaling_strategy: ScalingStrategy,
@@ -95,6 +100,7 @@ pub struct TargetResource {
     pub target_ref: Option<CrossVersionObjectReference>,
     /// Roles inside the object (RoleBasedGroup, InferenceService) that bindings may name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_ROLES))]
     pub sub_resources: Vec<SubResource>,
 }
 
@@ -178,6 +184,7 @@ pub struct GroupConfig {
     pub group_name: Option<String>,
     /// Desired number of groups, the originals included. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_GROUPS))]
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_down: Option<GroupScaleDown>,
@@ -220,6 +227,7 @@ pub enum GroupScaleDownPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InplaceConfig {
+    #[schemars(length(max = MAX_TARGET_RESOURCES))]
     pub bindings: Vec<Binding>,
 }
 
@@ -235,9 +243,11 @@ pub struct Binding {
     pub ratio: Option<Ratio>,
     /// Target only: fewest replicas, whatever the ratio gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub min: Option<i32>,
     /// Target only: most replicas, whatever the ratio gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max: Option<i32>,
 }
 

@@ -49,6 +49,16 @@ use super::{Findings, dns1123_label_error};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.targetRef == oldSelf.targetRef",
+        "message": "spec.targetRef is immutable: create a new ScaleView instead",
+    },
+    {
+        "rule": "(has(self.scalePolicy) ? size(self.scalePolicy) : 0) == 0 && (has(oldSelf.scalePolicy) ? size(oldSelf.scalePolicy) : 0) == 0 || has(self.scalePolicy) && has(oldSelf.scalePolicy) && self.scalePolicy.all(p, oldSelf.scalePolicy.exists(o, o.group == p.group)) && oldSelf.scalePolicy.all(o, self.scalePolicy.exists(p, p.group == o.group))",
+        "message": "the set of groups (spec.scalePolicy[].group) is immutable; priorities and constraints may change",
+    },
+]))]
 pub struct ScaleViewSpec {
     /// The InferenceService (same namespace) and the component type whose roles
     /// this view scales. Immutable.
@@ -57,6 +67,7 @@ pub struct ScaleViewSpec {
     /// Replicas over all groups of the view; the scale subresource's
     /// spec.replicas. Left out, it starts at the groups' current sum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_VIEW_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// true: a total outside [sum of mins, sum of maxes] is rejected, also on
@@ -67,6 +78,7 @@ pub struct ScaleViewSpec {
     /// The groups (roles of the target with the view's component type) and how
     /// replicas are split over them. The set of groups is immutable.
     #[serde(default)]
+    #[schemars(length(max = MAX_ROLES))]
     pub scale_policy: Vec<ScalePolicy>,
 }
 
@@ -110,6 +122,7 @@ pub struct ScalePolicy {
     pub group: String,
     /// 0-10 (default 0). Higher priorities get replicas first and lose them last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_PRIORITY))]
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<Constraints>,
@@ -137,9 +150,11 @@ impl ScalePolicy {
 pub struct Constraints {
     /// Fewest replicas of this group (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub min: Option<i32>,
     /// Most replicas of this group (default: 10000, the most a role may have).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max: Option<i32>,
 }
 
