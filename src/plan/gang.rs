@@ -256,7 +256,9 @@ fn task_member_spec(roles: &[GangRole<'_>]) -> Result<Value, String> {
 
 /// The number of pods of `(role, pods)` pairs, as the int32 Volcano stores.
 fn pod_count(parts: &[(&GangRole<'_>, u32)]) -> Result<i32, String> {
-    let total: u64 = parts.iter().map(|(_, pods)| u64::from(*pods)).sum();
+    let total = parts
+        .iter()
+        .fold(0u64, |sum, (_, pods)| sum.saturating_add(u64::from(*pods)));
     i32::try_from(total).map_err(|_| format!("{total} pods do not fit a PodGroup's minMember"))
 }
 

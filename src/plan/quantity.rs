@@ -184,7 +184,8 @@ impl FromStr for Quantity {
         } else {
             digits.parse().map_err(|_| too_large())?
         };
-        let binary_factor = 1024_i128.pow(binary_power);
+        // binary_power <= 6 (Ei), from the suffix table.
+        let binary_factor = 1024_i128.checked_pow(binary_power).ok_or_else(too_large)?;
         mantissa = mantissa.checked_mul(binary_factor).ok_or_else(too_large)?;
         let mut exponent = exponent
             .checked_sub(fraction_digits)
