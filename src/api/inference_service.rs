@@ -58,6 +58,10 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.roles.map(r, (has(r.replicas) ? r.replicas : 1) * (has(r.multinode) && has(r.multinode.nodeCount) ? r.multinode.nodeCount : 1)).sum() <= 100000",
+    "message": "the service's pods (the sum over its roles of replicas × multinode.nodeCount) must be at most 100000",
+}]))]
 pub struct InferenceServiceSpec {
     /// The components of the service. Each role is named by the user and
     /// classified by its componentType.

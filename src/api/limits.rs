@@ -10,7 +10,8 @@
 //! kinds (`api::*::validate`, run by the webhook and by `tandem render` alike)
 //! deny a value over its limit with the field path and the limit; the
 //! generated CRD schemas carry the same numbers as `maximum`/`maxItems`, so
-//! the API server refuses them even while the webhook is unreachable.
+//! the API server refuses them even while the webhook is unreachable (bar
+//! the ratio, which may be written as a number or a string).
 //!
 //! The plans never rely on these limits for safety: they compute with checked
 //! or saturating arithmetic and stay total on any input. The limits are what
