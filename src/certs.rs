@@ -24,6 +24,8 @@ pub enum CertsError {
     Generate(#[from] rcgen::Error),
     #[error("could not write {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
+    #[error("a validity of {0} days does not fit the calendar")]
+    Validity(u32),
 }
 
 /// A CA certificate and a serving certificate and key signed by it, as PEM.
@@ -76,8 +78,12 @@ pub fn issue_client(client: &str, days: u32) -> Result<Bundle, CertsError> {
 /// Makes a CA named `ca_name` and signs `leaf` with it, both valid for `days`.
 fn sign(ca_name: &str, mut leaf: CertificateParams, days: u32) -> Result<Bundle, CertsError> {
     // Backdated a minute so a client whose clock is slightly behind accepts it.
-    let now = time::OffsetDateTime::now_utc() - time::Duration::minutes(1);
-    let until = now + time::Duration::days(i64::from(days));
+    let now = time::OffsetDateTime::now_utc()
+        .checked_sub(time::Duration::minutes(1))
+        .ok_or(CertsError::Validity(days))?;
+    let until = now
+        .checked_add(time::Duration::days(i64::from(days)))
+        .ok_or(CertsError::Validity(days))?;
 
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));

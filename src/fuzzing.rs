@@ -19,9 +19,15 @@
 //!   range of `/scale` and the namespace-wide DAG run too).
 //! - render: any text gets an error or a result; a result writes as YAML and
 //!   JSON, and rendering the same world twice gives the same result. Worlds
-//!   asking for more than [`RENDER_REPLICA_LIMIT`] replicas anywhere are only
-//!   parsed: render makes one LeaderWorkerSet per replica, as asked, so a
-//!   world asking for millions is slow by design, not a crash.
+//!   whose Tandem objects ask for more than [`RENDER_REPLICA_LIMIT`] replicas
+//!   but no more than the admitted limit (`api::limits::MAX_VIEW_REPLICAS`) are
+//!   only parsed: render makes one LeaderWorkerSet per replica, as asked, so
+//!   such a world is slow by design, not a crash. Numbers past the limits
+//!   (`i32::MAX`, `i64::MAX`, negative) are rendered: admission denies them,
+//!   or, in objects Tandem does not own (a Source's replicas, a child's
+//!   generation, a pod's deletion cost), the plans must take them. Only a
+//!   large Source that could drive an InferenceService or ScaleView (whose
+//!   replicas become LeaderWorkerSets) is skipped, for the same reason.
 
 use std::sync::OnceLock;
 
@@ -205,15 +211,56 @@ fn check_patch(kind: Kind, request: &Value, response: &Value, lookup: &dyn Looku
 /// target renders.
 pub const RENDER_REPLICA_LIMIT: f64 = 1000.0;
 
-fn asks_for_many_replicas(value: &Value) -> bool {
+/// Whether some `replicas` in `value` is above [`RENDER_REPLICA_LIMIT`] and
+/// at most `ceiling`.
+fn replicas_between(value: &Value, ceiling: f64) -> bool {
     match value {
         Value::Object(map) => map.iter().any(|(key, value)| {
-            (key == "replicas" && value.as_f64().is_some_and(|n| n > RENDER_REPLICA_LIMIT))
-                || asks_for_many_replicas(value)
+            (key == "replicas"
+                && value
+                    .as_f64()
+                    .is_some_and(|n| n > RENDER_REPLICA_LIMIT && n <= ceiling))
+                || replicas_between(value, ceiling)
         }),
-        Value::Array(items) => items.iter().any(asks_for_many_replicas),
+        Value::Array(items) => items.iter().any(|item| replicas_between(item, ceiling)),
         _ => false,
     }
+}
+
+/// A ResourceScalingGroup that may scale an InferenceService or a ScaleView.
+fn scales_tandem_objects(object: &Value) -> bool {
+    object["kind"] == "ResourceScalingGroup"
+        && object["spec"]["targetResources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| {
+                let kind = t["kind"]
+                    .as_str()
+                    .or_else(|| t["targetRef"]["kind"].as_str());
+                matches!(kind, Some("InferenceService" | "ScaleView"))
+            })
+}
+
+fn asks_for_many_replicas(world: &[Value]) -> bool {
+    let is_tandem = |o: &Value| {
+        Kind::of(
+            o["apiVersion"].as_str().unwrap_or_default(),
+            o["kind"].as_str().unwrap_or_default(),
+        )
+        .is_some()
+    };
+    // The largest replicas any Tandem object may be admitted with (a
+    // ScaleView's total); above it, admission denies before any plan runs.
+    let admitted = f64::from(crate::api::limits::MAX_VIEW_REPLICAS);
+    let drives_tandem = world.iter().any(scales_tandem_objects);
+    world.iter().any(|o| {
+        if is_tandem(o) {
+            replicas_between(o, admitted)
+        } else {
+            drives_tandem && replicas_between(o, f64::INFINITY)
+        }
+    })
 }
 
 /// One `tandem render` input, as if read from a file.
@@ -229,7 +276,7 @@ pub fn render(data: &[u8]) {
             return;
         }
     };
-    if world.iter().any(asks_for_many_replicas) {
+    if asks_for_many_replicas(&world) {
         return;
     }
     let options = render::Options::default();

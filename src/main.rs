@@ -1,4 +1,11 @@
 //! The `tandem` binary: serve | render | crds | certs.
+// As in the library: no unchecked arithmetic (issue 16).
+#![warn(
+    clippy::arithmetic_side_effects,
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss
+)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use tandem::logging::LogFormat;
 use tandem::{admission, api, certs, plan, reconcile, render, server};
 
 #[derive(Parser)]
@@ -22,12 +30,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand)]
@@ -149,24 +151,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            init_logging(cli.log_format);
+            tandem::logging::init(cli.log_format);
             serve(args)
         }
         Command::Render(args) => run_render(args),
         Command::Crds { out_dir } => crds(out_dir),
         Command::Certs(args) => make_certs(args),
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 
@@ -249,7 +239,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
-                        let ctx = Arc::new(reconcile::Context::new(client.clone(), options));
+                        let ctx = Arc::new(
+                            reconcile::Context::new(client.clone(), options).reporting_as(&identity),
+                        );
                         tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
                         let election = reconcile::leader::Election::new(
                             client,
@@ -257,11 +249,11 @@ fn serve(args: ServeArgs) -> ExitCode {
                             &identity,
                             plan::leadership::Timing::DEFAULT,
                         );
-                        let start = move || {
+                        let start = move |stopping: reconcile::leader::Stopping| {
                             vec![
-                                tokio::spawn(reconcile::inference_service::run(ctx.clone())),
-                                tokio::spawn(reconcile::scale_view::run(ctx.clone())),
-                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone())),
+                                tokio::spawn(reconcile::inference_service::run(ctx.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::scale_view::run(ctx.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone(), stopping.signal())),
                             ]
                         };
                         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

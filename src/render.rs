@@ -187,7 +187,7 @@ pub fn parse_world(
 ) -> Result<Vec<Value>, RenderError> {
     let mut objects = Vec::new();
     for (index, document) in serde_norway::Deserializer::from_str(text).enumerate() {
-        let document_number = index + 1;
+        let document_number = index.saturating_add(1);
         let value = Value::deserialize(document).map_err(|e| RenderError::Yaml {
             source_name: source_name.to_owned(),
             document: document_number,
@@ -276,6 +276,17 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         let Some(kind) = Kind::of(&key.api_version, &key.kind) else {
             continue;
         };
+        // What the API server's strict field validation would refuse; the
+        // webhook never sees such fields (the API server drops or refuses
+        // them first), but render reads the YAML as written.
+        denials.extend(
+            crate::api::schema::unknown_fields(&key.kind, object)
+                .into_iter()
+                .map(|violation| Denial {
+                    object: key.clone(),
+                    violation,
+                }),
+        );
         match admission::admit(kind, &key.namespace, object, None, &known) {
             Ok((admitted, found)) => {
                 warnings.extend(found.into_iter().map(|w| format!("{key}: {w}")));
@@ -378,7 +389,13 @@ fn reconcile_services(
                 // controller's observedGeneration) no longer counts for it.
                 if existing.get("spec") != object.get("spec") && existing.get("status").is_some() {
                     let generation = existing["metadata"]["generation"].as_i64().unwrap_or(1);
-                    object["metadata"]["generation"] = json!(generation + 1);
+                    let next = generation.checked_add(1).ok_or_else(|| RenderError::Unreadable {
+                        object: child.clone(),
+                        reason: format!(
+                            "metadata.generation: {generation} is the largest generation there is; a changed spec cannot get a new one"
+                        ),
+                    })?;
+                    object["metadata"]["generation"] = json!(next);
                 }
             }
             world.insert(child.clone(), object);

@@ -174,7 +174,9 @@ fn serve_dev_without_a_cluster_serves_admission_and_stops_on_sigterm() {
         .env("HOME", dir.path())
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
-        .env("NO_COLOR", "1")
+        // Colour is for terminals: stderr is a pipe here, so none even
+        // without NO_COLOR.
+        .env_remove("NO_COLOR")
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -221,6 +223,36 @@ fn serve_dev_without_a_cluster_serves_admission_and_stops_on_sigterm() {
     );
     assert!(no_cluster[0].contains("serving admission only"));
 
+    // A client that connects by IP address sends it as SNI, which rustls
+    // warns about on every connection: at debug level, so not in these logs.
+    let serving = seen
+        .iter()
+        .find(|l| l.contains("serving admission webhooks"))
+        .unwrap();
+    let addr: std::net::SocketAddr = serving
+        .split("webhook_addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the address is logged: {serving}"))
+        .parse()
+        .unwrap();
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.write_all(&client_hello_with_sni("127.0.0.1")).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = [0u8; 5];
+    let _ = std::io::Read::read(&mut tcp, &mut answer);
+    drop(tcp);
+    std::thread::sleep(Duration::from_millis(300));
+    seen.extend(logs.try_iter());
+    assert!(
+        !seen.iter().any(|l| l.contains("Illegal SNI")),
+        "the SNI warning is not at info: {seen:#?}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.contains('\u{1b}')),
+        "no ANSI codes in a pipe: {seen:#?}"
+    );
+
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -228,6 +260,42 @@ fn serve_dev_without_a_cluster_serves_admission_and_stops_on_sigterm() {
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert!(status.success(), "a SIGTERM is a clean stop, got {status}");
+}
+
+/// A TLS 1.2 ClientHello whose server_name extension carries `host` (an IP
+/// address, as clients that connect by address send it).
+fn client_hello_with_sni(host: &str) -> Vec<u8> {
+    fn vec16(bytes: &[u8]) -> Vec<u8> {
+        let mut out = u16::try_from(bytes.len()).unwrap().to_be_bytes().to_vec();
+        out.extend_from_slice(bytes);
+        out
+    }
+    fn extension(kind: u16, body: &[u8]) -> Vec<u8> {
+        let mut out = kind.to_be_bytes().to_vec();
+        out.extend(vec16(body));
+        out
+    }
+    let mut server_name = vec![0];
+    server_name.extend(vec16(host.as_bytes()));
+    let extensions = [
+        extension(0x0000, &vec16(&server_name)),
+        extension(0x000a, &vec16(&[0x00, 0x1d, 0x00, 0x17])),
+        extension(0x000b, &[1, 0]),
+        extension(0x000d, &vec16(&[0x04, 0x03, 0x08, 0x04])),
+    ]
+    .concat();
+    let mut hello = 0x0303u16.to_be_bytes().to_vec();
+    hello.extend([7u8; 32]);
+    hello.push(0);
+    hello.extend(vec16(&[0xc0, 0x2b, 0xc0, 0x2c]));
+    hello.extend([1, 0]);
+    hello.extend(vec16(&extensions));
+    let mut handshake = vec![1];
+    handshake.extend(&u32::try_from(hello.len()).unwrap().to_be_bytes()[1..]);
+    handshake.extend(hello);
+    let mut record = vec![0x16, 0x03, 0x01];
+    record.extend(vec16(&handshake));
+    record
 }
 
 #[test]

@@ -62,6 +62,75 @@ fn malformed(object: &Value) -> Vec<u8> {
     compact(&body)
 }
 
+/// `object` with the value at each JSON pointer replaced (created, with its
+/// parents, where missing).
+fn with(object: &Value, changes: &[(&str, Value)]) -> Value {
+    let mut changed = object.clone();
+    for (pointer, value) in changes {
+        let mut at = &mut changed;
+        for key in pointer.trim_start_matches('/').split('/') {
+            let key = key.replace("~1", "/");
+            at = match key.parse::<usize>() {
+                Ok(index) if at.is_array() => {
+                    let items = at.as_array_mut().unwrap();
+                    if index >= items.len() {
+                        items.resize(index + 1, Value::Null);
+                    }
+                    &mut items[index]
+                }
+                _ => &mut at[key.as_str()],
+            };
+        }
+        *at = value.clone();
+    }
+    changed
+}
+
+/// Values at a limit (`at`) and one past it (`past`, and the extremes),
+/// each as a create and as an update of `base` (old and new object): the
+/// paths of issue 16's bounds.
+fn limit_seeds(seeds: &mut Seeds, base: &Value, cases: &[(&str, &str, Vec<Value>)]) {
+    for (name, pointer, values) in cases {
+        for (i, value) in values.iter().enumerate() {
+            let label = match i {
+                0 => "at".to_owned(),
+                1 => "past".to_owned(),
+                _ => format!("extreme-{}", i - 1),
+            };
+            let object = with(base, &[(pointer, value.clone())]);
+            seeds.insert(
+                format!("create-limit-{name}-{label}.json"),
+                compact(&review("CREATE", &object, None)),
+            );
+            seeds.insert(
+                format!("update-limit-{name}-{label}.json"),
+                compact(&review("UPDATE", &object, Some(base))),
+            );
+        }
+    }
+}
+
+/// `object` being deleted: a deletionTimestamp, and the finalizers an
+/// update takes off (the old object still has them).
+fn being_deleted(seeds: &mut Seeds, name: &str, object: &Value, finalizer: &str) {
+    let old = with(
+        object,
+        &[
+            ("/metadata/deletionTimestamp", json!("2026-11-21T10:00:00Z")),
+            ("/metadata/finalizers", json!([finalizer])),
+        ],
+    );
+    let new = with(&old, &[("/metadata/finalizers", json!([]))]);
+    seeds.insert(
+        format!("update-being-deleted-{name}.json"),
+        compact(&review("UPDATE", &new, Some(&old))),
+    );
+    seeds.insert(
+        format!("delete-being-deleted-{name}.json"),
+        compact(&review("DELETE", &old, Some(&old))),
+    );
+}
+
 fn inference_service_seeds() -> Seeds {
     let mut seeds = Seeds::new();
     for file in example_files("examples/inferenceservice") {
@@ -135,6 +204,70 @@ fn inference_service_seeds() -> Seeds {
         "not-a-review.json".into(),
         compact(&json!({"apiVersion": "v1", "kind": "Status", "request": {}})),
     );
+    let story1 = yaml_documents(&repo_path(
+        "examples/inferenceservice/story1-monolithic.yaml",
+    ))
+    .remove(0);
+    let (max, past) = (i64::from(i32::MAX), i64::from(i32::MIN));
+    limit_seeds(
+        &mut seeds,
+        &story1,
+        &[
+            (
+                "replicas",
+                "/spec/roles/0/replicas",
+                vec![json!(10_000), json!(10_001), json!(max), json!(-1)],
+            ),
+            (
+                "node-count",
+                "/spec/roles/0/multinode",
+                vec![
+                    json!({"nodeCount": 1_000}),
+                    json!({"nodeCount": 1_001}),
+                    json!({"nodeCount": 1_073_741_824}),
+                    json!({"nodeCount": past}),
+                ],
+            ),
+            (
+                "roles",
+                "/spec/roles/1",
+                vec![
+                    json!({"name": "extra", "componentType": "worker", "replicas": 0,
+                       "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}),
+                ],
+            ),
+            (
+                "pull-policy",
+                "/spec/roles/0/template/spec/containers/0/imagePullPolicy",
+                vec![json!("Never"), json!("Sometimes")],
+            ),
+            (
+                "cpu",
+                "/spec/roles/0/template/spec/containers/0/resources",
+                vec![
+                    json!({"requests": {"cpu": "500m", "nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}),
+                    json!({"requests": {"cpu": "lots", "nvidia.com/gpu": "0.5"}}),
+                    json!({"requests": {"memory": "1e400"}, "limits": {"memory": "-1"}}),
+                ],
+            ),
+        ],
+    );
+    let pods = with(
+        &story1,
+        &[
+            ("/spec/roles/0/replicas", json!(100)),
+            ("/spec/roles/0/multinode", json!({"nodeCount": 1_000})),
+        ],
+    );
+    seeds.insert(
+        "update-limit-pods-per-role-past.json".into(),
+        compact(&review(
+            "UPDATE",
+            &with(&pods, &[("/spec/roles/0/replicas", json!(101))]),
+            Some(&pods),
+        )),
+    );
+    being_deleted(&mut seeds, "story4", &story4, "example.com/keep");
     seeds
 }
 
@@ -177,6 +310,53 @@ fn scale_view_seeds() -> Seeds {
     seeds.insert(
         "scale-unknown-view.json".into(),
         compact(&scale_review("no-such-view", "default", 3, 1)),
+    );
+    limit_seeds(
+        &mut seeds,
+        &view,
+        &[
+            (
+                "replicas",
+                "/spec/replicas",
+                vec![
+                    json!(100_000),
+                    json!(100_001),
+                    json!(i64::from(i32::MAX)),
+                    json!(i64::from(i32::MIN)),
+                ],
+            ),
+            (
+                "priority",
+                "/spec/scalePolicy/0/priority",
+                vec![json!(10), json!(11), json!(i64::from(i32::MIN))],
+            ),
+            (
+                "max",
+                "/spec/scalePolicy/0/constraints",
+                vec![
+                    json!({"min": 10_000, "max": 10_000}),
+                    json!({"max": 10_001}),
+                    json!({"min": i64::from(i32::MAX)}),
+                ],
+            ),
+        ],
+    );
+    for replicas in [100_000, 100_001, i32::MAX, i32::MIN] {
+        seeds.insert(
+            format!("scale-spot-decode-sv-2-to-{replicas}.json"),
+            compact(&scale_review(
+                "spot-decode-sv",
+                "default",
+                replicas.into(),
+                2,
+            )),
+        );
+    }
+    being_deleted(
+        &mut seeds,
+        "spot-decode-sv",
+        &view,
+        "fusioninfer.io/scale-view-lock",
     );
     seeds
 }
@@ -222,6 +402,51 @@ fn resource_scaling_group_seeds() -> Seeds {
         compact(&review("CREATE", &reverse, None)),
     );
     seeds.insert("malformed-operation.json".into(), malformed(&pool));
+    limit_seeds(
+        &mut seeds,
+        &pool,
+        &[
+            (
+                "ratio",
+                "/spec/scalingStrategy/inplaceConfig/bindings/2/ratio",
+                vec![
+                    json!(1000),
+                    json!("1000.5"),
+                    json!("79228162514264337593543950335"),
+                    json!(-1e300),
+                ],
+            ),
+            (
+                "binding-max",
+                "/spec/scalingStrategy/inplaceConfig/bindings/1/max",
+                vec![json!(10_000), json!(10_001), json!(i64::from(i32::MAX))],
+            ),
+        ],
+    );
+    let groups = in_namespace(
+        yaml_documents(&repo_path(
+            "examples/resourcescalinggroup/group-replication.yaml",
+        ))
+        .into_iter()
+        .find(|o| o["kind"] == "ResourceScalingGroup")
+        .unwrap(),
+        "ai",
+    );
+    limit_seeds(
+        &mut seeds,
+        &groups,
+        &[(
+            "groups",
+            "/spec/scalingStrategy/groupConfig/replicas",
+            vec![
+                json!(1_000),
+                json!(1_001),
+                json!(i64::from(i32::MAX)),
+                json!(i64::from(i32::MIN)),
+            ],
+        )],
+    );
+    being_deleted(&mut seeds, "pd-pool", &pool, "example.com/keep");
     seeds
 }
 
@@ -238,6 +463,87 @@ fn render_seeds() -> Seeds {
             seeds.insert(format!("{dir}-{file}"), text);
         }
     }
+    // Worlds with extreme numbers (issue 16): in Tandem's objects (denied),
+    // and where the plans must take them, in the objects around them.
+    let yaml = |objects: &[Value]| {
+        objects
+            .iter()
+            .map(|o| format!("---\n{}", serde_norway::to_string(o).unwrap()))
+            .collect::<String>()
+            .into_bytes()
+    };
+    let story1 = yaml_documents(&repo_path(
+        "examples/inferenceservice/story1-monolithic.yaml",
+    ));
+    let (max, min) = (i64::from(i32::MAX), i64::from(i32::MIN));
+    seeds.insert(
+        "extreme-replicas.yaml".into(),
+        yaml(&[with(
+            &story1[0],
+            &[
+                ("/spec/roles/0/replicas", json!(max)),
+                ("/spec/roles/0/multinode", json!({"nodeCount": min})),
+            ],
+        )]),
+    );
+    // A child Tandem will change, at the largest generation there is.
+    let rendered = tandem::render::render(story1.clone(), &Default::default()).unwrap();
+    let mut world = story1.clone();
+    for object in rendered
+        .apply
+        .iter()
+        .filter(|o| o["kind"] == "LeaderWorkerSet")
+    {
+        world.push(with(
+            object,
+            &[
+                ("/metadata/generation", json!(i64::MAX)),
+                ("/spec/replicas", json!(max)),
+                ("/status", json!({"replicas": max, "readyReplicas": min})),
+            ],
+        ));
+    }
+    seeds.insert("extreme-child-generation.yaml".into(), yaml(&world));
+    // Binpack over pods of the extreme deletion costs.
+    let binpack = yaml_documents(&repo_path("examples/render/binpack-scale-down.yaml"));
+    let costs = ["2147483647", "-2147483648", "9223372036854775807", "-1"];
+    let mut pods = 0;
+    let extreme: Vec<Value> = binpack
+        .iter()
+        .map(|o| {
+            if o["kind"] != "Pod" {
+                return o.clone();
+            }
+            pods += 1;
+            with(
+                o,
+                &[(
+                    "/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost",
+                    json!(costs[(pods - 1) % costs.len()]),
+                )],
+            )
+        })
+        .collect();
+    seeds.insert("extreme-deletion-costs.yaml".into(), yaml(&extreme));
+    // An InplaceScaling Source at i32::MAX: its Targets get at most the limit.
+    let inplace = yaml_documents(&repo_path("examples/render/inplace-scaling.yaml"));
+    let sourced: Vec<Value> = inplace
+        .iter()
+        .map(|o| {
+            if o["kind"] == "Deployment" {
+                with(
+                    o,
+                    &[
+                        ("/spec/replicas", json!(max)),
+                        ("/status/replicas", json!(max)),
+                    ],
+                )
+            } else {
+                o.clone()
+            }
+        })
+        .collect();
+    seeds.insert("extreme-source.yaml".into(), yaml(&sourced));
     seeds
 }
 
@@ -380,4 +686,75 @@ fn every_target_is_a_fuzz_binary() {
             "fuzz/Cargo.toml declares {name}"
         );
     }
+}
+
+/// The limit seeds say what they are: each value at a limit is admitted,
+/// each one past it (or extreme) is denied, as a create and as an update;
+/// and the extreme render worlds reach the paths they are for.
+#[test]
+fn the_limit_seeds_sit_on_both_sides_of_every_limit() {
+    let mut checked = 0;
+    for (target, kind) in [
+        ("admission_inference_service", Kind::InferenceService),
+        ("admission_scale_view", Kind::ScaleView),
+        (
+            "admission_resource_scaling_group",
+            Kind::ResourceScalingGroup,
+        ),
+    ] {
+        for (name, body) in read_dir(&repo_path(&format!("fuzz/seeds/{target}"))) {
+            if !name.contains("-limit-") {
+                continue;
+            }
+            let answer = http::answer(
+                Webhook::Validate,
+                kind.plural(),
+                &body,
+                &tandem::admission::lookup::Blind,
+                DEFAULT_SERVICE_ACCOUNT,
+            );
+            let expected = if name.ends_with("-at.json") {
+                "allowed"
+            } else {
+                "denied"
+            };
+            assert_eq!(
+                answer.verdict, expected,
+                "{target}/{name}: {:?}",
+                answer.body
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 50, "{checked} limit seeds");
+
+    let render = |file: &str| {
+        let text =
+            std::fs::read_to_string(repo_path(&format!("fuzz/seeds/render/{file}"))).unwrap();
+        tandem::render::render(
+            tandem::render::parse_world(file, &text, "default").unwrap(),
+            &Default::default(),
+        )
+    };
+    let denied = render("extreme-replicas.yaml").unwrap_err().to_string();
+    assert!(denied.contains("denied"), "{denied}");
+    let generation = render("extreme-child-generation.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(generation.contains("largest generation"), "{generation}");
+    render("extreme-deletion-costs.yaml").expect("binpack takes any cost");
+    let sourced = render("extreme-source.yaml").expect("a huge Source is followed");
+    let replicas_of = |name: &str| {
+        sourced
+            .apply
+            .iter()
+            .find(|o| o["metadata"]["name"] == name && o["kind"] != "ResourceScalingGroup")
+            .map(|o| o["spec"]["replicas"].clone())
+    };
+    // router is at i32::MAX: its Targets get the most a ratio may give,
+    // and kv-cache follows decode at 1:4.
+    let limit = tandem::api::limits::MAX_REPLICAS;
+    assert_eq!(replicas_of("prefill"), Some(json!(limit)));
+    assert_eq!(replicas_of("decode"), Some(json!(limit)));
+    assert_eq!(replicas_of("kv-cache"), Some(json!(limit / 4)));
 }

@@ -2,7 +2,8 @@
 //! Lease is taken and confirmed before controllers start, a Lease another
 //! replica holds starts nothing, two replicas never lead at once, a leader
 //! that loses the Lease or the API server stops its controllers, and the
-//! Lease is released on shutdown. The Role in manifests/rbac.yaml grants
+//! Lease is released on shutdown, only after the controllers' reconciles in
+//! flight have finished: the old leader never writes once the new one starts. The Role in manifests/rbac.yaml grants
 //! exactly the requests the election makes.
 
 mod common;
@@ -263,7 +264,7 @@ async fn controllers_run_only_while_leading_and_the_lease_is_released_on_shutdow
     let (shutdown, shutting_down) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(lead(
         election(&fake, "tandem-a", timing),
-        move || controllers.start(),
+        move |_stopping| controllers.start(),
         async move {
             let _ = shutting_down.await;
         },
@@ -317,6 +318,130 @@ async fn controllers_run_only_while_leading_and_the_lease_is_released_on_shutdow
                 .to_owned()
         ),
         "{notes:?}"
+    );
+}
+
+/// A controller that writes one ConfigMap per reconcile, each write preceded
+/// by 150 ms of work, and stops (between reconciles) when told to.
+fn writing_controller(
+    fake: &FakeApi,
+    identity: &'static str,
+    stopping: tandem::reconcile::leader::Stopping,
+    begun: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(fake.client(), "default");
+    tokio::spawn(async move {
+        let stop = stopping.signal();
+        tokio::pin!(stop);
+        for n in 0.. {
+            tokio::select! {
+                biased;
+                () = &mut stop => return,
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+            begun.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let object: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": format!("{identity}-{n}"), "namespace": "default"}
+            }))
+            .unwrap();
+            configmaps
+                .create(&Default::default(), &object)
+                .await
+                .expect("the fake API server accepts the write");
+        }
+    })
+}
+
+/// The writers of ConfigMaps in the API server's log, in order.
+fn configmap_writers(fake: &FakeApi) -> Vec<String> {
+    fake.take_calls()
+        .iter()
+        .filter(|c| c.method == "POST" && c.path.ends_with("/configmaps"))
+        .filter_map(|c| {
+            c.body.as_ref()?["metadata"]["name"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .map(|name| name.split('-').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_hands_over_only_after_its_reconciles_in_flight_finish() {
+    let fake = FakeApi::new();
+    let timing = Timing::new(
+        Duration::from_secs(1),
+        Duration::from_millis(500),
+        Duration::from_millis(20),
+    )
+    .unwrap();
+    let begun_by_a = Arc::new(AtomicUsize::new(0));
+    let begun_by_b = Arc::new(AtomicUsize::new(0));
+    let (stop_a, a_stopping) = tokio::sync::oneshot::channel::<()>();
+    let a = tokio::spawn(lead(
+        election(&fake, "a", timing),
+        {
+            let (fake, begun) = (fake.clone(), begun_by_a.clone());
+            move |stopping| vec![writing_controller(&fake, "a", stopping, begun.clone())]
+        },
+        async move {
+            let _ = a_stopping.await;
+        },
+    ));
+    until("a writes", || begun_by_a.load(Ordering::SeqCst) >= 3).await;
+    let (stop_b, b_stopping) = tokio::sync::oneshot::channel::<()>();
+    let b = tokio::spawn(lead(
+        election(&fake, "b", timing),
+        {
+            let (fake, begun) = (fake.clone(), begun_by_b.clone());
+            move |stopping| vec![writing_controller(&fake, "b", stopping, begun.clone())]
+        },
+        async move {
+            let _ = b_stopping.await;
+        },
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        begun_by_b.load(Ordering::SeqCst),
+        0,
+        "b waits while a leads"
+    );
+
+    // a shuts down in the middle of a reconcile: it finishes it, stops, then
+    // releases the Lease; b takes over.
+    stop_a.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), a)
+        .await
+        .expect("a stops")
+        .unwrap();
+    until("b writes", || begun_by_b.load(Ordering::SeqCst) >= 2).await;
+    stop_b.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), b)
+        .await
+        .expect("b stops")
+        .unwrap();
+
+    let writers = configmap_writers(&fake);
+    let first_of_b = writers
+        .iter()
+        .position(|w| w == "b")
+        .expect("b wrote after taking over");
+    assert!(
+        writers[first_of_b..].iter().all(|w| w == "b"),
+        "a wrote after b started: {writers:?}"
+    );
+    let written_by_a = writers.iter().filter(|w| *w == "a").count();
+    assert_eq!(
+        written_by_a,
+        begun_by_a.load(Ordering::SeqCst),
+        "every reconcile a began was finished, none cut off: {writers:?}"
+    );
+    assert_eq!(
+        writers.iter().filter(|w| *w == "b").count(),
+        begun_by_b.load(Ordering::SeqCst),
+        "b too finished what it began: {writers:?}"
     );
 }
 
@@ -394,4 +519,39 @@ async fn the_role_grants_every_request_the_election_makes() {
         .expect("the Role is bound");
     assert_eq!(binding["metadata"]["namespace"], "tandem-system");
     assert_eq!(binding["subjects"][0]["name"], "tandem");
+}
+
+/// Events name the replica that recorded them as `--pod-name` does (the name
+/// it uses in the election), not whatever `POD_NAME` holds.
+#[tokio::test]
+async fn events_name_the_replica_given_by_its_pod_name() {
+    use kube::runtime::events::{Event, EventType};
+    let fake = FakeApi::new();
+    let ctx = tandem::reconcile::Context::new(fake.client(), Default::default())
+        .reporting_as("tandem-7f9c-x2");
+    assert_eq!(ctx.reporter.instance.as_deref(), Some("tandem-7f9c-x2"));
+    let about = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("fusioninfer.io/v1alpha1".to_owned()),
+        kind: Some("InferenceService".to_owned()),
+        name: Some("svc".to_owned()),
+        namespace: Some("default".to_owned()),
+        ..Default::default()
+    };
+    ctx.recorder
+        .publish(
+            &Event {
+                type_: EventType::Normal,
+                reason: "Created".to_owned(),
+                note: Some("a child".to_owned()),
+                action: "Create".to_owned(),
+                secondary: None,
+            },
+            &about,
+        )
+        .await
+        .unwrap();
+    let events = fake.list("events.k8s.io/v1", "Event", "default");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["reportingInstance"], "tandem-7f9c-x2");
+    assert_eq!(events[0]["reportingController"], "tandem");
 }

@@ -926,6 +926,51 @@ async fn a_request_head_that_stalls_or_an_idle_connection_is_closed() {
     assert!(answer.contains(r#""allowed":true"#), "{answer}");
 }
 
+/// A client that completes the TLS handshake and then sends no byte at all
+/// is disconnected after the idle timeout (before, it was held until it
+/// closed); one that sends its request in time is answered.
+#[tokio::test]
+async fn a_connection_that_sends_nothing_after_the_handshake_is_closed() {
+    use tokio::io::AsyncReadExt;
+    let test = start_server(|o| o.idle_timeout = Duration::from_millis(300)).await;
+    let tcp = tokio::net::TcpStream::connect(test.server.webhook_addr)
+        .await
+        .unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(client_tls(&[&test.ca_pem]))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the handshake completes");
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes a silent connection, not left hanging");
+    if let Err(e) = closed {
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    }
+    assert!(answer.is_empty(), "nothing is answered: {answer:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "not before the idle timeout: {:?}",
+        started.elapsed()
+    );
+    // A request sent right away on a new connection is still answered.
+    let body = serde_json::to_vec(&review(
+        "CREATE",
+        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        None,
+    ))
+    .unwrap();
+    let mut request = format!(
+        "POST /validate/inferenceservices HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend(body);
+    let answer = String::from_utf8_lossy(&stall_after(&test, &request).await).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
 /// A ClientHello offering `version` as its highest (TLS 1.0 is 0x0301, 1.1
 /// 0x0302, 1.2 0x0303) without the supported_versions extension, as a
 /// pre-TLS 1.3 client sends it, with suites and extensions a TLS 1.2 server

@@ -383,6 +383,11 @@ pub fn validate_scale(scale: &Value, namespace: &str, lookup: &dyn Lookup) -> Fi
         None => {
             if replicas < 0 {
                 findings.deny("spec.replicas", format!("must be >= 0, got {replicas}"));
+            } else if replicas > api::limits::MAX_VIEW_REPLICAS {
+                findings.deny(
+                    "spec.replicas",
+                    api::limits::over(api::limits::MAX_VIEW_REPLICAS, replicas),
+                );
             }
             findings.warn("spec.replicas: the strict range was not checked: this webhook has no view of the cluster");
         }

@@ -11,6 +11,9 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::limits::{
+    self, MAX_NODE_COUNT, MAX_PODS_PER_ROLE, MAX_PODS_PER_SERVICE, MAX_REPLICAS, MAX_ROLES,
+};
 use super::{Findings, dns1123_label_error, parse_at, schema};
 
 /// The desired state of an inference service: its roles and how they are
@@ -62,9 +65,14 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.roles.map(r, (has(r.replicas) ? r.replicas : 1) * (has(r.multinode) && has(r.multinode.nodeCount) ? r.multinode.nodeCount : 1)).sum() <= 100000",
+    "message": "the service's pods (the sum over its roles of replicas × multinode.nodeCount) must be at most 100000",
+}]))]
 pub struct InferenceServiceSpec {
     /// The components of the service. Each role is named by the user and
     /// classified by its componentType.
+    #[schemars(length(min = 1, max = MAX_ROLES))]
     pub roles: Vec<Role>,
 
     /// Scheduler, queue, priority class and gang policy for the service's pods.
@@ -155,6 +163,10 @@ pub enum RoutingStrategy {
 /// One logical component of the service.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.replicas) || !has(self.multinode) || !has(self.multinode.nodeCount) || self.replicas * self.multinode.nodeCount <= 100000",
+    "message": "the role's pods (replicas × multinode.nodeCount) must be at most 100000",
+}]))]
 pub struct Role {
     /// User-chosen, unique name (a DNS-1123 label); part of every child's name.
     pub name: String,
@@ -164,6 +176,7 @@ pub struct Role {
 
     /// Number of independent replicas (for a router: endpoint-picker pods). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// Spreads each replica over several nodes (leader + workers).
@@ -233,6 +246,7 @@ impl Role {
 pub struct Multinode {
     /// Number of distinct nodes (pods) per replica. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_NODE_COUNT))]
     pub node_count: Option<i32>,
 }
 
@@ -355,6 +369,7 @@ pub struct IncrementalUpgradeOptions {
     pub step_size_percent: Option<i32>,
     /// Seconds between traffic steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = limits::MAX_INTERVAL_SECONDS))]
     pub interval_seconds: Option<i32>,
     /// GatewayClass of the Gateway Tandem creates for the service (NewRevision and IncrementalUpgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -682,6 +697,12 @@ fn validate_roles(roles: &[Role], findings: &mut Findings) {
         findings.deny("spec.roles", "must list at least one role");
         return;
     }
+    if roles.len() > MAX_ROLES {
+        findings.deny(
+            "spec.roles",
+            format!("must list at most {MAX_ROLES} roles, got {}", roles.len()),
+        );
+    }
     let mut first_index_of: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, role) in roles.iter().enumerate() {
         let at = format!("spec.roles[{i}]");
@@ -700,6 +721,7 @@ fn validate_roles(roles: &[Role], findings: &mut Findings) {
         }
         validate_role(role, &at, findings);
     }
+    validate_service_pods(roles, findings);
 
     let types: BTreeSet<ComponentType> = roles.iter().map(|r| r.component_type).collect();
     let routers: Vec<usize> = roles
@@ -739,14 +761,59 @@ fn validate_roles(roles: &[Role], findings: &mut Findings) {
     }
 }
 
-fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
-    if let Some(replicas) = role.replicas
-        && replicas < 0
-    {
+/// The pods of a role: `replicas × nodeCount` (a router's replicas are one
+/// pod each), exact in an i64 for any two i32s.
+pub fn role_pods(role: &Role) -> i64 {
+    let nodes = if role.is_router() {
+        1
+    } else {
+        role.node_count().max(1)
+    };
+    i64::from(role.replicas().max(0)).saturating_mul(i64::from(nodes))
+}
+
+/// The service's pods, over all roles, within [`MAX_PODS_PER_SERVICE`].
+/// Checked only when every role is within its own limits, so the message
+/// points at the sum, not at a role already denied.
+fn validate_service_pods(roles: &[Role], findings: &mut Findings) {
+    let each_within = roles.iter().all(|r| {
+        (0..=MAX_REPLICAS).contains(&r.replicas())
+            && (r.is_router() || (1..=MAX_NODE_COUNT).contains(&r.node_count()))
+            && role_pods(r) <= MAX_PODS_PER_ROLE
+    });
+    if !each_within {
+        return;
+    }
+    let total = roles
+        .iter()
+        .fold(0i64, |sum, role| sum.saturating_add(role_pods(role)));
+    if total > MAX_PODS_PER_SERVICE {
         findings.deny(
-            format!("{at}.replicas"),
-            format!("must be >= 0, got {replicas}"),
+            "spec.roles",
+            format!(
+                "the service's pods (the sum over its roles of replicas × nodeCount) {}",
+                limits::over(MAX_PODS_PER_SERVICE, total)
+            ),
         );
+    }
+}
+
+fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
+    let mut counts_within = true;
+    if let Some(replicas) = role.replicas {
+        if replicas < 0 {
+            findings.deny(
+                format!("{at}.replicas"),
+                format!("must be >= 0, got {replicas}"),
+            );
+            counts_within = false;
+        } else if replicas > MAX_REPLICAS {
+            findings.deny(
+                format!("{at}.replicas"),
+                limits::over(MAX_REPLICAS, replicas),
+            );
+            counts_within = false;
+        }
     }
     if let Some(multinode) = &role.multinode {
         if role.is_router() {
@@ -754,14 +821,33 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
                 format!("{at}.multinode"),
                 "only allowed on serving roles, this role is a router",
             );
-        } else if let Some(n) = multinode.node_count
-            && n < 1
-        {
-            findings.deny(
-                format!("{at}.multinode.nodeCount"),
-                format!("must be >= 1, got {n}"),
-            );
+        } else if let Some(n) = multinode.node_count {
+            if n < 1 {
+                findings.deny(
+                    format!("{at}.multinode.nodeCount"),
+                    format!("must be >= 1, got {n}"),
+                );
+                counts_within = false;
+            } else if n > MAX_NODE_COUNT {
+                findings.deny(
+                    format!("{at}.multinode.nodeCount"),
+                    limits::over(MAX_NODE_COUNT, n),
+                );
+                counts_within = false;
+            }
         }
+    }
+    let pods = role_pods(role);
+    if counts_within && pods > MAX_PODS_PER_ROLE {
+        findings.deny(
+            format!("{at}.replicas"),
+            format!(
+                "the role's pods (replicas {} × nodeCount {}) {}",
+                role.replicas(),
+                role.node_count(),
+                limits::over(MAX_PODS_PER_ROLE, pods)
+            ),
+        );
     }
 
     if role.is_router() {
@@ -881,17 +967,9 @@ fn validate_template(
                 .unwrap_or(0),
         ),
     };
-    let mut names = BTreeSet::new();
+    super::pod_template::check(&pod, &format!("{field}.spec"), findings);
     for (c, container) in pod.containers.iter().enumerate() {
         let at = format!("{field}.spec.containers[{c}]");
-        if let Some(reason) = dns1123_label_error(&container.name) {
-            findings.deny(format!("{at}.name"), reason);
-        } else if !names.insert(container.name.as_str()) {
-            findings.deny(
-                format!("{at}.name"),
-                format!("duplicate container name {:?}", container.name),
-            );
-        }
         if filled_by_planner != Some(c)
             && container
                 .image
@@ -899,14 +977,6 @@ fn validate_template(
                 .is_none_or(|i| i.trim().is_empty())
         {
             findings.deny(format!("{at}.image"), "required: the container image");
-        }
-        for (p, port) in container.ports.iter().flatten().enumerate() {
-            if !(1..=65535).contains(&port.container_port) {
-                findings.deny(
-                    format!("{at}.ports[{p}].containerPort"),
-                    format!("must be between 1 and 65535, got {}", port.container_port),
-                );
-            }
         }
     }
 }
@@ -1019,6 +1089,10 @@ pub(crate) fn validate_upgrade(upgrade: &UpgradeStrategy, findings: &mut Finding
         Some(interval) if interval <= 0 => findings.deny(
             format!("{at}.intervalSeconds"),
             format!("must be > 0, got {interval}"),
+        ),
+        Some(interval) if interval > limits::MAX_INTERVAL_SECONDS => findings.deny(
+            format!("{at}.intervalSeconds"),
+            limits::over(limits::MAX_INTERVAL_SECONDS, interval),
         ),
         Some(_) => {}
     }

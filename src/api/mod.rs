@@ -7,9 +7,11 @@
 
 pub mod crds;
 pub mod inference_service;
+pub mod limits;
+pub mod pod_template;
 pub mod resource_scaling_group;
 pub mod scale_view;
-mod schema;
+pub mod schema;
 
 use std::fmt;
 
@@ -127,8 +129,8 @@ pub fn dns1123_label_error(value: &str) -> Option<String> {
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     let bytes = value.as_bytes();
-    let alnum_ends =
-        bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
+    let alnum_ends = bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric);
     if !valid_chars || !alnum_ends {
         return Some(format!(
             "must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit), got {value:?}"
@@ -153,8 +155,8 @@ pub fn dns1123_subdomain_error(value: &str) -> Option<String> {
                 && bytes
                     .iter()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-                && bytes[0].is_ascii_alphanumeric()
-                && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+                && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+                && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
         });
     if !labels_valid {
         return Some(format!(

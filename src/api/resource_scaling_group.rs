@@ -12,6 +12,10 @@ use rust_decimal::Decimal;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::limits::{
+    self, MAX_GROUPS, MAX_RATIO, MAX_REPLICAS, MAX_REPLICATED_OBJECTS, MAX_ROLES,
+    MAX_TARGET_RESOURCES,
+};
 use super::{Findings, dns1123_label_error, dns1123_subdomain_error, schema};
 
 // Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
@@ -62,8 +66,13 @@ use super::{Findings, dns1123_label_error, dns1123_subdomain_error, schema};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.scalingStrategy.groupConfig) || !has(self.scalingStrategy.groupConfig.replicas) || self.scalingStrategy.groupConfig.replicas * size(self.targetResources) <= 10000",
+    "message": "the replicated objects (groupConfig.replicas × target resources) must be at most 10000",
+}]))]
 pub struct ResourceScalingGroupSpec {
     /// The resources this group manages, each with a local name that bindings use.
+    #[schemars(length(min = 1, max = MAX_TARGET_RESOURCES))]
     pub target_resources: Vec<TargetResource>,
     /// GroupReplication or InplaceScaling, with its configuration.
     pub scaling_strategy: ScalingStrategy,
@@ -91,6 +100,7 @@ pub struct TargetResource {
     pub target_ref: Option<CrossVersionObjectReference>,
     /// Roles inside the object (RoleBasedGroup, InferenceService) that bindings may name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_ROLES))]
     pub sub_resources: Vec<SubResource>,
 }
 
@@ -174,6 +184,7 @@ pub struct GroupConfig {
     pub group_name: Option<String>,
     /// Desired number of groups, the originals included. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_GROUPS))]
     pub replicas: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_down: Option<GroupScaleDown>,
@@ -216,6 +227,7 @@ pub enum GroupScaleDownPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InplaceConfig {
+    #[schemars(length(max = MAX_TARGET_RESOURCES))]
     pub bindings: Vec<Binding>,
 }
 
@@ -231,9 +243,11 @@ pub struct Binding {
     pub ratio: Option<Ratio>,
     /// Target only: fewest replicas, whatever the ratio gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub min: Option<i32>,
     /// Target only: most replicas, whatever the ratio gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max: Option<i32>,
 }
 
@@ -388,6 +402,7 @@ pub fn validate(spec: &ResourceScalingGroupSpec, namespace: &str) -> Findings {
                 Some(group) => {
                     validate_group_config(group, &mut findings);
                     validate_clones(&spec.target_resources, group, &mut findings);
+                    validate_replicated_objects(&spec.target_resources, group, &mut findings);
                 }
                 None => findings.deny(
                     format!("{at}.groupConfig"),
@@ -539,8 +554,26 @@ fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut 
     if targets.is_empty() {
         findings.deny("spec.targetResources", "must list at least one resource");
     }
+    if targets.len() > MAX_TARGET_RESOURCES {
+        findings.deny(
+            "spec.targetResources",
+            format!(
+                "must list at most {MAX_TARGET_RESOURCES} resources, got {}",
+                targets.len()
+            ),
+        );
+    }
     for (i, target) in targets.iter().enumerate() {
         let at = format!("spec.targetResources[{i}]");
+        if target.sub_resources.len() > MAX_ROLES {
+            findings.deny(
+                format!("{at}.subResources"),
+                format!(
+                    "must list at most {MAX_ROLES} roles, got {}",
+                    target.sub_resources.len()
+                ),
+            );
+        }
         if target.name.trim().is_empty() {
             findings.deny(format!("{at}.name"), "must not be empty");
         }
@@ -648,6 +681,15 @@ fn validate_bindings(bindings: &[Binding], targets: &[TargetResource], findings:
         findings.deny(at, "must list one Source and at least one Target");
         return;
     }
+    if bindings.len() > MAX_TARGET_RESOURCES {
+        findings.deny(
+            at,
+            format!(
+                "must list at most {MAX_TARGET_RESOURCES} bindings, got {}",
+                bindings.len()
+            ),
+        );
+    }
     let sources: Vec<usize> = bindings
         .iter()
         .enumerate()
@@ -707,7 +749,17 @@ fn validate_target_binding(binding: &Binding, here: &str, findings: &mut Finding
                 format!("{here}.ratio"),
                 format!("must be >= 0, got {ratio}"),
             ),
+        Some(ratio) if ratio.value() > MAX_RATIO => {
+            findings.deny(format!("{here}.ratio"), limits::over(MAX_RATIO, ratio))
+        }
         Some(_) => {}
+    }
+    for (field, value) in [("min", binding.min), ("max", binding.max)] {
+        if let Some(value) = value
+            && value > MAX_REPLICAS
+        {
+            findings.deny(format!("{here}.{field}"), limits::over(MAX_REPLICAS, value));
+        }
     }
     if let Some(min) = binding.min
         && min < 0
@@ -792,6 +844,10 @@ fn validate_group_config(group: &GroupConfig, findings: &mut Findings) {
             format!("{at}.replicas"),
             format!("must be >= 1 (group {prefix}-00 holds the original resources and is never deleted), got {replicas}"),
         );
+    } else if let Some(replicas) = group.replicas
+        && replicas > MAX_GROUPS
+    {
+        findings.deny(format!("{at}.replicas"), limits::over(MAX_GROUPS, replicas));
     }
     let mut seen = BTreeMap::new();
     let candidates = group.scale_down.iter().flat_map(|s| s.candidates.iter());
@@ -815,6 +871,30 @@ fn validate_group_config(group: &GroupConfig, findings: &mut Findings) {
                 }
             }
         }
+    }
+}
+
+/// The objects a GroupReplication keeps, `groups × target resources`, within
+/// [`MAX_REPLICATED_OBJECTS`] (checked when both factors are within theirs).
+fn validate_replicated_objects(
+    targets: &[TargetResource],
+    group: &GroupConfig,
+    findings: &mut Findings,
+) {
+    let groups = group.replicas();
+    if !(1..=MAX_GROUPS).contains(&groups) || targets.len() > MAX_TARGET_RESOURCES {
+        return;
+    }
+    let resources = i64::try_from(targets.len()).unwrap_or(i64::MAX);
+    let objects = i64::from(groups).saturating_mul(resources);
+    if objects > MAX_REPLICATED_OBJECTS {
+        findings.deny(
+            "spec.scalingStrategy.groupConfig.replicas",
+            format!(
+                "the replicated objects (replicas {groups} × {resources} target resources) {}",
+                limits::over(MAX_REPLICATED_OBJECTS, objects)
+            ),
+        );
     }
 }
 
@@ -846,7 +926,7 @@ fn validate_clones(targets: &[TargetResource], group: &GroupConfig, findings: &m
     } else {
         "spec.scalingStrategy.groupConfig.groupName"
     };
-    let highest = u32::try_from(group.replicas().max(1) - 1).unwrap_or(0);
+    let highest = u32::try_from(group.replicas().max(1).saturating_sub(1)).unwrap_or(0);
     for (i, target) in targets.iter().enumerate() {
         let at = format!("spec.targetResources[{i}]");
         let Some(object) = target.object() else {

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::inference_service::{ComponentType, InferenceService};
+use super::limits::{self, MAX_PRIORITY, MAX_REPLICAS, MAX_ROLES, MAX_VIEW_REPLICAS};
 use super::{Findings, dns1123_label_error};
 
 // Each printcolumn(...) repeats name/type_/json_path by design; clippy reads
@@ -48,6 +49,16 @@ use super::{Findings, dns1123_label_error};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.targetRef == oldSelf.targetRef",
+        "message": "spec.targetRef is immutable: create a new ScaleView instead",
+    },
+    {
+        "rule": "(has(self.scalePolicy) ? size(self.scalePolicy) : 0) == 0 && (has(oldSelf.scalePolicy) ? size(oldSelf.scalePolicy) : 0) == 0 || has(self.scalePolicy) && has(oldSelf.scalePolicy) && self.scalePolicy.all(p, oldSelf.scalePolicy.exists(o, o.group == p.group)) && oldSelf.scalePolicy.all(o, self.scalePolicy.exists(p, p.group == o.group))",
+        "message": "the set of groups (spec.scalePolicy[].group) is immutable; priorities and constraints may change",
+    },
+]))]
 pub struct ScaleViewSpec {
     /// The InferenceService (same namespace) and the component type whose roles
     /// this view scales. Immutable.
@@ -56,6 +67,7 @@ pub struct ScaleViewSpec {
     /// Replicas over all groups of the view; the scale subresource's
     /// spec.replicas. Left out, it starts at the groups' current sum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_VIEW_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// true: a total outside [sum of mins, sum of maxes] is rejected, also on
@@ -66,6 +78,7 @@ pub struct ScaleViewSpec {
     /// The groups (roles of the target with the view's component type) and how
     /// replicas are split over them. The set of groups is immutable.
     #[serde(default)]
+    #[schemars(length(max = MAX_ROLES))]
     pub scale_policy: Vec<ScalePolicy>,
 }
 
@@ -74,15 +87,17 @@ impl ScaleViewSpec {
         self.strict.unwrap_or(false)
     }
 
-    /// The range a total must fall in: [sum of mins, sum of maxes]; no upper
-    /// bound when any group has no max.
-    pub fn replica_range(&self) -> (i64, Option<i64>) {
-        let min = self.scale_policy.iter().map(|p| i64::from(p.min())).sum();
-        let max = self
+    /// The range a total must fall in: [sum of mins, sum of maxes], where a
+    /// group without a max counts as [`MAX_REPLICAS`], the most a role may
+    /// have. Sums of i32s in an i64 cannot overflow.
+    pub fn replica_range(&self) -> (i64, i64) {
+        let min = self
             .scale_policy
             .iter()
-            .map(|p| p.max().map(i64::from))
-            .sum::<Option<i64>>();
+            .fold(0i64, |sum, p| sum.saturating_add(i64::from(p.min())));
+        let max = self.scale_policy.iter().fold(0i64, |sum, p| {
+            sum.saturating_add(i64::from(p.max().unwrap_or(MAX_REPLICAS)))
+        });
         (min, max)
     }
 
@@ -107,6 +122,7 @@ pub struct ScalePolicy {
     pub group: String,
     /// 0-10 (default 0). Higher priorities get replicas first and lose them last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_PRIORITY))]
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<Constraints>,
@@ -134,9 +150,11 @@ impl ScalePolicy {
 pub struct Constraints {
     /// Fewest replicas of this group (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub min: Option<i32>,
-    /// Most replicas of this group (default: no limit).
+    /// Most replicas of this group (default: 10000, the most a role may have).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max: Option<i32>,
 }
 
@@ -197,6 +215,15 @@ pub fn validate(spec: &ScaleViewSpec) -> Findings {
             "must be a serving component type (worker, prefiller or decoder): router replicas are not model servers",
         );
     }
+    if spec.scale_policy.len() > MAX_ROLES {
+        findings.deny(
+            "spec.scalePolicy",
+            format!(
+                "must list at most {MAX_ROLES} groups, got {}",
+                spec.scale_policy.len()
+            ),
+        );
+    }
     let mut seen = BTreeSet::new();
     for (i, policy) in spec.scale_policy.iter().enumerate() {
         let at = format!("spec.scalePolicy[{i}]");
@@ -209,11 +236,11 @@ pub fn validate(spec: &ScaleViewSpec) -> Findings {
             );
         }
         if let Some(priority) = policy.priority
-            && !(0..=10).contains(&priority)
+            && !(0..=MAX_PRIORITY).contains(&priority)
         {
             findings.deny(
                 format!("{at}.priority"),
-                format!("must be between 0 and 10, got {priority}"),
+                format!("must be between 0 and {MAX_PRIORITY}, got {priority}"),
             );
         }
         let (min, max) = (policy.min(), policy.max());
@@ -222,12 +249,22 @@ pub fn validate(spec: &ScaleViewSpec) -> Findings {
                 format!("{at}.constraints.min"),
                 format!("must be >= 0, got {min}"),
             );
+        } else if min > MAX_REPLICAS {
+            findings.deny(
+                format!("{at}.constraints.min"),
+                limits::over(MAX_REPLICAS, min),
+            );
         }
         if let Some(max) = max {
             if max < 0 {
                 findings.deny(
                     format!("{at}.constraints.max"),
                     format!("must be >= 0, got {max}"),
+                );
+            } else if max > MAX_REPLICAS {
+                findings.deny(
+                    format!("{at}.constraints.max"),
+                    limits::over(MAX_REPLICAS, max),
                 );
             } else if max < min {
                 findings.deny(
@@ -250,17 +287,24 @@ pub fn validate_total(spec: &ScaleViewSpec, replicas: i64, field: &str, findings
         findings.deny(field, format!("must be >= 0, got {replicas}"));
         return;
     }
+    if replicas > i64::from(MAX_VIEW_REPLICAS) {
+        findings.deny(field, limits::over(MAX_VIEW_REPLICAS, replicas));
+        return;
+    }
     if !spec.is_strict() {
         return;
     }
     let (min, max) = spec.replica_range();
-    let above = max.is_some_and(|max| replicas > max);
-    if replicas < min || above {
-        let upper = max.map_or("no limit".to_owned(), |m| m.to_string());
+    if replicas < min || replicas > max {
+        let unbounded = if spec.scale_policy.iter().any(|p| p.max().is_none()) {
+            format!(", a group without a max counting as {MAX_REPLICAS}")
+        } else {
+            String::new()
+        };
         findings.deny(
             field,
             format!(
-                "must be within [{min}, {upper}] (the sum of the groups' min and max constraints) because spec.strict is true, got {replicas}"
+                "must be within [{min}, {max}] (the sum of the groups' min and max constraints{unbounded}) because spec.strict is true, got {replicas}"
             ),
         );
     }
@@ -448,12 +492,17 @@ mod tests {
         let mut lenient = spot();
         lenient["replicas"] = json!(100);
         assert!(validate(&spec(lenient)).is_allowed());
-        // A group without max leaves the range open above.
+        // A group without max counts as the most a role may have.
         let mut open = spot();
         open["strict"] = json!(true);
         open["scalePolicy"][1]["constraints"] = json!({});
         open["replicas"] = json!(1000);
-        assert!(validate(&spec(open)).is_allowed());
+        assert!(validate(&spec(open.clone())).is_allowed());
+        open["replicas"] = json!(10_003);
+        assert_eq!(
+            denial(open),
+            "spec.replicas: must be within [1, 10002] (the sum of the groups' min and max constraints, a group without a max counting as 10000) because spec.strict is true, got 10003"
+        );
         // Negative totals are refused in every mode.
         let mut negative = spot();
         negative["replicas"] = json!(-1);

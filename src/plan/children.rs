@@ -62,7 +62,7 @@ impl Naming {
     pub fn extra_len(&self) -> usize {
         match self {
             Naming::Plain => 0,
-            Naming::Suffixed(suffix) => suffix.len() + 1,
+            Naming::Suffixed(suffix) => suffix.len().saturating_add(1),
         }
     }
 

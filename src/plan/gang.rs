@@ -10,6 +10,7 @@
 //! stays available for older Volcano and is all-or-nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Add, Mul};
 
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde_json::{Value, json};
@@ -255,7 +256,9 @@ fn task_member_spec(roles: &[GangRole<'_>]) -> Result<Value, String> {
 
 /// The number of pods of `(role, pods)` pairs, as the int32 Volcano stores.
 fn pod_count(parts: &[(&GangRole<'_>, u32)]) -> Result<i32, String> {
-    let total: u64 = parts.iter().map(|(_, pods)| u64::from(*pods)).sum();
+    let total = parts
+        .iter()
+        .fold(0u64, |sum, (_, pods)| sum.saturating_add(u64::from(*pods)));
     i32::try_from(total).map_err(|_| format!("{total} pods do not fit a PodGroup's minMember"))
 }
 
@@ -266,9 +269,10 @@ fn insert_resources(spec: &mut Value, parts: &[(&GangRole<'_>, u32)]) -> Result<
     for (gang_role, pods) in parts {
         for (name, request) in &gang_role.pod_requests {
             let overflow = |e| format!("role {:?}: {name}: {e}", gang_role.role.name);
-            let role_total = (*request * *pods).map_err(overflow)?;
+            // Quantity's operators are checked: they return a Result.
+            let role_total = request.mul(*pods).map_err(overflow)?;
             let entry = total.entry(name.as_str()).or_insert(Quantity::ZERO);
-            *entry = (*entry + role_total).map_err(overflow)?;
+            *entry = entry.add(role_total).map_err(overflow)?;
         }
     }
     if !total.is_empty() {

@@ -159,8 +159,8 @@ fn resolved(
             Some((name, ratio::bindings(&g.spec).ok()?))
         })
         .collect();
+    let at = all.len();
     all.push((me.0.to_owned(), mine));
-    let at = all.len() - 1;
     Ok((all, at))
 }
 
@@ -406,6 +406,11 @@ fn why(target: &TargetBinding, source: i32, want: i32) -> String {
     match (target.min, target.max) {
         (Some(min), _) if want == min && unclamped < min => format!("{ratio}, raised to min {min}"),
         (_, Some(max)) if want == max && unclamped > max => format!("{ratio}, capped at max {max}"),
+        _ if want == crate::api::limits::MAX_REPLICAS
+            && ratio::ceil_product(source, target.ratio) > want =>
+        {
+            format!("{ratio}, capped at the limit of {want} replicas a ratio may give")
+        }
         _ => ratio,
     }
 }

@@ -137,14 +137,28 @@ pub enum Change {
     StopControllers(String),
 }
 
+/// How long a replica that stops leading gives its controllers to finish the
+/// reconciles in flight before it aborts them: the part of the Lease that is
+/// left after the renew deadline. A leader that could not renew stops at its
+/// deadline, and no other replica can take the Lease before it expires, so
+/// waiting this long never overlaps with the next leader. On shutdown the
+/// Lease is released only after the wait.
+pub fn stop_grace(timing: &Timing) -> Duration {
+    timing.lease.saturating_sub(timing.renew_deadline)
+}
+
 /// How long the try beginning at `now` may take: the retry period, and for a
 /// leader no longer than is left of its renew deadline (so a try that hangs
 /// ends, as a failure, in time for the leader to stop).
 pub fn attempt_budget(state: Leadership, now: Instant, timing: &Timing) -> Duration {
     match state {
-        Leadership::Leader { renewed } => timing
-            .retry
-            .min((renewed + timing.renew_deadline).saturating_duration_since(now)),
+        // A deadline past the clock's range (durations of centuries) leaves
+        // just the retry period.
+        Leadership::Leader { renewed } => renewed
+            .checked_add(timing.renew_deadline)
+            .map_or(timing.retry, |deadline| {
+                timing.retry.min(deadline.saturating_duration_since(now))
+            }),
         Leadership::Follower | Leadership::Candidate => timing.retry,
     }
 }
@@ -153,9 +167,12 @@ pub fn attempt_budget(state: Leadership, now: Instant, timing: &Timing) -> Durat
 /// later, and for a leader no later than its renew deadline (that try has no
 /// time left, fails, and stops the controllers on time).
 pub fn next_try_at(state: Leadership, started: Instant, timing: &Timing) -> Instant {
-    let regular = started + timing.retry;
+    // Periods past the clock's range (centuries) count as none.
+    let regular = started.checked_add(timing.retry).unwrap_or(started);
     match state {
-        Leadership::Leader { renewed } => regular.min(renewed + timing.renew_deadline),
+        Leadership::Leader { renewed } => renewed
+            .checked_add(timing.renew_deadline)
+            .map_or(regular, |deadline| regular.min(deadline)),
         Leadership::Follower | Leadership::Candidate => regular,
     }
 }
@@ -208,6 +225,18 @@ pub fn next(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controllers_get_what_the_lease_leaves_after_the_deadline_to_stop() {
+        assert_eq!(stop_grace(&Timing::DEFAULT), Duration::from_secs(5));
+        let tight = Timing::new(
+            Duration::from_secs(1),
+            Duration::from_millis(900),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        assert_eq!(stop_grace(&tight), Duration::from_millis(100));
+    }
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use proptest::prelude::*;
 

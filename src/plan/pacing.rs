@@ -78,9 +78,9 @@ pub fn resolve(value: &IntOrString, desired: i32, round_up: bool) -> Option<i32>
             if !(0..=100).contains(&percent) {
                 return None;
             }
-            let scaled = i64::from(desired.max(0)) * percent;
+            let scaled = i64::from(desired.max(0)).saturating_mul(percent);
             let count = if round_up {
-                (scaled + 99) / 100
+                scaled.saturating_add(99) / 100
             } else {
                 scaled / 100
             };
@@ -316,7 +316,7 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
     let desired = rollout.desired as usize;
     let budget = rollout.budget;
     let live: Vec<&Replica> = rollout.replicas.iter().filter(|r| !r.terminating).collect();
-    let mut terminating = rollout.replicas.len() - live.len();
+    let mut terminating = rollout.replicas.len().saturating_sub(live.len());
     let is_new = |r: &Replica| r.revision.as_deref() == Some(update);
     let new: Vec<&Replica> = live.iter().copied().filter(|r| is_new(r)).collect();
     let old: Vec<&Replica> = live.iter().copied().filter(|r| !is_new(r)).collect();
@@ -325,7 +325,7 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
         .copied()
         .partition(|r| r.index < budget.partition);
     let keep_pinned = pinned.len().min(desired);
-    let new_target = desired - keep_pinned;
+    let new_target = desired.saturating_sub(keep_pinned);
     // Replicas this rollout moves carry the time they moved.
     let stamp = (!old.is_empty()).then_some(rollout.now);
     // Every index `take_order` gives back is a live replica's, so indexing
@@ -352,7 +352,10 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
     let mut stuck: Option<String> = None;
     for r in new.iter().filter(|r| !r.ready) {
         let Some(at) = r.updated_at else { continue };
-        let due = at + budget.progress_deadline;
+        // A deadline past the end of time never comes.
+        let Ok(due) = at.checked_add(budget.progress_deadline) else {
+            continue;
+        };
         if due <= rollout.now {
             stuck.get_or_insert_with(|| {
                 format!(
@@ -401,13 +404,13 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
             continue;
         }
         if r.ready {
-            ready -= 1;
+            ready = ready.saturating_sub(1);
         }
         if is_pinned {
-            pinned_left -= 1;
+            pinned_left = pinned_left.saturating_sub(1);
         }
-        live_count -= 1;
-        terminating += 1;
+        live_count = live_count.saturating_sub(1);
+        terminating = terminating.saturating_add(1);
         taken.insert(index);
         let from = r.revision.as_deref().unwrap_or("unknown");
         let why = if r.ready {
@@ -424,13 +427,13 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
         acted = true;
     }
     if new.len() > new_target && live_count > desired {
-        let extra = (new.len() - new_target).min(live_count - desired);
+        let extra = (new.len().saturating_sub(new_target)).min(live_count.saturating_sub(desired));
         for index in take_order(rollout, &new).into_iter().take(extra) {
             if by_index[&index].ready {
                 ready = ready.saturating_sub(1);
             }
-            live_count -= 1;
-            terminating += 1;
+            live_count = live_count.saturating_sub(1);
+            terminating = terminating.saturating_add(1);
             paced.steps.insert(
                 index,
                 Step::Delete(format!(
@@ -455,7 +458,7 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
                 if ready <= min_ready {
                     continue;
                 }
-                ready -= 1;
+                ready = ready.saturating_sub(1);
                 format!(
                     "role {role} moves to revision {update}: replica {index} (revision {from}) is replaced in place, {ready} of {desired} replicas stay ready and at least {min_ready} must (maxUnavailable {})",
                     budget.max_unavailable
@@ -466,7 +469,7 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
                 )
             };
             taken.insert(index);
-            moved += 1;
+            moved = moved.saturating_add(1);
             paced.steps.insert(
                 index,
                 Step::Apply {
@@ -482,15 +485,15 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
     // desired + maxSurge replicas, terminating ones included.
     let occupied: BTreeSet<u32> = rollout.replicas.iter().map(|r| r.index).collect();
     let mut free = (0u32..=u32::MAX).filter(|i| !occupied.contains(i));
-    let cap = desired + budget.max_surge as usize;
-    let wanted = new_target.saturating_sub(new.len().min(new_target) + moved);
-    let create = wanted.min(cap.saturating_sub(live_count + terminating));
+    let cap = desired.saturating_add(usize::try_from(budget.max_surge).unwrap_or(usize::MAX));
+    let wanted = new_target.saturating_sub(new.len().min(new_target).saturating_add(moved));
+    let create = wanted.min(cap.saturating_sub(live_count.saturating_add(terminating)));
     for _ in 0..create {
         let Some(index) = free.next() else { break };
         let why = if live_count >= desired {
             format!(
                 "role {role} moves to revision {update}: a surge replica, {} of at most {cap} (maxSurge {})",
-                live_count + 1,
+                live_count.saturating_add(1),
                 budget.max_surge
             )
         } else {
@@ -505,7 +508,7 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
                 updated_at: stamp,
             },
         );
-        live_count += 1;
+        live_count = live_count.saturating_add(1);
         acted = true;
     }
 

@@ -184,15 +184,17 @@ impl FromStr for Quantity {
         } else {
             digits.parse().map_err(|_| too_large())?
         };
-        let binary_factor = 1024_i128.pow(binary_power);
+        // binary_power <= 6 (Ei), from the suffix table.
+        let binary_factor = 1024_i128.checked_pow(binary_power).ok_or_else(too_large)?;
         mantissa = mantissa.checked_mul(binary_factor).ok_or_else(too_large)?;
         let mut exponent = exponent
             .checked_sub(fraction_digits)
             .ok_or_else(too_large)?;
         // Strip trailing zeros so large exponents of round numbers stay small.
-        while mantissa != 0 && mantissa % 10 == 0 && exponent < 0 {
-            mantissa /= 10;
-            exponent += 1;
+        // (exponent < 0 here, so exponent + 1 cannot overflow.)
+        while mantissa != 0 && mantissa.checked_rem(10) == Some(0) && exponent < 0 {
+            mantissa = mantissa.checked_div(10).unwrap_or(0);
+            exponent = exponent.saturating_add(1);
         }
         let (mantissa, scale) = if exponent >= 0 {
             let power = 10_i128
@@ -202,7 +204,11 @@ impl FromStr for Quantity {
         } else {
             round_up_to_nano(mantissa, exponent.unsigned_abs())
         };
-        let signed = if negative { -mantissa } else { mantissa };
+        let signed = if negative {
+            mantissa.checked_neg().ok_or_else(too_large)?
+        } else {
+            mantissa
+        };
         let value = Decimal::try_from_i128_with_scale(signed, scale).map_err(|_| too_large())?;
         Ok(Quantity {
             value,
@@ -237,16 +243,18 @@ fn round_up_to_nano(mantissa: i128, scale: u32) -> (i128, u32) {
     if scale <= NANO_SCALE {
         return (mantissa, scale);
     }
-    let excess = scale - NANO_SCALE;
+    let excess = scale.saturating_sub(NANO_SCALE);
     // Any i128 is below 10^39, so beyond that every non-zero value is < 1n.
     let Some(divisor) = 10_i128.checked_pow(excess) else {
         return (i128::from(mantissa != 0), NANO_SCALE);
     };
-    let quotient = mantissa / divisor;
-    let rounded = if mantissa % divisor == 0 {
+    // divisor >= 10, so neither division can fail; a quotient below
+    // i128::MAX / 10 leaves room for the one unit of rounding.
+    let quotient = mantissa.checked_div(divisor).unwrap_or(0);
+    let rounded = if mantissa.checked_rem(divisor) == Some(0) {
         quotient
     } else {
-        quotient + 1
+        quotient.saturating_add(1)
     };
     (rounded, NANO_SCALE)
 }
@@ -260,9 +268,13 @@ impl fmt::Display for Quantity {
         }
         if self.binary && scale == 0 && mantissa.unsigned_abs() >= 1024 {
             for (suffix, power) in BINARY_SUFFIXES {
-                let unit = 1024_i128.pow(power);
-                if mantissa % unit == 0 {
-                    return write!(f, "{}{suffix}", mantissa / unit);
+                let Some(unit) = 1024_i128.checked_pow(power) else {
+                    continue;
+                };
+                if mantissa.checked_rem(unit) == Some(0)
+                    && let Some(whole) = mantissa.checked_div(unit)
+                {
+                    return write!(f, "{whole}{suffix}");
                 }
             }
         }
@@ -270,7 +282,7 @@ impl fmt::Display for Quantity {
         // integer wins. Nano always does: parsing keeps at most nine fractional digits.
         let scale = i32::try_from(scale).unwrap_or(i32::MAX);
         for (suffix, exponent) in DECIMAL_SUFFIXES {
-            let shift = scale + exponent;
+            let shift = scale.saturating_add(exponent);
             if shift <= 0 {
                 if let Some(scaled) = 10_i128
                     .checked_pow(shift.unsigned_abs())
@@ -279,9 +291,10 @@ impl fmt::Display for Quantity {
                     return write!(f, "{scaled}{suffix}");
                 }
             } else if let Some(unit) = 10_i128.checked_pow(shift.unsigned_abs())
-                && mantissa % unit == 0
+                && mantissa.checked_rem(unit) == Some(0)
+                && let Some(whole) = mantissa.checked_div(unit)
             {
-                return write!(f, "{}{suffix}", mantissa / unit);
+                return write!(f, "{whole}{suffix}");
             }
         }
         // Unreachable for parsed quantities (see above); the plain decimal is
@@ -389,7 +402,7 @@ fn add_all(
 ) -> Result<(), String> {
     for (name, quantity) in more {
         let entry = total.entry(name.clone()).or_insert(Quantity::ZERO);
-        *entry = (*entry + *quantity).map_err(|e| format!("{name}: {e}"))?;
+        *entry = entry.add(*quantity).map_err(|e| format!("{name}: {e}"))?;
     }
     Ok(())
 }

@@ -17,6 +17,8 @@ use std::hash::{Hash, Hasher};
 
 use rust_decimal::Decimal;
 
+use crate::api::limits::MAX_REPLICAS;
+
 use crate::api::resource_scaling_group::{
     BindingRole, ResourceScalingGroupSpec, ScalingStrategyType, TargetResource, declaration_field,
     resolve_binding,
@@ -27,29 +29,34 @@ use crate::plan::dag::FollowGraph;
 pub const BINDINGS_FIELD: &str = "spec.scalingStrategy.inplaceConfig.bindings";
 
 /// The replicas of a Target whose Source has `source` replicas:
-/// `ceil(source × ratio)`, then at most `max`, then at least `min`.
+/// `ceil(source × ratio)`, then at most `max`, then at least `min`, and never
+/// more than [`MAX_REPLICAS`], the most replicas a ratio may give.
 ///
 /// Total on every input: a negative source or ratio counts as 0, the result
-/// saturates at `i32::MAX` and is never negative. Should `min` exceed `max`
-/// (validation denies it), `min` wins: a floor protects availability.
+/// is between 0 and [`MAX_REPLICAS`]. Should `min` exceed `max` (validation
+/// denies it), `min` wins: a floor protects availability.
 pub fn target_replicas(source: i32, ratio: Decimal, min: Option<i32>, max: Option<i32>) -> i32 {
     let followed = ceil_product(source, ratio);
     let capped = max.map_or(followed, |max| followed.min(max));
     let floored = min.map_or(capped, |min| capped.max(min));
-    floored.max(0)
+    floored.clamp(0, MAX_REPLICAS)
 }
 
 /// `ceil(source × ratio)` in integers, so no rounding ever happens: a decimal
 /// is `mantissa / 10^scale` with |mantissa| < 2^96 and scale <= 28, so
 /// `source × mantissa` < 2^31 × 2^96 and `10^scale` < 2^94 both fit an i128
 /// (the saturating operations therefore never saturate).
-fn ceil_product(source: i32, ratio: Decimal) -> i32 {
+pub(crate) fn ceil_product(source: i32, ratio: Decimal) -> i32 {
     if source <= 0 || ratio <= Decimal::ZERO {
         return 0;
     }
     let numerator = i128::from(source).saturating_mul(ratio.mantissa());
     let denominator = 10i128.saturating_pow(ratio.scale());
-    let quotient = numerator / denominator + i128::from(numerator % denominator != 0);
+    // denominator >= 1 (10^0), so neither division can fail or overflow.
+    let quotient = numerator
+        .checked_div(denominator)
+        .unwrap_or(i128::MAX)
+        .saturating_add(i128::from(numerator.checked_rem(denominator) != Some(0)));
     i32::try_from(quotient).unwrap_or(i32::MAX)
 }
 
@@ -322,17 +329,22 @@ mod tests {
             (5, json!(1), Some(4), Some(2), 4),
             (5, json!(1), None, Some(-3), 0),
             (5, json!(1), Some(-3), None, 5),
-            (i32::MAX, json!(2), None, None, i32::MAX),
-            (i32::MAX, json!(1), None, None, i32::MAX),
-            (i32::MAX, json!(0.5), None, None, 1_073_741_824),
+            // Never more than the limit of what a ratio gives.
+            (i32::MAX, json!(2), None, None, MAX_REPLICAS),
+            (i32::MAX, json!(1), None, None, MAX_REPLICAS),
+            (i32::MAX, json!(0.5), None, None, MAX_REPLICAS),
             (
                 i32::MAX,
                 json!("79228162514264337593543950335"),
                 None,
                 None,
-                i32::MAX,
+                MAX_REPLICAS,
             ),
             (i32::MAX, json!(2), None, Some(40), 40),
+            (5_000, json!(2), None, None, MAX_REPLICAS),
+            (5_001, json!(2), None, None, MAX_REPLICAS),
+            (4_999, json!(2), None, None, 9_998),
+            (1, json!(1), Some(i32::MAX), None, MAX_REPLICAS),
         ];
         for (source, written, min, max, expected) in cases {
             assert_eq!(
@@ -354,8 +366,8 @@ mod tests {
         // The smallest excess above an integer still rounds up.
         let just_above_one = Decimal::from_i128_with_scale(10i128.pow(28) + 1, 28);
         assert_eq!(
-            target_replicas(i32::MAX - 1, just_above_one, None, None),
-            i32::MAX
+            target_replicas(MAX_REPLICAS - 1, just_above_one, None, None),
+            MAX_REPLICAS
         );
         assert_eq!(target_replicas(1_000, just_above_one, None, None), 1_001);
     }
@@ -383,12 +395,12 @@ mod tests {
             max in proptest::option::of(any::<i32>()),
         ) {
             let replicas = target_replicas(source, ratio, min, max);
-            prop_assert!(replicas >= 0);
+            prop_assert!((0..=MAX_REPLICAS).contains(&replicas));
             if let Some(max) = max && min.is_none_or(|min| min <= max) && max >= 0 {
                 prop_assert!(replicas <= max);
             }
             if let Some(min) = min {
-                prop_assert!(replicas >= min);
+                prop_assert!(replicas >= min.min(MAX_REPLICAS));
             }
         }
 
@@ -408,7 +420,8 @@ mod tests {
 
         #[test]
         fn integer_ratios_multiply_exactly(source in 0i32..=i32::MAX, k in 0i64..=100_000) {
-            let expected = i32::try_from(i64::from(source) * k).unwrap_or(i32::MAX);
+            let expected = i32::try_from((i64::from(source) * k).min(i64::from(MAX_REPLICAS)))
+                .unwrap_or(MAX_REPLICAS);
             prop_assert_eq!(target_replicas(source, Decimal::from(k), None, None), expected);
             // However the integer is written: 2, 2.0, 2.000.
             let rescaled = Decimal::from_i128_with_scale(i128::from(k) * 1000, 3);
@@ -427,9 +440,10 @@ mod tests {
             let exact = Decimal::from(source) * ratio;
             let replicas = target_replicas(source, ratio, None, None);
             let expected = i32::try_from(exact.ceil().mantissa() / 10i128.pow(exact.ceil().scale()))
-                .unwrap_or(i32::MAX);
+                .unwrap_or(i32::MAX)
+                .min(MAX_REPLICAS);
             prop_assert_eq!(replicas, expected);
-            if replicas < i32::MAX {
+            if replicas < MAX_REPLICAS {
                 prop_assert!(Decimal::from(replicas) >= exact);
                 prop_assert!(Decimal::from(replicas) - Decimal::ONE < exact);
             }

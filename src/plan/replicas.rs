@@ -14,7 +14,8 @@ pub fn ordered(existing: &BTreeSet<u32>, desired: usize) -> BTreeSet<u32> {
     let mut candidate = 0u32;
     while kept.len() < desired {
         kept.insert(candidate);
-        candidate += 1;
+        // desired <= the role's replicas (an i32), so u32 indices never run out.
+        candidate = candidate.saturating_add(1);
     }
     kept
 }

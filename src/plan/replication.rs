@@ -608,7 +608,9 @@ fn readiness(planned: &Value, current: Option<&Value>, applied: bool) -> Result<
         Some(current) if applied && !service::contains(&current["spec"], &planned["spec"]) => {
             let mut next = current.clone();
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0);
-            next["metadata"]["generation"] = serde_json::json!(generation + 1);
+            // Saturating: a generation at i64::MAX (which the API server
+            // never reaches) predicts "not ready yet", the safe reading.
+            next["metadata"]["generation"] = serde_json::json!(generation.saturating_add(1));
             workload_ready(&next)
         }
         Some(current) => workload_ready(current),
@@ -732,7 +734,12 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         warnings = skipped;
         let weighed: BTreeMap<u32, GroupCandidate> =
             live.iter().map(|&i| (i, groups.candidate(i))).collect();
-        victims_chosen = victims::group_victims(&weighed, live.len() - desired, policy, &indices);
+        victims_chosen = victims::group_victims(
+            &weighed,
+            live.len().saturating_sub(desired),
+            policy,
+            &indices,
+        );
         listed = indices;
         live.iter()
             .copied()
@@ -812,7 +819,7 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
                     target.kind,
                     name_of(target.template),
                     group_id(&prefix, index),
-                    position + 1
+                    position.saturating_add(1)
                 ),
             };
             let note = change.note(target.kind, &name, &why);

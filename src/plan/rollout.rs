@@ -223,7 +223,8 @@ pub fn plan(
 fn installed(leader_worker_sets: &[&Value], spec_revision: &str) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for revision in leader_worker_sets.iter().filter_map(|o| revision::of(o)) {
-        *counts.entry(revision).or_default() += 1;
+        let count = counts.entry(revision).or_default();
+        *count = count.saturating_add(1);
     }
     let most = counts.values().copied().max().unwrap_or(0);
     if most == 0 || counts.get(spec_revision) == Some(&most) {

@@ -214,7 +214,7 @@ fn name_error(name: &str) -> Option<String> {
     if epp.len() > 63 {
         return Some(format!(
             "must be at most {} characters for a service with a router: its endpoint picker Service {epp:?} must fit in 63",
-            63 - "-epp".len()
+            63usize.saturating_sub("-epp".len())
         ));
     }
     let label_chars = name

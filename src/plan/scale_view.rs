@@ -445,9 +445,8 @@ fn lock_roles(lock: &ScaleViewLock) -> String {
 
 fn clamp_message(spec: &ScaleViewSpec, split: &split::Split) -> String {
     let (min, max) = spec.replica_range();
-    let upper = max.map_or("no limit".to_owned(), |m| m.to_string());
     format!(
-        "requested {} replicas, applied {}: the total must be within [{min}, {upper}] (the sum of the groups' min and max constraints)",
+        "requested {} replicas, applied {}: the total must be within [{min}, {max}] (the sum of the groups' min and max constraints)",
         split.requested, split.total
     )
 }

@@ -455,7 +455,7 @@ pub fn plan(
                     why: format!(
                         "replica {index} of role {} ({} of {count} replicas{share}, {} node(s) each, revision {label})",
                         role.name,
-                        index + 1,
+                        index.saturating_add(1),
                         role.node_count(),
                     ),
                 });

@@ -1,7 +1,8 @@
 //! How a ScaleView's total is split over its groups (DESIGN.md §1.3, seed 002).
 //!
 //! The rules, in order:
-//! 1. A group's min defaults to 0 and its max to no limit. The total is clamped
+//! 1. A group's min defaults to 0 and its max to [`MAX_REPLICAS`], the most
+//!    replicas a role may have; no group gets more. The total is clamped
 //!    into [Σmin, Σmax]; a negative request clamps to Σmin. Strict mode is the
 //!    webhook's business ([`crate::api::scale_view::validate_total`]): here a
 //!    total is never refused, so an autoscaler always gets a split.
@@ -12,7 +13,7 @@
 //!    `max(min, min(level, max))` for one common integer level, which gives the
 //!    smallest variance the constraints allow. The units a whole level cannot
 //!    spread evenly go one each to the groups still below their max with the
-//!    smaller max first (no max counts as the largest), then by group name
+//!    smaller max first (no max counts as [`MAX_REPLICAS`]), then by group name
 //!    (RisingWave's rule).
 //!
 //! The result does not depend on the order of `scalePolicy`, always sums to
@@ -27,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::api::limits::MAX_REPLICAS;
 use crate::api::scale_view::ScaleViewSpec;
 use crate::plan::children;
 
@@ -51,8 +53,8 @@ struct Group<'a> {
     name: &'a str,
     priority: i32,
     min: i32,
-    /// i32::MAX when the group has no max: no role can hold more replicas
-    /// than that, and it still sorts after every smaller max.
+    /// [`MAX_REPLICAS`] when the group has no max (or a larger one): no role
+    /// may hold more replicas than that.
     max: i32,
 }
 
@@ -64,19 +66,19 @@ impl Group<'_> {
 
     /// Replicas above the group's min at a water level.
     fn raised(&self, level: i32) -> i64 {
-        i64::from(self.at(level)) - i64::from(self.min)
+        i64::from(self.at(level)).saturating_sub(i64::from(self.min))
     }
 
     fn room(&self) -> i64 {
-        i64::from(self.max) - i64::from(self.min)
+        i64::from(self.max).saturating_sub(i64::from(self.min))
     }
 }
 
 /// Splits `requested` replicas over the view's groups.
 pub fn split(spec: &ScaleViewSpec, requested: i32) -> Split {
     let groups = normalize(spec);
-    let sum_min: i64 = groups.iter().map(|g| i64::from(g.min)).sum();
-    let sum_max: i64 = groups.iter().map(|g| i64::from(g.max)).sum();
+    let sum_min = sum(groups.iter().map(|g| i64::from(g.min)));
+    let sum_max = sum(groups.iter().map(|g| i64::from(g.max)));
     // Each group has max >= min, so sum_min <= sum_max.
     let total = i64::from(requested).max(sum_min).min(sum_max);
 
@@ -85,17 +87,17 @@ pub fn split(spec: &ScaleViewSpec, requested: i32) -> Split {
     for group in &groups {
         tiers.entry(group.priority).or_default().push(*group);
     }
-    let mut left = total - sum_min;
+    let mut left = total.saturating_sub(sum_min);
     for tier in tiers.values().rev() {
         if left == 0 {
             break;
         }
-        let room: i64 = tier.iter().map(Group::room).sum();
+        let room = sum(tier.iter().map(Group::room));
         if left >= room {
             for group in tier {
                 replicas.insert(group.name, group.max);
             }
-            left -= room;
+            left = left.saturating_sub(room);
         } else {
             for (name, value) in water_fill(tier, left) {
                 replicas.insert(name, value);
@@ -115,6 +117,19 @@ pub fn split(spec: &ScaleViewSpec, requested: i32) -> Split {
     }
 }
 
+/// A sum of replica counts in an i64, saturating (it would take billions
+/// of i32 terms to get there).
+fn sum(values: impl Iterator<Item = i64>) -> i64 {
+    values.fold(0, i64::saturating_add)
+}
+
+/// The integer midpoint of `low <= high`, rounded down, without overflow.
+fn midpoint(low: i32, high: i32) -> i32 {
+    let middle = (i64::from(low).saturating_add(i64::from(high))).div_euclid(2);
+    // Between two i32s, so it is one.
+    i32::try_from(middle).unwrap_or(low)
+}
+
 /// The groups of a view with defaults applied, one entry per group name.
 fn normalize(spec: &ScaleViewSpec) -> Vec<Group<'_>> {
     let mut merged: BTreeMap<&str, Group<'_>> = BTreeMap::new();
@@ -122,8 +137,8 @@ fn normalize(spec: &ScaleViewSpec) -> Vec<Group<'_>> {
         let entry = Group {
             name: policy.group.as_str(),
             priority: policy.priority(),
-            min: policy.min().max(0),
-            max: policy.max().map_or(i32::MAX, |max| max.max(0)),
+            min: policy.min().clamp(0, MAX_REPLICAS),
+            max: policy.max().unwrap_or(MAX_REPLICAS).clamp(0, MAX_REPLICAS),
         };
         merged
             .entry(entry.name)
@@ -146,14 +161,16 @@ fn normalize(spec: &ScaleViewSpec) -> Vec<Group<'_>> {
 /// Shares `budget` replicas above the mins over one tier, where
 /// 0 <= budget < the tier's room (Σ(max - min)).
 fn water_fill<'a>(tier: &[Group<'a>], budget: i64) -> BTreeMap<&'a str, i32> {
-    let raised = |level: i32| -> i64 { tier.iter().map(|g| g.raised(level)).sum() };
+    let raised = |level: i32| -> i64 { sum(tier.iter().map(|g| g.raised(level))) };
     // The highest level whose raise fits the budget: raised(low) <= budget <
     // raised(high) holds throughout, since at the smallest min nothing is
     // raised and at the largest max the whole room is, which exceeds budget.
     let mut low = tier.iter().map(|g| g.min).min().unwrap_or(0);
     let mut high = tier.iter().map(|g| g.max).max().unwrap_or(0);
-    while high - low > 1 {
-        let middle = low + (high - low) / 2;
+    // 0 <= low <= high <= MAX_REPLICAS (normalize clamps), so the
+    // differences and the midpoint are exact in an i64.
+    while i64::from(high).saturating_sub(i64::from(low)) > 1 {
+        let middle = midpoint(low, high);
         if raised(middle) <= budget {
             low = middle;
         } else {
@@ -163,7 +180,7 @@ fn water_fill<'a>(tier: &[Group<'a>], budget: i64) -> BTreeMap<&'a str, i32> {
     let level = low;
     // Fewer units are left than groups that can still rise by one, because
     // raised(level + 1) > budget.
-    let leftover = budget - raised(level);
+    let leftover = budget.saturating_sub(raised(level));
     let mut rising: Vec<&Group<'a>> = tier
         .iter()
         .filter(|g| g.min <= level && level < g.max)
@@ -172,8 +189,8 @@ fn water_fill<'a>(tier: &[Group<'a>], budget: i64) -> BTreeMap<&'a str, i32> {
 
     let mut shares: BTreeMap<&'a str, i32> = tier.iter().map(|g| (g.name, g.at(level))).collect();
     for (group, _) in rising.iter().zip(0..leftover) {
-        // level < group.max <= i32::MAX, so level + 1 does not overflow.
-        shares.insert(group.name, level + 1);
+        // level < group.max <= MAX_REPLICAS, so level + 1 never saturates.
+        shares.insert(group.name, level.saturating_add(1));
     }
     shares
 }
@@ -379,10 +396,17 @@ mod tests {
         let got = split(&spec, i32::MAX);
         assert_eq!(
             shares(&got),
-            vec![("a", 1 << 30), ("b", (1 << 30) - 1)],
-            "2^31-1 is odd: a gets the spare unit by name"
+            vec![("a", MAX_REPLICAS), ("b", MAX_REPLICAS)],
+            "no group gets more than a role may have"
         );
-        assert!(!got.clamped);
+        assert!(got.clamped);
+        let odd = split(&spec, MAX_REPLICAS + 1);
+        assert_eq!(
+            shares(&odd),
+            vec![("a", MAX_REPLICAS / 2 + 1), ("b", MAX_REPLICAS / 2)],
+            "an odd total: a gets the spare unit by name"
+        );
+        assert!(!odd.clamped);
     }
 
     #[test]
@@ -433,14 +457,14 @@ mod tests {
             assert_eq!(shares(&got), vec![("a", 4), ("b", 2)]);
         }
 
-        // Mins that sum past i32::MAX: the total is Σmin, above any i32.
+        // Mins above the limit count as the limit.
         let huge = view(vec![
             group("a", 0, Some(i32::MAX), None),
-            group("b", 0, Some(i32::MAX), None),
+            group("b", 0, Some(i32::MAX), Some(i32::MAX)),
         ]);
         let got = split(&huge, 5);
-        assert_eq!(got.total, 2 * i64::from(i32::MAX));
-        assert_eq!(shares(&got), vec![("a", i32::MAX), ("b", i32::MAX)]);
+        assert_eq!(got.total, 2 * i64::from(MAX_REPLICAS));
+        assert_eq!(shares(&got), vec![("a", MAX_REPLICAS), ("b", MAX_REPLICAS)]);
     }
 
     #[test]
@@ -511,7 +535,7 @@ mod tests {
             .map(|p| {
                 (
                     p.group.as_str(),
-                    (p.priority(), p.min(), p.max().unwrap_or(i32::MAX)),
+                    (p.priority(), p.min(), p.max().unwrap_or(MAX_REPLICAS)),
                 )
             })
             .collect()
@@ -526,7 +550,7 @@ mod tests {
             let spec = view(policies);
             let got = split(&spec, requested);
             let (min, max) = spec.replica_range();
-            let expected = i64::from(requested).max(min).min(max.unwrap_or(i64::MAX));
+            let expected = i64::from(requested).max(min).min(max);
             prop_assert_eq!(got.total, expected);
             prop_assert_eq!(got.clamped, expected != i64::from(requested));
             prop_assert_eq!(got.groups.values().map(|&v| i64::from(v)).sum::<i64>(), got.total);

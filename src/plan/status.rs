@@ -82,9 +82,12 @@ pub fn status(
             ));
         }
         if !role.is_router() {
-            ready += status.ready_replicas;
-            desired += status.desired_replicas;
-            updated += status.updated_replicas.min(status.desired_replicas);
+            ready = saturating_sum(ready, status.ready_replicas);
+            desired = saturating_sum(desired, status.desired_replicas);
+            updated = saturating_sum(
+                updated,
+                status.updated_replicas.min(status.desired_replicas),
+            );
         }
         let before = previous.components.get(&role.name);
         status.last_update_time = match before {
@@ -271,7 +274,7 @@ fn pod_failure(pod: &Value) -> Option<String> {
 }
 
 fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
-    let desired = role.replicas();
+    let desired = role.replicas().max(0);
     let nodes = role.node_count();
     let pods: Vec<&Value> = observed
         .pods
@@ -280,7 +283,7 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .collect();
     let ready_replicas = ready_replicas(&pods, nodes);
-    let ready_pods = pods.iter().filter(|p| pod_is_ready(p)).count() as i32;
+    let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
     let failure = pods.iter().find_map(|p| pod_failure(p));
     let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
     let scheduled = pods.iter().any(|p| !p["spec"]["nodeName"].is_null());
@@ -338,8 +341,11 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         status: ComponentStatus {
             desired_replicas: desired,
             ready_replicas: ready_replicas.min(desired),
-            nodes_per_replica: nodes,
-            total_pods: desired * nodes,
+            nodes_per_replica: nodes.max(0),
+            // Saturating: a spec the webhook would refuse (replicas and
+            // nodeCount both huge) still gives a status, never a negative
+            // count or a panic.
+            total_pods: desired.max(0).saturating_mul(nodes.max(0)),
             ready_pods,
             phase,
             last_update_time: None,
@@ -370,14 +376,27 @@ pub fn ready_replicas(pods: &[&Value], nodes: i32) -> i32 {
             i32::try_from(group.len()) == Ok(nodes) && group.iter().all(|p| pod_is_ready(p))
         })
         .count();
-    i32::try_from(ready).unwrap_or(i32::MAX)
+    count(ready)
+}
+
+/// A count of objects as a status field: an i32, saturating.
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// A sum of two non-negative replica counts, saturating at i32::MAX.
+fn saturating_sum(a: i32, b: i32) -> i32 {
+    a.max(0).saturating_add(b.max(0))
 }
 
 fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
-    let desired = role.replicas();
+    let desired = role.replicas().max(0);
+    // An i64 from the Deployment's status, clamped into an i32 count.
     let ready = deployment
         .and_then(|d| d["status"]["readyReplicas"].as_i64())
-        .unwrap_or(0) as i32;
+        .unwrap_or(0)
+        .clamp(0, i64::from(i32::MAX));
+    let ready = i32::try_from(ready).unwrap_or(i32::MAX);
     // Pending until the endpoint picker has pods, whether or not its
     // Deployment exists yet; Deploying while they are not all ready.
     let pods = deployment

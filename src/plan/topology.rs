@@ -92,7 +92,7 @@ pub fn check_names(service: &str, spec: &InferenceServiceSpec) -> Findings {
         .enumerate()
         .filter(|(_, r)| !r.is_router())
     {
-        let highest = u32::try_from(role.replicas().max(1) - 1).unwrap_or(0);
+        let highest = u32::try_from(role.replicas().max(1).saturating_sub(1)).unwrap_or(0);
         let naming = if spec.upgrade_type().runs_revisions_side_by_side() {
             children::Naming::Suffixed("0".repeat(children::REVISION_LEN))
         } else {
@@ -220,10 +220,10 @@ fn serve_command(server: &Container) -> Vec<String> {
         _ => {
             let mut serve = vec!["vllm".to_owned(), "serve".to_owned()];
             match args.iter().position(|a| a == "--model") {
-                Some(at) if at + 1 < args.len() => {
-                    serve.push(args[at + 1].clone());
+                Some(at) if at.saturating_add(1) < args.len() => {
+                    serve.extend(args.get(at.saturating_add(1)).cloned());
                     serve.extend(args[..at].iter().cloned());
-                    serve.extend(args[at + 2..].iter().cloned());
+                    serve.extend(args.iter().skip(at.saturating_add(2)).cloned());
                 }
                 _ => serve.extend(args),
             }

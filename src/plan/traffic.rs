@@ -67,7 +67,7 @@ pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
             "metadata.name",
             format!(
                 "must be at most {} characters for {strategy:?} with a router role: each revision's endpoint picker Service {longest_epp:?} must fit in 63",
-                63 - (longest_epp.len() - name.len())
+                63usize.saturating_sub(longest_epp.len().saturating_sub(name.len()))
             ),
         );
         return findings;
@@ -78,7 +78,7 @@ pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
             "metadata.name",
             format!(
                 "must be at most {} characters for {strategy:?}: each revision's Service {longest:?} must fit in 63",
-                63 - (longest.len() - name.len())
+                63usize.saturating_sub(longest.len().saturating_sub(name.len()))
             ),
         );
     } else if !name.starts_with(|c: char| c.is_ascii_lowercase()) {

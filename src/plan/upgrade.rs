@@ -37,7 +37,8 @@ use crate::api::inference_service::{
 pub fn replicas_for(desired: i32, capacity_percent: i32) -> i32 {
     let desired = i64::from(desired.max(0));
     let percent = i64::from(capacity_percent.clamp(0, 100));
-    let replicas = (desired * percent + 99) / 100;
+    // desired <= i32::MAX and percent <= 100: exact in an i64.
+    let replicas = desired.saturating_mul(percent).saturating_add(99) / 100;
     // replicas <= desired <= i32::MAX, so the conversion always succeeds.
     i32::try_from(replicas).unwrap_or(i32::MAX)
 }
@@ -55,7 +56,11 @@ pub fn ready_percent(roles: impl IntoIterator<Item = (i32, i32)>) -> i32 {
         .into_iter()
         .filter(|&(_, desired)| desired > 0)
         .map(|(ready, desired)| {
-            let share = i64::from(ready.max(0)) * 100 / i64::from(desired);
+            // desired > 0 (filtered above), and ready × 100 fits an i64.
+            let share = i64::from(ready.max(0))
+                .saturating_mul(100)
+                .checked_div(i64::from(desired))
+                .unwrap_or(0);
             // Clamped to 0..=100 first, so the conversion always succeeds.
             i32::try_from(share.clamp(0, 100)).unwrap_or(100)
         })
@@ -243,7 +248,7 @@ pub fn weights(active: &Revision, pending: Option<&Revision>) -> Vec<(String, i3
         Some(pending) => {
             let moved = pending.traffic.clamp(0, 100);
             vec![
-                (active.name.clone(), 100 - moved),
+                (active.name.clone(), 100i32.saturating_sub(moved)),
                 (pending.name.clone(), moved),
             ]
         }
@@ -421,7 +426,7 @@ fn normalized(active: &Revision, pending: &Revision) -> (Revision, Revision) {
     pending.ready_percent = pending.ready_percent.clamp(0, 100);
     let mut active = active.clone();
     active.target_capacity = active.target_capacity.clamp(0, 100);
-    active.traffic = 100 - pending.traffic;
+    active.traffic = 100i32.saturating_sub(pending.traffic);
     active.ready_percent = active.ready_percent.clamp(0, 100);
     (active, pending)
 }
@@ -486,9 +491,9 @@ fn advance(
     }
 
     if gainer.traffic == gainer.target_capacity {
-        let reason = if gainer.target_capacity + loser.target_capacity <= 100 {
+        let reason = if gainer.target_capacity.saturating_add(loser.target_capacity) <= 100 {
             let from = gainer.target_capacity;
-            gainer.target_capacity = (from + settings.surge).min(100);
+            gainer.target_capacity = from.saturating_add(settings.surge).min(100);
             format!(
                 "revision {} scaled up from {from}% to {}% of the desired replicas (maxSurgePercent {})",
                 gainer.name, gainer.target_capacity, settings.surge
@@ -499,7 +504,7 @@ fn advance(
                 Way::Back => loser.traffic,
             };
             let from = loser.target_capacity;
-            loser.target_capacity = (from - settings.surge).max(floor);
+            loser.target_capacity = from.saturating_sub(settings.surge).max(floor);
             format!(
                 "revision {} scaled down from {from}% to {}% of the desired replicas (maxSurgePercent {})",
                 loser.name, loser.target_capacity, settings.surge
@@ -513,7 +518,10 @@ fn advance(
         };
     }
 
-    let mut goal = (gainer.traffic + settings.step_size).min(gainer.target_capacity);
+    let mut goal = gainer
+        .traffic
+        .saturating_add(settings.step_size)
+        .min(gainer.target_capacity);
     if goal > gainer.traffic {
         goal = if settings.all_at_once {
             if gainer.ready_percent >= goal {
@@ -547,7 +555,7 @@ fn advance(
     }
     let from = gainer.traffic;
     gainer.traffic = goal;
-    loser.traffic = 100 - goal;
+    loser.traffic = 100i32.saturating_sub(goal);
     let reason = format!(
         "moved traffic to revision {} from {from}% to {goal}%; revision {} keeps {}%",
         gainer.name, loser.name, loser.traffic

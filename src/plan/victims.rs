@@ -271,7 +271,7 @@ fn binpack_keep(
                 (index, candidate)
             })
             .collect();
-        for victim in victims(&live, kept.len() - desired) {
+        for victim in victims(&live, kept.len().saturating_sub(desired)) {
             kept.remove(&victim);
         }
         return kept;

@@ -5,6 +5,7 @@
 //! says the next upgrade step is due (Gateways are not watched).
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +52,9 @@ fn child_api(
     ))
 }
 
-/// Reconciles one InferenceService.
+/// Reconciles one InferenceService. Every log line it writes names the
+/// service (the span's `object`).
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = "InferenceService", object = %super::object_key(service.as_ref())))]
 pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let (Some(namespace), Some(name)) = (
         service.metadata.namespace.as_deref(),
@@ -186,12 +189,15 @@ fn drop_stale_locks(patch: &mut Value, service: &InferenceService, next: &Infere
 }
 
 fn error_policy(service: Arc<InferenceService>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(service = %service.name_any(), %error, "reconcile failed; retrying");
+    tracing::warn!(kind = "InferenceService", object = %super::object_key(service.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }
 
 /// Runs the controller until the stream ends (shutdown).
-pub async fn run(ctx: Arc<Context>) {
+///
+/// When `stop` completes the controller starts no new reconcile, lets those
+/// in flight finish and returns (leadership hand-over, `leader::lead`).
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let services: Api<InferenceService> = Api::all(client.clone());
     let lws = api_resource(&service_plan::LEADER_WORKER_SET);
@@ -235,6 +241,7 @@ pub async fn run(ctx: Arc<Context>) {
                 Some(ObjectRef::<InferenceService>::new(&service).within(&pod.namespace()?))
             },
         )
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

@@ -9,12 +9,23 @@
 //! releases the Lease so another replica takes over without waiting for it
 //! to expire.
 //!
+//! Stopping is a hand-over, never an overlap: the controllers are told to
+//! stop taking work ([`Stopping`], which they pass to kube's
+//! `Controller::graceful_shutdown_on`), the reconciles in flight finish, and
+//! only then does the replica go on (and, on shutdown, release the Lease).
+//! Controllers that have not ended after [`leadership::stop_grace`] are
+//! aborted and awaited, so none of them runs once `lead` moves on.
+//!
 //! Candidates judge expiry by comparing the Lease's renewTime with their own
 //! clock (as `kube-leader-election` does), so the nodes' clocks must agree to
 //! well within the Lease duration minus the renew deadline (5 s by default).
 
 use std::future::Future;
 use std::time::Instant;
+
+use futures::FutureExt;
+use futures::future::Shared;
+use tokio::sync::oneshot;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -160,21 +171,69 @@ impl Election {
     }
 }
 
+/// Tells the controllers of one leadership term to stop taking work.
+#[derive(Clone)]
+pub struct Stopping(Shared<oneshot::Receiver<()>>);
+
+impl Stopping {
+    /// Completes when the term ends (also if `lead` itself is dropped): what a
+    /// controller passes to `Controller::graceful_shutdown_on`, after which
+    /// it starts no reconcile, lets those in flight finish and ends.
+    pub fn signal(&self) -> impl Future<Output = ()> + Send + Sync + 'static {
+        self.0.clone().map(|_| ())
+    }
+}
+
+/// The controllers of one leadership term and the way to stop them.
+struct Term {
+    stop: oneshot::Sender<()>,
+    controllers: Vec<JoinHandle<()>>,
+}
+
+impl Term {
+    fn start<S: FnMut(Stopping) -> Vec<JoinHandle<()>>>(start: &mut S) -> Term {
+        let (stop, stopping) = oneshot::channel();
+        Term {
+            stop,
+            controllers: start(Stopping(stopping.shared())),
+        }
+    }
+
+    /// Signals the controllers, waits for them to end for at most `grace`,
+    /// then aborts those still running and waits for them too.
+    async fn end(self, grace: std::time::Duration, identity: &str) {
+        let _ = self.stop.send(());
+        let deadline = tokio::time::Instant::now()
+            .checked_add(grace)
+            .unwrap_or_else(tokio::time::Instant::now);
+        for mut controller in self.controllers {
+            if tokio::time::timeout_at(deadline, &mut controller)
+                .await
+                .is_err()
+            {
+                tracing::warn!(%identity, ?grace, "a controller did not finish its reconciles in time; aborting it");
+                controller.abort();
+                // Resolves once the task is gone: an abort takes effect at
+                // the task's next await, which this waits for.
+                let _ = controller.await;
+            }
+        }
+        tracing::info!(%identity, "the controllers have stopped");
+    }
+}
+
 /// Runs the controllers that `start` spawns while `election` leads: starts
-/// them when it becomes leader, aborts them when it stops, and tries again
-/// at every retry period, until `shutdown` completes; then aborts them and
+/// them when it becomes leader, stops them (waiting for the reconciles in
+/// flight, see [`Term::end`]) when it stops, and tries again at every retry
+/// period, until `shutdown` completes; then stops them and only then
 /// releases the Lease.
 pub async fn lead<S, F>(mut election: Election, mut start: S, shutdown: F)
 where
-    S: FnMut() -> Vec<JoinHandle<()>>,
+    S: FnMut(Stopping) -> Vec<JoinHandle<()>>,
     F: Future<Output = ()>,
 {
-    let mut controllers: Vec<JoinHandle<()>> = Vec::new();
-    let stop = |controllers: &mut Vec<JoinHandle<()>>| {
-        for controller in controllers.drain(..) {
-            controller.abort();
-        }
-    };
+    let grace = leadership::stop_grace(&election.timing);
+    let mut term: Option<Term> = None;
     tokio::pin!(shutdown);
     loop {
         let tried = tokio::select! {
@@ -183,8 +242,17 @@ where
         };
         let (started, change) = tried;
         match change {
-            Some(Change::StartControllers) => controllers = start(),
-            Some(Change::StopControllers(_)) => stop(&mut controllers),
+            Some(Change::StartControllers) => {
+                if let Some(previous) = term.take() {
+                    previous.end(grace, &election.identity).await;
+                }
+                term = Some(Term::start(&mut start));
+            }
+            Some(Change::StopControllers(_)) => {
+                if let Some(current) = term.take() {
+                    current.end(grace, &election.identity).await;
+                }
+            }
             None => {}
         }
         let wake = tokio::time::Instant::from_std(election.next_try_at(started));
@@ -193,6 +261,8 @@ where
             () = &mut shutdown => break,
         }
     }
-    stop(&mut controllers);
+    if let Some(current) = term.take() {
+        current.end(grace, &election.identity).await;
+    }
     election.step_down().await;
 }

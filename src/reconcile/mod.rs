@@ -67,11 +67,12 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context whose Events name no reporting instance; `tandem serve`
+    /// names its replica with [`Context::reporting_as`].
     pub fn new(client: Client, options: Options) -> Context {
-        let instance = std::env::var("POD_NAME").ok();
         let reporter = Reporter {
             controller: FIELD_MANAGER.to_owned(),
-            instance,
+            instance: None,
         };
         Context {
             recorder: Recorder::new(client.clone(), reporter.clone()),
@@ -83,6 +84,28 @@ impl Context {
             conflict_backoff: ConflictBackoff::default(),
         }
     }
+}
+
+impl Context {
+    /// Events recorded as by replica `instance` (`--pod-name`, the same name
+    /// the replica uses in the leader election), whatever the environment
+    /// says.
+    pub fn reporting_as(mut self, instance: &str) -> Context {
+        self.reporter.instance = Some(instance.to_owned());
+        self.recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        self
+    }
+}
+
+/// `namespace/name`: how every log line of a reconcile names its object
+/// (each reconciler's span carries it as `object`).
+pub fn object_key<K: kube::Resource>(object: &K) -> String {
+    let meta = object.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Whether the API server answered 404: the object, or its whole API, is not there.
@@ -237,14 +260,14 @@ where
 {
     let backoff = &ctx.conflict_backoff;
     let attempts = backoff.attempts.max(1);
-    let mut retry = 0;
+    let mut retry: u32 = 0;
     loop {
         match write().await {
-            Err(e) if is_conflict(&e) && retry + 1 < attempts => {
+            Err(e) if is_conflict(&e) && retry.saturating_add(1) < attempts => {
                 let wait = backoff.delay(retry);
                 tracing::debug!(what, error = %e, ?wait, "conflict; retrying");
                 tokio::time::sleep(wait).await;
-                retry += 1;
+                retry = retry.saturating_add(1);
             }
             Err(e) if is_conflict(&e) => {
                 let note = format!(

@@ -24,6 +24,7 @@
 //! other kinds (LeaderWorkerSets, RoleBasedGroups, discovered kinds) is seen.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,7 @@ pub const RESYNC: Duration = Duration::from_secs(30);
 const REFUSED_RETRY: Duration = Duration::from_secs(60);
 
 /// Reconciles one ResourceScalingGroup, by strategy.
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = "ResourceScalingGroup", object = %super::object_key(rsg.as_ref())))]
 pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Action, Error> {
     match rsg.spec.scaling_strategy.type_ {
         ScalingStrategyType::InplaceScaling => inplace(rsg, ctx).await,
@@ -341,7 +343,7 @@ async fn record(recorder: &Recorder, reference: &ObjectReference, namespace: &st
 }
 
 fn error_policy(rsg: Arc<ResourceScalingGroup>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(group = %rsg.name_any(), %error, "reconcile failed; retrying");
+    tracing::warn!(kind = "ResourceScalingGroup", object = %super::object_key(rsg.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }
 
@@ -381,7 +383,10 @@ fn naming(
 }
 
 /// Runs the controller until the stream ends (shutdown).
-pub async fn run(ctx: Arc<Context>) {
+///
+/// When `stop` completes the controller starts no new reconcile, lets those
+/// in flight finish and returns (leadership hand-over, `leader::lead`).
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let controller = Controller::new(
         Api::<ResourceScalingGroup>::all(client.clone()),
@@ -423,6 +428,7 @@ pub async fn run(ctx: Arc<Context>) {
             watcher::Config::default(),
             move |view| naming(&for_views, "fusioninfer.io", "ScaleView", &view),
         )
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

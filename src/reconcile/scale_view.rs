@@ -8,6 +8,7 @@
 //! status are retried on 409 (`retry_conflicts`); the finalizer and the lock
 //! carry a resourceVersion, so their 409 requeues the reconcile instead.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ const RESYNC: Duration = Duration::from_secs(300);
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Reconciles one ScaleView.
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = "ScaleView", object = %super::object_key(view.as_ref())))]
 pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action, Error> {
     let (Some(namespace), Some(name)) = (
         view.metadata.namespace.as_deref(),
@@ -146,13 +148,16 @@ async fn patch_finalizers(
 }
 
 fn error_policy(view: Arc<ScaleView>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(view = %view.name_any(), %error, "reconcile failed; retrying");
+    tracing::warn!(kind = "ScaleView", object = %super::object_key(view.as_ref()), %error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(30))
 }
 
 /// Runs the controller until the stream ends (shutdown). A change of a
 /// target (its roles, its readiness) reconciles the views that target it.
-pub async fn run(ctx: Arc<Context>) {
+///
+/// When `stop` completes the controller starts no new reconcile, lets those
+/// in flight finish and returns (leadership hand-over, `leader::lead`).
+pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
     let controller = Controller::new(
         Api::<ScaleView>::all(client.clone()),
@@ -177,6 +182,7 @@ pub async fn run(ctx: Arc<Context>) {
                     .collect::<Vec<_>>()
             },
         )
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

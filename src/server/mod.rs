@@ -1,6 +1,7 @@
 //! `tandem serve`: the admission webhook over TLS, and health, readiness and
 //! metrics on a separate plain-HTTP port for the kubelet and Prometheus.
 
+pub mod first_byte;
 pub mod metrics;
 pub mod tls;
 
@@ -151,7 +152,10 @@ impl Server {
                 addr: webhook_addr,
                 source,
             })?
-            .handle(webhook.clone());
+            .handle(webhook.clone())
+            // After the handshake, the first byte must come within the idle
+            // timeout too (hyper-util's HTTP version sniffing waits forever).
+            .map(|tls| first_byte::FirstByteTimeout::new(tls, options.idle_timeout));
         // The TLS handshake must finish within axum-server's 10 s and the
         // body within the request timeout (the TimeoutLayer); this bounds the
         // wait for a request head: a client that dribbles its headers
