@@ -200,3 +200,57 @@ fn every_committed_admission_input_gets_its_recorded_answer() {
     );
     eprintln!("{compared} committed admission inputs answered as recorded");
 }
+
+/// The fast path (the review read once into typed values, the patch built
+/// from the defaults) and the reference path (`Value`, then
+/// `AdmissionReview<DynamicObject>`, the patch a diff of the object) give the
+/// same answer to every input the fast path serves, and it serves what the
+/// API server sends for the examples.
+#[test]
+fn the_fast_path_answers_as_the_reference_path() {
+    let lookups: [(&str, &dyn Lookup); 2] = [("blind", &Blind), ("examples", example_lookup())];
+    for (target, kind) in TARGETS {
+        let mut served = 0;
+        let inputs = inputs(target);
+        for (input, body) in &inputs {
+            for (seen, lookup) in lookups {
+                for webhook in [Webhook::Mutate, Webhook::Validate] {
+                    let reference = http::reference_answer(
+                        webhook,
+                        kind,
+                        body,
+                        lookup,
+                        DEFAULT_SERVICE_ACCOUNT,
+                    );
+                    let fast =
+                        http::fast_answer(webhook, kind, body, lookup, DEFAULT_SERVICE_ACCOUNT);
+                    let should_be_fast = input.starts_with("seeds/")
+                        && (input.contains("create-")
+                            || input.contains("update-")
+                            || input.contains("scale-"))
+                        && !input.contains("unparseable")
+                        && !input.contains("wrong-endpoint")
+                        && !(input.contains("scale-") && webhook == Webhook::Mutate);
+                    let Some(fast) = fast else {
+                        assert!(
+                            !should_be_fast,
+                            "{target}/{input} ({webhook:?}, {seen}) takes the reference path"
+                        );
+                        continue;
+                    };
+                    served += 1;
+                    assert_eq!(
+                        record(&fast, body),
+                        record(&reference, body),
+                        "{target}/{input} ({webhook:?}, {seen})"
+                    );
+                }
+            }
+        }
+        eprintln!(
+            "{target}: the fast path served {served} of {} answers",
+            inputs.len() * 4
+        );
+        assert!(served > 0, "{target}: the fast path served nothing");
+    }
+}
