@@ -10,9 +10,15 @@
 //! - `webhook_reference/*`: the same through the reference path
 //!   (`http::reference_answer`: the body read into a `Value`, then into
 //!   kube-rs's `AdmissionReview<DynamicObject>`, the patch a diff of the
-//!   object), which the webhook took for every request before the fast path.
+//!   object), which the webhook took for every request before the fast path;
+//! - `parse_only/*`: what the parse-only baseline of `benches/admission_load.rs`
+//!   does with the same body, twice (read it as kube-rs's
+//!   `AdmissionReview<DynamicObject>`, answer allowed for its uid): the least
+//!   any webhook does, for the ratio without the transport.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::Value;
 use std::hint::black_box;
 use tandem::admission::http::{self, Webhook};
@@ -118,6 +124,21 @@ fn admission(c: &mut Criterion) {
         }
         group.finish();
     }
+
+    let mut group = c.benchmark_group("parse_only");
+    for (name, kind, object, namespace) in &cases {
+        let body = serde_json::to_vec(&review(*kind, object, namespace)).expect("review");
+        let parse_only = |body: &[u8]| -> Option<Vec<u8>> {
+            let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
+            let request: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+            serde_json::to_vec(&AdmissionResponse::from(&request).into_review()).ok()
+        };
+        assert!(parse_only(&body).is_some(), "{name}");
+        group.bench_function(*name, |b| {
+            b.iter(|| (parse_only(black_box(&body)), parse_only(black_box(&body))))
+        });
+    }
+    group.finish();
 }
 
 /// A CREATE review of `object` as the API server sends it.

@@ -43,6 +43,10 @@ use tandem::admission::{Kind, Lookup};
 use tandem::server::tls::{self, CertificateResolver};
 use tandem::server::{DEFAULT_BODY_LIMIT_BYTES, ServeOptions, Server};
 
+/// How many turns the servers take at each scenario (the requests are
+/// split evenly over them).
+const ROUNDS: usize = 4;
+
 /// ResourceScalingGroups in the namespace of the large RSG scenario.
 const STORED_GROUPS: usize = 1_000;
 const RSG_NAMESPACE: &str = "ai";
@@ -171,7 +175,7 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         },
     ];
     println!(
-        "admission load run, {}: {} requests per scenario and server after {} warm-up, {} keep-alive HTTP/1.1 connections over TLS, loopback",
+        "admission load run, {}: {} requests per scenario and server after {} warm-up, the servers taking {ROUNDS} turns, {} keep-alive HTTP/1.1 connections over TLS, loopback",
         mode.name,
         mode.requests,
         mode.warm_up,
@@ -189,38 +193,53 @@ async fn run(mode: &Mode) -> Result<usize, String> {
             "  {:<10} {:>10} {:>10} {:>10} {:>10} {:>9}",
             "server", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "failures"
         );
-        let mut runs = Vec::new();
+        // The servers take turns, ROUNDS times, so that other work on the
+        // machine weighs on each of them alike.
+        let mut runs: Vec<load::Run> = Vec::new();
         for target in &targets {
-            let expect = load::Expect {
-                uid: (target.name != "bare").then(|| scenario.uid.clone()),
-                allowed: !target.decides || scenario.allowed,
-            };
-            let request = load::Request {
-                path: scenario.path,
-                body: scenario.body.clone(),
-            };
-            let warm = load::drive(target.addr, &client, &request, &expect, mode.warm_up).await?;
-            let measured =
-                load::drive(target.addr, &client, &request, &expect, mode.requests).await?;
+            let warm = load::drive(
+                target.addr,
+                &client,
+                &request_of(scenario),
+                &expect_of(target, scenario),
+                mode.warm_up,
+            )
+            .await?;
+            failures += report_failures(&warm, "during the warm-up");
+            runs.push(load::Run {
+                wall: Duration::ZERO,
+                latencies: Vec::new(),
+                failures: 0,
+                examples: Vec::new(),
+            });
+        }
+        for _ in 0..ROUNDS {
+            for (target, run) in targets.iter().zip(runs.iter_mut()) {
+                let measured = load::drive(
+                    target.addr,
+                    &client,
+                    &request_of(scenario),
+                    &expect_of(target, scenario),
+                    mode.requests / ROUNDS,
+                )
+                .await?;
+                failures += report_failures(&measured, "");
+                run.wall += measured.wall;
+                run.failures += measured.failures;
+                run.latencies.extend(measured.latencies);
+            }
+        }
+        for (target, run) in targets.iter().zip(runs.iter_mut()) {
+            run.latencies.sort_unstable();
             println!(
                 "  {:<10} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9}",
                 target.name,
-                measured.throughput(),
-                measured.percentile(0.50),
-                measured.percentile(0.99),
-                measured.percentile(0.999),
-                measured.failures
+                run.throughput(),
+                run.percentile(0.50),
+                run.percentile(0.99),
+                run.percentile(0.999),
+                run.failures
             );
-            for run in [&warm, &measured] {
-                failures += run.failures;
-                for example in &run.examples {
-                    println!("    failed: {example}");
-                }
-            }
-            if warm.failures > 0 {
-                println!("    ({} failures during the warm-up)", warm.failures);
-            }
-            runs.push(measured);
         }
         if let [bare, parse_only, tandem] = runs.as_slice() {
             println!(
@@ -254,6 +273,37 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         .await
         .map_err(|e| format!("Tandem server stopped badly: {e}"))?;
     Ok(failures)
+}
+
+fn request_of(scenario: &Scenario) -> load::Request {
+    load::Request {
+        path: scenario.path,
+        body: scenario.body.clone(),
+    }
+}
+
+/// What a server must answer: the baselines allow everything, the
+/// parse-only one echoes the uid, Tandem decides.
+fn expect_of(target: &Target, scenario: &Scenario) -> load::Expect {
+    load::Expect {
+        uid: (target.name != "bare").then(|| scenario.uid.clone()),
+        allowed: !target.decides || scenario.allowed,
+    }
+}
+
+/// Prints the first failures of a run; returns how many there were.
+fn report_failures(run: &load::Run, when: &str) -> usize {
+    for example in &run.examples {
+        println!(
+            "    failed{}: {example}",
+            if when.is_empty() {
+                String::new()
+            } else {
+                format!(" {when}")
+            }
+        );
+    }
+    run.failures
 }
 
 fn loopback() -> SocketAddr {
