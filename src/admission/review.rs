@@ -41,21 +41,23 @@ use crate::plan;
 /// the response it does not use but reads).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
+#[serde(bound(deserialize = "R: Deserialize<'de>"))]
+struct Envelope<R> {
     api_version: String,
     kind: String,
-    #[serde(borrow)]
-    request: Option<MapOnly<Request<'a>>>,
+    request: Option<MapOnly<R>>,
     #[serde(default)]
     #[allow(dead_code)]
     response: Option<AdmissionResponse>,
 }
 
 /// kube-rs's `AdmissionRequest`, field for field and type for type, except
-/// that the objects are kept as written, to be read by the kind they are.
+/// for the objects: read as `O` and `P` (the kind the endpoint serves, or
+/// kept as written to be read by the kind they turn out to be).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Request<'a> {
+#[serde(bound(deserialize = "O: Deserialize<'de>, P: Deserialize<'de>"))]
+struct Request<O, P> {
     uid: String,
     kind: GroupVersionKind,
     resource: GroupVersionResource,
@@ -73,10 +75,10 @@ struct Request<'a> {
     namespace: Option<String>,
     operation: Operation,
     user_info: UserInfo,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    object: Option<O>,
+    #[serde(default)]
+    old_object: Option<P>,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
@@ -121,35 +123,64 @@ pub(super) fn answer(
     lookup: &dyn Lookup,
     service_account: &str,
 ) -> Option<Answer> {
-    let MapOnly(envelope) = strict::from_slice::<MapOnly<Envelope>>(body).ok()?;
+    match kind {
+        Kind::InferenceService => {
+            let (types, mut request) =
+                read_review::<ServiceObject, MapOnly<InferenceService>>(body, kind)?;
+            let object = request.object.take()?.0;
+            let old = request.old_object.take().map(|o| o.0);
+            let namespace = namespace(&request, &object);
+            let requester = Requester {
+                username: request.user_info.username.as_deref().unwrap_or_default(),
+                tandem: service_account,
+            };
+            let verdict = inference_service(webhook, &namespace, object, old, requester)?;
+            Some(finish(types, request, verdict, kind.name()))
+        }
+        Kind::ResourceScalingGroup => {
+            let (types, request) =
+                read_review::<GroupObject, MapOnly<Object<IgnoredAny>>>(body, kind)?;
+            let verdict = resource_scaling_group(webhook, &request, lookup)?;
+            Some(finish(types, request, verdict, kind.name()))
+        }
+        Kind::ScaleView => {
+            let (types, request) = read_review::<&RawValue, &RawValue>(body, kind)?;
+            if request.sub_resource.as_deref() == Some("scale") {
+                if webhook != Webhook::Validate || request.kind.kind != "Scale" {
+                    return None;
+                }
+                let scale: Scale = read(request.object)?;
+                if let Some(old) = request.old_object {
+                    read::<Object<IgnoredAny>>(Some(old))?;
+                }
+                let namespace = request.namespace.as_deref().unwrap_or("default");
+                let verdict = verdict_of(super::scale_findings(scale, namespace, lookup));
+                return Some(finish(types, request, verdict, "ScaleView/scale"));
+            }
+            let verdict = scale_view(webhook, &request, lookup)?;
+            Some(finish(types, request, verdict, kind.name()))
+        }
+    }
+}
+
+type ServiceObject = MapOnly<Object<InferenceServiceSpec>>;
+type GroupObject = MapOnly<Object<ResourceScalingGroupSpec>>;
+
+/// The review's type and request, when it is an AdmissionReview v1 with a
+/// request that reads strictly, for the kind the endpoint serves: neither a
+/// subresource other than `/scale` nor a request sent to the wrong
+/// endpoint, and a CREATE or UPDATE unless of a subresource.
+fn read_review<'a, O: Deserialize<'a>, P: Deserialize<'a>>(
+    body: &'a [u8],
+    kind: Kind,
+) -> Option<(TypeMeta, Request<O, P>)> {
+    let MapOnly(envelope) = strict::from_slice::<MapOnly<Envelope<Request<O, P>>>>(body).ok()?;
     if envelope.kind != "AdmissionReview" || envelope.api_version != REVIEW_API_VERSION {
         return None;
     }
     let MapOnly(request) = envelope.request?;
-    let types = TypeMeta {
-        api_version: envelope.api_version,
-        kind: envelope.kind,
-    };
-    let requester = Requester {
-        username: request.user_info.username.as_deref().unwrap_or_default(),
-        tandem: service_account,
-    };
-    let (verdict, admitted) = match request.sub_resource.as_deref() {
-        Some("scale")
-            if kind == Kind::ScaleView
-                && webhook == Webhook::Validate
-                && request.kind.kind == "Scale" =>
-        {
-            let scale: Scale = read(request.object)?;
-            if let Some(old) = request.old_object {
-                read::<Object<IgnoredAny>>(Some(old))?;
-            }
-            let namespace = request.namespace.as_deref().unwrap_or("default");
-            (
-                verdict_of(super::scale_findings(scale, namespace, lookup)),
-                "ScaleView/scale",
-            )
-        }
+    match request.sub_resource.as_deref() {
+        Some("scale") if kind == Kind::ScaleView => {}
         Some(_) => return None,
         None => {
             if request.resource.resource != kind.plural()
@@ -158,14 +189,22 @@ pub(super) fn answer(
             {
                 return None;
             }
-            let verdict = match kind {
-                Kind::InferenceService => inference_service(webhook, &request, requester)?,
-                Kind::ScaleView => scale_view(webhook, &request, lookup)?,
-                Kind::ResourceScalingGroup => resource_scaling_group(webhook, &request, lookup)?,
-            };
-            (verdict, kind.name())
         }
+    }
+    let types = TypeMeta {
+        api_version: envelope.api_version,
+        kind: envelope.kind,
     };
+    Some((types, request))
+}
+
+/// The reply to `request`, as the reference path writes it.
+fn finish<O, P>(
+    types: TypeMeta,
+    request: Request<O, P>,
+    verdict: Verdict,
+    admitted: &'static str,
+) -> Answer {
     let operation = format!("{:?}", request.operation).to_uppercase();
     let request = AdmissionRequest::<DynamicObject> {
         types,
@@ -186,17 +225,17 @@ pub(super) fn answer(
         options: request.options,
     };
     let (label, review) = reply(&request, verdict);
-    Some(Answer {
+    Answer {
         status: axum::http::StatusCode::OK,
         body: Reply::Review(review),
         kind: admitted,
         operation,
         verdict: label,
-    })
+    }
 }
 
 /// The namespace the object lives in, as the reference path finds it.
-fn namespace<S>(request: &Request<'_>, object: &Object<S>) -> String {
+fn namespace<S, O, P>(request: &Request<O, P>, object: &Object<S>) -> String {
     request
         .namespace
         .clone()
@@ -217,20 +256,16 @@ fn patched(ops: patch::Ops) -> Verdict {
 
 fn inference_service(
     webhook: Webhook,
-    request: &Request<'_>,
+    namespace: &str,
+    object: Object<InferenceServiceSpec>,
+    old: Option<InferenceService>,
     requester: Requester<'_>,
 ) -> Option<Verdict> {
-    let object: Object<InferenceServiceSpec> = read(request.object)?;
-    let old: Option<InferenceService> = match request.old_object {
-        Some(old) => Some(read(Some(old))?),
-        None => None,
-    };
-    let namespace = namespace(request, &object);
     let name = object.name().to_owned();
     let spec = object.spec?;
     match webhook {
         Webhook::Validate => Some(verdict_of(super::service_findings(
-            &namespace,
+            namespace,
             &name,
             spec.value,
             old.map(Ok),
@@ -251,7 +286,11 @@ fn inference_service(
     }
 }
 
-fn scale_view(webhook: Webhook, request: &Request<'_>, lookup: &dyn Lookup) -> Option<Verdict> {
+fn scale_view(
+    webhook: Webhook,
+    request: &Request<&RawValue, &RawValue>,
+    lookup: &dyn Lookup,
+) -> Option<Verdict> {
     let object: Object<ScaleViewSpec> = read(request.object)?;
     let old: Option<Object<ScaleViewSpec>> = match request.old_object {
         Some(old) => Some(read(Some(old))?),
@@ -347,14 +386,11 @@ fn start_from_target(
 
 fn resource_scaling_group(
     webhook: Webhook,
-    request: &Request<'_>,
+    request: &Request<GroupObject, MapOnly<Object<IgnoredAny>>>,
     lookup: &dyn Lookup,
 ) -> Option<Verdict> {
-    let object: Object<ResourceScalingGroupSpec> = read(request.object)?;
-    if let Some(old) = request.old_object {
-        read::<Object<IgnoredAny>>(Some(old))?;
-    }
-    let namespace = namespace(request, &object);
+    let object = &request.object.as_ref()?.0;
+    let namespace = namespace(request, object);
     let spec = object.spec.as_ref()?;
     match webhook {
         Webhook::Validate => Some(verdict_of(super::group_findings(
