@@ -125,6 +125,42 @@ fn admission(c: &mut Criterion) {
         group.finish();
     }
 
+    // What consulting the namespace's stored ResourceScalingGroups (the
+    // lookup's copy of them and the DAG check) adds to the validating
+    // webhook's answer: the same RSG CREATE, blind and beside one stored group.
+    let (_, _, group_object, namespace) = &cases[3];
+    let body = serde_json::to_vec(&review(Kind::ResourceScalingGroup, group_object, namespace))
+        .expect("review");
+    let stored = serde_json::json!({
+        "apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "chain-0000", "namespace": namespace},
+        "spec": {"targetResources": [
+            {"name": "step-0000", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "step-0001", "apiVersion": "apps/v1", "kind": "Deployment"}],
+        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "step-0000", "role": "Source"},
+            {"name": "step-0001", "role": "Target", "ratio": 2.0}]}}}
+    });
+    let one_stored = admission::lookup::Objects::new([&stored]);
+    let mut group = c.benchmark_group("webhook_validate_rsg");
+    for (name, lookup) in [
+        ("blind", &admission::lookup::Blind as &dyn admission::Lookup),
+        ("beside_1_stored", &one_stored),
+    ] {
+        let answer = || {
+            http::answer(
+                Webhook::Validate,
+                Kind::ResourceScalingGroup.plural(),
+                black_box(&body),
+                lookup,
+                admission::DEFAULT_SERVICE_ACCOUNT,
+            )
+        };
+        assert_eq!(answer().verdict, "allowed", "{name}: {:?}", answer().body);
+        group.bench_function(name, |b| b.iter(answer));
+    }
+    group.finish();
+
     let mut group = c.benchmark_group("parse_only");
     for (name, kind, object, namespace) in &cases {
         let body = serde_json::to_vec(&review(*kind, object, namespace)).expect("review");
