@@ -109,8 +109,10 @@ impl<S> Object<S> {
     }
 }
 
+/// An object of the request, kept as written, read as a `T`. It sits two
+/// levels deep in the body (`{"request": {"object": ...}}`).
 fn read<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<T> {
-    strict::from_slice::<MapOnly<T>>(raw?.get().as_bytes())
+    strict::from_slice_within::<MapOnly<T>>(raw?.get().as_bytes(), 2)
         .ok()
         .map(|m| m.0)
 }

@@ -46,7 +46,14 @@ impl Seen {
 
 thread_local! {
     static SEEN: Cell<Seen> = const { Cell::new(Seen { ignored: false, null: false, empty_list: false }) };
+    /// How deep the value being read nests (objects and arrays), and how
+    /// deep it may ([`from_slice_within`]).
+    static DEPTH: Cell<(usize, usize)> = const { Cell::new((0, usize::MAX)) };
 }
+
+/// serde_json's recursion limit: a value nests at most this deep (the
+/// outermost object or array counts one).
+const SERDE_JSON_DEPTH: usize = 127;
 
 fn note(update: impl FnOnce(&mut Seen)) {
     SEEN.with(|seen| {
@@ -118,6 +125,32 @@ pub fn from_slice<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, serde
     })?;
     deserializer.end()?;
     Ok(value)
+}
+
+/// [`from_slice`] of a value that sits `outer` objects or arrays deep in
+/// the body it was cut from (as a `RawValue`): read alone, serde_json would
+/// let it nest `outer` levels deeper than reading the whole body allows.
+pub fn from_slice_within<'de, T: Deserialize<'de>>(
+    bytes: &'de [u8],
+    outer: usize,
+) -> Result<T, serde_json::Error> {
+    let before = DEPTH.with(|depth| depth.replace((0, SERDE_JSON_DEPTH.saturating_sub(outer))));
+    let value = from_slice(bytes);
+    DEPTH.with(|depth| depth.set(before));
+    value
+}
+
+/// Runs `read` one object or array deeper, refusing what nests deeper than
+/// [`from_slice_within`] allows.
+fn nested<T, E: de::Error>(read: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let (depth, limit) = DEPTH.with(Cell::get);
+    if depth >= limit {
+        return Err(E::custom("nested too deeply"));
+    }
+    DEPTH.with(|d| d.set((depth + 1, limit)));
+    let value = read();
+    DEPTH.with(|d| d.set((depth, limit)));
+    value
 }
 
 /// A deserializer that reads everything it is asked to skip.
@@ -283,15 +316,17 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<V> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
-        self.visitor.visit_seq(StrictSeq {
-            inner: seq,
-            read: 0,
-            typed_list: self.asked == Asked::Seq,
+        nested(|| {
+            self.visitor.visit_seq(StrictSeq {
+                inner: seq,
+                read: 0,
+                typed_list: self.asked == Asked::Seq,
+            })
         })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.visitor.visit_map(StrictMap { inner: map })
+        nested(|| self.visitor.visit_map(StrictMap { inner: map }))
     }
 
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<V::Value, A::Error> {
@@ -449,6 +484,20 @@ mod tests {
             assert!(serde_json::from_slice::<Small>(&bytes).is_ok());
             assert!(from_slice::<Small>(&bytes).is_err(), "{bytes:?}");
         }
+    }
+
+    #[test]
+    fn a_value_cut_from_a_body_nests_no_deeper_than_the_body_allows() {
+        let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+        // Alone, serde_json reads 127 levels; two levels down in a body, 125.
+        assert!(serde_json::from_str::<Value>(&nested(127)).is_ok());
+        assert!(serde_json::from_str::<Value>(&nested(128)).is_err());
+        let body = |levels: usize| format!("{{\"a\": {{\"b\": {}}}}}", nested(levels));
+        assert!(serde_json::from_str::<Value>(&body(125)).is_ok());
+        assert!(serde_json::from_str::<Value>(&body(126)).is_err());
+        assert!(from_slice_within::<Value>(nested(125).as_bytes(), 2).is_ok());
+        assert!(from_slice_within::<Value>(nested(126).as_bytes(), 2).is_err());
+        assert!(from_slice::<Value>(nested(127).as_bytes()).is_ok());
     }
 
     #[test]
