@@ -16,7 +16,10 @@
 //!
 //! Reading is strict ([`strict::from_slice`]): a body it accepts is one the
 //! reference path reads too, and every part of it is read as the reference
-//! path reads it, so the decisions agree.
+//! path reads it, so the decisions agree. The InferenceService and
+//! ResourceScalingGroup endpoints read the objects as part of the body; the
+//! ScaleView endpoint, whose object is a ScaleView or (for `/scale`) a
+//! Scale, keeps them as written and reads them once it knows which.
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::autoscaling::v1::Scale;
