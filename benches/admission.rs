@@ -1,9 +1,27 @@
 //! What one admission decision costs: defaults and validation of each kind,
 //! without the transport. `cargo bench --bench admission`.
+//!
+//! - `admit/*`: mutation then validation of an object already read into a
+//!   `Value` (`tandem::admission::admit`, what `tandem render` runs);
+//! - `webhook/*`: what the webhook does with a request body, both webhooks
+//!   in turn (`/mutate/...` then `/validate/...` of the same CREATE review,
+//!   as the API server sends them): read the review, decide, write the
+//!   reply (`tandem::admission::http::answer`);
+//! - `webhook_reference/*`: the same through the reference path
+//!   (`http::reference_answer`: the body read into a `Value`, then into
+//!   kube-rs's `AdmissionReview<DynamicObject>`, the patch a diff of the
+//!   object), which the webhook took for every request before the fast path;
+//! - `parse_only/*`: what the parse-only baseline of `benches/admission_load.rs`
+//!   does with the same body, twice (read it as kube-rs's
+//!   `AdmissionReview<DynamicObject>`, answer allowed for its uid): the least
+//!   any webhook does, for the ratio without the transport.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::Value;
 use std::hint::black_box;
+use tandem::admission::http::{self, Webhook};
 use tandem::admission::{self, Kind};
 
 fn example(path: &str, index: usize, namespace: &str) -> Value {
@@ -64,6 +82,127 @@ fn admission(c: &mut Criterion) {
         });
     }
     group.finish();
+
+    for (group_name, reference) in [("webhook", false), ("webhook_reference", true)] {
+        let mut group = c.benchmark_group(group_name);
+        for (name, kind, object, namespace) in &cases {
+            let body = serde_json::to_vec(&review(*kind, object, namespace)).expect("review");
+            let answer = if reference {
+                |webhook, kind, body: &[u8]| {
+                    http::reference_answer(
+                        webhook,
+                        kind,
+                        body,
+                        &admission::lookup::Blind,
+                        admission::DEFAULT_SERVICE_ACCOUNT,
+                    )
+                }
+            } else {
+                |webhook, kind: Kind, body: &[u8]| {
+                    http::answer(
+                        webhook,
+                        kind.plural(),
+                        body,
+                        &admission::lookup::Blind,
+                        admission::DEFAULT_SERVICE_ACCOUNT,
+                    )
+                }
+            };
+            for webhook in [Webhook::Mutate, Webhook::Validate] {
+                let answer = answer(webhook, *kind, &body);
+                assert_eq!(answer.status, 200, "{name}: {:?}", answer.body);
+                assert_ne!(answer.verdict, "denied", "{name}: {:?}", answer.body);
+            }
+            group.bench_function(*name, |b| {
+                b.iter(|| {
+                    (
+                        answer(Webhook::Mutate, *kind, black_box(&body)),
+                        answer(Webhook::Validate, *kind, black_box(&body)),
+                    )
+                })
+            });
+        }
+        group.finish();
+    }
+
+    // What consulting the namespace's stored ResourceScalingGroups (the
+    // lookup's copy of them and the DAG check) adds to the validating
+    // webhook's answer: the same RSG CREATE, blind and beside one stored group.
+    let (_, _, group_object, namespace) = &cases[3];
+    let body = serde_json::to_vec(&review(Kind::ResourceScalingGroup, group_object, namespace))
+        .expect("review");
+    let stored = serde_json::json!({
+        "apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "chain-0000", "namespace": namespace},
+        "spec": {"targetResources": [
+            {"name": "step-0000", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "step-0001", "apiVersion": "apps/v1", "kind": "Deployment"}],
+        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "step-0000", "role": "Source"},
+            {"name": "step-0001", "role": "Target", "ratio": 2.0}]}}}
+    });
+    let one_stored = admission::lookup::Objects::new([&stored]);
+    let mut group = c.benchmark_group("webhook_validate_rsg");
+    for (name, lookup) in [
+        ("blind", &admission::lookup::Blind as &dyn admission::Lookup),
+        ("beside_1_stored", &one_stored),
+    ] {
+        let answer = || {
+            http::answer(
+                Webhook::Validate,
+                Kind::ResourceScalingGroup.plural(),
+                black_box(&body),
+                lookup,
+                admission::DEFAULT_SERVICE_ACCOUNT,
+            )
+        };
+        assert_eq!(answer().verdict, "allowed", "{name}: {:?}", answer().body);
+        group.bench_function(name, |b| b.iter(answer));
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("parse_only");
+    for (name, kind, object, namespace) in &cases {
+        let body = serde_json::to_vec(&review(*kind, object, namespace)).expect("review");
+        let parse_only = |body: &[u8]| -> Option<Vec<u8>> {
+            let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
+            let request: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+            serde_json::to_vec(&AdmissionResponse::from(&request).into_review()).ok()
+        };
+        assert!(parse_only(&body).is_some(), "{name}");
+        group.bench_function(*name, |b| {
+            b.iter(|| (parse_only(black_box(&body)), parse_only(black_box(&body))))
+        });
+    }
+    group.finish();
+}
+
+/// A CREATE review of `object` as the API server sends it.
+fn review(kind: Kind, object: &Value, namespace: &str) -> Value {
+    let (group, version) = kind
+        .api_version()
+        .split_once('/')
+        .map(|(g, v)| (g.to_owned(), v.to_owned()))
+        .expect("Tandem's kinds have a group");
+    serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": group, "version": version, "kind": kind.name()},
+            "resource": {"group": group, "version": version, "resource": kind.plural()},
+            "requestKind": {"group": group, "version": version, "kind": kind.name()},
+            "requestResource": {"group": group, "version": version, "resource": kind.plural()},
+            "name": object["metadata"]["name"],
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "admin", "uid": "014fbff9a07c", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        }
+    })
 }
 
 criterion_group!(benches, admission);

@@ -1,8 +1,12 @@
 //! Admission under load, over TLS on loopback: the real Tandem webhook server
-//! against a bare axum + rustls handler that answers a fixed AdmissionReview
-//! without parsing the body. Both get the same TLS configuration, certificate,
-//! client and bodies, so the ratio is what Tandem's admission adds to the
-//! transport.
+//! against two baselines served by the same axum + rustls stack in the same
+//! process: a bare handler that answers a fixed AdmissionReview without
+//! parsing the body, and a parse-only webhook that reads the body as
+//! kube-rs's `AdmissionReview<DynamicObject>` and allows the request's uid
+//! (the least any webhook does). All three get the same TLS configuration,
+//! certificate, client and bodies, so tandem/bare is what Tandem's admission
+//! adds to the transport and tandem/parse-only what it adds to reading the
+//! review.
 //!
 //! Then, against Tandem alone, the serving certificate is rotated mid-run the
 //! way kubelet updates a mounted Secret, while the connections keep
@@ -31,15 +35,23 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::{Value, json};
 use tandem::admission::lookup::Objects;
 use tandem::admission::{Kind, Lookup};
 use tandem::server::tls::{self, CertificateResolver};
 use tandem::server::{DEFAULT_BODY_LIMIT_BYTES, ServeOptions, Server};
 
-/// ResourceScalingGroups in the namespace of the RSG scenario.
+/// How many turns the servers take at each scenario (the requests are
+/// split evenly over them).
+const ROUNDS: usize = 4;
+
+/// ResourceScalingGroups in the namespace of the large RSG scenario.
 const STORED_GROUPS: usize = 1_000;
 const RSG_NAMESPACE: &str = "ai";
+/// The namespace of the small RSG scenario, which holds one stored group.
+const RSG_NAMESPACE_ONE: &str = "ai-one";
 
 /// What the bare handler answers to everything.
 const FIXED_REPLY: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"bare","allowed":true}}"#;
@@ -142,12 +154,18 @@ async fn run(mode: &Mode) -> Result<usize, String> {
     )
     .await
     .map_err(|e| format!("Tandem server: {e}"))?;
-    let (bare_addr, bare) = start_bare(dir.path())?;
+    let (bare_addr, bare) = start_baseline(dir.path(), bare_router())?;
+    let (parse_only_addr, parse_only) = start_baseline(dir.path(), parse_only_router())?;
 
     let targets = [
         Target {
             name: "bare",
             addr: bare_addr,
+            decides: false,
+        },
+        Target {
+            name: "parse-only",
+            addr: parse_only_addr,
             decides: false,
         },
         Target {
@@ -157,7 +175,7 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         },
     ];
     println!(
-        "admission load run, {}: {} requests per scenario and server after {} warm-up, {} keep-alive HTTP/1.1 connections over TLS, loopback",
+        "admission load run, {}: {} requests per scenario and server after {} warm-up, the servers taking {ROUNDS} turns, {} keep-alive HTTP/1.1 connections over TLS, loopback",
         mode.name,
         mode.requests,
         mode.warm_up,
@@ -172,47 +190,67 @@ async fn run(mode: &Mode) -> Result<usize, String> {
             scenario.body.len()
         );
         println!(
-            "  {:<8} {:>10} {:>10} {:>10} {:>10} {:>9}",
+            "  {:<10} {:>10} {:>10} {:>10} {:>10} {:>9}",
             "server", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "failures"
         );
-        let mut runs = Vec::new();
+        // The servers take turns, ROUNDS times, so that other work on the
+        // machine weighs on each of them alike.
+        let mut runs: Vec<load::Run> = Vec::new();
         for target in &targets {
-            let expect = load::Expect {
-                uid: target.decides.then(|| scenario.uid.clone()),
-                allowed: !target.decides || scenario.allowed,
-            };
-            let request = load::Request {
-                path: scenario.path,
-                body: scenario.body.clone(),
-            };
-            let warm = load::drive(target.addr, &client, &request, &expect, mode.warm_up).await?;
-            let measured =
-                load::drive(target.addr, &client, &request, &expect, mode.requests).await?;
-            println!(
-                "  {:<8} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9}",
-                target.name,
-                measured.throughput(),
-                measured.percentile(0.50),
-                measured.percentile(0.99),
-                measured.percentile(0.999),
-                measured.failures
-            );
-            for run in [&warm, &measured] {
-                failures += run.failures;
-                for example in &run.examples {
-                    println!("    failed: {example}");
-                }
-            }
-            if warm.failures > 0 {
-                println!("    ({} failures during the warm-up)", warm.failures);
-            }
-            runs.push(measured);
+            let warm = load::drive(
+                target.addr,
+                &client,
+                &request_of(scenario),
+                &expect_of(target, scenario),
+                mode.warm_up,
+            )
+            .await?;
+            failures += report_failures(&warm, "during the warm-up");
+            runs.push(load::Run {
+                wall: Duration::ZERO,
+                latencies: Vec::new(),
+                failures: 0,
+                examples: Vec::new(),
+            });
         }
-        if let [bare, tandem] = runs.as_slice() {
+        for _ in 0..ROUNDS {
+            for (target, run) in targets.iter().zip(runs.iter_mut()) {
+                let measured = load::drive(
+                    target.addr,
+                    &client,
+                    &request_of(scenario),
+                    &expect_of(target, scenario),
+                    mode.requests / ROUNDS,
+                )
+                .await?;
+                failures += report_failures(&measured, "");
+                run.wall += measured.wall;
+                run.failures += measured.failures;
+                run.latencies.extend(measured.latencies);
+            }
+        }
+        for (target, run) in targets.iter().zip(runs.iter_mut()) {
+            run.latencies.sort_unstable();
             println!(
-                "  tandem/bare: throughput {:.2}x (target >= 0.9x), p99 {:.2}x (target <= 1.2x)",
+                "  {:<10} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9}",
+                target.name,
+                run.throughput(),
+                run.percentile(0.50),
+                run.percentile(0.99),
+                run.percentile(0.999),
+                run.failures
+            );
+        }
+        if let [bare, parse_only, tandem] = runs.as_slice() {
+            println!(
+                "  tandem/bare:       throughput {:.2}x, p99 {:.2}x",
                 tandem.throughput() / bare.throughput(),
                 tandem.percentile(0.99) / bare.percentile(0.99)
+            );
+            println!(
+                "  tandem/parse-only: throughput {:.2}x (target >= 0.8x), p99 {:.2}x (target <= 1.2x)",
+                tandem.throughput() / parse_only.throughput(),
+                tandem.percentile(0.99) / parse_only.percentile(0.99)
             );
         }
     }
@@ -220,19 +258,52 @@ async fn run(mode: &Mode) -> Result<usize, String> {
     println!("\nfailed requests in all: {failures}");
     match peak_rss_kib() {
         Some(kib) => println!(
-            "peak RSS of this process (both servers, the client, {STORED_GROUPS} stored RSGs and the latencies): {} MiB",
+            "peak RSS of this process (the three servers, the client, {} stored RSGs and the latencies): {} MiB",
+            STORED_GROUPS + 1,
             kib / 1024
         ),
         None => println!("peak RSS of this process: unavailable (no /proc/self/status)"),
     }
 
     bare.graceful_shutdown(Some(Duration::from_secs(5)));
+    parse_only.graceful_shutdown(Some(Duration::from_secs(5)));
     tandem.shutdown();
     tandem
         .finished()
         .await
         .map_err(|e| format!("Tandem server stopped badly: {e}"))?;
     Ok(failures)
+}
+
+fn request_of(scenario: &Scenario) -> load::Request {
+    load::Request {
+        path: scenario.path,
+        body: scenario.body.clone(),
+    }
+}
+
+/// What a server must answer: the baselines allow everything, the
+/// parse-only one echoes the uid, Tandem decides.
+fn expect_of(target: &Target, scenario: &Scenario) -> load::Expect {
+    load::Expect {
+        uid: (target.name != "bare").then(|| scenario.uid.clone()),
+        allowed: !target.decides || scenario.allowed,
+    }
+}
+
+/// Prints the first failures of a run; returns how many there were.
+fn report_failures(run: &load::Run, when: &str) -> usize {
+    for example in &run.examples {
+        println!(
+            "    failed{}: {example}",
+            if when.is_empty() {
+                String::new()
+            } else {
+                format!(" {when}")
+            }
+        );
+    }
+    run.failures
 }
 
 fn loopback() -> SocketAddr {
@@ -255,6 +326,15 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
     let view_target = example("examples/scaleview/decode-ondemand-spot.yaml", 0)?;
     let mut group = example("examples/resourcescalinggroup/inplace-scaling.yaml", 0)?;
     group["metadata"]["namespace"] = json!(RSG_NAMESPACE);
+    let mut group_beside_one = group.clone();
+    group_beside_one["metadata"]["namespace"] = json!(RSG_NAMESPACE_ONE);
+    if let Some(targets) = group_beside_one["spec"]["targetResources"].as_array_mut() {
+        for target in targets {
+            if target.get("namespace").is_some() {
+                target["namespace"] = json!(RSG_NAMESPACE_ONE);
+            }
+        }
+    }
 
     let view_name = view["metadata"]["name"]
         .as_str()
@@ -264,16 +344,21 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
         .as_str()
         .unwrap_or("default")
         .to_owned();
-    let stored: Vec<Value> = (0..STORED_GROUPS).map(stored_group).collect();
+    let mut stored: Vec<Value> = (0..STORED_GROUPS)
+        .map(|i| stored_group(RSG_NAMESPACE, i))
+        .collect();
+    stored.push(stored_group(RSG_NAMESPACE_ONE, 0));
     let objects = Objects::new(stored.iter().chain([&view, &view_target]));
     // Objects::new drops what does not parse: make sure the world is as claimed.
-    let groups = objects
-        .resource_scaling_groups(RSG_NAMESPACE)
-        .map_or(0, |g| g.len());
-    if groups != STORED_GROUPS {
-        return Err(format!(
-            "the lookup holds {groups} ResourceScalingGroups, not {STORED_GROUPS}"
-        ));
+    for (namespace, expected) in [(RSG_NAMESPACE, STORED_GROUPS), (RSG_NAMESPACE_ONE, 1)] {
+        let groups = objects
+            .resource_scaling_groups(namespace)
+            .map_or(0, |g| g.len());
+        if groups != expected {
+            return Err(format!(
+                "the lookup holds {groups} ResourceScalingGroups in {namespace}, not {expected}"
+            ));
+        }
     }
     if !matches!(
         objects.scale_view(&view_namespace, &view_name),
@@ -282,7 +367,7 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
         return Err(format!("the lookup does not hold ScaleView {view_name}"));
     }
 
-    let scenario = |name, kind: Kind, review: Value, allowed| -> Result<Scenario, String> {
+    let scenario = |name, path, review: Value, allowed| -> Result<Scenario, String> {
         let uid = review["request"]["uid"]
             .as_str()
             .ok_or("review without uid")?
@@ -290,32 +375,58 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
         let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
         Ok(Scenario {
             name,
-            path: match kind {
-                Kind::InferenceService => "/validate/inferenceservices",
-                Kind::ScaleView => "/validate/scaleviews",
-                Kind::ResourceScalingGroup => "/validate/resourcescalinggroups",
-            },
+            path,
             body: Bytes::from(body),
             uid,
             allowed,
         })
     };
+    // Story 4 as stored (defaults filled in), scaled by the user.
+    let stored_service = tandem::admission::admit(
+        Kind::InferenceService,
+        "default",
+        &service,
+        None,
+        &tandem::admission::lookup::Blind,
+    )
+    .map_err(|f| format!("story 4 is not admitted: {}", f.denial_message()))?
+    .0;
+    let mut scaled_service = stored_service.clone();
+    scaled_service["spec"]["roles"][1]["replicas"] = json!(3);
     let scenarios = vec![
         scenario(
             "InferenceService CREATE, P/D multi-node (story 4)",
-            Kind::InferenceService,
+            "/validate/inferenceservices",
             common::review("CREATE", &service, None),
             true,
         )?,
         scenario(
+            "InferenceService CREATE, story 4, mutating webhook (patches the defaults)",
+            "/mutate/inferenceservices",
+            common::review("CREATE", &service, None),
+            true,
+        )?,
+        scenario(
+            "InferenceService UPDATE, story 4 decode 2 -> 3 replicas",
+            "/validate/inferenceservices",
+            common::review("UPDATE", &scaled_service, Some(&stored_service)),
+            true,
+        )?,
+        scenario(
             "ScaleView /scale write (autoscaling/v1 Scale, view in the lookup)",
-            Kind::ScaleView,
+            "/validate/scaleviews",
             common::scale_review(&view_name, &view_namespace, 4, 2),
             true,
         )?,
         scenario(
+            "ResourceScalingGroup CREATE, 1 RSG in the namespace",
+            "/validate/resourcescalinggroups",
+            common::review("CREATE", &group_beside_one, None),
+            true,
+        )?,
+        scenario(
             "ResourceScalingGroup CREATE, 1 000 RSGs in the namespace",
-            Kind::ResourceScalingGroup,
+            "/validate/resourcescalinggroups",
             common::review("CREATE", &group, None),
             true,
         )?,
@@ -327,15 +438,15 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
 /// drives `step-{i+1}` at ratio 2, so the namespace's follow graph is one
 /// long path (acyclic, each target followed once) and the candidate from the
 /// example touches none of it.
-fn stored_group(index: usize) -> Value {
+fn stored_group(namespace: &str, index: usize) -> Value {
     let deployment = |i: usize| {
-        json!({"name": format!("step-{i:04}"), "namespace": RSG_NAMESPACE,
+        json!({"name": format!("step-{i:04}"), "namespace": namespace,
             "apiVersion": "apps/v1", "kind": "Deployment"})
     };
     json!({
         "apiVersion": "resourcescalinggroup.com/v1",
         "kind": "ResourceScalingGroup",
-        "metadata": {"name": format!("chain-{index:04}"), "namespace": RSG_NAMESPACE},
+        "metadata": {"name": format!("chain-{index:04}"), "namespace": namespace},
         "spec": {
             "targetResources": [deployment(index), deployment(index + 1)],
             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
@@ -346,19 +457,56 @@ fn stored_group(index: usize) -> Value {
     })
 }
 
-/// The bare handler: the same TLS configuration and certificate, reads the
-/// body and answers a fixed review without looking at it.
-fn start_bare(
+/// The bare handler: reads the body and answers a fixed review without
+/// looking at it.
+fn bare_router() -> Router {
+    Router::new().route(
+        "/{webhook}/{resource}",
+        post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED_REPLY) }),
+    )
+}
+
+/// The parse-only webhook: what a kube-rs webhook does before it decides
+/// anything. Reads the body as an `AdmissionReview<DynamicObject>` and allows
+/// the request's uid; a body that is not one gets a 400.
+fn parse_only_router() -> Router {
+    Router::new().route(
+        "/{webhook}/{resource}",
+        post(|body: Bytes| async move {
+            let request: Result<AdmissionRequest<DynamicObject>, String> =
+                serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
+                    .map_err(|e| e.to_string())
+                    .and_then(|review| review.try_into().map_err(|e| format!("{e}")));
+            match request.and_then(|request| {
+                serde_json::to_vec(&AdmissionResponse::from(&request).into_review())
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(reply) => (
+                    axum::http::StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    reply,
+                ),
+                Err(reason) => (
+                    axum::http::StatusCode::BAD_REQUEST,
+                    [(header::CONTENT_TYPE, "text/plain")],
+                    reason.into_bytes(),
+                ),
+            }
+        }),
+    )
+}
+
+/// A baseline server: the same TLS configuration and certificate as Tandem's,
+/// served by the same axum-server + rustls stack, without the body-limit and
+/// timeout layers.
+fn start_baseline(
     cert_dir: &std::path::Path,
+    app: Router,
 ) -> Result<(SocketAddr, axum_server::Handle<SocketAddr>), String> {
     let resolver = Arc::new(CertificateResolver::new(
         tls::load(cert_dir).map_err(|e| e.to_string())?,
     ));
     let config = tls::server_config(resolver, None).map_err(|e| e.to_string())?;
-    let app = Router::new().route(
-        "/validate/{resource}",
-        post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED_REPLY) }),
-    );
     let listener = std::net::TcpListener::bind(loopback()).map_err(|e| format!("bind: {e}"))?;
     listener
         .set_nonblocking(true)
@@ -369,7 +517,7 @@ fn start_bare(
         listener,
         axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config)),
     )
-    .map_err(|e| format!("bare server: {e}"))?
+    .map_err(|e| format!("baseline server: {e}"))?
     .handle(handle.clone());
     tokio::spawn(server.serve(app.into_make_service()));
     Ok((addr, handle))

@@ -9,6 +9,9 @@ pub mod caches;
 pub mod discovery;
 pub mod http;
 pub mod lookup;
+pub mod patch;
+mod review;
+pub mod strict;
 
 use std::fmt;
 
@@ -213,78 +216,31 @@ pub fn validate_as(
         return Findings::default();
     }
     let spec = object.get("spec").unwrap_or(&Value::Null);
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
     match kind {
         Kind::InferenceService => with_spec(spec, |s: inference_service::InferenceServiceSpec| {
-            // The children's names depend on the service's name too.
-            let name = object["metadata"]["name"].as_str().unwrap_or_default();
-            let mut service = InferenceService::new(name, s);
-            service.metadata.namespace = Some(namespace.to_owned());
-            let mut findings = crate::plan::service::validate(&service);
-            if let Some(old) = old {
-                findings.extend(locked_roles(old, &service, requester));
-            }
-            findings
+            let old = old.map(|old| api::parse_at::<InferenceService>(old, "oldObject"));
+            service_findings(namespace, name, s, old, requester)
         }),
         Kind::ResourceScalingGroup => with_spec(
             spec,
             |s: resource_scaling_group::ResourceScalingGroupSpec| {
-                let mut findings = resource_scaling_group::validate(&s, namespace);
-                // Every resource of an InplaceScaling group can be scaled.
-                findings.extend(plan::adapter::check(
-                    &s,
-                    &|api_version: &str, kind: &str| lookup.has_scale(api_version, kind),
-                ));
-                // Across every group of the namespace: no resource may follow
-                // itself through a chain, nor be the Target of two bindings.
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                match lookup.resource_scaling_groups(namespace) {
-                    Some(groups) => {
-                        let stored: Vec<(String, resource_scaling_group::ResourceScalingGroupSpec)> = groups
-                            .into_iter()
-                            .map(|g| (kube::ResourceExt::name_any(&g), g.spec))
-                            .collect();
-                        findings.extend(crate::plan::dag::check(&stored, (name, &s)));
-                    }
-                    None => findings.warn(
-                        "spec.scalingStrategy: cycles and double Targets across the namespace's ResourceScalingGroups were not checked: this webhook has no view of the cluster",
-                    ),
-                }
-                findings
+                group_findings(namespace, name, &s, lookup)
             },
         ),
         Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
-            let mut findings = scale_view::validate(&new);
-            match lookup.inference_service(namespace, &new.target_ref.name) {
-                Some(target) => {
-                    findings.extend(scale_view::validate_target(&new, target.as_ref()));
-                    // Only on create: the groups are immutable, so an update
-                    // cannot add a conflict, and refusing one would keep a view
-                    // that got in without the webhook from ever dropping its
-                    // finalizer.
-                    if let (Some(target), None) = (&target, old) {
-                        findings.extend(unlocked_groups(object, &new, target));
-                    }
-                }
-                None => findings.warn(
-                    "spec.targetRef: not checked against the InferenceService: this webhook has no view of the cluster",
-                ),
-            }
-            let old_spec = old.and_then(|o| o.get("spec"));
-            if let Some(old_spec) = old_spec {
-                // The old object was admitted before; if it no longer parses
-                // (an older CRD version), immutability cannot be checked.
-                match api::parse_at::<scale_view::ScaleViewSpec>(old_spec, "oldObject.spec") {
-                    Ok(old) => {
-                        let update = scale_view::validate_update(&old, &new);
-                        findings.violations.extend(update.violations);
-                        findings.warnings.extend(update.warnings);
-                    }
-                    Err(v) => findings.warn(format!(
-                        "immutability of spec.targetRef and the groups was not checked: the stored object does not parse ({v})"
-                    )),
-                }
-            }
-            findings
+            let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+            let old_spec = old.and_then(|o| o.get("spec")).map(|old_spec| {
+                api::parse_at::<scale_view::ScaleViewSpec>(old_spec, "oldObject.spec")
+            });
+            view_findings(
+                namespace,
+                (name, uid),
+                &new,
+                old.is_some(),
+                old_spec,
+                lookup,
+            )
         }),
     }
 }
@@ -299,10 +255,107 @@ fn spec_unchanged(old: &Value, new: &Value) -> bool {
     old.get("spec") == new.get("spec")
 }
 
+/// The findings about an InferenceService named `name` in `namespace` with
+/// `spec`; on update, `old` is the stored object as it parsed.
+fn service_findings(
+    namespace: &str,
+    name: &str,
+    spec: inference_service::InferenceServiceSpec,
+    old: Option<Result<InferenceService, Violation>>,
+    requester: Requester<'_>,
+) -> Findings {
+    // The children's names depend on the service's name too.
+    let mut service = InferenceService::new(name, spec);
+    service.metadata.namespace = Some(namespace.to_owned());
+    let mut findings = crate::plan::service::validate(&service);
+    if let Some(old) = old {
+        findings.extend(locked_roles(old, &service, requester));
+    }
+    findings
+}
+
+/// The findings about a ResourceScalingGroup named `name` in `namespace`.
+fn group_findings(
+    namespace: &str,
+    name: &str,
+    spec: &resource_scaling_group::ResourceScalingGroupSpec,
+    lookup: &dyn Lookup,
+) -> Findings {
+    let mut findings = resource_scaling_group::validate(spec, namespace);
+    // Every resource of an InplaceScaling group can be scaled.
+    findings.extend(plan::adapter::check(
+        spec,
+        &|api_version: &str, kind: &str| lookup.has_scale(api_version, kind),
+    ));
+    // Across every group of the namespace: no resource may follow
+    // itself through a chain, nor be the Target of two bindings.
+    match lookup.resource_scaling_groups(namespace) {
+        Some(groups) => {
+            let stored: Vec<(String, resource_scaling_group::ResourceScalingGroupSpec)> = groups
+                .into_iter()
+                .map(|g| (kube::ResourceExt::name_any(&g), g.spec))
+                .collect();
+            findings.extend(crate::plan::dag::check(&stored, (name, spec)));
+        }
+        None => findings.warn(
+            "spec.scalingStrategy: cycles and double Targets across the namespace's ResourceScalingGroups were not checked: this webhook has no view of the cluster",
+        ),
+    }
+    findings
+}
+
+/// The findings about a ScaleView (`name`, `uid`) in `namespace` with spec
+/// `new`. `has_old` on update; `old_spec` is the stored object's spec as it
+/// parsed, when it has one.
+fn view_findings(
+    namespace: &str,
+    (name, uid): (&str, &str),
+    new: &scale_view::ScaleViewSpec,
+    has_old: bool,
+    old_spec: Option<Result<scale_view::ScaleViewSpec, Violation>>,
+    lookup: &dyn Lookup,
+) -> Findings {
+    let mut findings = scale_view::validate(new);
+    match lookup.inference_service(namespace, &new.target_ref.name) {
+        Some(target) => {
+            findings.extend(scale_view::validate_target(new, target.as_ref()));
+            // Only on create: the groups are immutable, so an update
+            // cannot add a conflict, and refusing one would keep a view
+            // that got in without the webhook from ever dropping its
+            // finalizer.
+            if let (Some(target), false) = (&target, has_old) {
+                findings.extend(unlocked_groups((name, uid), new, target));
+            }
+        }
+        None => findings.warn(
+            "spec.targetRef: not checked against the InferenceService: this webhook has no view of the cluster",
+        ),
+    }
+    if let Some(old_spec) = old_spec {
+        // The old object was admitted before; if it no longer parses
+        // (an older CRD version), immutability cannot be checked.
+        match old_spec {
+            Ok(old) => {
+                let update = scale_view::validate_update(&old, new);
+                findings.violations.extend(update.violations);
+                findings.warnings.extend(update.warnings);
+            }
+            Err(v) => findings.warn(format!(
+                "immutability of spec.targetRef and the groups was not checked: the stored object does not parse ({v})"
+            )),
+        }
+    }
+    findings
+}
+
 /// An InferenceService update against the ScaleView locks in the stored
 /// object's status ([`plan::locks::check_update`]).
-fn locked_roles(old: &Value, new: &InferenceService, requester: Requester<'_>) -> Findings {
-    match api::parse_at::<InferenceService>(old, "oldObject") {
+fn locked_roles(
+    old: Result<InferenceService, Violation>,
+    new: &InferenceService,
+    requester: Requester<'_>,
+) -> Findings {
+    match old {
         Ok(old) => plan::locks::check_update(&old, new, requester.is_tandem()),
         Err(v) => {
             let mut findings = Findings::default();
@@ -317,7 +370,7 @@ fn locked_roles(old: &Value, new: &InferenceService, requester: Requester<'_>) -
 /// A view's groups that another view locks in the target: a conflict (409)
 /// naming the other view.
 fn unlocked_groups(
-    object: &Value,
+    (name, uid): (&str, &str),
     spec: &scale_view::ScaleViewSpec,
     target: &InferenceService,
 ) -> Findings {
@@ -325,8 +378,6 @@ fn unlocked_groups(
     let Some(status) = &target.status else {
         return findings;
     };
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
     let groups: Vec<&str> = spec.scale_policy.iter().map(|p| p.group.as_str()).collect();
     for (group, other) in plan::locks::conflicts(status, name, uid, &groups) {
         let index = groups.iter().position(|g| *g == group).unwrap_or(0);
@@ -359,17 +410,26 @@ fn with_spec<S: serde::de::DeserializeOwned>(
 /// new total (writes to /scale skip the webhook on the ScaleView itself).
 pub fn validate_scale(scale: &Value, namespace: &str, lookup: &dyn Lookup) -> Findings {
     let parsed: Result<k8s_openapi::api::autoscaling::v1::Scale, _> = api::parse(scale);
-    let mut findings = Findings::default();
-    let scale = match parsed {
-        Ok(scale) => scale,
+    match parsed {
+        Ok(scale) => scale_findings(scale, namespace, lookup),
         Err(v) => {
+            let mut findings = Findings::default();
             findings.deny(
                 v.field,
                 format!("not an autoscaling/v1 Scale: {}", v.reason),
             );
-            return findings;
+            findings
         }
-    };
+    }
+}
+
+/// [`validate_scale`] of a Scale as it parsed.
+fn scale_findings(
+    scale: k8s_openapi::api::autoscaling::v1::Scale,
+    namespace: &str,
+    lookup: &dyn Lookup,
+) -> Findings {
+    let mut findings = Findings::default();
     let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
     let name = scale.metadata.name.unwrap_or_default();
     match lookup.scale_view(namespace, &name) {

@@ -1,0 +1,251 @@
+//! The mutating webhook's JSON Patch, built from the defaults it fills in:
+//! one operation per field that `defaults` sets (or, for a
+//! ResourceScalingGroup's deprecated `groupName`, takes away), instead of
+//! a copy of the whole object and a diff of it.
+//!
+//! The operations take the spec as written to the spec as Tandem writes it
+//! back only when the spec round-trips as written, which the caller checks
+//! ([`super::strict::Seen`]): no unknown field, no explicit `null` where a
+//! field is optional, no empty list. Otherwise the caller takes the
+//! reference path ([`super::mutate`]), whose patch also drops what Tandem
+//! does not keep.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, RemoveOperation};
+use serde::Serialize;
+
+use crate::api::inference_service::{self, InferenceServiceSpec};
+use crate::api::resource_scaling_group::{self, ResourceScalingGroupSpec};
+use crate::api::scale_view::{self, ScaleViewSpec};
+
+/// The operations of a patch, and where the next one goes.
+#[derive(Default)]
+pub struct Ops {
+    pub ops: Vec<PatchOperation>,
+}
+
+impl Ops {
+    /// Sets `path` to `value` (an `add` replaces a member that is there).
+    pub fn add(
+        &mut self,
+        path: PointerBuf,
+        value: &impl Serialize,
+    ) -> Result<(), serde_json::Error> {
+        let value = serde_json::to_value(value)?;
+        self.ops
+            .push(PatchOperation::Add(AddOperation { path, value }));
+        Ok(())
+    }
+
+    /// Takes the field at `path` from `before` to `after`.
+    fn field<T: Serialize + PartialEq>(
+        &mut self,
+        path: PointerBuf,
+        before: &Option<T>,
+        after: &Option<T>,
+    ) -> Result<(), serde_json::Error> {
+        match (before == after, after) {
+            (true, _) => Ok(()),
+            (false, Some(value)) => self.add(path, value),
+            (false, None) => {
+                self.ops
+                    .push(PatchOperation::Remove(RemoveOperation { path }));
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes an optional object from `before` to `after`: field by field
+    /// (`inner`) when it is there on both sides, else as a whole.
+    fn nested<T: Serialize + PartialEq>(
+        &mut self,
+        path: PointerBuf,
+        before: &Option<T>,
+        after: &Option<T>,
+        inner: impl FnOnce(&mut Ops, &PointerBuf, &T, &T) -> Result<(), serde_json::Error>,
+    ) -> Result<(), serde_json::Error> {
+        match (before, after) {
+            (Some(b), Some(a)) => inner(self, &path, b, a),
+            _ => self.field(path, before, after),
+        }
+    }
+}
+
+fn at(base: &PointerBuf, token: &str) -> PointerBuf {
+    let mut path = base.clone();
+    path.push_back(token);
+    path
+}
+
+fn spec_path() -> PointerBuf {
+    PointerBuf::from_tokens(["spec"])
+}
+
+/// The defaults of an InferenceService spec as patch operations.
+/// `spec` is the spec as written without its pod templates and HTTPRoutes
+/// (which `defaults` does not read and the patch never touches).
+pub fn inference_service(spec: InferenceServiceSpec) -> Result<Ops, serde_json::Error> {
+    let before = spec;
+    let mut after = before.clone();
+    inference_service::defaults(&mut after);
+    let mut ops = Ops::default();
+    let roles = at(&spec_path(), "roles");
+    for (i, (b, a)) in before.roles.iter().zip(&after.roles).enumerate() {
+        let role = at(&roles, &i.to_string());
+        ops.field(at(&role, "replicas"), &b.replicas, &a.replicas)?;
+        ops.nested(
+            at(&role, "multinode"),
+            &b.multinode,
+            &a.multinode,
+            |ops, path, b, a| ops.field(at(path, "nodeCount"), &b.node_count, &a.node_count),
+        )?;
+        ops.nested(
+            at(&role, "scaleDown"),
+            &b.scale_down,
+            &a.scale_down,
+            |ops, path, b, a| ops.field(at(path, "policy"), &b.policy, &a.policy),
+        )?;
+    }
+    ops.nested(
+        at(&spec_path(), "schedulingStrategy"),
+        &before.scheduling_strategy,
+        &after.scheduling_strategy,
+        |ops, path, b, a| ops.field(at(path, "gangPolicy"), &b.gang_policy, &a.gang_policy),
+    )?;
+    ops.nested(
+        at(&spec_path(), "upgradeStrategy"),
+        &before.upgrade_strategy,
+        &after.upgrade_strategy,
+        |ops, path, b, a| {
+            ops.field(at(path, "type"), &b.type_, &a.type_)?;
+            ops.nested(
+                at(path, "incrementalUpgradeOptions"),
+                &b.incremental_upgrade_options,
+                &a.incremental_upgrade_options,
+                |ops, path, b, a| {
+                    ops.field(
+                        at(path, "maxSurgePercent"),
+                        &b.max_surge_percent,
+                        &a.max_surge_percent,
+                    )
+                },
+            )
+        },
+    )?;
+    Ok(ops)
+}
+
+/// The defaults of a ScaleView spec as patch operations, and the spec with
+/// them.
+pub fn scale_view(before: &ScaleViewSpec) -> Result<(Ops, ScaleViewSpec), serde_json::Error> {
+    let mut after = before.clone();
+    scale_view::defaults(&mut after);
+    let mut ops = Ops::default();
+    ops.field(at(&spec_path(), "strict"), &before.strict, &after.strict)?;
+    let policies = at(&spec_path(), "scalePolicy");
+    for (i, (b, a)) in before
+        .scale_policy
+        .iter()
+        .zip(&after.scale_policy)
+        .enumerate()
+    {
+        let policy = at(&policies, &i.to_string());
+        ops.field(at(&policy, "priority"), &b.priority, &a.priority)?;
+    }
+    Ok((ops, after))
+}
+
+/// The defaults of a ResourceScalingGroup spec as patch operations.
+pub fn resource_scaling_group(before: &ResourceScalingGroupSpec) -> Result<Ops, serde_json::Error> {
+    let mut after = before.clone();
+    resource_scaling_group::defaults(&mut after);
+    let mut ops = Ops::default();
+    let strategy = at(&spec_path(), "scalingStrategy");
+    ops.nested(
+        at(&strategy, "groupConfig"),
+        &before.scaling_strategy.group_config,
+        &after.scaling_strategy.group_config,
+        |ops, path, b, a| {
+            ops.field(
+                at(path, "groupNamePrefix"),
+                &b.group_name_prefix,
+                &a.group_name_prefix,
+            )?;
+            ops.field(at(path, "groupName"), &b.group_name, &a.group_name)?;
+            ops.field(at(path, "replicas"), &b.replicas, &a.replicas)?;
+            ops.nested(
+                at(path, "scaleDown"),
+                &b.scale_down,
+                &a.scale_down,
+                |ops, path, b, a| ops.field(at(path, "policy"), &b.policy, &a.policy),
+            )
+        },
+    )?;
+    Ok(ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// The operations make what a round trip through `defaults` makes.
+    fn check<S: serde::de::DeserializeOwned + Serialize>(
+        spec: Value,
+        ops: impl Fn(S) -> Ops,
+        defaults: fn(&mut S),
+    ) {
+        let parsed: S = serde_json::from_value(spec.clone()).unwrap();
+        let mut expected: S = serde_json::from_value(spec.clone()).unwrap();
+        defaults(&mut expected);
+        let mut object = json!({"spec": spec});
+        json_patch::patch(&mut object, &ops(parsed).ops).unwrap();
+        assert_eq!(object["spec"], serde_json::to_value(&expected).unwrap());
+    }
+
+    #[test]
+    fn operations_make_the_defaulted_spec() {
+        let role = |name: &str, component: &str| json!({"name": name, "componentType": component, "template": {"spec": {}}});
+        for spec in [
+            json!({"roles": [role("p", "prefiller"), role("d", "decoder")]}),
+            json!({"roles": [
+                {"name": "r", "componentType": "router", "replicas": 2},
+                {"name": "w", "componentType": "worker", "multinode": {}, "scaleDown": {}}],
+                "schedulingStrategy": {"schedulerName": "volcano"},
+                "upgradeStrategy": {"incrementalUpgradeOptions": {"stepSizePercent": 10}}}),
+            json!({"roles": [{"name": "w", "componentType": "worker", "replicas": 1,
+                "multinode": {"nodeCount": 2}, "scaleDown": {"policy": "Binpack"}}],
+                "schedulingStrategy": {"gangPolicy": "TaskMember"},
+                "upgradeStrategy": {"type": "NewRevision"}}),
+        ] {
+            check(
+                spec,
+                |s| inference_service(s).unwrap(),
+                inference_service::defaults,
+            );
+        }
+        for spec in [
+            json!({"targetRef": {"name": "s", "componentType": "decoder"},
+                "scalePolicy": [{"group": "a"}, {"group": "b", "priority": 3}]}),
+            json!({"targetRef": {"name": "s", "componentType": "decoder"}, "strict": true,
+                "scalePolicy": [{"group": "a", "priority": 1}]}),
+        ] {
+            check(spec, |s| scale_view(&s).unwrap().0, scale_view::defaults);
+        }
+        let targets = json!([{"name": "a", "apiVersion": "apps/v1", "kind": "Deployment"}]);
+        for group_config in [
+            json!({"groupName": "g"}),
+            json!({"groupName": "g", "groupNamePrefix": "g"}),
+            json!({"groupName": "g", "groupNamePrefix": "h", "replicas": 2,
+                "scaleDown": {"candidates": ["x"]}}),
+            json!({}),
+        ] {
+            check(
+                json!({"targetResources": targets,
+                    "scalingStrategy": {"type": "GroupReplication", "groupConfig": group_config}}),
+                |s| resource_scaling_group(&s).unwrap(),
+                resource_scaling_group::defaults,
+            );
+        }
+    }
+}
