@@ -574,3 +574,132 @@ async fn when_the_leader_dies_the_other_replica_takes_over_and_finishes_the_scal
     assert_eq!(lease["spec"]["holderIdentity"], "tandem-b");
     quiet_for(&fake, &second, 10).await;
 }
+
+fn decode_sets(fake: &FakeApi) -> Vec<Value> {
+    fake.list(LWS, "LeaderWorkerSet", "default")
+        .into_iter()
+        .filter(|l| l["metadata"]["labels"]["fusioninfer.io/role-name"] == "decode")
+        .collect()
+}
+
+fn image_of(set: &Value) -> &str {
+    set["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefill_alone() {
+    let fake = FakeApi::new();
+    fake.run_leader_worker_sets();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    create(&fake, &service).await;
+    eventually(&tandem, 30, "ten pods", || {
+        fake.list("v1", "Pod", "default").len() == 10
+    })
+    .await;
+    fake.set_ready_matching("default", "fusioninfer.io/service=deepseek-r1-disagg", true);
+    eventually(&tandem, 30, "the service Ready", || {
+        let stored = fake
+            .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
+            .unwrap();
+        condition(&stored, "Ready").as_deref() == Some("True")
+    })
+    .await;
+    let prefill = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-disagg-prefill-0",
+        )
+        .unwrap();
+
+    // A new decode image, under the default RollingUpdate (maxUnavailable 1,
+    // maxSurge 0).
+    let services: Api<tandem::api::InferenceService> = Api::namespaced(fake.client(), "default");
+    services
+        .patch(
+            "deepseek-r1-disagg",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(
+                serde_json::from_value(json!([{"op": "replace",
+                    "path": "/spec/roles/1/template/spec/containers/0/image",
+                    "value": "vllm/vllm-openai:v0.11.1"}]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // Pods of a replaced replica become ready when the test says so; at every
+    // look, at least one decode replica serves and no third one exists.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(90);
+    let mut most_replaced_at_once = 0;
+    loop {
+        let sets = decode_sets(&fake);
+        assert!(sets.len() <= 2, "no surge with maxSurge 0: {}", sets.len());
+        let ready = sets
+            .iter()
+            .filter(|s| s["status"]["readyReplicas"] == 1)
+            .count();
+        let moved: Vec<&Value> = sets
+            .iter()
+            .filter(|s| image_of(s) == "vllm/vllm-openai:v0.11.1")
+            .collect();
+        let in_flight = moved
+            .iter()
+            .filter(|s| s["status"]["readyReplicas"] != 1)
+            .count();
+        most_replaced_at_once = most_replaced_at_once.max(in_flight);
+        assert!(
+            ready >= 1,
+            "a decode replica serves throughout the rollout; tandem's log:\n{}",
+            tandem.log()
+        );
+        if moved.len() == 2 && in_flight == 0 {
+            break;
+        }
+        for set in moved {
+            let name = set["metadata"]["name"].as_str().unwrap();
+            fake.set_ready_matching(
+                "default",
+                &format!("leaderworkerset.sigs.k8s.io/name={name}"),
+                true,
+            );
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rollout did not finish in 90 s; tandem's log:\n{}",
+            tandem.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(most_replaced_at_once, 1, "one replica out at a time");
+    let prefill_after = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-disagg-prefill-0",
+        )
+        .unwrap();
+    assert_eq!(
+        prefill_after["metadata"]["resourceVersion"], prefill["metadata"]["resourceVersion"],
+        "prefill's LeaderWorkerSet is never written"
+    );
+    eventually(
+        &tandem,
+        30,
+        "every decode replica updated and ready",
+        || {
+            let stored = fake
+                .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
+                .unwrap();
+            stored["status"]["components"]["decode"]["updatedReadyReplicas"] == 2
+        },
+    )
+    .await;
+    quiet_for(&fake, &tandem, 10).await;
+}
