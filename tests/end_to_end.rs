@@ -97,14 +97,7 @@ async fn story_4_is_deployed_becomes_ready_and_then_nothing_is_written() {
     .await;
 
     // Every pod becomes ready: so does the service.
-    fake.set_ready_matching("default", "fusioninfer.io/service=deepseek-r1-disagg", true);
-    eventually(&tandem, 30, "the service Ready", || {
-        let stored = fake
-            .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
-            .unwrap();
-        condition(&stored, "Ready").as_deref() == Some("True")
-    })
-    .await;
+    all_pods_ready(&fake, &tandem).await;
     let stored = fake
         .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
         .unwrap();
@@ -119,6 +112,18 @@ async fn story_4_is_deployed_becomes_ready_and_then_nothing_is_written() {
         "one PodGroup for the gang-scheduled service"
     );
     quiet_for(&fake, &tandem, 10).await;
+}
+
+/// Makes every pod of story 4 ready, and waits for the service to say so.
+async fn all_pods_ready(fake: &FakeApi, tandem: &Running) {
+    fake.set_ready_matching("default", "fusioninfer.io/service=deepseek-r1-disagg", true);
+    eventually(tandem, 30, "the service Ready", || {
+        let stored = fake
+            .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
+            .unwrap();
+        condition(&stored, "Ready").as_deref() == Some("True")
+    })
+    .await;
 }
 
 fn replicas(fake: &FakeApi, namespace: &str, service: &str) -> Vec<(String, i64)> {
@@ -599,14 +604,7 @@ async fn a_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefi
         fake.list("v1", "Pod", "default").len() == 10
     })
     .await;
-    fake.set_ready_matching("default", "fusioninfer.io/service=deepseek-r1-disagg", true);
-    eventually(&tandem, 30, "the service Ready", || {
-        let stored = fake
-            .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
-            .unwrap();
-        condition(&stored, "Ready").as_deref() == Some("True")
-    })
-    .await;
+    all_pods_ready(&fake, &tandem).await;
     let prefill = fake
         .get(
             LWS,

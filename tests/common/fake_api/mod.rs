@@ -1545,6 +1545,20 @@ fn create(
             format!("{} \"{name}\" already exists", target.resource.plural),
         ));
     }
+    let mut owners = Owners::default();
+    owners.record_update(&field_manager(query), &json!({}), &object);
+    Ok(new_object(state, target, key, object, owners))
+}
+
+/// A new object as the API server stores it: a uid, generation 1, the time
+/// it was made, no status, the normalisation of its kind.
+fn new_object(
+    state: &mut State,
+    target: &Target,
+    key: (String, String),
+    mut object: Value,
+    owners: Owners,
+) -> Planned {
     let uid = state.next_uid();
     let meta = &mut object["metadata"];
     meta["uid"] = json!(uid);
@@ -1558,16 +1572,14 @@ fn create(
         &mut object,
         &mut state.allocated_ips,
     );
-    let mut owners = Owners::default();
-    owners.record_update(&field_manager(query), &json!({}), &object);
-    Ok(Planned {
+    Planned {
         resource: target.resource.clone(),
         key,
         before: None,
         stored: Stored { object, owners },
         sub: None,
         no_op: false,
-    })
+    }
 }
 
 /// PATCH and PUT, of the object or of its `/status` or `/scale`.
@@ -1591,33 +1603,13 @@ fn write(
     let Some(mut stored) = existing else {
         if apply && sub.is_none() {
             let mut object = body.clone();
-            if let Some(map) = object.as_object_mut() {
-                map.remove("status");
-            }
             if let Some(namespace) = &target.namespace {
                 lifecycle::may_create_in(state, namespace)?;
                 object["metadata"]["namespace"] = json!(namespace);
             }
-            let uid = state.next_uid();
-            let meta = &mut object["metadata"];
-            meta["uid"] = json!(uid);
-            meta["generation"] = json!(1);
-            meta["creationTimestamp"] = json!(NOW);
-            normalise::built_in(
-                &target.resource.plural,
-                &mut object,
-                &mut state.allocated_ips,
-            );
             let mut owners = Owners::default();
             owners.record_apply(&manager, &json!({}), &body);
-            return Ok(Planned {
-                resource: target.resource.clone(),
-                key,
-                before: None,
-                stored: Stored { object, owners },
-                sub: None,
-                no_op: false,
-            });
+            return Ok(new_object(state, target, key, object, owners));
         }
         return Err(not_found(target, name));
     };
