@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::repo_path;
+use common::{render_stdin, repo_path};
 use serde_json::Value;
 
 fn tandem(args: &[&str]) -> Output {
@@ -19,19 +19,6 @@ fn tandem(args: &[&str]) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Runs `tandem render -f -` with `input` on standard input.
-fn render_stdin(input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["render", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
 }
 
 #[test]

@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::{Value, json};
 use tandem::admission::{self, Kind, lookup};
@@ -279,21 +278,7 @@ fn objects_at_their_limits_are_admitted() {
 
 fn render(object: &Value) -> Output {
     let yaml = serde_norway::to_string(object).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["render", "-f", "-"])
-        .current_dir(common::repo_path(""))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    common::render_stdin(yaml.as_bytes())
 }
 
 #[test]

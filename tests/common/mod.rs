@@ -186,6 +186,27 @@ pub fn yaml_documents(path: &Path) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Runs `tandem render -f -` in the repository with `input` on standard input.
+pub fn render_stdin(input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["render", "-f", "-"])
+        .current_dir(repo_path(""))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tandem render starts");
+    child
+        .stdin
+        .take()
+        .expect("its standard input is piped")
+        .write_all(input)
+        .expect("the input is written");
+    child.wait_with_output().expect("tandem render ends")
+}
+
 pub fn repo_path(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
