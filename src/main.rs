@@ -235,13 +235,21 @@ fn serve(args: ServeArgs) -> ExitCode {
                 match kube::Client::try_from(config) {
                     Ok(client) => {
                         caches_ready.store(false, Ordering::SeqCst);
-                        lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
+                        let caches = reconcile::caches::Caches::start(client.clone());
+                        {
+                            let (caches, ready) = (caches.clone(), caches_ready.clone());
+                            tokio::spawn(async move {
+                                caches.ready().await;
+                                ready.store(true, Ordering::SeqCst);
+                                tracing::info!("caches loaded");
+                            });
+                        }
+                        lookup = caches.clone();
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
-                        let ctx = Arc::new(
-                            reconcile::Context::new(client.clone(), options).reporting_as(&identity),
-                        );
+                        let live = reconcile::live::Live::new(client.clone(), caches.clone(), reconcile::reporter(&identity));
+                        let ctx = Arc::new(reconcile::Context::new(Arc::new(live), options));
                         tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
                         let election = reconcile::leader::Election::new(
                             client,
@@ -251,9 +259,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                         );
                         let start = move |stopping: reconcile::leader::Stopping| {
                             vec![
-                                tokio::spawn(reconcile::inference_service::run(ctx.clone(), stopping.signal())),
-                                tokio::spawn(reconcile::scale_view::run(ctx.clone(), stopping.signal())),
-                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::inference_service::run(ctx.clone(), caches.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::scale_view::run(ctx.clone(), caches.clone(), stopping.signal())),
+                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone(), caches.clone(), stopping.signal())),
                             ]
                         };
                         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -2,13 +2,16 @@
 //!
 //! The world is multi-document YAML: Tandem's objects and any others. Every
 //! Tandem object goes through the same defaults and validation as the webhook;
-//! a denial stops the render. The output lists, deterministically, every object
-//! Tandem would create or change, in its full desired state.
+//! a denial stops the render. Then the controllers' own reconcile functions
+//! run over the world ([`crate::reconcile::memory`]), pass after pass, until
+//! nothing changes. The output lists, deterministically, every object Tandem
+//! would create or change, in its full desired state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
@@ -17,13 +20,9 @@ use serde_json::{Value, json};
 use crate::admission::{self, Kind};
 use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView, Violation};
-use crate::plan::adapter::{self, Via};
-use crate::plan::inplace::{self, Observed, Reading};
-use crate::plan::ratio::Endpoint;
-use crate::plan::replication;
-use crate::plan::scale_view as view_plan;
-use crate::plan::service::{self as service_plan, ChildKind, World};
-use crate::plan::{children, status};
+use crate::plan::service as service_plan;
+use crate::reconcile::memory::Memory;
+use crate::reconcile::{self, Context, inference_service, resource_scaling_group, scale_view};
 
 /// Reconcile passes over the world before render gives up on converging.
 pub const MAX_PASSES: usize = 10;
@@ -84,37 +83,7 @@ impl RenderError {
     }
 }
 
-/// An object's identity in the world.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectKey {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    fn of(object: &Value) -> ObjectKey {
-        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-        ObjectKey {
-            api_version: text(&object["apiVersion"]),
-            kind: text(&object["kind"]),
-            namespace: text(&object["metadata"]["namespace"]),
-            name: text(&object["metadata"]["name"]),
-        }
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            write!(f, "{} {}", self.kind, self.name)
-        } else {
-            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-        }
-    }
-}
+pub use crate::reconcile::memory::ObjectKey;
 
 /// One reason one object was refused: `Kind namespace/name: field.path: reason`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -305,16 +274,19 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         return Err(RenderError::Denied(denials));
     }
 
-    let mut deleted = BTreeSet::new();
+    let world = Arc::new(Memory::new(by_key));
+    for key in touched {
+        world.touch(key);
+    }
+    let mut ctx = Context::new(world.clone(), options.plan.clone());
+    let now = options.now.0;
+    ctx.now = Arc::new(move || now);
+    let ctx = Arc::new(ctx);
     let mut converged = false;
     for _ in 0..MAX_PASSES {
-        let inplace_changed = reconcile_inplace_scalings(&mut by_key, &mut touched, options)?;
-        let views_changed = reconcile_scale_views(&mut by_key, &mut touched, options)?;
-        let services_changed =
-            reconcile_services(&mut by_key, &mut touched, &mut deleted, options)?;
-        let replications_changed =
-            reconcile_group_replications(&mut by_key, &mut touched, &mut deleted, options)?;
-        if !inplace_changed && !views_changed && !services_changed && !replications_changed {
+        let before = world.changes();
+        reconcile_all(&world, &ctx)?;
+        if world.changes() == before {
             converged = true;
             break;
         }
@@ -322,479 +294,88 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     if !converged {
         return Err(RenderError::NotConverging);
     }
+    let (apply, deleted) = world.outcome();
     Ok(Rendered {
-        apply: touched
-            .iter()
-            .filter_map(|k| by_key.get(k).cloned())
-            .collect(),
+        apply,
         delete: deleted.intersection(&input).cloned().collect(),
         warnings,
     })
 }
 
-/// One pass of the InferenceService reconciler over every service of the
-/// world; whether anything changed.
-fn reconcile_services(
-    world: &mut BTreeMap<ObjectKey, Value>,
-    touched: &mut BTreeSet<ObjectKey>,
-    deleted: &mut BTreeSet<ObjectKey>,
-    options: &Options,
-) -> Result<bool, RenderError> {
-    let services: Vec<ObjectKey> = world
-        .keys()
-        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::InferenceService))
-        .cloned()
-        .collect();
-    let none = BTreeSet::new();
-    let mut changed = false;
-    for key in services {
-        let service: InferenceService =
-            serde_json::from_value(world[&key].clone()).map_err(|e| RenderError::Unreadable {
-                object: key.clone(),
-                reason: e.to_string(),
-            })?;
-        let owned: Vec<Value> = world
-            .values()
-            .filter(|o| ChildKind::of(o).is_some() && children::owns(&service, o))
-            .cloned()
-            .collect();
-        let pods: Vec<Value> = world
-            .values()
-            .filter(|o| o["apiVersion"] == "v1" && o["kind"] == "Pod")
-            .filter(|o| o["metadata"]["namespace"] == key.namespace.as_str())
-            .filter(|o| o["metadata"]["labels"][children::SERVICE] == key.name.as_str())
-            .cloned()
-            .collect();
-        let scale_views = scale_views_in(world, &key.namespace);
-        let pass = service_plan::reconcile(
-            &service,
-            &World {
-                children: &owned,
-                pods: &pods,
-                unavailable: &none,
-                scale_views: &scale_views,
-            },
-            &options.plan,
-            &options.now,
-        );
-        for step in pass.apply {
-            let child = ObjectKey::of(&step.object);
-            let mut object = step.object;
-            if let Some(existing) = world.get(&child) {
-                if let Some(status) = existing.get("status") {
-                    object["status"] = status.clone();
-                }
-                // As the API server does: a new spec is a new generation, so
-                // a status the input gave for the old one (a Gateway
-                // controller's observedGeneration) no longer counts for it.
-                if existing.get("spec") != object.get("spec") && existing.get("status").is_some() {
-                    let generation = existing["metadata"]["generation"].as_i64().unwrap_or(1);
-                    let next = generation.checked_add(1).ok_or_else(|| RenderError::Unreadable {
-                        object: child.clone(),
-                        reason: format!(
-                            "metadata.generation: {generation} is the largest generation there is; a changed spec cannot get a new one"
-                        ),
-                    })?;
-                    object["metadata"]["generation"] = json!(next);
-                }
-            }
-            world.insert(child.clone(), object);
-            touched.insert(child);
-            changed = true;
-        }
-        for step in pass.delete {
-            let child = ObjectKey::of(&step.object);
-            world.remove(&child);
-            touched.remove(&child);
-            deleted.insert(child);
-            changed = true;
-        }
-        let current = service.status.clone().unwrap_or_default();
-        if status::reported(&pass.status) != status::reported(&current)
-            || pass.status.scale_views != current.scale_views
-        {
-            if let Some(object) = world.get_mut(&key) {
-                object["status"] = serde_json::to_value(&pass.status).unwrap_or_default();
-            }
-            touched.insert(key);
-            changed = true;
+/// One pass of every reconciler over every object of its kind, in the
+/// order a change flows: InplaceScaling groups (a Source's Targets follow
+/// it), views (they set roles' replicas), services (they make the
+/// children), GroupReplication groups (they copy what the others made).
+/// Each runs the controllers' own reconcile function on the world.
+fn reconcile_all(world: &Memory, ctx: &Arc<Context>) -> Result<(), RenderError> {
+    let groups = world.keys(
+        &Kind::ResourceScalingGroup.api_version(),
+        Kind::ResourceScalingGroup.name(),
+    );
+    let strategy_of =
+        |key: &ObjectKey| -> Result<ResourceScalingGroup, RenderError> { typed(world, key) };
+    for key in &groups {
+        let group = strategy_of(key)?;
+        if group.spec.scaling_strategy.type_ == ScalingStrategyType::InplaceScaling {
+            run(
+                key,
+                resource_scaling_group::reconcile(Arc::new(group), ctx.clone()),
+            )?;
         }
     }
-    Ok(changed)
-}
-
-/// Merges what server-side apply sends into an object: maps field by field,
-/// lists and scalars replaced (what Tandem applies to an object it does not
-/// own, such as the labels on a GroupReplication template).
-fn merge_applied(object: &mut Value, applied: &Value) {
-    match (object, applied) {
-        (Value::Object(object), Value::Object(applied)) => {
-            for (key, value) in applied {
-                merge_applied(object.entry(key.clone()).or_insert(Value::Null), value);
-            }
-        }
-        (object, applied) => *object = applied.clone(),
+    for key in world.keys(&Kind::ScaleView.api_version(), Kind::ScaleView.name()) {
+        let view: ScaleView = typed(world, &key)?;
+        run(&key, scale_view::reconcile(Arc::new(view), ctx.clone()))?;
     }
-}
-
-/// One pass of the GroupReplication reconciler over every
-/// ResourceScalingGroup of the world whose strategy is GroupReplication: the
-/// originals' group labels, the clones, the victims, the status; whether
-/// anything changed. Pod readiness and deletion costs come from the world.
-fn reconcile_group_replications(
-    world: &mut BTreeMap<ObjectKey, Value>,
-    touched: &mut BTreeSet<ObjectKey>,
-    deleted: &mut BTreeSet<ObjectKey>,
-    options: &Options,
-) -> Result<bool, RenderError> {
-    let groups: Vec<ObjectKey> = world
-        .keys()
-        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::ResourceScalingGroup))
-        .cloned()
-        .collect();
-    let none = BTreeSet::new();
-    let mut changed = false;
-    for key in groups {
-        let rsg: ResourceScalingGroup =
-            serde_json::from_value(world[&key].clone()).map_err(|e| RenderError::Unreadable {
-                object: key.clone(),
-                reason: e.to_string(),
-            })?;
-        if rsg.spec.scaling_strategy.type_ != ScalingStrategyType::GroupReplication {
-            continue;
-        }
-        let template_keys: Vec<Option<ObjectKey>> = rsg
-            .spec
-            .target_resources
-            .iter()
-            .map(|t| {
-                t.object().map(|o| ObjectKey {
-                    api_version: o.api_version.to_owned(),
-                    kind: o.kind.to_owned(),
-                    namespace: key.namespace.clone(),
-                    name: o.name.to_owned(),
-                })
-            })
-            .collect();
-        let templates: Vec<Option<Value>> = template_keys
-            .iter()
-            .map(|k| k.as_ref().and_then(|k| world.get(k)).cloned())
-            .collect();
-        let labelled = |o: &&Value| {
-            o["metadata"]["namespace"] == key.namespace.as_str()
-                && o["metadata"]["labels"][replication::NAME_LABEL] == key.name.as_str()
-        };
-        let objects: Vec<Value> = world
-            .values()
-            .filter(|o| !(o["apiVersion"] == "v1" && o["kind"] == "Pod"))
-            .filter(labelled)
-            .cloned()
-            .collect();
-        let pods: Vec<Value> = world
-            .values()
-            .filter(|o| o["apiVersion"] == "v1" && o["kind"] == "Pod")
-            .filter(labelled)
-            .cloned()
-            .collect();
-        let pass = replication::reconcile(
-            &rsg,
-            &replication::World {
-                templates: &templates,
-                objects: &objects,
-                pods: &pods,
-                unavailable: &none,
-            },
-            &options.now,
-        );
-        for step in pass.apply {
-            let object_key = ObjectKey::of(&step.object);
-            let is_template = template_keys.iter().flatten().any(|k| *k == object_key);
-            match world.get_mut(&object_key) {
-                Some(original) if is_template => merge_applied(original, &step.object),
-                existing => {
-                    let status = existing.and_then(|o| o.get("status")).cloned();
-                    let mut object = step.object;
-                    if let Some(status) = status {
-                        object["status"] = status;
-                    }
-                    world.insert(object_key.clone(), object);
-                }
-            }
-            touched.insert(object_key);
-            changed = true;
-        }
-        for step in pass.delete {
-            let object_key = ObjectKey::of(&step.object);
-            world.remove(&object_key);
-            touched.remove(&object_key);
-            deleted.insert(object_key);
-            changed = true;
-        }
-        if rsg.status.as_ref() != Some(&pass.status) {
-            if let Some(object) = world.get_mut(&key) {
-                object["status"] =
-                    serde_json::to_value(&pass.status).map_err(|e| RenderError::Unreadable {
-                        object: key.clone(),
-                        reason: e.to_string(),
-                    })?;
-            }
-            touched.insert(key);
-            changed = true;
+    for key in world.keys(
+        &Kind::InferenceService.api_version(),
+        Kind::InferenceService.name(),
+    ) {
+        let service: InferenceService = typed(world, &key)?;
+        run(
+            &key,
+            inference_service::reconcile(Arc::new(service), ctx.clone()),
+        )?;
+    }
+    for key in &groups {
+        let group = strategy_of(key)?;
+        if group.spec.scaling_strategy.type_ == ScalingStrategyType::GroupReplication {
+            run(
+                key,
+                resource_scaling_group::reconcile(Arc::new(group), ctx.clone()),
+            )?;
         }
     }
-    Ok(changed)
+    Ok(())
 }
 
-/// The ScaleViews of a namespace of the world (those that parse; admission
-/// has refused the others).
-fn scale_views_in(world: &BTreeMap<ObjectKey, Value>, namespace: &str) -> Vec<ScaleView> {
-    world
-        .iter()
-        .filter(|(k, _)| {
-            k.namespace == namespace && Kind::of(&k.api_version, &k.kind) == Some(Kind::ScaleView)
-        })
-        .filter_map(|(_, o)| serde_json::from_value(o.clone()).ok())
-        .collect()
+/// An object of the world as its Tandem kind (admission has refused those
+/// that do not parse, so this fails only for one a reconciler broke).
+fn typed<K: serde::de::DeserializeOwned>(
+    world: &Memory,
+    key: &ObjectKey,
+) -> Result<K, RenderError> {
+    let object = world.object(key).unwrap_or_default();
+    serde_json::from_value(object).map_err(|e| RenderError::Unreadable {
+        object: key.clone(),
+        reason: e.to_string(),
+    })
 }
 
-/// One pass of the ScaleView reconciler over every view of the world: the
-/// view's finalizer and status, the lock in its target's status and the
-/// target's role replicas; whether anything changed.
-fn reconcile_scale_views(
-    world: &mut BTreeMap<ObjectKey, Value>,
-    touched: &mut BTreeSet<ObjectKey>,
-    options: &Options,
-) -> Result<bool, RenderError> {
-    let views: Vec<ObjectKey> = world
-        .keys()
-        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::ScaleView))
-        .cloned()
-        .collect();
-    let mut changed = false;
-    for key in views {
-        let unreadable = |e: serde_json::Error, object: &ObjectKey| RenderError::Unreadable {
-            object: object.clone(),
+/// Runs one reconcile to its end: every write of the world is done at once,
+/// so the future never waits.
+fn run(
+    key: &ObjectKey,
+    reconcile: impl std::future::Future<
+        Output = Result<kube::runtime::controller::Action, reconcile::Error>,
+    >,
+) -> Result<(), RenderError> {
+    futures::executor::block_on(reconcile)
+        .map(drop)
+        .map_err(|e| RenderError::Unreadable {
+            object: key.clone(),
             reason: e.to_string(),
-        };
-        let view: ScaleView =
-            serde_json::from_value(world[&key].clone()).map_err(|e| unreadable(e, &key))?;
-        let target_key = ObjectKey {
-            api_version: Kind::InferenceService.api_version(),
-            kind: Kind::InferenceService.name().to_owned(),
-            namespace: key.namespace.clone(),
-            name: view.spec.target_ref.name.clone(),
-        };
-        let target: Option<InferenceService> = match world.get(&target_key) {
-            Some(object) => Some(
-                serde_json::from_value(object.clone()).map_err(|e| unreadable(e, &target_key))?,
-            ),
-            None => None,
-        };
-        let pass = view_plan::reconcile(&view, target.as_ref(), &options.now);
-        if let Some(object) = world.get_mut(&key) {
-            if let Some(finalizers) = &pass.finalizers {
-                object["metadata"]["finalizers"] = json!(finalizers);
-                touched.insert(key.clone());
-                changed = true;
-            }
-            if let Some(status) = pass
-                .status
-                .as_ref()
-                .filter(|s| view.status.as_ref() != Some(*s))
-            {
-                object["status"] = serde_json::to_value(status).map_err(|e| unreadable(e, &key))?;
-                touched.insert(key.clone());
-                changed = true;
-            }
-        }
-        if pass.locks.is_none() && pass.roles.is_empty() {
-            continue;
-        }
-        let Some(object) = world.get_mut(&target_key) else {
-            continue;
-        };
-        if let Some(locks) = &pass.locks {
-            object["status"]["scaleViews"] = json!(locks);
-        }
-        let patch =
-            view_plan::role_patch(&pass.roles).map_err(|reason| RenderError::Unreadable {
-                object: target_key.clone(),
-                reason,
-            })?;
-        json_patch::patch(object, &patch).map_err(|e| RenderError::Unreadable {
-            object: target_key.clone(),
-            reason: format!("ScaleView {}: {e}", key.name),
-        })?;
-        touched.insert(target_key);
-        changed = true;
-    }
-    Ok(changed)
-}
-
-/// One pass of the ResourceScalingGroup reconciler over every InplaceScaling
-/// group of the world: the Targets it scales (their objects as a `/scale`
-/// write or the role patch would leave them) and its status; whether
-/// anything changed. A chain settles in the first pass: each group follows
-/// what its Source is about to become.
-fn reconcile_inplace_scalings(
-    world: &mut BTreeMap<ObjectKey, Value>,
-    touched: &mut BTreeSet<ObjectKey>,
-    options: &Options,
-) -> Result<bool, RenderError> {
-    let keys: Vec<ObjectKey> = world
-        .keys()
-        .filter(|k| Kind::of(&k.api_version, &k.kind) == Some(Kind::ResourceScalingGroup))
-        .cloned()
-        .collect();
-    // Render changes no CustomResourceDefinition: gather them once.
-    let crds: Vec<Value> = world
-        .values()
-        .filter(|o| o["kind"] == "CustomResourceDefinition")
-        .cloned()
-        .collect();
-    let mut changed = false;
-    for key in keys {
-        let unreadable = |reason: String, object: &ObjectKey| RenderError::Unreadable {
-            object: object.clone(),
-            reason,
-        };
-        let rsg: ResourceScalingGroup = serde_json::from_value(world[&key].clone())
-            .map_err(|e| unreadable(e.to_string(), &key))?;
-        if rsg.spec.scaling_strategy.type_ != ScalingStrategyType::InplaceScaling {
-            continue;
-        }
-        let groups: Vec<ResourceScalingGroup> = world
-            .iter()
-            .filter(|(k, _)| {
-                k.namespace == key.namespace
-                    && Kind::of(&k.api_version, &k.kind) == Some(Kind::ResourceScalingGroup)
-            })
-            .filter_map(|(_, o)| serde_json::from_value(o.clone()).ok())
-            .collect();
-        let mut observed = BTreeMap::new();
-        for endpoint in inplace::endpoints(&key.name, &rsg.spec, &groups) {
-            let seen = observe(world, &crds, &key.namespace, &endpoint);
-            observed.insert(endpoint, seen);
-        }
-        let pass = inplace::reconcile(&rsg, &groups, &observed, &options.now);
-        for scale in &pass.scales {
-            let Some(target) = world_key(world, &key.namespace, &scale.endpoint) else {
-                continue;
-            };
-            let Some(object) = world.get_mut(&target) else {
-                continue;
-            };
-            match &scale.from {
-                Reading::Scale { .. } => {
-                    let (path, _) = scale_field(&crds, &scale.endpoint)
-                        .map_err(|reason| unreadable(reason, &target))?;
-                    let patch = adapter::object_patch(&path, scale.to)
-                        .map_err(|reason| unreadable(reason, &target))?;
-                    json_patch::merge(object, &patch);
-                }
-                Reading::Role(reading) => {
-                    let role = scale.endpoint.role.as_deref().unwrap_or_default();
-                    let patch = adapter::role_patch(&[(role, reading, scale.to)])
-                        .map_err(|reason| unreadable(reason, &target))?;
-                    json_patch::patch(object, &patch).map_err(|e| {
-                        unreadable(format!("ResourceScalingGroup {}: {e}", key.name), &target)
-                    })?;
-                }
-            }
-            touched.insert(target);
-            changed = true;
-        }
-        if rsg.status.as_ref() != Some(&pass.status)
-            && let Some(object) = world.get_mut(&key)
-        {
-            object["status"] =
-                serde_json::to_value(&pass.status).map_err(|e| unreadable(e.to_string(), &key))?;
-            touched.insert(key);
-            changed = true;
-        }
-    }
-    Ok(changed)
-}
-
-/// The key of the object an endpoint names in `namespace`, whatever version
-/// its apiVersion is written with.
-fn world_key(
-    world: &BTreeMap<ObjectKey, Value>,
-    namespace: &str,
-    endpoint: &Endpoint,
-) -> Option<ObjectKey> {
-    world
-        .keys()
-        .find(|k| {
-            k.namespace == namespace
-                && k.kind == endpoint.kind
-                && k.name == endpoint.name
-                && adapter::group_version(&k.api_version).0 == endpoint.group()
         })
-        .cloned()
-}
-
-/// Where an object scaled through `/scale` keeps its replicas, and what an
-/// unset field means: the adapter table, Kubernetes' built-in kinds, then
-/// the world's CustomResourceDefinitions.
-fn scale_field(crds: &[Value], endpoint: &Endpoint) -> Result<(String, i32), String> {
-    let (api_version, kind) = (endpoint.api_version.as_str(), endpoint.kind.as_str());
-    if let Some(known) = adapter::known(api_version, kind) {
-        return Ok((adapter::SPEC_REPLICAS.to_owned(), known.unset));
-    }
-    match adapter::builtin_has_scale(api_version, kind) {
-        Some(true) => return Ok((adapter::SPEC_REPLICAS.to_owned(), 1)),
-        Some(false) => return Err(format!("{kind} ({api_version}) has no scale subresource")),
-        None => {}
-    }
-    match crds
-        .iter()
-        .find_map(|crd| adapter::crd_scale(crd, api_version, kind))
-    {
-        Some(Some(path)) => Ok((path, 0)),
-        Some(None) => Err(format!("{kind} ({api_version}) has no scale subresource")),
-        None => Err(format!(
-            "{kind} ({api_version}): the world has no CustomResourceDefinition for it, so its scale subresource is unknown"
-        )),
-    }
-}
-
-/// Reads an endpoint from the world as the controller reads it from the
-/// API server.
-fn observe(
-    world: &BTreeMap<ObjectKey, Value>,
-    crds: &[Value],
-    namespace: &str,
-    endpoint: &Endpoint,
-) -> Observed {
-    let (kind, name) = (&endpoint.kind, &endpoint.name);
-    let via = adapter::known(&endpoint.api_version, kind).map_or(Via::Scale, |k| k.via);
-    let field = match via {
-        Via::Scale => match scale_field(crds, endpoint) {
-            Ok(field) => Some(field),
-            Err(why) => return Observed::Unsupported(why),
-        },
-        Via::Role => None,
-    };
-    let Some(object) = world_key(world, namespace, endpoint).and_then(|k| world.get(&k)) else {
-        return Observed::Missing(format!("{kind} {name} not found"));
-    };
-    match (field, endpoint.role.as_deref()) {
-        (Some((path, unset)), None) => match adapter::object_replicas(object, &path, unset) {
-            Ok(replicas) => Observed::Read(Reading::Scale { replicas }),
-            Err(why) => Observed::Unsupported(format!("{kind} {name}: {why}")),
-        },
-        (None, Some(role)) => match adapter::role_replicas(object, role) {
-            Ok(reading) => Observed::Read(Reading::Role(reading)),
-            Err(what) => Observed::Missing(format!("{kind} {name} {what}")),
-        },
-        (Some(_), Some(_)) => {
-            Observed::Unsupported(format!("a {kind} has no roles; bind it as a whole"))
-        }
-        (None, None) => Observed::Unsupported(format!(
-            "a {kind} is scaled per role; bind one of its roles"
-        )),
-    }
 }
 
 impl Rendered {

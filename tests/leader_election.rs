@@ -527,9 +527,12 @@ async fn the_role_grants_every_request_the_election_makes() {
 async fn events_name_the_replica_given_by_its_pod_name() {
     use kube::runtime::events::{Event, EventType};
     let fake = FakeApi::new();
-    let ctx = tandem::reconcile::Context::new(fake.client(), Default::default())
-        .reporting_as("tandem-7f9c-x2");
-    assert_eq!(ctx.reporter.instance.as_deref(), Some("tandem-7f9c-x2"));
+    use tandem::reconcile::cluster::{Cluster, Series};
+    let live = tandem::reconcile::live::Live::new(
+        fake.client(),
+        tandem::reconcile::caches::Caches::start(fake.client()),
+        tandem::reconcile::reporter("tandem-7f9c-x2"),
+    );
     let about = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("fusioninfer.io/v1alpha1".to_owned()),
         kind: Some("InferenceService".to_owned()),
@@ -537,19 +540,14 @@ async fn events_name_the_replica_given_by_its_pod_name() {
         namespace: Some("default".to_owned()),
         ..Default::default()
     };
-    ctx.recorder
-        .publish(
-            &Event {
-                type_: EventType::Normal,
-                reason: "Created".to_owned(),
-                note: Some("a child".to_owned()),
-                action: "Create".to_owned(),
-                secondary: None,
-            },
-            &about,
-        )
-        .await
-        .unwrap();
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Created".to_owned(),
+        note: Some("a child".to_owned()),
+        action: "Create".to_owned(),
+        secondary: None,
+    };
+    live.record(&about, &event, Series::Fold).await;
     let events = fake.list("events.k8s.io/v1", "Event", "default");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["reportingInstance"], "tandem-7f9c-x2");

@@ -38,6 +38,7 @@ async fn reconcile_stored(fake: &FakeApi, ctx: &Arc<Context>, name: &str) {
         .get(IS, "InferenceService", "default", name)
         .expect("service stored");
     let service: InferenceService = serde_json::from_value(stored).unwrap();
+    fake.caught_up().await;
     reconcile(Arc::new(service), ctx.clone())
         .await
         .expect("reconcile succeeds");
@@ -88,7 +89,8 @@ async fn create_then_nothing_to_write() {
     assert_eq!(status["components"]["inference"]["phase"], "Pending");
     assert_eq!(status["components"]["inference"]["totalPods"], 8);
 
-    // The world now matches the plan: a second reconcile only reads.
+    // The world now matches the plan: a second reconcile reads the caches
+    // and sends nothing.
     reconcile_stored(&fake, &ctx, &name).await;
     let calls = fake.take_calls();
     assert!(
@@ -100,7 +102,11 @@ async fn create_then_nothing_to_write() {
             .map(|c| c.line())
             .collect::<Vec<_>>()
     );
-    assert!(!calls.is_empty());
+    assert!(
+        calls.is_empty(),
+        "no request at all: {:?}",
+        calls.iter().map(|c| c.line()).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
@@ -370,27 +376,33 @@ async fn status_follows_the_pods_and_clears_when_healthy() {
     );
 }
 
-/// (apiGroup, resource, verb) of a request path and method.
-fn permission(method: &str, path: &str) -> (String, String, String) {
+/// (apiGroup, resource, verb) of a request path and method; None for API
+/// discovery, which Kubernetes grants every authenticated user.
+fn permission(method: &str, path: &str) -> Option<(String, String, String)> {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let (group, rest) = match parts[0] {
         "api" => ("".to_owned(), &parts[2..]),
         _ => (parts[1].to_owned(), &parts[3..]),
     };
-    // namespaces/{ns}/{plural}[/{name}[/{sub}]]
-    let resource = match rest.get(4) {
-        Some(sub) => format!("{}/{sub}", rest[2]),
-        None => rest[2].to_owned(),
+    // [namespaces/{ns}/]{plural}[/{name}[/{sub}]]
+    let (plural, tail) = match rest {
+        [] => return None,
+        ["namespaces", _, plural, tail @ ..] => (plural, tail),
+        [plural, tail @ ..] => (plural, tail),
     };
-    let verb = match (method, rest.len()) {
-        ("GET", 3) => "list",
+    let resource = match tail.get(1) {
+        Some(sub) => format!("{plural}/{sub}"),
+        None => plural.to_string(),
+    };
+    let verb = match (method, tail.len()) {
+        ("GET", 0) => "list",
         ("GET", _) => "get",
         ("PATCH", _) => "patch",
         ("POST", _) => "create",
         ("DELETE", _) => "delete",
         (other, _) => panic!("unexpected method {other}"),
     };
-    (group, resource, verb.to_owned())
+    Some((group, resource, verb.to_owned()))
 }
 
 #[tokio::test]
@@ -442,12 +454,14 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         )
         .unwrap()
     };
+    fake.caught_up().await;
     tandem::reconcile::scale_view::reconcile(Arc::new(view()), ctx.clone())
         .await
         .unwrap();
     fake.edit(IS, "ScaleView", "default", "spot-decode-sv", |v| {
         v["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:00Z")
     });
+    fake.caught_up().await;
     tandem::reconcile::scale_view::reconcile(Arc::new(view()), ctx.clone())
         .await
         .unwrap();
@@ -485,12 +499,14 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
         )
         .unwrap()
     };
+    fake.caught_up().await;
     tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
         .await
         .unwrap();
     fake.edit(rsg, "ResourceScalingGroup", "default", "pd-cluster", |g| {
         g["spec"]["scalingStrategy"]["groupConfig"]["replicas"] = json!(1)
     });
+    fake.caught_up().await;
     tandem::reconcile::group_replication::reconcile(Arc::new(group()), ctx.clone())
         .await
         .unwrap();
@@ -505,8 +521,15 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     let mut needed: Vec<(String, String, String)> = fake
         .take_calls()
         .iter()
-        .map(|c| permission(&c.method, &c.path))
+        .filter_map(|c| permission(&c.method, &c.path))
         .collect();
+    // Every cache lists, then watches.
+    let watched: Vec<_> = needed
+        .iter()
+        .filter(|(_, _, verb)| verb == "list")
+        .map(|(group, resource, _)| (group.clone(), resource.clone(), "watch".to_owned()))
+        .collect();
+    needed.extend(watched);
     // Server-side apply creates what does not exist yet: create and patch.
     // GroupReplication clones every kind it knows the plural of the same way.
     for (group, resource) in [
@@ -596,6 +619,7 @@ async fn scale_every_adapted_kind(fake: &FakeApi, ctx: &Arc<Context>) {
             {"name": "decode", "role": "Target", "ratio": 3}]}}}});
     let stored = fake.insert(group);
     let group: tandem::api::ResourceScalingGroup = serde_json::from_value(stored).unwrap();
+    fake.caught_up().await;
     tandem::reconcile::resource_scaling_group::reconcile(Arc::new(group), ctx.clone())
         .await
         .unwrap();
@@ -1063,6 +1087,7 @@ async fn an_apply_that_keeps_conflicting_gives_up_after_the_cap_with_an_event() 
     let stored: InferenceService =
         serde_json::from_value(fake.get(IS, "InferenceService", "default", &name).unwrap())
             .unwrap();
+    fake.caught_up().await;
     let error = reconcile(Arc::new(stored), ctx.clone())
         .await
         .expect_err("the reconcile fails and is requeued");

@@ -72,6 +72,7 @@ fn service(fake: &FakeApi) -> Value {
 
 async fn reconcile_view(fake: &FakeApi, ctx: &Arc<Context>, name: &str) {
     let stored: ScaleView = serde_json::from_value(view(fake, name).unwrap()).unwrap();
+    fake.caught_up().await;
     tandem::reconcile::scale_view::reconcile(Arc::new(stored), ctx.clone())
         .await
         .expect("reconcile succeeds");
@@ -79,6 +80,7 @@ async fn reconcile_view(fake: &FakeApi, ctx: &Arc<Context>, name: &str) {
 
 async fn reconcile_service(fake: &FakeApi, ctx: &Arc<Context>) {
     let stored: InferenceService = serde_json::from_value(service(fake)).unwrap();
+    fake.caught_up().await;
     tandem::reconcile::inference_service::reconcile(Arc::new(stored), ctx.clone())
         .await
         .expect("reconcile succeeds");
@@ -393,6 +395,7 @@ async fn role_and_status_writes_are_retried_on_conflict_guarded_ones_are_not() {
     });
     fake.conflict_next_writes(&format!("{SERVICES}/spot-decode/status"), 1);
     let stored: ScaleView = serde_json::from_value(view(&fake, "spot-decode-sv").unwrap()).unwrap();
+    fake.caught_up().await;
     let action = tandem::reconcile::scale_view::reconcile(Arc::new(stored), ctx.clone())
         .await
         .expect("a lost lock race requeues");

@@ -38,10 +38,8 @@ const STATUS: &str = "PATCH /apis/fusioninfer.io/v1alpha1/namespaces/default/inf
 
 /// A reconcile context whose clock reads `at`.
 fn context_at(fake: &FakeApi, at: &str) -> Arc<Context> {
-    let mut ctx = Context::new(fake.client(), Default::default());
     let now: jiff::Timestamp = at.parse().unwrap();
-    ctx.now = Arc::new(move || now);
-    Arc::new(ctx)
+    fake.context_with(|ctx| ctx.now = Arc::new(move || now))
 }
 
 fn store_example(fake: &FakeApi) {
@@ -76,7 +74,9 @@ fn store(fake: &FakeApi, object: Value) {
 async fn reconcile_at(fake: &FakeApi, at: &str) -> Action {
     let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
     let service: InferenceService = serde_json::from_value(stored).unwrap();
-    reconcile(Arc::new(service), context_at(fake, at))
+    let ctx = context_at(fake, at);
+    fake.caught_up().await;
+    reconcile(Arc::new(service), ctx)
         .await
         .expect("reconcile succeeds")
 }

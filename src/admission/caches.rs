@@ -1,85 +1,16 @@
-//! The webhook's view of the cluster: kube-runtime reflector caches of
-//! InferenceServices, ScaleViews and ResourceScalingGroups, kept current by
-//! watches, and API discovery for kinds with a scale subresource. Readiness
-//! waits until all three caches have listed once.
+//! The webhook's view of the cluster: the process's informer caches
+//! ([`crate::reconcile::caches::Caches`], shared with the controllers) and
+//! API discovery for kinds with a scale subresource.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use futures::StreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::Lookup;
-use super::discovery::ScaleDiscovery;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter;
+use crate::reconcile::caches::Caches;
 
-pub struct Caches {
-    services: Store<InferenceService>,
-    views: Store<ScaleView>,
-    groups: Store<ResourceScalingGroup>,
-    discovery: ScaleDiscovery,
-}
-
-fn watch<K>(client: &Client) -> Store<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store::<K>();
-    let stream = reflector::reflector(
-        writer,
-        watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .applied_objects();
-    tokio::spawn(async move {
-        stream
-            .for_each(|event| async move {
-                if let Err(error) = event {
-                    tracing::warn!(%error, kind = %K::kind(&()), "admission cache watch failed; retrying");
-                }
-            })
-            .await;
-    });
-    reader
-}
-
-impl Caches {
-    /// Starts the watches; `ready` turns true once every cache has listed.
-    pub fn start(client: &Client, ready: Arc<AtomicBool>) -> Caches {
-        let caches = Caches {
-            services: watch(client),
-            views: watch(client),
-            groups: watch(client),
-            discovery: ScaleDiscovery::new(client.clone()),
-        };
-        let (services, views, groups) = (
-            caches.services.clone(),
-            caches.views.clone(),
-            caches.groups.clone(),
-        );
-        tokio::spawn(async move {
-            let synced = services.wait_until_ready().await.is_ok()
-                && views.wait_until_ready().await.is_ok()
-                && groups.wait_until_ready().await.is_ok();
-            if synced {
-                ready.store(true, Ordering::SeqCst);
-                tracing::info!("admission caches loaded");
-            }
-        });
-        caches
-    }
-}
-
-fn in_namespace<K: Resource<DynamicType = ()> + Clone>(
+fn in_namespace<K: kube::Resource<DynamicType = ()> + Clone>(
     store: &Store<K>,
     namespace: &str,
 ) -> Vec<K> {

@@ -9,33 +9,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
+use kube::api::{ApiResource, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, carry_out, is_not_found, retry_conflicts};
+use super::cluster::{Part, Series, resource, resource_of};
+use super::{Context, Error, carry_out, retry_conflicts};
 use crate::api::resource_scaling_group::{self as rsg_api, ResourceScalingGroup};
 use crate::plan::adapter;
-use crate::plan::replication::{self, World};
+use crate::plan::replication::{self, NAME_LABEL, World};
 
-/// How often an unchanged group is looked at again: pods that changed
-/// readiness or cost, and clones of kinds the controller does not watch
-/// (LeaderWorkerSets, RoleBasedGroups, discovered kinds). Deployment and
-/// StatefulSet clones trigger a reconcile as soon as they change.
-const RESYNC: Duration = Duration::from_secs(60);
-
-/// The GroupVersionKind of `kind` in `api_version` (`apps/v1`, or `v1` for
-/// the core group).
-fn gvk(api_version: &str, kind: &str) -> GroupVersionKind {
-    let (group, version) = adapter::group_version(api_version);
-    GroupVersionKind::gvk(group, version, kind)
-}
+/// How often an unchanged group is looked at again: a safety net only, since
+/// its templates, clones and pods are watched.
+const RESYNC: Duration = Duration::from_secs(300);
 
 /// The API resource of a kind: from the adapter table ([`adapter::KNOWN`]),
 /// else from API discovery, through the same cache the InplaceScaling
@@ -45,26 +35,16 @@ async fn api_resource(
     api_version: &str,
     kind: &str,
 ) -> Result<Option<ApiResource>, Error> {
-    let gvk = gvk(api_version, kind);
     if let Some(known) = adapter::known(api_version, kind) {
-        return Ok(Some(ApiResource::from_gvk_with_plural(&gvk, known.plural)));
+        return Ok(Some(resource(api_version, kind, known.plural)));
     }
-    match ctx.discovery.resolve(api_version, kind).await {
-        Ok(found) => Ok(found.map(|found| ApiResource::from_gvk_with_plural(&gvk, &found.plural))),
+    match ctx.cluster.resolve(api_version, kind).await {
+        Ok(found) => Ok(found.map(|found| resource(api_version, kind, &found.plural))),
         Err(reason) => Err(Error::Plan {
             object: format!("{kind} ({api_version})"),
             reason,
         }),
     }
-}
-
-/// An object read through a DynamicObject Api as JSON, with its apiVersion
-/// and kind (list items may come without them).
-fn as_value(object: DynamicObject, resource: &ApiResource) -> Option<Value> {
-    let mut value = serde_json::to_value(object).ok()?;
-    value["apiVersion"] = json!(resource.api_version);
-    value["kind"] = json!(resource.kind);
-    Some(value)
 }
 
 /// Reconciles one ResourceScalingGroup whose strategy is GroupReplication.
@@ -85,9 +65,10 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
     }
 
     // Observe: the templates, the clones of their kinds, the pods.
+    let cluster = &ctx.cluster;
     let mut spec = rsg.spec.clone();
     rsg_api::defaults(&mut spec);
-    let selector = replication::label_selector(name);
+    let labels = [(NAME_LABEL, name)];
     let mut resources: BTreeMap<(String, String), ApiResource> = BTreeMap::new();
     let mut unavailable = BTreeSet::new();
     let mut templates = Vec::new();
@@ -111,33 +92,21 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
             templates.push(None);
             continue;
         };
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
-        templates.push(
-            api.get_opt(object.name)
-                .await?
-                .and_then(|o| as_value(o, resource)),
-        );
+        templates.push(cluster.get(resource, namespace, object.name).await?);
     }
     let mut objects = Vec::new();
     for ((_, kind), resource) in &resources {
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
-        match api.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => {
-                objects.extend(list.items.into_iter().filter_map(|o| as_value(o, resource)))
-            }
-            Err(e) if is_not_found(&e) => {
+        match cluster.list(resource, namespace, &labels) {
+            Ok(found) => objects.extend(found),
+            Err(unserved) => {
+                tracing::debug!(%unserved, "a kind of the group's templates cannot be read");
                 unavailable.insert(kind.clone());
             }
-            Err(e) => return Err(e.into()),
         }
     }
-    let pods: Vec<Value> = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|p| serde_json::to_value(p).ok())
-        .collect();
+    let pods: Vec<Value> = cluster
+        .list(&resource("v1", "Pod", "pods"), namespace, &labels)
+        .unwrap_or_default();
 
     // Plan.
     let world = World {
@@ -150,30 +119,29 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
 
     // Apply, delete, report.
     let reference = rsg.object_ref(&());
-    let api_of = |object: &Value| -> Option<(Api<DynamicObject>, String)> {
+    let resource_of_object = |object: &Value| -> Option<ApiResource> {
         let key = (
             object["apiVersion"].as_str()?.to_owned(),
             object["kind"].as_str()?.to_owned(),
         );
-        let resource = resources.get(&key)?;
-        let object_name = object["metadata"]["name"].as_str()?.to_owned();
-        Some((
-            Api::namespaced_with(ctx.client.clone(), namespace, resource),
-            object_name,
-        ))
+        resources.get(&key).cloned()
     };
-    carry_out(&ctx, &reference, &pass.apply, &pass.delete, api_of).await?;
+    carry_out(
+        &ctx,
+        &reference,
+        &pass.apply,
+        &pass.delete,
+        resource_of_object,
+    )
+    .await?;
     for warning in &pass.warnings {
         warn(&ctx, &reference, warning).await;
     }
     if rsg.status.as_ref() != Some(&pass.status) {
-        let api: Api<ResourceScalingGroup> = Api::namespaced(ctx.client.clone(), namespace);
-        let (params, patch) = (
-            PatchParams::default(),
-            Patch::Merge(json!({"status": pass.status})),
-        );
+        let patch = Patch::Merge(json!({"status": pass.status}));
+        let groups = resource_of::<ResourceScalingGroup>();
         retry_conflicts(&ctx, &reference, "writing the status", || {
-            api.patch_status(name, &params, &patch)
+            cluster.patch(&groups, namespace, name, Part::Status, &patch)
         })
         .await?;
     }
@@ -189,7 +157,5 @@ async fn warn(ctx: &Context, reference: &ObjectReference, note: &str) {
         action: "Scale".to_owned(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, reference).await {
-        tracing::warn!(error = %e, "could not record an event");
-    }
+    ctx.cluster.record(reference, &event, Series::Fold).await;
 }

@@ -1,55 +1,34 @@
-//! The InferenceService reconciler: lists the service's children and pods,
-//! asks `plan::service::reconcile` what to do, server-side applies and deletes
-//! that, writes status when it changed, and records an Event for every change
-//! saying why, and for every step of an upgrade. It looks again when the plan
-//! says the next upgrade step is due (Gateways are not watched).
+//! The InferenceService reconciler: reads the service's children and pods
+//! from the caches, asks `plan::service::reconcile` what to do, server-side
+//! applies and deletes that, writes status when it changed, and records an
+//! Event for every change saying why, and for every step of an upgrade. It
+//! looks again when the plan says the next upgrade step is due.
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::api::{ApiResource, Patch};
+use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use super::caches::Caches;
+use super::cluster::{Part, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
-use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::children;
 use crate::plan::service::{self as service_plan, CHILD_KINDS, ChildKind, World};
 use crate::plan::status;
 
-/// How often an unchanged service is looked at again (status of pods that
-/// changed without a watch event, children deleted by hand).
+/// How often an unchanged service is looked at again: a safety net only,
+/// since every kind it creates, its pods and its views are watched.
 const RESYNC: Duration = Duration::from_secs(300);
 
 fn api_resource(kind: &ChildKind) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(kind.group(), kind.version(), kind.kind),
-        kind.plural,
-    )
-}
-
-fn child_api(
-    ctx: &Context,
-    namespace: &str,
-    object: &Value,
-) -> Option<(Api<DynamicObject>, String)> {
-    let kind = ChildKind::of(object)?;
-    let name = object["metadata"]["name"].as_str()?.to_owned();
-    Some((
-        Api::namespaced_with(ctx.client.clone(), namespace, &api_resource(&kind)),
-        name,
-    ))
+    resource(kind.api_version, kind.kind, kind.plural)
 }
 
 /// Reconciles one InferenceService. Every log line it writes names the
@@ -70,54 +49,46 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         return Ok(Action::await_change());
     }
 
-    // Observe.
-    let selector = format!(
-        "{}={name},{}={}",
-        children::SERVICE,
-        children::MANAGED_BY,
-        children::MANAGER
-    );
+    // Observe, from the caches.
+    let cluster = &ctx.cluster;
+    let labels = [
+        (children::SERVICE, name),
+        (children::MANAGED_BY, children::MANAGER),
+    ];
     let mut owned = Vec::new();
     let mut unavailable = BTreeSet::new();
     for kind in &CHILD_KINDS {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), namespace, &api_resource(kind));
-        match api.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => owned.extend(
-                list.items
+        match cluster.list(&api_resource(kind), namespace, &labels) {
+            Ok(found) => owned.extend(
+                found
                     .into_iter()
-                    .filter_map(|item| serde_json::to_value(item).ok())
                     .filter(|item| children::owns(&service, item)),
             ),
-            Err(e) if is_not_found(&e) => {
+            Err(unserved) => {
+                tracing::debug!(%unserved, "a kind the service may create cannot be read");
                 unavailable.insert(kind.kind.to_owned());
             }
-            Err(e) => return Err(e.into()),
         }
     }
-    let pods: Vec<Value> = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default().labels(&format!("{}={name}", children::SERVICE)))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|p| serde_json::to_value(p).ok())
-        .collect();
-
+    let pods: Vec<Value> = cluster
+        .list(
+            &resource("v1", "Pod", "pods"),
+            namespace,
+            &[(children::SERVICE, name)],
+        )
+        .unwrap_or_default();
     // Only the views that hold a lock matter (a lock whose view is gone, or
-    // recreated, is dropped), so each is read by name: listing the
-    // namespace's views on every reconcile cost memory in proportion to
-    // services × views (BENCHMARKS.md, Memory).
-    let views = Api::<ScaleView>::namespaced(ctx.client.clone(), namespace);
-    let mut scale_views = Vec::new();
-    let locked: BTreeSet<&str> = service
+    // recreated, is dropped).
+    let scale_views: Vec<_> = service
         .status
         .iter()
         .flat_map(|status| status.scale_views.iter())
         .map(|lock| lock.name.as_str())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .filter_map(|view| cluster.scale_view(namespace, view))
+        .map(|view| (*view).clone())
         .collect();
-    for view in locked {
-        scale_views.extend(views.get_opt(view).await?);
-    }
 
     // Plan.
     let world = World {
@@ -131,7 +102,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     // Apply, delete, report.
     let reference = service.object_ref(&());
     carry_out(&ctx, &reference, &pass.apply, &pass.delete, |object| {
-        child_api(&ctx, namespace, object)
+        ChildKind::of(object).map(|kind| api_resource(&kind))
     })
     .await?;
     for event in &pass.events {
@@ -144,9 +115,9 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         if stale_locks {
             drop_stale_locks(&mut patch, &service, &pass.status);
         }
-        let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
-        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-        let write = || api.patch_status(name, &params, &patch);
+        let services = resource_of::<InferenceService>();
+        let patch = Patch::Merge(patch);
+        let write = || cluster.patch(&services, namespace, name, Part::Status, &patch);
         let written = if stale_locks {
             // Guarded by the resourceVersion: repeating it cannot succeed.
             write().await
@@ -154,7 +125,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             retry_conflicts(&ctx, &reference, "writing the status", write).await
         };
         match written {
-            Ok(_) => {}
+            Ok(()) => {}
             // Deleted since it was read: its children go with it.
             Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
             Err(e) => return Err(e.into()),
@@ -188,66 +159,16 @@ fn drop_stale_locks(patch: &mut Value, service: &InferenceService, next: &Infere
     patch["metadata"]["resourceVersion"] = json!(service.metadata.resource_version);
 }
 
-fn error_policy(service: Arc<InferenceService>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(kind = "InferenceService", object = %super::object_key(service.as_ref()), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(30))
-}
-
-/// Runs the controller until the stream ends (shutdown).
-///
-/// When `stop` completes the controller starts no new reconcile, lets those
-/// in flight finish and returns (leadership hand-over, `leader::lead`).
-pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let client = ctx.client.clone();
-    let services: Api<InferenceService> = Api::all(client.clone());
-    let lws = api_resource(&service_plan::LEADER_WORKER_SET);
-    let deployments = api_resource(&service_plan::DEPLOYMENT);
-    let managed = watcher::Config::default().labels(&format!(
-        "{}={}",
-        children::MANAGED_BY,
-        children::MANAGER
-    ));
-    let pods: Api<Pod> = Api::all(client.clone());
-    Controller::new(services, watcher::Config::default())
-        .with_config(super::controller_config())
-        .owns_with(
-            Api::<DynamicObject>::all_with(client.clone(), &lws),
-            lws,
-            managed.clone(),
-        )
-        // The router's endpoint picker: its readiness is the router's status.
-        .owns_with(
-            Api::<DynamicObject>::all_with(client.clone(), &deployments),
-            deployments,
-            managed,
-        )
-        // A view that goes away may leave a stale lock to drop.
-        .watches(
-            Api::<ScaleView>::all(client.clone()),
-            watcher::Config::default(),
-            |view| {
-                let namespace = view.namespace()?;
-                Some(
-                    ObjectRef::<InferenceService>::new(&view.spec.target_ref.name)
-                        .within(&namespace),
-                )
-            },
-        )
-        .watches(
-            pods,
-            watcher::Config::default().labels(children::SERVICE),
-            |pod| {
-                let service = pod.labels().get(children::SERVICE)?.clone();
-                Some(ObjectRef::<InferenceService>::new(&service).within(&pod.namespace()?))
-            },
-        )
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(service = %object, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "controller"),
-            }
-        })
-        .await;
+/// Runs the controller on the process's caches until `stop` (see
+/// [`super::run_controller`]). Its triggers: the services; every kind a
+/// service creates (through its owner reference); the pods of services,
+/// when something a plan reads of them changed; the views that lock a
+/// service.
+pub async fn run(
+    ctx: Arc<Context>,
+    caches: Arc<Caches>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let store = caches.services.clone();
+    super::run_controller(ctx, caches, store, reconcile, stop).await;
 }

@@ -3,28 +3,44 @@
 //! reconcile of an unchanged world writes nothing, and `tandem render` runs the
 //! same decisions offline.
 //!
+//! Each reconcile function is written once against [`cluster::Cluster`]:
+//! the controllers run it on the process's informer caches and kube-rs
+//! ([`live`], [`caches`]), `tandem render` on an in-memory world
+//! ([`memory`]).
+//!
 //! Writes that meet a 409 Conflict are retried here with a growing wait
-//! ([`retry_conflicts`]); controllers run only on the replica that holds the
-//! leader Lease ([`leader`]).
+//! ([`retry_conflicts`]); a failed reconcile is retried after a growing,
+//! jittered wait ([`FailureBackoff`]); controllers run only on the replica
+//! that holds the leader Lease ([`leader`]).
 
+pub mod caches;
+pub mod cluster;
 pub mod group_replication;
 pub mod inference_service;
 pub mod leader;
+pub mod live;
+pub mod memory;
 pub mod resource_scaling_group;
 pub mod scale_view;
 
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::ApiResource;
+use kube::runtime::controller::{Action, applier};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::Store;
 use serde_json::Value;
 
-use crate::admission::discovery::ScaleDiscovery;
+use self::caches::{Caches, Queue};
+use self::cluster::{Cluster, Series};
 use crate::plan::service::{Apply, Delete, Options};
 
 /// The field manager of every server-side apply Tandem makes.
@@ -39,61 +55,88 @@ pub enum Error {
     Unnamed(String),
 }
 
-/// How many objects each controller reconciles at once. Unbounded, a cluster
-/// of 1 000 InferenceServices had all 1 000 reconciles in flight after a
-/// restart, each holding its own LIST of the namespace's children and views
-/// (BENCHMARKS.md, Memory); a bound keeps the memory of a burst to a few
-/// reconciles' worth while the work queue holds the rest.
-pub const CONCURRENCY: u16 = 8;
+impl Error {
+    /// Whether trying again soon may help: the API server was busy (429),
+    /// failed (5xx) or could not be reached. Anything else is a refusal or
+    /// a mistake that waits for a change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => status.code == 429 || status.code >= 500,
+            Error::Kube(_) => true,
+            Error::Plan { .. } | Error::Unnamed(_) => false,
+        }
+    }
 
-/// The controller settings every Tandem controller runs with.
-pub fn controller_config() -> kube::runtime::controller::Config {
-    kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
-}
-
-/// What every reconcile needs.
-pub struct Context {
-    pub client: Client,
-    pub recorder: Recorder,
-    /// Who records Tandem's Events, for a recorder of one's own.
-    pub reporter: Reporter,
-    pub options: Options,
-    /// Which kinds outside the adapter table have a scale subresource.
-    pub discovery: ScaleDiscovery,
-    /// The clock, fixed in tests.
-    pub now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
-    /// How writes that answer 409 Conflict are retried.
-    pub conflict_backoff: ConflictBackoff,
-}
-
-impl Context {
-    /// A context whose Events name no reporting instance; `tandem serve`
-    /// names its replica with [`Context::reporting_as`].
-    pub fn new(client: Client, options: Options) -> Context {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.to_owned(),
-            instance: None,
-        };
-        Context {
-            recorder: Recorder::new(client.clone(), reporter.clone()),
-            reporter,
-            discovery: ScaleDiscovery::new(client.clone()),
-            client,
-            options,
-            now: Arc::new(Timestamp::now),
-            conflict_backoff: ConflictBackoff::default(),
+    /// The error's kind, for logs and metrics: `transient`, `conflict`,
+    /// `refused`, `plan` or `unnamed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
+            _ if self.is_transient() => "transient",
+            Error::Kube(_) => "refused",
+            Error::Plan { .. } => "plan",
+            Error::Unnamed(_) => "unnamed",
         }
     }
 }
 
+/// How many objects each controller reconciles at once. Unbounded, a cluster
+/// of 1 000 InferenceServices had all 1 000 reconciles in flight after a
+/// restart; a bound keeps a burst's memory to a few reconciles' worth while
+/// the queue holds the rest.
+pub const CONCURRENCY: u16 = 8;
+
+/// How long a trigger waits for more of its kind before the reconcile runs:
+/// a rollout's burst of pod events becomes one reconcile.
+pub const DEBOUNCE: Duration = Duration::from_millis(500);
+
+/// The controller settings every Tandem controller runs with.
+pub fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default()
+        .concurrency(CONCURRENCY)
+        .debounce(DEBOUNCE)
+}
+
+/// What every reconcile needs.
+pub struct Context {
+    /// What the reconcile reads and writes.
+    pub cluster: Arc<dyn Cluster>,
+    pub options: Options,
+    /// The clock, fixed in tests.
+    pub now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    /// How writes that answer 409 Conflict are retried.
+    pub conflict_backoff: ConflictBackoff,
+    /// How failed reconciles are retried.
+    pub failure_backoff: FailureBackoff,
+    /// Failures in a row, by object (`Kind namespace/name`).
+    failures: Mutex<HashMap<String, u32>>,
+}
+
 impl Context {
-    /// Events recorded as by replica `instance` (`--pod-name`, the same name
-    /// the replica uses in the leader election), whatever the environment
-    /// says.
-    pub fn reporting_as(mut self, instance: &str) -> Context {
-        self.reporter.instance = Some(instance.to_owned());
-        self.recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        self
+    pub fn new(cluster: Arc<dyn Cluster>, options: Options) -> Context {
+        Context {
+            cluster,
+            options,
+            now: Arc::new(Timestamp::now),
+            conflict_backoff: ConflictBackoff::default(),
+            failure_backoff: FailureBackoff::default(),
+            failures: Mutex::default(),
+        }
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        // Entries are replaced one at a time: a panic cannot leave one half-written.
+        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Who records Tandem's Events: controller `tandem`, instance the replica's
+/// name (`--pod-name`, the same name it uses in the leader election),
+/// whatever the environment says.
+pub fn reporter(instance: &str) -> kube::runtime::events::Reporter {
+    kube::runtime::events::Reporter {
+        controller: FIELD_MANAGER.to_owned(),
+        instance: Some(instance.to_owned()),
     }
 }
 
@@ -148,35 +191,30 @@ pub(crate) async fn record(
         action: action.to_owned(),
         secondary,
     };
-    if let Err(e) = ctx.recorder.publish(&event, reference).await {
-        tracing::warn!(error = %e, reason, "could not record an event");
-    }
+    ctx.cluster.record(reference, &event, Series::Fold).await;
 }
 
 /// Carries out what a plan decided for the objects of `regarding`: each
 /// `apply` server-side applied (field manager `tandem`, retried on 409), each
 /// `delete` deleted in the background (one already gone is no error), with an
-/// Event on `regarding` for each saying why. `api_of` gives an object's API
-/// and name; an object it cannot place is skipped (the plan only makes
-/// objects of kinds it was given).
+/// Event on `regarding` for each saying why. `resource_of` gives an object's
+/// API; an object it cannot place is skipped (the plan only makes objects of
+/// kinds it was given).
 pub(crate) async fn carry_out(
     ctx: &Context,
     regarding: &ObjectReference,
     apply: &[Apply],
     delete: &[Delete],
-    api_of: impl Fn(&Value) -> Option<(Api<DynamicObject>, String)>,
+    resource_of: impl Fn(&Value) -> Option<ApiResource>,
 ) -> Result<(), Error> {
     for step in apply {
-        let Some((api, name)) = api_of(&step.object) else {
+        let Some(resource) = resource_of(&step.object) else {
             continue;
         };
         let kind = step.object["kind"].as_str().unwrap_or("an object");
-        let (params, patch) = (
-            PatchParams::apply(FIELD_MANAGER).force(),
-            Patch::Apply(&step.object),
-        );
+        let name = step.object["metadata"]["name"].as_str().unwrap_or_default();
         retry_conflicts(ctx, regarding, &format!("applying {kind} {name}"), || {
-            api.patch(&name, &params, &patch)
+            ctx.cluster.apply(&resource, &step.object)
         })
         .await?;
         record(
@@ -189,16 +227,144 @@ pub(crate) async fn carry_out(
         .await;
     }
     for step in delete {
-        let Some((api, name)) = api_of(&step.object) else {
+        let Some(resource) = resource_of(&step.object) else {
             continue;
         };
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await,
+        let namespace = step.object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let name = step.object["metadata"]["name"].as_str().unwrap_or_default();
+        match ctx.cluster.delete(&resource, namespace, name).await {
+            Ok(()) => record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await,
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
     Ok(())
+}
+
+/// How a failed reconcile is retried: after `first`, twice as long after
+/// each failure in a row up to `longest`, each wait moved by up to a quarter
+/// either way so that objects that failed together do not retry together.
+/// A transient failure (429, 5xx, unreachable) starts from `first_transient`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailureBackoff {
+    pub first_transient: Duration,
+    pub first: Duration,
+    pub longest: Duration,
+}
+
+impl Default for FailureBackoff {
+    fn default() -> Self {
+        FailureBackoff {
+            first_transient: Duration::from_secs(1),
+            first: Duration::from_secs(5),
+            longest: Duration::from_secs(300),
+        }
+    }
+}
+
+impl FailureBackoff {
+    /// The wait after the `failures`th failure in a row (1 for the first),
+    /// before jitter.
+    pub fn delay(&self, failures: u32, transient: bool) -> Duration {
+        let first = if transient {
+            self.first_transient
+        } else {
+            self.first
+        };
+        let factor = 2u32
+            .checked_pow(failures.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        first.saturating_mul(factor).min(self.longest)
+    }
+
+    /// `delay` moved by `unit` (in [0, 1)) times half of it, less a quarter:
+    /// between 75 % and 125 % of it.
+    pub fn jittered(delay: Duration, unit: f64) -> Duration {
+        delay.mul_f64(0.75 + unit.clamp(0.0, 1.0) / 2.0)
+    }
+}
+
+/// A number in [0, 1) that differs from call to call (std's random hasher
+/// keys), for jitter; nothing here needs more randomness than that.
+fn jitter_unit(key: &str) -> f64 {
+    let hash = RandomState::new().hash_one(key);
+    // 53 bits fit a f64's mantissa exactly.
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// What to do after a failed reconcile of `key`: wait, longer each time in a
+/// row, and log it with the error's kind.
+fn failed(ctx: &Context, key: &str, error: &Error) -> Action {
+    let failures = {
+        let mut failures = ctx.failures();
+        let count = failures.entry(key.to_owned()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    };
+    let wait = FailureBackoff::jittered(
+        ctx.failure_backoff.delay(failures, error.is_transient()),
+        jitter_unit(key),
+    );
+    tracing::warn!(object = key, kind = error.kind(), failures, ?wait, %error, "reconcile failed; retrying");
+    Action::requeue(wait)
+}
+
+/// Runs a controller of `K` on the process's caches until `stop`: waits
+/// until the caches have listed, reconciles every object once, then each
+/// object an event concerns (coalesced by [`DEBOUNCE`]), and on a failure
+/// again after [`FailureBackoff`]. When `stop` completes it starts no new
+/// reconcile, lets those in flight finish and returns.
+pub async fn run_controller<K, F, Fut>(
+    ctx: Arc<Context>,
+    caches: Arc<Caches>,
+    store: Store<K>,
+    reconcile: F,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) where
+    K: Queue + Clone + std::fmt::Debug + Send + Sync + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let kind = K::kind(&()).into_owned();
+    caches.ready().await;
+    let queue = caches
+        .queue(&store)
+        .take_until(stop)
+        .map(Ok::<_, Infallible>);
+    let reconcile = Arc::new(reconcile);
+    let label = kind.clone();
+    applier(
+        move |object: Arc<K>, ctx: Arc<Context>| {
+            let reconcile = reconcile.clone();
+            let key = format!("{label} {}", object_key(object.as_ref()));
+            Box::pin(async move {
+                let result = reconcile(object, ctx.clone()).await;
+                if result.is_ok() {
+                    ctx.failures().remove(&key);
+                }
+                result
+            })
+        },
+        move |object: Arc<K>, error: &Error, ctx: Arc<Context>| {
+            let key = format!("{} {}", K::kind(&()), object_key(object.as_ref()));
+            failed(&ctx, &key, error)
+        },
+        ctx,
+        store,
+        queue,
+        controller_config(),
+    )
+    .for_each(|result| async move {
+        match result {
+            Ok((object, _)) => tracing::debug!(%object, "reconciled"),
+            Err(e) => tracing::debug!(error = %e, "controller"),
+        }
+    })
+    .await;
+    caches.close::<K>();
+    tracing::info!(kind, "controller stopped");
 }
 
 /// How a write that answers 409 Conflict is retried: after `first`, then
@@ -281,9 +447,7 @@ where
                     action: "Write".to_owned(),
                     secondary: None,
                 };
-                if let Err(e) = ctx.recorder.publish(&event, regarding).await {
-                    tracing::warn!(error = %e, "could not record an event");
-                }
+                ctx.cluster.record(regarding, &event, Series::Fold).await;
                 return Err(e);
             }
             other => return other,

@@ -3,12 +3,12 @@
 //! ScalingStrategyHandler does. GroupReplication is
 //! [`super::group_replication::reconcile`]; InplaceScaling is here:
 //!
-//! 1. list the namespace's groups (the group as listed is the truth: a group
-//!    that is gone, or being deleted, touches nothing);
+//! 1. read the namespace's groups from the cache (the group as cached is the
+//!    truth: a group that is gone, or being deleted, touches nothing);
 //! 2. read what `plan::inplace::endpoints` names through the adapters
-//!    (`plan::adapter`): GET `/scale` for kinds scaled through it, GET the
-//!    object for roles; a kind outside the adapter table is looked up in API
-//!    discovery;
+//!    (`plan::adapter`) from the caches: the replicas of kinds scaled through
+//!    `/scale`, the object for roles; a kind outside the adapter table is
+//!    looked up in API discovery;
 //! 3. ask `plan::inplace::reconcile`, and patch the Targets that differ: a
 //!    merge patch of `/scale`, or one JSON Patch per object testing each
 //!    role's name before replacing its replicas (field manager `tandem`);
@@ -18,40 +18,39 @@
 //! No finalizer and no owner references: deleting a group leaves every
 //! resource as it is (Retain).
 //!
-//! Triggers: the groups themselves; Deployments, StatefulSets,
-//! InferenceServices and ScaleViews, each mapped to the groups that name
-//! it or own it as a GroupReplication clone; and every group again after [`RESYNC`], which is how a change of the
-//! other kinds (LeaderWorkerSets, RoleBasedGroups, discovered kinds) is seen.
+//! Triggers: the groups themselves; every cached object (Deployments,
+//! StatefulSets, LeaderWorkerSets, InferenceServices, ScaleViews, and any
+//! kind a group has read), mapped to the groups that name it through an
+//! index kept from the groups' watch events, or to the group whose clone or
+//! pod it is (its `resourcescalinggroup.com/name` label); and every group
+//! again after [`RESYNC`], which is how a change of a kind found through
+//! discovery (read through `/scale`, not cached) is seen.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::api::{ApiResource, Patch};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::{Context, Error, FIELD_MANAGER, group_replication, is_not_found, retry_conflicts};
+use super::caches::Caches;
+use super::cluster::{Part, Series, resource, resource_of};
+use super::{Context, Error, group_replication, is_not_found, retry_conflicts};
+use crate::api::ResourceScalingGroup;
 use crate::api::resource_scaling_group::ScalingStrategyType;
-use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter::{self, Via};
 use crate::plan::inplace::{self, Note, Observed, Problem, Reading, Request};
 use crate::plan::ratio::Endpoint;
-use crate::plan::replication::NAME_LABEL;
 
 /// How often a group is reconciled when nothing it watches changed: the
-/// longest a Source of an unwatched kind (LeaderWorkerSet, RoleBasedGroup,
-/// a discovered kind) waits before its Targets follow, and a hand edit of
+/// longest a Source of a kind found through discovery (read through
+/// `/scale`, not cached) waits before its Targets follow, and a hand edit of
 /// one of them before it is set back. HPA itself acts every 15 seconds.
 pub const RESYNC: Duration = Duration::from_secs(30);
 
@@ -68,9 +67,10 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
 }
 
 /// The API server refused the request itself (forbidden, invalid, a failed
-/// role test, a conflict): retrying the same request will not help.
+/// role test, a conflict): retrying the same request will not help. A 429
+/// (too many requests) is not a refusal but a request to come back later.
 fn is_refusal(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if (400..500).contains(&status.code))
+    matches!(error, kube::Error::Api(status) if (400..500).contains(&status.code) && status.code != 429)
 }
 
 fn answer(error: &kube::Error) -> String {
@@ -90,25 +90,22 @@ enum Route {
 
 /// The route of an endpoint: the adapter table, else discovery.
 async fn route(ctx: &Context, endpoint: &Endpoint) -> Result<Route, Error> {
-    let (group, version) = adapter::group_version(&endpoint.api_version);
     let kind = endpoint.kind.as_str();
-    let resource = |plural: &str| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-    };
-    let route = match adapter::known(&endpoint.api_version, kind) {
+    let api_version = endpoint.api_version.as_str();
+    let route = match adapter::known(api_version, kind) {
         Some(known) => match known.via {
-            Via::Scale => Route::Scale(resource(known.plural)),
-            Via::Role => Route::Role(resource(known.plural)),
+            Via::Scale => Route::Scale(resource(api_version, kind, known.plural)),
+            Via::Role => Route::Role(resource(api_version, kind, known.plural)),
         },
-        None => match ctx.discovery.resolve(&endpoint.api_version, kind).await {
-            Ok(Some(found)) if found.has_scale => Route::Scale(resource(&found.plural)),
-            Ok(Some(_)) => Route::Unsupported(format!(
-                "{kind} ({}) has no scale subresource",
-                endpoint.api_version
-            )),
+        None => match ctx.cluster.resolve(api_version, kind).await {
+            Ok(Some(found)) if found.has_scale => {
+                Route::Scale(resource(api_version, kind, &found.plural))
+            }
+            Ok(Some(_)) => {
+                Route::Unsupported(format!("{kind} ({api_version}) has no scale subresource"))
+            }
             Ok(None) => Route::Unsupported(format!(
-                "{kind} is not served by this cluster in {}",
-                endpoint.api_version
+                "{kind} is not served by this cluster in {api_version}"
             )),
             Err(reason) => {
                 return Err(Error::Plan {
@@ -130,7 +127,7 @@ async fn route(ctx: &Context, endpoint: &Endpoint) -> Result<Route, Error> {
 }
 
 /// Objects read for their roles in this reconcile, by (API group, kind,
-/// name): two roles of one object cost one GET. None: not found.
+/// name): two roles of one object are read once.
 type Objects = HashMap<(String, String, String), Option<Value>>;
 
 /// Reads one endpoint through its route.
@@ -145,30 +142,17 @@ async fn observe(
     let not_found = || Observed::Missing(format!("{kind} {name} not found"));
     match route {
         Route::Unsupported(why) => Ok(Observed::Unsupported(why.clone())),
-        Route::Scale(resource) => {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), namespace, resource);
-            match api.get_scale(name).await {
-                Ok(scale) => {
-                    let scale = serde_json::to_value(scale).unwrap_or_default();
-                    Ok(match adapter::scale_replicas(&scale) {
-                        Ok(replicas) => Observed::Read(Reading::Scale { replicas }),
-                        Err(why) => Observed::Unsupported(format!("{kind} {name}/scale: {why}")),
-                    })
-                }
-                Err(e) if is_not_found(&e) => Ok(not_found()),
-                Err(e) => Err(e.into()),
-            }
-        }
+        Route::Scale(resource) => match ctx.cluster.scale(resource, namespace, name).await? {
+            Some(scale) => Ok(match adapter::scale_replicas(&scale) {
+                Ok(replicas) => Observed::Read(Reading::Scale { replicas }),
+                Err(why) => Observed::Unsupported(format!("{kind} {name}/scale: {why}")),
+            }),
+            None => Ok(not_found()),
+        },
         Route::Role(resource) => {
             let key = (endpoint.group().to_owned(), kind.clone(), name.clone());
             if !objects.contains_key(&key) {
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(ctx.client.clone(), namespace, resource);
-                let object = api
-                    .get_opt(name)
-                    .await?
-                    .and_then(|o| serde_json::to_value(o).ok());
+                let object = ctx.cluster.workload(resource, namespace, name).await?;
                 objects.insert(key.clone(), object);
             }
             let Some(Some(object)) = objects.get(&key) else {
@@ -194,8 +178,12 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
             rsg.name_any()
         )));
     };
-    let groups_api: Api<ResourceScalingGroup> = Api::namespaced(ctx.client.clone(), namespace);
-    let listed = groups_api.list(&ListParams::default()).await?.items;
+    let cluster = &ctx.cluster;
+    let listed: Vec<ResourceScalingGroup> = cluster
+        .groups(namespace)
+        .iter()
+        .map(|g| g.as_ref().clone())
+        .collect();
     // Retain: a group that is gone or going scales nothing any more.
     let Some(me) = listed
         .iter()
@@ -229,10 +217,6 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     })?;
 
     // Patch the Targets.
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_owned()),
-        ..PatchParams::default()
-    };
     let mut refusals: Vec<(Endpoint, Problem)> = Vec::new();
     for request in &requests {
         let route = request
@@ -243,27 +227,16 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
         let Some(Route::Scale(resource) | Route::Role(resource)) = route else {
             continue;
         };
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
         let object = request.object.name.as_str();
         let (what, regarding) = (format!("scaling {object}"), me.object_ref(&()));
-        let sent = match &request.request {
-            Request::Scale(body) => {
-                let patch = Patch::Merge(body);
-                retry_conflicts(&ctx, &regarding, &what, || {
-                    api.patch_scale(object, &params, &patch)
-                })
-                .await
-                .map(drop)
-            }
-            Request::Roles(operations) => {
-                let patch = Patch::Json::<()>(operations.clone());
-                retry_conflicts(&ctx, &regarding, &what, || {
-                    api.patch(object, &params, &patch)
-                })
-                .await
-                .map(drop)
-            }
+        let (part, patch) = match &request.request {
+            Request::Scale(body) => (Part::Scale, Patch::Merge(body.clone())),
+            Request::Roles(operations) => (Part::Object, Patch::Json(operations.clone())),
         };
+        let sent = retry_conflicts(&ctx, &regarding, &what, || {
+            cluster.patch(resource, namespace, object, part, &patch)
+        })
+        .await;
         match sent {
             Ok(()) => {}
             Err(e) if is_refusal(&e) => {
@@ -287,23 +260,16 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
 
     // Status, then the Events.
     if me.status.as_ref() != Some(&status) {
-        let (params, patch) = (
-            PatchParams::default(),
-            Patch::Merge(json!({"status": status})),
-        );
+        let patch = Patch::Merge(json!({"status": status}));
+        let groups = resource_of::<ResourceScalingGroup>();
         retry_conflicts(&ctx, &me.object_ref(&()), "writing the status", || {
-            groups_api.patch_status(name, &params, &patch)
+            cluster.patch(&groups, namespace, name, Part::Status, &patch)
         })
         .await?;
     }
-    // A recorder of this reconcile's own: every Event here reports a new
-    // change, and the shared recorder would fold a second change of the
-    // same Target (within its six-minute cache) into the first one's
-    // series, hiding the second note.
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = me.object_ref(&());
     for note in &events {
-        record(&recorder, &reference, namespace, note).await;
+        record(&ctx, &reference, namespace, note).await;
     }
     Ok(Action::requeue(if refusals.is_empty() {
         RESYNC
@@ -313,8 +279,11 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
 }
 
 /// Records a Note on the group, about the resource it concerns; a role is
-/// named by its field path (`spec.roles{Decode}`).
-async fn record(recorder: &Recorder, reference: &ObjectReference, namespace: &str, note: &Note) {
+/// named by its field path (`spec.roles{Decode}`). Each in a series of its
+/// own: every Event here reports a new change, and a shared series would
+/// fold a second change of the same Target (within the recorder's
+/// six-minute cache) into the first one's, hiding the second note.
+async fn record(ctx: &Context, reference: &ObjectReference, namespace: &str, note: &Note) {
     let secondary = note.about.as_ref().map(|about| ObjectReference {
         api_version: Some(about.api_version.clone()),
         kind: Some(about.kind.clone()),
@@ -337,104 +306,16 @@ async fn record(recorder: &Recorder, reference: &ObjectReference, namespace: &st
         action: "Scale".to_owned(),
         secondary,
     };
-    if let Err(e) = recorder.publish(&event, reference).await {
-        tracing::warn!(error = %e, reason = note.reason, "could not record an event");
-    }
+    ctx.cluster.record(reference, &event, Series::Own).await;
 }
 
-fn error_policy(rsg: Arc<ResourceScalingGroup>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(kind = "ResourceScalingGroup", object = %super::object_key(rsg.as_ref()), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(30))
-}
-
-/// The groups of `object`'s namespace that name it (API group, kind, name),
-/// or whose clone it is (labelled `resourcescalinggroup.com/name`).
-fn naming(
-    groups: &Store<ResourceScalingGroup>,
-    group: &str,
-    kind: &str,
-    object: &impl Resource,
-) -> Vec<ObjectRef<ResourceScalingGroup>> {
-    let (namespace, name) = (
-        object.meta().namespace.as_deref(),
-        object.meta().name.as_deref(),
-    );
-    groups
-        .state()
-        .into_iter()
-        .filter(|rsg| rsg.metadata.namespace.as_deref() == namespace)
-        .filter(|rsg| {
-            object
-                .meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(NAME_LABEL))
-                == rsg.metadata.name.as_ref()
-                || rsg.spec.target_resources.iter().any(|t| {
-                    t.object().is_some_and(|o| {
-                        adapter::group_version(o.api_version).0 == group
-                            && o.kind == kind
-                            && Some(o.name) == name
-                    })
-                })
-        })
-        .map(|rsg| ObjectRef::from_obj(rsg.as_ref()))
-        .collect()
-}
-
-/// Runs the controller until the stream ends (shutdown).
-///
-/// When `stop` completes the controller starts no new reconcile, lets those
-/// in flight finish and returns (leadership hand-over, `leader::lead`).
-pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<ResourceScalingGroup>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(super::controller_config());
-    let known = controller.store();
-    let mut controller = controller;
-    for (group, kind, plural) in [
-        ("apps", "Deployment", "deployments"),
-        ("apps", "StatefulSet", "statefulsets"),
-    ] {
-        let resource =
-            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural);
-        let groups = known.clone();
-        controller = controller.watches_with(
-            Api::<DynamicObject>::all_with(client.clone(), &resource),
-            resource,
-            watcher::Config::default(),
-            move |object| naming(&groups, group, kind, &object),
-        );
-    }
-    let (for_services, for_views) = (known.clone(), known);
-    controller
-        .watches(
-            Api::<InferenceService>::all(client.clone()),
-            watcher::Config::default(),
-            move |service| {
-                naming(
-                    &for_services,
-                    "fusioninfer.io",
-                    "InferenceService",
-                    &service,
-                )
-            },
-        )
-        .watches(
-            Api::<ScaleView>::all(client),
-            watcher::Config::default(),
-            move |view| naming(&for_views, "fusioninfer.io", "ScaleView", &view),
-        )
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(group = %object, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "controller"),
-            }
-        })
-        .await;
+/// Runs the controller on the process's caches until `stop` (see
+/// [`super::run_controller`]).
+pub async fn run(
+    ctx: Arc<Context>,
+    caches: Arc<Caches>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let store = caches.groups.clone();
+    super::run_controller(ctx, caches, store, reconcile, stop).await;
 }

@@ -12,21 +12,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::api::Patch;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::caches::Caches;
+use super::cluster::{Part, Series, resource_of};
 use super::{Context, Error, is_conflict, is_not_found, retry_conflicts};
 use crate::api::{InferenceService, ScaleView};
 use crate::plan::scale_view as view_plan;
 
-/// How often an unchanged view is looked at again.
+/// How often an unchanged view is looked at again: a safety net only, since
+/// its target is watched.
 const RESYNC: Duration = Duration::from_secs(300);
 
 /// How soon a lost race for the target's status is retried.
@@ -41,29 +41,32 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
     ) else {
         return Err(Error::Unnamed(format!("ScaleView {}", view.name_any())));
     };
-    let views: Api<ScaleView> = Api::namespaced(ctx.client.clone(), namespace);
-    let services: Api<InferenceService> = Api::namespaced(ctx.client.clone(), namespace);
+    let cluster = &ctx.cluster;
+    let (views, services) = (
+        resource_of::<ScaleView>(),
+        resource_of::<InferenceService>(),
+    );
     let target_name = view.spec.target_ref.name.as_str();
 
     // Observe and plan.
-    let target = services.get_opt(target_name).await?;
-    let pass = view_plan::reconcile(&view, target.as_ref(), &Time((ctx.now)()));
+    let target = cluster.service(namespace, target_name);
+    let pass = view_plan::reconcile(&view, target.as_deref(), &Time((ctx.now)()));
     let deleting = view.metadata.deletion_timestamp.is_some();
 
     // The finalizer comes first, so the lock below cannot outlive the view.
     if !deleting && let Some(finalizers) = &pass.finalizers {
-        patch_finalizers(&views, &view, name, finalizers).await?;
+        patch_finalizers(&ctx, &view, name, finalizers).await?;
     }
     if let (Some(locks), Some(target)) = (&pass.locks, &target) {
-        let patch = json!({
+        let patch = Patch::Merge(json!({
             "metadata": {"resourceVersion": target.metadata.resource_version},
             "status": {"scaleViews": locks},
-        });
-        match services
-            .patch_status(target_name, &PatchParams::default(), &Patch::Merge(patch))
+        }));
+        match cluster
+            .patch(&services, namespace, target_name, Part::Status, &patch)
             .await
         {
-            Ok(_) => {}
+            Ok(()) => {}
             Err(e) if is_conflict(&e) => {
                 tracing::debug!(view = name, "the target changed while locking; retrying");
                 return Ok(Action::requeue(CONFLICT_RETRY));
@@ -83,24 +86,21 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             reason,
         })?;
         let reference = view.object_ref(&());
-        let (params, patch) = (PatchParams::default(), Patch::Json::<()>(patch));
+        let patch = Patch::Json(patch);
         retry_conflicts(&ctx, &reference, "scaling the target's roles", || {
-            services.patch(target_name, &params, &patch)
+            cluster.patch(&services, namespace, target_name, Part::Object, &patch)
         })
         .await?;
     }
     if deleting && let Some(finalizers) = &pass.finalizers {
-        patch_finalizers(&views, &view, name, finalizers).await?;
+        patch_finalizers(&ctx, &view, name, finalizers).await?;
     }
     if let Some(status) = &pass.status
         && view.status.as_ref() != Some(status)
     {
-        let (params, patch) = (
-            PatchParams::default(),
-            Patch::Merge(json!({"status": status})),
-        );
+        let patch = Patch::Merge(json!({"status": status}));
         retry_conflicts(&ctx, &view.object_ref(&()), "writing the status", || {
-            views.patch_status(name, &params, &patch)
+            cluster.patch(&views, namespace, name, Part::Status, &patch)
         })
         .await?;
     }
@@ -119,9 +119,7 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             action: "Scale".to_owned(),
             secondary: secondary.clone(),
         };
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, reason = note.reason, "could not record an event");
-        }
+        cluster.record(&reference, &event, Series::Fold).await;
     }
     Ok(if deleting {
         Action::await_change()
@@ -132,63 +130,37 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
 
 /// Writes the view's finalizers, guarded by its resourceVersion.
 async fn patch_finalizers(
-    views: &Api<ScaleView>,
+    ctx: &Context,
     view: &ScaleView,
     name: &str,
     finalizers: &[String],
 ) -> Result<(), Error> {
-    let patch = json!({"metadata": {
+    let patch = Patch::Merge(json!({"metadata": {
         "finalizers": finalizers,
         "resourceVersion": view.metadata.resource_version,
-    }});
-    views
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+    }}));
+    let namespace = view.metadata.namespace.as_deref().unwrap_or_default();
+    ctx.cluster
+        .patch(
+            &resource_of::<ScaleView>(),
+            namespace,
+            name,
+            Part::Object,
+            &patch,
+        )
         .await?;
     Ok(())
 }
 
-fn error_policy(view: Arc<ScaleView>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(kind = "ScaleView", object = %super::object_key(view.as_ref()), %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(30))
-}
-
-/// Runs the controller until the stream ends (shutdown). A change of a
-/// target (its roles, its readiness) reconciles the views that target it.
-///
-/// When `stop` completes the controller starts no new reconcile, lets those
-/// in flight finish and returns (leadership hand-over, `leader::lead`).
-pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync + 'static) {
-    let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<ScaleView>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(super::controller_config());
-    let known = controller.store();
-    controller
-        .watches(
-            Api::<InferenceService>::all(client),
-            watcher::Config::default(),
-            move |service| {
-                let namespace = service.namespace();
-                let service_name = service.name_any();
-                known
-                    .state()
-                    .into_iter()
-                    .filter(|view| {
-                        view.namespace() == namespace && view.spec.target_ref.name == service_name
-                    })
-                    .map(|view| ObjectRef::from_obj(view.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(view = %object, "reconciled"),
-                Err(e) => tracing::debug!(error = %e, "controller"),
-            }
-        })
-        .await;
+/// Runs the controller on the process's caches until `stop` (see
+/// [`super::run_controller`]). A change of a target (its roles, its
+/// readiness) reconciles the views that target it, found through an index
+/// kept from the views' watch events.
+pub async fn run(
+    ctx: Arc<Context>,
+    caches: Arc<Caches>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let store = caches.views.clone();
+    super::run_controller(ctx, caches, store, reconcile, stop).await;
 }

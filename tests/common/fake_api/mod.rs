@@ -325,6 +325,8 @@ fn key_of(object: &Value) -> (String, String) {
 
 struct Shared {
     state: Mutex<State>,
+    /// The caches of the contexts handed out, for [`FakeApi::caught_up`].
+    caches: Mutex<Vec<Arc<tandem::reconcile::caches::Caches>>>,
     /// The resourceVersion of the last change, for watches to wait on.
     changed: tokio::sync::watch::Sender<u64>,
     address: Mutex<Option<SocketAddr>>,
@@ -597,6 +599,7 @@ impl FakeApi {
         FakeApi {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
+                caches: Mutex::default(),
                 changed: tokio::sync::watch::channel(0).0,
                 address: Mutex::new(None),
                 bookmark_every,
@@ -944,10 +947,161 @@ impl FakeApi {
         &self,
         adjust: impl FnOnce(&mut tandem::reconcile::Context),
     ) -> std::sync::Arc<tandem::reconcile::Context> {
-        let mut ctx = tandem::reconcile::Context::new(self.client(), Default::default());
+        let client = self.client();
+        // One set of caches per server, as one `tandem` process has: a
+        // second context (another clock, say) reads the same caches.
+        let caches = {
+            let mut all = self.shared.caches.lock().expect("the caches list");
+            match all.first() {
+                Some(caches) => caches.clone(),
+                None => {
+                    let caches = tandem::reconcile::caches::Caches::start(client.clone());
+                    all.push(caches.clone());
+                    caches
+                }
+            }
+        };
+        let reporter = kube::runtime::events::Reporter {
+            controller: tandem::reconcile::FIELD_MANAGER.to_owned(),
+            instance: None,
+        };
+        let live = tandem::reconcile::live::Live::new(client, caches, reporter);
+        let mut ctx = tandem::reconcile::Context::new(Arc::new(live), Default::default());
         ctx.now = std::sync::Arc::new(|| NOW.parse().expect("a fixed RFC 3339 time"));
         adjust(&mut ctx);
         std::sync::Arc::new(ctx)
+    }
+
+    /// The caches of the contexts handed out.
+    pub fn caches(&self) -> Arc<tandem::reconcile::caches::Caches> {
+        self.shared
+            .caches
+            .lock()
+            .expect("the caches list")
+            .last()
+            .cloned()
+            .expect("a context was made")
+    }
+
+    /// `(namespace, name, resourceVersion)` of the stored objects of
+    /// `api_version` `plural` that match `selector`.
+    pub fn versions(
+        &self,
+        api_version: &str,
+        plural: &str,
+        selector: Option<&str>,
+    ) -> BTreeSet<(String, String, String)> {
+        let prefix = if api_version.contains('/') {
+            format!("/apis/{api_version}")
+        } else {
+            format!("/api/{api_version}")
+        };
+        let resource = Resource {
+            prefix,
+            plural: plural.to_owned(),
+        };
+        let state = self.lock();
+        state
+            .all()
+            .filter(|(r, _)| **r == resource)
+            .map(|(_, s)| &s.object)
+            .filter(|o| selector.is_none_or(|s| matches_labels(o, s)))
+            .map(|o| {
+                let (namespace, name) = key_of(o);
+                let version = o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                (namespace, name, version)
+            })
+            .collect()
+    }
+
+    /// Waits until every cache of the contexts handed out holds what this
+    /// server stores (the same objects at the same resourceVersions), as a
+    /// cluster's caches do a moment after each write; panics after 10 s.
+    pub async fn caught_up(&self) {
+        let caches: Vec<_> = self.shared.caches.lock().expect("the caches list").clone();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for caches in caches {
+            tokio::time::timeout(Duration::from_secs(10), caches.ready())
+                .await
+                .expect("the caches list within 10 s");
+            loop {
+                let behind = self.behind(&caches);
+                if behind.is_none() {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the caches did not catch up with the server: {behind:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+
+    /// The first cache that differs from what is stored, by kind.
+    fn behind(&self, caches: &tandem::reconcile::caches::Caches) -> Option<String> {
+        fn versions<K>(
+            store: &kube::runtime::reflector::Store<K>,
+        ) -> BTreeSet<(String, String, String)>
+        where
+            K: kube::Resource + Clone,
+            K::DynamicType: std::hash::Hash + Eq + Clone,
+        {
+            store
+                .state()
+                .iter()
+                .map(|o| {
+                    let meta = o.meta();
+                    (
+                        meta.namespace.clone().unwrap_or_default(),
+                        meta.name.clone().unwrap_or_default(),
+                        meta.resource_version.clone().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        }
+        let typed = [
+            (
+                "fusioninfer.io/v1alpha1",
+                "inferenceservices",
+                versions(&caches.services),
+            ),
+            (
+                "fusioninfer.io/v1alpha1",
+                "scaleviews",
+                versions(&caches.views),
+            ),
+            (
+                "resourcescalinggroup.com/v1",
+                "resourcescalinggroups",
+                versions(&caches.groups),
+            ),
+        ];
+        for (api_version, plural, cached) in typed {
+            if cached != self.versions(api_version, plural, None) {
+                return Some(plural.to_owned());
+            }
+        }
+        for watched in caches.watched() {
+            if watched.state() != tandem::reconcile::caches::WatchState::Listed {
+                continue;
+            }
+            let resource = &watched.resource;
+            let cached = versions(&watched.store);
+            if cached
+                != self.versions(
+                    &resource.api_version,
+                    &resource.plural,
+                    watched.selector.as_deref(),
+                )
+            {
+                return Some(format!("{} {:?}", resource.plural, watched.selector));
+            }
+        }
+        None
     }
 
     /// Makes the next `count` writes (any method but GET) whose path ends
@@ -1215,44 +1369,102 @@ fn lines(events: VecDeque<Value>) -> Vec<u8> {
 
 /// The kind a resource's objects have, for bookmarks and lists.
 fn kind_of(resource: &Resource) -> String {
-    const KINDS: [&str; 32] = [
-        "Pod",
-        "Service",
-        "Deployment",
-        "StatefulSet",
-        "ConfigMap",
-        "Secret",
-        "Role",
-        "RoleBinding",
-        "ServiceAccount",
-        "Event",
-        "Lease",
-        "Namespace",
-        "Node",
-        "ControllerRevision",
-        "LeaderWorkerSet",
-        "PodGroup",
-        "InferencePool",
-        "HTTPRoute",
-        "Gateway",
-        "GatewayClass",
-        "InferenceService",
-        "ScaleView",
-        "ResourceScalingGroup",
-        "RoleBasedGroup",
-        "CustomResourceDefinition",
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "PriorityClass",
-        "Queue",
-        "PodDisruptionBudget",
-    ];
     KINDS
         .iter()
         .find(|k| plural(k) == resource.plural)
         .map_or_else(|| resource.plural.clone(), |k| k.to_string())
+}
+
+/// Every kind this server knows by name.
+const KINDS: [&str; 32] = [
+    "Pod",
+    "Service",
+    "Deployment",
+    "StatefulSet",
+    "ConfigMap",
+    "Secret",
+    "Role",
+    "RoleBinding",
+    "ServiceAccount",
+    "Event",
+    "Lease",
+    "Namespace",
+    "Node",
+    "ControllerRevision",
+    "LeaderWorkerSet",
+    "PodGroup",
+    "InferencePool",
+    "HTTPRoute",
+    "Gateway",
+    "GatewayClass",
+    "InferenceService",
+    "ScaleView",
+    "ResourceScalingGroup",
+    "RoleBasedGroup",
+    "CustomResourceDefinition",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "Queue",
+    "PodDisruptionBudget",
+];
+
+/// API discovery (`GET /api/v1`, `GET /apis/{group}/{version}`): every kind
+/// this server stores is served in every group/version (it keeps any object
+/// it is given), less the APIs a test uninstalled, with a `/scale` for the
+/// kinds the API server gives one (Deployment, StatefulSet, and CRDs with a
+/// scale subresource: LeaderWorkerSet, ScaleView, and those of the stored
+/// CustomResourceDefinitions). Not every kind is in every group in a real
+/// cluster; Tandem asks only for the kinds it means, by group.
+fn discovery(state: &State, path: &str) -> Option<(StatusCode, Value)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let group_version = match parts.as_slice() {
+        ["api", version] => version.to_string(),
+        ["apis", group, version] => format!("{group}/{version}"),
+        _ => return None,
+    };
+    const SCALED: [&str; 4] = ["Deployment", "StatefulSet", "LeaderWorkerSet", "ScaleView"];
+    let mut resources: Vec<Value> = Vec::new();
+    let mut add = |kind: &str, plural: &str, scaled: bool| {
+        resources.push(json!({"name": plural, "singularName": kind.to_lowercase(), "namespaced": !CLUSTER_SCOPED.contains(&plural), "kind": kind, "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}));
+        if scaled {
+            resources.push(json!({"name": format!("{plural}/scale"), "singularName": "", "namespaced": true, "kind": "Scale", "group": "autoscaling", "version": "v1", "verbs": ["get", "patch", "update"]}));
+        }
+    };
+    for kind in KINDS {
+        let plural = plural(kind);
+        if !state.missing.contains(&plural) {
+            add(kind, &plural, SCALED.contains(&kind));
+        }
+    }
+    let (group, version) = group_version
+        .split_once('/')
+        .unwrap_or(("", &group_version));
+    for (resource, stored) in state.all() {
+        if resource.plural != "customresourcedefinitions" {
+            continue;
+        }
+        let spec = &stored.object["spec"];
+        let Some(served) = spec["versions"]
+            .as_array()
+            .and_then(|vs| vs.iter().find(|v| v["name"] == version))
+        else {
+            continue;
+        };
+        if spec["group"] == group {
+            add(
+                spec["names"]["kind"].as_str().unwrap_or_default(),
+                spec["names"]["plural"].as_str().unwrap_or_default(),
+                !served["subresources"]["scale"].is_null(),
+            );
+        }
+    }
+    Some((
+        StatusCode::OK,
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    ))
 }
 
 /// What one list or watch covers.
@@ -1324,6 +1536,11 @@ fn screen(state: &mut State, request: &Incoming) -> Result<Target, (StatusCode, 
                 request.path
             ),
         ));
+    }
+    if method == "GET"
+        && let Some(found) = discovery(state, &request.path)
+    {
+        return Err(found);
     }
     let Some(target) = target_of(&request.path) else {
         return Err(status(

@@ -1,0 +1,964 @@
+//! The process's informer caches: one kube-runtime reflector per kind (and
+//! label selection), started once and shared by the controllers (their
+//! triggers and their reads) and the admission lookups.
+//!
+//! - Tandem's kinds (InferenceService, ScaleView, ResourceScalingGroup) are
+//!   watched whole.
+//! - The kinds an InferenceService creates are watched through the label
+//!   `app.kubernetes.io/managed-by=tandem`, except the workloads a
+//!   ResourceScalingGroup may also bind (Deployment, StatefulSet,
+//!   LeaderWorkerSet), watched unselected: an object of theirs that Tandem
+//!   neither manages nor replicates is kept trimmed to its metadata and
+//!   replica counts ([`trim_workload`]).
+//! - Pods are watched in two label selections, those of services and those
+//!   of GroupReplication groups, trimmed to what the plans read ([`trim_pod`]).
+//! - A kind a group names that none of these covers (a RoleBasedGroup, a
+//!   template's kind) is watched from the first time it is read.
+//!
+//! `managedFields` and the last-applied annotation are dropped from every
+//! object before it is stored.
+//!
+//! Every event is also matched to the objects whose reconcile it concerns
+//! ([`Triggers`]): through owner references and labels, and through indexes
+//! updated from the same events (the views of a service, the groups that
+//! name an object), never by scanning a cache. An event whose object did not
+//! change in anything a plan reads (a new resourceVersion, a status Tandem
+//! itself wrote) triggers nothing.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::cluster::{Unserved, resource};
+use crate::admission::discovery::ScaleDiscovery;
+use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::plan::adapter;
+use crate::plan::children::{MANAGED_BY, MANAGER, SERVICE};
+use crate::plan::replication::NAME_LABEL;
+use crate::plan::service::CHILD_KINDS;
+
+/// The annotation that marks a cached object kept only in part (metadata and
+/// replica counts); set in the cache only, never written.
+pub const PARTIAL: &str = "tandem.fusioninfer.io/cached-in-part";
+
+/// The annotation `kubectl apply` keeps, dropped from every cached object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// How often a kind the cluster does not serve is looked up again, so a CRD
+/// installed after Tandem started is watched without a restart.
+const UNSERVED_RETRY: Duration = Duration::from_secs(60);
+
+/// How often, and how soon, a failed discovery of a kind watched from the
+/// start is tried again before the kind counts as not served for now.
+const DISCOVERY_TRIES: u32 = 10;
+const DISCOVERY_RETRY: Duration = Duration::from_millis(300);
+
+/// Workloads that both an InferenceService and a ResourceScalingGroup may
+/// use, watched whole and trimmed unless Tandem manages them.
+const WORKLOADS: [(&str, &str, &str); 3] = [
+    ("apps/v1", "Deployment", "deployments"),
+    ("apps/v1", "StatefulSet", "statefulsets"),
+    (
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
+    ),
+];
+
+/// A watch's identity: apiVersion, plural, label selector.
+type WatchKey = (String, String, Option<String>);
+
+/// Where a watch stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchState {
+    /// Started, not yet listed.
+    Listing,
+    /// Listed at least once; events keep the cache current.
+    Listed,
+    /// The API server refused the watch (403, 404) before it ever listed.
+    Refused(String),
+}
+
+/// One reflector over a kind of objects read as JSON.
+pub struct Watched {
+    pub resource: ApiResource,
+    /// The label selector of the watch, if any.
+    pub selector: Option<String>,
+    pub store: Store<DynamicObject>,
+    state: watch::Receiver<WatchState>,
+}
+
+impl Watched {
+    pub fn state(&self) -> WatchState {
+        self.state.borrow().clone()
+    }
+}
+
+/// Which objects of a kind a watch keeps, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trim {
+    /// Whole, less managedFields and the last-applied annotation.
+    Whole,
+    /// Trimmed to metadata and replica counts unless Tandem manages it.
+    Workload,
+    /// Trimmed to what the plans read of a pod.
+    Pod,
+}
+
+/// The controllers' queues and the indexes that map an event to them.
+#[derive(Default)]
+pub struct Triggers {
+    services: Mutex<Option<UnboundedSender<ObjectRef<InferenceService>>>>,
+    views: Mutex<Option<UnboundedSender<ObjectRef<ScaleView>>>>,
+    groups: Mutex<Option<UnboundedSender<ObjectRef<ResourceScalingGroup>>>>,
+    index: Mutex<Index>,
+}
+
+/// Who refers to whom, kept from watch events.
+#[derive(Default)]
+struct Index {
+    /// (namespace, service) -> the views that target it.
+    views_of_service: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, API group, kind, name) -> the groups that name it.
+    groups_naming: HashMap<(String, String, String, String), BTreeSet<String>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every guarded value is replaced whole or changed entry by entry, so a
+    // panic elsewhere cannot leave it half-written.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn send<K: Resource>(slot: &Mutex<Option<UnboundedSender<ObjectRef<K>>>>, to: ObjectRef<K>)
+where
+    K::DynamicType: Debug + Eq + std::hash::Hash + Clone,
+{
+    let mut slot = lock(slot);
+    if let Some(sender) = slot.as_ref()
+        && sender.unbounded_send(to).is_err()
+    {
+        // The controller stopped (leadership handed over).
+        *slot = None;
+    }
+}
+
+impl Triggers {
+    fn service(&self, namespace: &str, name: &str) {
+        send(&self.services, ObjectRef::new(name).within(namespace));
+    }
+
+    fn view(&self, namespace: &str, name: &str) {
+        send(&self.views, ObjectRef::new(name).within(namespace));
+    }
+
+    fn group(&self, namespace: &str, name: &str) {
+        send(&self.groups, ObjectRef::new(name).within(namespace));
+    }
+
+    /// The groups that name `group`/`kind` `name` in `namespace`.
+    fn groups_naming(&self, namespace: &str, api_group: &str, kind: &str, name: &str) {
+        let key = (
+            namespace.to_owned(),
+            api_group.to_owned(),
+            kind.to_owned(),
+            name.to_owned(),
+        );
+        let named: Vec<String> = lock(&self.index)
+            .groups_naming
+            .get(&key)
+            .map(|groups| groups.iter().cloned().collect())
+            .unwrap_or_default();
+        for group in named {
+            self.group(namespace, &group);
+        }
+    }
+
+    /// Replaces what a view contributes to the index.
+    fn index_view(&self, old: Option<&ScaleView>, new: Option<&ScaleView>) {
+        let mut index = lock(&self.index);
+        for (view, add) in [(old, false), (new, true)] {
+            let Some(view) = view else { continue };
+            let key = (
+                ResourceExt::namespace(view).unwrap_or_default(),
+                view.spec.target_ref.name.clone(),
+            );
+            let entry = index.views_of_service.entry(key.clone()).or_default();
+            if add {
+                entry.insert(view.name_any());
+            } else {
+                entry.remove(&view.name_any());
+                if entry.is_empty() {
+                    index.views_of_service.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Replaces what a group contributes to the index.
+    fn index_group(&self, old: Option<&ResourceScalingGroup>, new: Option<&ResourceScalingGroup>) {
+        let mut index = lock(&self.index);
+        for (group, add) in [(old, false), (new, true)] {
+            let Some(group) = group else { continue };
+            let namespace = ResourceExt::namespace(group).unwrap_or_default();
+            for target in &group.spec.target_resources {
+                let Some(object) = target.object() else {
+                    continue;
+                };
+                let key = (
+                    namespace.clone(),
+                    adapter::group_version(object.api_version).0.to_owned(),
+                    object.kind.to_owned(),
+                    object.name.to_owned(),
+                );
+                let entry = index.groups_naming.entry(key.clone()).or_default();
+                if add {
+                    entry.insert(group.name_any());
+                } else {
+                    entry.remove(&group.name_any());
+                    if entry.is_empty() {
+                        index.groups_naming.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn views_of(&self, namespace: &str, service: &str) -> Vec<String> {
+        lock(&self.index)
+            .views_of_service
+            .get(&(namespace.to_owned(), service.to_owned()))
+            .map(|views| views.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// A controller's queue of objects to reconcile, open while it runs.
+pub trait Queue: Resource<DynamicType = ()> + Sized {
+    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>>;
+}
+
+impl Queue for InferenceService {
+    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>> {
+        &triggers.services
+    }
+}
+
+impl Queue for ScaleView {
+    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>> {
+        &triggers.views
+    }
+}
+
+impl Queue for ResourceScalingGroup {
+    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>> {
+        &triggers.groups
+    }
+}
+
+/// The caches of one process.
+pub struct Caches {
+    client: Client,
+    pub discovery: ScaleDiscovery,
+    pub services: Store<InferenceService>,
+    pub views: Store<ScaleView>,
+    pub groups: Store<ResourceScalingGroup>,
+    typed: Vec<watch::Receiver<WatchState>>,
+    /// Kinds read as JSON, by (apiVersion, plural, selector).
+    kinds: Mutex<HashMap<WatchKey, Arc<Watched>>>,
+    /// Kinds the cluster did not serve when last looked up, and why.
+    unserved: Mutex<HashMap<(String, String), String>>,
+    /// The kinds watched from the start, by (apiVersion, kind).
+    initial: HashSet<(String, String)>,
+    /// How many of them API discovery has not answered for yet.
+    undiscovered: watch::Sender<usize>,
+    pub triggers: Arc<Triggers>,
+}
+
+/// The label selection of the pods of services.
+fn service_pods() -> String {
+    SERVICE.to_owned()
+}
+
+/// The label selection of the pods of GroupReplication groups.
+fn group_pods() -> String {
+    NAME_LABEL.to_owned()
+}
+
+/// The label selection of the objects Tandem manages.
+fn managed() -> String {
+    format!("{MANAGED_BY}={MANAGER}")
+}
+
+impl Caches {
+    /// Starts every watch (in the current tokio runtime); [`Caches::ready`]
+    /// says when they have listed. Kinds the cluster does not serve are
+    /// looked up again every minute.
+    pub fn start(client: Client) -> Arc<Caches> {
+        let triggers = Arc::new(Triggers::default());
+        let (services, services_state) = {
+            let triggers = triggers.clone();
+            reflect_typed::<InferenceService>(&client, move |old, new| {
+                on_service(&triggers, old, new)
+            })
+        };
+        let (views, views_state) = {
+            let triggers = triggers.clone();
+            reflect_typed::<ScaleView>(&client, move |old, new| on_view(&triggers, old, new))
+        };
+        let (groups, groups_state) = {
+            let triggers = triggers.clone();
+            reflect_typed::<ResourceScalingGroup>(&client, move |old, new| {
+                on_group(&triggers, old, new)
+            })
+        };
+        let mut wanted: Vec<(String, String, String, Option<String>, Trim)> = WORKLOADS
+            .iter()
+            .map(|(v, k, p)| {
+                (
+                    v.to_string(),
+                    k.to_string(),
+                    p.to_string(),
+                    None,
+                    Trim::Workload,
+                )
+            })
+            .collect();
+        for kind in &CHILD_KINDS {
+            if WORKLOADS.iter().any(|(_, k, _)| *k == kind.kind) {
+                continue;
+            }
+            wanted.push((
+                kind.api_version.to_owned(),
+                kind.kind.to_owned(),
+                kind.plural.to_owned(),
+                Some(managed()),
+                Trim::Whole,
+            ));
+        }
+        let initial: HashSet<(String, String)> = wanted
+            .iter()
+            .map(|(api_version, kind, ..)| (api_version.clone(), kind.clone()))
+            .chain([("v1".to_owned(), "Pod".to_owned())])
+            .collect();
+        let caches = Arc::new(Caches {
+            discovery: ScaleDiscovery::new(client.clone()),
+            client,
+            services,
+            views,
+            groups,
+            typed: vec![services_state, views_state, groups_state],
+            kinds: Mutex::default(),
+            unserved: Mutex::default(),
+            initial,
+            undiscovered: watch::Sender::new(wanted.len()),
+            triggers,
+        });
+        let pods = resource("v1", "Pod", "pods");
+        caches.watch(&pods, Some(service_pods()), Trim::Pod);
+        caches.watch(&pods, Some(group_pods()), Trim::Pod);
+        for (api_version, kind, plural, selector, trim) in wanted {
+            let caches_for_kind = caches.clone();
+            tokio::spawn(async move {
+                caches_for_kind
+                    .watch_when_served(&api_version, &kind, &plural, selector, trim)
+                    .await;
+            });
+        }
+        caches
+    }
+
+    /// Looks the kind up in API discovery (built-in kinds are always
+    /// served) and watches it once it is served.
+    async fn watch_when_served(
+        self: Arc<Self>,
+        api_version: &str,
+        kind: &str,
+        plural: &str,
+        selector: Option<String>,
+        trim: Trim,
+    ) {
+        let key = (api_version.to_owned(), kind.to_owned());
+        // Kinds of one group/version share a discovery request: while it is
+        // in flight the others are told it "has not answered yet", so a
+        // failure is tried again soon a few times before it counts.
+        let mut tries: u32 = 0;
+        loop {
+            let served = if adapter::builtin_has_scale(api_version, kind).is_some() {
+                Ok(Some(()))
+            } else {
+                self.discovery
+                    .resolve(api_version, kind)
+                    .await
+                    .map(|found| found.map(drop))
+            };
+            tries = tries.saturating_add(1);
+            let wait = match served {
+                Ok(Some(())) => {
+                    lock(&self.unserved).remove(&key);
+                    self.watch(&resource(api_version, kind, plural), selector, trim);
+                    self.discovered(tries);
+                    return;
+                }
+                Ok(None) => {
+                    lock(&self.unserved).insert(
+                        key.clone(),
+                        format!("the cluster does not serve {kind} in {api_version}"),
+                    );
+                    UNSERVED_RETRY
+                }
+                Err(_) if tries < DISCOVERY_TRIES => DISCOVERY_RETRY,
+                Err(reason) => {
+                    lock(&self.unserved).insert(key.clone(), reason);
+                    UNSERVED_RETRY
+                }
+            };
+            if wait == UNSERVED_RETRY {
+                self.discovered(tries);
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Counts a kind watched from the start as answered for, the first time.
+    fn discovered(&self, tries: u32) {
+        if tries <= DISCOVERY_TRIES {
+            self.undiscovered.send_if_modified(|n| {
+                let changed = *n > 0;
+                *n = n.saturating_sub(1);
+                changed
+            });
+        }
+    }
+
+    /// The watch of `resource` with `selector`, started if it was not.
+    fn watch(&self, resource: &ApiResource, selector: Option<String>, trim: Trim) -> Arc<Watched> {
+        let key = (
+            resource.api_version.clone(),
+            resource.plural.clone(),
+            selector.clone(),
+        );
+        let mut kinds = lock(&self.kinds);
+        if let Some(watched) = kinds.get(&key) {
+            return watched.clone();
+        }
+        let triggers = self.triggers.clone();
+        let kind = resource.kind.clone();
+        let group = resource.group.clone();
+        let (store, state) = reflect_dynamic(
+            &self.client,
+            resource,
+            selector.clone(),
+            trim,
+            move |old, new| on_object(&triggers, &group, &kind, old, new),
+        );
+        let watched = Arc::new(Watched {
+            resource: resource.clone(),
+            selector,
+            store,
+            state,
+        });
+        kinds.insert(key, watched.clone());
+        watched
+    }
+
+    /// Waits until API discovery has answered for every kind watched from
+    /// the start, and every cache started so far has listed or been refused.
+    pub async fn ready(&self) {
+        // An Err means the sender is gone with the caches: nothing to wait for.
+        let _ = self.undiscovered.subscribe().wait_for(|n| *n == 0).await;
+        let mut states: Vec<watch::Receiver<WatchState>> = self.typed.clone();
+        states.extend(lock(&self.kinds).values().map(|w| w.state.clone()));
+        for mut state in states {
+            // An Err means the reflector task ended (shutdown): nothing to wait for.
+            let _ = state.wait_for(|s| *s != WatchState::Listing).await;
+        }
+    }
+
+    /// Whether every cache started so far has listed or been refused.
+    pub fn is_ready(&self) -> bool {
+        *self.undiscovered.borrow() == 0
+            && self
+                .typed
+                .iter()
+                .map(|s| s.borrow().clone())
+                .chain(lock(&self.kinds).values().map(|w| w.state()))
+                .all(|s| s != WatchState::Listing)
+    }
+
+    /// Every JSON cache, for metrics and tests.
+    pub fn watched(&self) -> Vec<Arc<Watched>> {
+        let mut all: Vec<Arc<Watched>> = lock(&self.kinds).values().cloned().collect();
+        all.sort_by(|a, b| {
+            (&a.resource.api_version, &a.resource.plural, &a.selector).cmp(&(
+                &b.resource.api_version,
+                &b.resource.plural,
+                &b.selector,
+            ))
+        });
+        all
+    }
+
+    /// The cache that holds the objects of `resource` with every label of
+    /// `labels`: the kind's unselected watch, else one whose selector
+    /// `labels` implies. A kind watched in neither way is watched from now
+    /// on, unselected and trimmed as a workload; None until it has listed.
+    pub fn cache_for(
+        &self,
+        resource: &ApiResource,
+        labels: &[(&str, &str)],
+    ) -> Result<Option<Arc<Watched>>, Unserved> {
+        if let Some(reason) =
+            lock(&self.unserved).get(&(resource.api_version.clone(), resource.kind.clone()))
+        {
+            return Err(Unserved {
+                kind: resource.kind.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let found = {
+            let kinds = lock(&self.kinds);
+            let selected = |selector: &Option<String>| match selector.as_deref() {
+                None => true,
+                Some(selector) => labels
+                    .iter()
+                    .any(|(key, value)| selector == *key || selector == format!("{key}={value}")),
+            };
+            kinds
+                .values()
+                .filter(|w| {
+                    w.resource.api_version == resource.api_version
+                        && w.resource.plural == resource.plural
+                        && selected(&w.selector)
+                })
+                .min_by_key(|w| w.selector.is_some())
+                .cloned()
+        };
+        let watched = match found {
+            Some(watched) => watched,
+            // Watched from the start once discovery answers.
+            None if self
+                .initial
+                .contains(&(resource.api_version.clone(), resource.kind.clone())) =>
+            {
+                return Ok(None);
+            }
+            None => self.watch(resource, None, Trim::Workload),
+        };
+        match watched.state() {
+            WatchState::Listed => Ok(Some(watched)),
+            WatchState::Listing => Ok(None),
+            WatchState::Refused(reason) => Err(Unserved {
+                kind: resource.kind.clone(),
+                reason,
+            }),
+        }
+    }
+
+    /// The objects of a cache in `namespace` with every label of `labels`,
+    /// as JSON with their apiVersion and kind, sorted by name.
+    pub fn objects(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Value> {
+        let mut found: Vec<Value> = watched
+            .store
+            .state()
+            .into_iter()
+            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|o| {
+                labels
+                    .iter()
+                    .all(|(key, value)| o.labels().get(*key).map(String::as_str) == Some(*value))
+            })
+            .filter_map(|o| as_json(&o, &watched.resource))
+            .collect();
+        found.sort_by(|a, b| {
+            a["metadata"]["name"]
+                .as_str()
+                .cmp(&b["metadata"]["name"].as_str())
+        });
+        found
+    }
+
+    /// Opens the queue of controller `K`: every event that concerns one of
+    /// its objects is sent to it from now on, and every object cached now
+    /// is sent first (a controller that starts late, on taking the Lease,
+    /// looks at everything once).
+    pub fn queue<K>(&self, store: &Store<K>) -> UnboundedReceiver<ObjectRef<K>>
+    where
+        K: Queue + Clone + 'static,
+    {
+        let (sender, receiver) = unbounded();
+        *lock(K::slot(&self.triggers)) = Some(sender.clone());
+        for object in store.state() {
+            // The receiver is held right here, so the send cannot fail.
+            let _ = sender.unbounded_send(ObjectRef::from_obj(object.as_ref()));
+        }
+        receiver
+    }
+
+    /// Closes the queue of controller `K`.
+    pub fn close<K: Queue>(&self) {
+        *lock(K::slot(&self.triggers)) = None;
+    }
+}
+
+/// A cached object as JSON, with its apiVersion and kind (list and watch
+/// items may come without them).
+pub fn as_json(object: &DynamicObject, resource: &ApiResource) -> Option<Value> {
+    let mut value = serde_json::to_value(object).ok()?;
+    value["apiVersion"] = json!(resource.api_version);
+    value["kind"] = json!(resource.kind);
+    Some(value)
+}
+
+/// Drops what no plan reads from any object's metadata.
+fn trim_metadata(meta: &mut kube::api::ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps of a pod what the plans read: its node, phase, conditions and
+/// container states (restarts, waiting reasons).
+fn trim_pod(pod: &mut DynamicObject) {
+    let data = &pod.data;
+    let mut kept = json!({"spec": {}, "status": {}});
+    if let Some(node) = data.pointer("/spec/nodeName") {
+        kept["spec"]["nodeName"] = node.clone();
+    }
+    for field in [
+        "phase",
+        "conditions",
+        "containerStatuses",
+        "initContainerStatuses",
+    ] {
+        if let Some(value) = data["status"].get(field) {
+            kept["status"][field] = value.clone();
+        }
+    }
+    pod.data = kept;
+}
+
+/// Whether Tandem manages or replicates a workload, so its whole object
+/// matters.
+fn tandem_workload(object: &DynamicObject) -> bool {
+    let labels = object.labels();
+    labels.get(MANAGED_BY).map(String::as_str) == Some(MANAGER) || labels.contains_key(NAME_LABEL)
+}
+
+/// Keeps of a workload Tandem does not manage its metadata and replica
+/// counts, and marks it [`PARTIAL`].
+fn trim_workload(object: &mut DynamicObject) {
+    if tandem_workload(object) {
+        return;
+    }
+    let data = &object.data;
+    let mut kept = json!({});
+    if let Some(replicas) = data.pointer("/spec/replicas") {
+        kept["spec"]["replicas"] = replicas.clone();
+    }
+    if let Some(roles) = data.pointer("/spec/roles").and_then(Value::as_array) {
+        kept["spec"]["roles"] = Value::Array(
+            roles
+                .iter()
+                .map(|r| json!({"name": r["name"], "replicas": r["replicas"]}))
+                .collect(),
+        );
+    }
+    for field in ["replicas", "readyReplicas"] {
+        if let Some(value) = data["status"].get(field) {
+            kept["status"][field] = value.clone();
+        }
+    }
+    object.data = kept;
+    object
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(PARTIAL.to_owned(), "true".to_owned());
+}
+
+/// Whether `new` differs from `old` in anything but its resourceVersion (and
+/// `status`, when `with_status` is false, except the fields in `kept`).
+pub fn changed<K: Serialize>(old: Option<&K>, new: Option<&K>, with_status: bool) -> bool {
+    changed_keeping(old, new, with_status, &[])
+}
+
+fn changed_keeping<K: Serialize>(
+    old: Option<&K>,
+    new: Option<&K>,
+    with_status: bool,
+    kept: &[&str],
+) -> bool {
+    let seen = |object: &K| {
+        let mut value = serde_json::to_value(object).unwrap_or_default();
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
+        if !with_status && let Some(map) = value.as_object_mut() {
+            let status = map.remove("status");
+            for field in kept {
+                if let Some(v) = status.as_ref().and_then(|s| s.get(*field)) {
+                    value["status"][*field] = v.clone();
+                }
+            }
+        }
+        value
+    };
+    match (old, new) {
+        (Some(old), Some(new)) => seen(old) != seen(new),
+        _ => true,
+    }
+}
+
+fn on_service(triggers: &Triggers, old: Option<&InferenceService>, new: Option<&InferenceService>) {
+    let Some(object) = new.or(old) else { return };
+    let (namespace, name) = (
+        ResourceExt::namespace(object).unwrap_or_default(),
+        object.name_any(),
+    );
+    // Its own status is written by the reconcile; only the locks that the
+    // ScaleView controller writes there concern it.
+    if changed_keeping(old, new, false, &["scaleViews"]) {
+        triggers.service(&namespace, &name);
+    }
+    if changed(old, new, true) {
+        for view in triggers.views_of(&namespace, &name) {
+            triggers.view(&namespace, &view);
+        }
+        triggers.groups_naming(&namespace, "fusioninfer.io", "InferenceService", &name);
+    }
+}
+
+fn on_view(triggers: &Triggers, old: Option<&ScaleView>, new: Option<&ScaleView>) {
+    let Some(object) = new.or(old) else { return };
+    let (namespace, name) = (
+        ResourceExt::namespace(object).unwrap_or_default(),
+        object.name_any(),
+    );
+    triggers.index_view(old, new);
+    if changed(old, new, false) {
+        triggers.view(&namespace, &name);
+    }
+    if changed(old, new, true) {
+        // A view that goes, or moves to another target, may leave a lock.
+        for view in [old, new].into_iter().flatten() {
+            triggers.service(&namespace, &view.spec.target_ref.name);
+        }
+        triggers.groups_naming(&namespace, "fusioninfer.io", "ScaleView", &name);
+    }
+}
+
+fn on_group(
+    triggers: &Triggers,
+    old: Option<&ResourceScalingGroup>,
+    new: Option<&ResourceScalingGroup>,
+) {
+    let Some(object) = new.or(old) else { return };
+    triggers.index_group(old, new);
+    if changed(old, new, false) {
+        triggers.group(
+            &ResourceExt::namespace(object).unwrap_or_default(),
+            &object.name_any(),
+        );
+    }
+}
+
+fn on_object(
+    triggers: &Triggers,
+    api_group: &str,
+    kind: &str,
+    old: Option<&DynamicObject>,
+    new: Option<&DynamicObject>,
+) {
+    if !changed(old, new, true) {
+        return;
+    }
+    let Some(object) = new.or(old) else { return };
+    let namespace = ResourceExt::namespace(object).unwrap_or_default();
+    let labels = object.labels();
+    if let Some(service) = labels.get(SERVICE)
+        && kind == "Pod"
+    {
+        triggers.service(&namespace, service);
+    }
+    for owner in object.owner_references() {
+        if owner.kind == "InferenceService" && owner.api_version.starts_with("fusioninfer.io/") {
+            triggers.service(&namespace, &owner.name);
+        }
+    }
+    if let Some(group) = labels.get(NAME_LABEL) {
+        triggers.group(&namespace, group);
+    }
+    triggers.groups_naming(&namespace, api_group, kind, &object.name_any());
+}
+
+/// Starts a reflector of a typed kind, watched whole.
+fn reflect_typed<K>(
+    client: &Client,
+    on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
+) -> (Store<K>, watch::Receiver<WatchState>)
+where
+    K: Resource<DynamicType = ()>
+        + kube::runtime::reflector::Lookup<DynamicType = ()>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let writer = Writer::<K>::new(());
+    let store = writer.as_reader();
+    let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let state = run_reflector(
+        stream,
+        writer,
+        |object: &mut K| trim_metadata(object.meta_mut()),
+        on_change,
+        (),
+        <K as Resource>::kind(&()).into_owned(),
+    );
+    (store, state)
+}
+
+/// Starts a reflector of a kind read as JSON.
+fn reflect_dynamic(
+    client: &Client,
+    resource: &ApiResource,
+    selector: Option<String>,
+    trim: Trim,
+    on_change: impl Fn(Option<&DynamicObject>, Option<&DynamicObject>) + Send + 'static,
+) -> (Store<DynamicObject>, watch::Receiver<WatchState>) {
+    let writer = Writer::<DynamicObject>::new(resource.clone());
+    let store = writer.as_reader();
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &selector {
+        config = config.labels(selector);
+    }
+    let stream = watcher(
+        Api::<DynamicObject>::all_with(client.clone(), resource),
+        config,
+    )
+    .default_backoff()
+    .boxed();
+    let state = run_reflector(
+        stream,
+        writer,
+        move |object: &mut DynamicObject| {
+            trim_metadata(&mut object.metadata);
+            match trim {
+                Trim::Whole => {}
+                Trim::Workload => trim_workload(object),
+                Trim::Pod => trim_pod(object),
+            }
+        },
+        on_change,
+        resource.clone(),
+        resource.kind.clone(),
+    );
+    (store, state)
+}
+
+/// Drives a watch into a store: trims each object, keeps the store, and
+/// calls `on_change(old, new)` for every object added (old None), changed
+/// or deleted (new None), re-lists included.
+fn run_reflector<K>(
+    mut stream: futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    mut writer: Writer<K>,
+    trim: impl Fn(&mut K) + Send + 'static,
+    on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
+    dyntype: <K as kube::runtime::reflector::Lookup>::DynamicType,
+    kind: String,
+) -> watch::Receiver<WatchState>
+where
+    K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,
+    <K as kube::runtime::reflector::Lookup>::DynamicType:
+        Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    let (state, receiver) = watch::channel(WatchState::Listing);
+    let reader = writer.as_reader();
+    tokio::spawn(async move {
+        let mut relisted: HashSet<ObjectRef<K>> = HashSet::new();
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event.modify(&trim),
+                Err(error) => {
+                    let refused = match &error {
+                        watcher::Error::InitialListFailed(kube::Error::Api(status))
+                        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+                            if matches!(status.code, 403 | 404) =>
+                        {
+                            Some(format!("{} ({})", status.message, status.code))
+                        }
+                        _ => None,
+                    };
+                    tracing::warn!(%error, kind, "cache watch failed; retrying");
+                    if let Some(reason) = refused {
+                        state.send_if_modified(|s| {
+                            let first = *s == WatchState::Listing;
+                            if first {
+                                *s = WatchState::Refused(reason);
+                            }
+                            first
+                        });
+                    }
+                    continue;
+                }
+            };
+            let key = |object: &K| object.to_object_ref(dyntype.clone());
+            match &event {
+                watcher::Event::Init => relisted.clear(),
+                watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
+                    if matches!(event, watcher::Event::InitApply(_)) {
+                        relisted.insert(key(object));
+                    }
+                    let old = reader.get(&key(object));
+                    writer.apply_watcher_event(&event);
+                    on_change(old.as_deref(), Some(object));
+                    continue;
+                }
+                watcher::Event::Delete(object) => {
+                    let old = reader.get(&key(object));
+                    writer.apply_watcher_event(&event);
+                    on_change(Some(old.as_deref().unwrap_or(object)), None);
+                    continue;
+                }
+                watcher::Event::InitDone => {
+                    let gone: Vec<Arc<K>> = reader
+                        .state()
+                        .into_iter()
+                        .filter(|o| !relisted.contains(&key(o)))
+                        .collect();
+                    writer.apply_watcher_event(&event);
+                    for object in gone {
+                        on_change(Some(&object), None);
+                    }
+                    relisted.clear();
+                    state.send_if_modified(|s| {
+                        let first = *s != WatchState::Listed;
+                        *s = WatchState::Listed;
+                        first
+                    });
+                    continue;
+                }
+            }
+            writer.apply_watcher_event(&event);
+        }
+    });
+    receiver
+}

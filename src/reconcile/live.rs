@@ -1,0 +1,300 @@
+//! The cluster as the controllers see it: reads from the process's informer
+//! caches ([`Caches`]), writes through kube-rs.
+//!
+//! The API server is read only where a cache cannot answer, each said where
+//! it happens: an object the cache keeps in part (a workload Tandem neither
+//! manages nor replicates, read whole as a GroupReplication template); the
+//! `/scale` of a kind found through discovery (where its replicas are kept
+//! is in its CustomResourceDefinition, which Tandem does not watch); and a
+//! kind first read a moment ago, whose cache has not listed yet.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::FIELD_MANAGER;
+use super::caches::{Caches, PARTIAL, as_json};
+use super::cluster::{Cluster, Part, Series, Unserved, Written};
+use crate::admission::discovery::Discovered;
+use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::plan::adapter;
+
+/// kube-rs writes and cached reads.
+pub struct Live {
+    pub client: Client,
+    pub caches: Arc<Caches>,
+    reporter: Reporter,
+    recorder: Recorder,
+}
+
+impl Live {
+    pub fn new(client: Client, caches: Arc<Caches>, reporter: Reporter) -> Live {
+        Live {
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            client,
+            caches,
+            reporter,
+        }
+    }
+
+    fn api(&self, resource: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, resource)
+    }
+
+    /// Tandem's own kinds come from their typed caches, as JSON; None for
+    /// any other kind.
+    fn typed(&self, resource: &ApiResource, namespace: &str, name: &str) -> Option<Option<Value>> {
+        match (resource.group.as_str(), resource.kind.as_str()) {
+            ("fusioninfer.io", "InferenceService") => Some(
+                self.service(namespace, name)
+                    .and_then(|s| serde_json::to_value(s.as_ref()).ok()),
+            ),
+            ("fusioninfer.io", "ScaleView") => Some(
+                self.scale_view(namespace, name)
+                    .and_then(|v| serde_json::to_value(v.as_ref()).ok()),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// A Scale as the API server answers `/scale` for a workload whose replicas
+/// are at `.spec.replicas` (every kind of the adapter table scaled through
+/// it), from its cached object.
+fn scale_of(object: &Value) -> Value {
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"]},
+        "spec": {"replicas": object["spec"]["replicas"]},
+        "status": {"replicas": object["status"]["replicas"]},
+    })
+}
+
+impl Cluster for Live {
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<InferenceService>> {
+        self.caches
+            .services
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn scale_view(&self, namespace: &str, name: &str) -> Option<Arc<ScaleView>> {
+        self.caches
+            .views
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn groups(&self, namespace: &str) -> Vec<Arc<ResourceScalingGroup>> {
+        let mut groups: Vec<Arc<ResourceScalingGroup>> = self
+            .caches
+            .groups
+            .state()
+            .into_iter()
+            .filter(|g| g.metadata.namespace.as_deref() == Some(namespace))
+            .collect();
+        groups.sort_by_key(|g| g.name_any());
+        groups
+    }
+
+    fn list(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<Vec<Value>, Unserved> {
+        match self.caches.cache_for(resource, labels)? {
+            Some(watched) => Ok(Caches::objects(&watched, namespace, labels)),
+            // Started a moment ago: the reconcile that started it is told
+            // the kind is not readable yet and is triggered again when the
+            // cache lists it.
+            None => Err(Unserved {
+                kind: resource.kind.clone(),
+                reason: "its cache is still listing".to_owned(),
+            }),
+        }
+    }
+
+    fn get<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        async move {
+            if let Some(found) = self.typed(resource, namespace, name) {
+                return Ok(found);
+            }
+            let cached = match self.caches.cache_for(resource, &[]) {
+                Err(_) => return Ok(None),
+                Ok(Some(watched)) => Some(
+                    watched
+                        .store
+                        .get(&ObjectRef::new_with(name, resource.clone()).within(namespace)),
+                ),
+                Ok(None) => None,
+            };
+            match cached {
+                Some(None) => Ok(None),
+                Some(Some(object)) if !object.annotations().contains_key(PARTIAL) => {
+                    Ok(as_json(&object, resource))
+                }
+                // Kept in part, or not listed yet: the API server has it whole.
+                _ => Ok(self
+                    .api(resource, namespace)
+                    .get_opt(name)
+                    .await?
+                    .and_then(|o| as_json(&o, resource))),
+            }
+        }
+        .boxed()
+    }
+
+    fn workload<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        async move {
+            if let Some(found) = self.typed(resource, namespace, name) {
+                return Ok(found);
+            }
+            match self.caches.cache_for(resource, &[]) {
+                Err(_) => Ok(None),
+                Ok(Some(watched)) => Ok(watched
+                    .store
+                    .get(&ObjectRef::new_with(name, resource.clone()).within(namespace))
+                    .and_then(|o| as_json(&o, resource))),
+                // Not listed yet: the API server answers this once.
+                Ok(None) => Ok(self
+                    .api(resource, namespace)
+                    .get_opt(name)
+                    .await?
+                    .and_then(|o| as_json(&o, resource))),
+            }
+        }
+        .boxed()
+    }
+
+    fn scale<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        async move {
+            let at_spec_replicas = adapter::known(&resource.api_version, &resource.kind)
+                .is_some_and(|k| k.via == adapter::Via::Scale);
+            if at_spec_replicas {
+                if let Some(found) = self.typed(resource, namespace, name) {
+                    return Ok(found.as_ref().map(scale_of));
+                }
+                if let Ok(Some(watched)) = self.caches.cache_for(resource, &[]) {
+                    let object = watched
+                        .store
+                        .get(&ObjectRef::new_with(name, resource.clone()).within(namespace));
+                    return Ok(object
+                        .and_then(|o| as_json(&o, resource))
+                        .as_ref()
+                        .map(scale_of));
+                }
+            }
+            // A kind found through discovery, or one whose cache has not
+            // listed yet: the API server answers for its /scale.
+            match self.api(resource, namespace).get_scale(name).await {
+                Ok(scale) => Ok(serde_json::to_value(scale).ok()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Discovered>, String>> {
+        self.caches.discovery.resolve(api_version, kind).boxed()
+    }
+
+    fn apply<'a>(&'a self, resource: &'a ApiResource, object: &'a Value) -> Written<'a> {
+        async move {
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            self.api(resource, namespace)
+                .patch(name, &params, &Patch::Apply(object))
+                .await
+                .map(drop)
+        }
+        .boxed()
+    }
+
+    fn delete<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> Written<'a> {
+        async move {
+            self.api(resource, namespace)
+                .delete(name, &DeleteParams::background())
+                .await
+                .map(drop)
+        }
+        .boxed()
+    }
+
+    fn patch<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+        part: Part,
+        patch: &'a Patch<Value>,
+    ) -> Written<'a> {
+        async move {
+            let api = self.api(resource, namespace);
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            match part {
+                Part::Object => api.patch(name, &params, patch).await.map(drop),
+                Part::Status => api.patch_status(name, &params, patch).await.map(drop),
+                Part::Scale => api.patch_scale(name, &params, patch).await.map(drop),
+            }
+        }
+        .boxed()
+    }
+
+    fn record<'a>(
+        &'a self,
+        regarding: &'a ObjectReference,
+        event: &'a Event,
+        series: Series,
+    ) -> BoxFuture<'a, ()> {
+        async move {
+            let published = match series {
+                Series::Fold => self.recorder.publish(event, regarding).await,
+                Series::Own => {
+                    Recorder::new(self.client.clone(), self.reporter.clone())
+                        .publish(event, regarding)
+                        .await
+                }
+            };
+            if let Err(e) = published {
+                tracing::warn!(error = %e, reason = event.reason, "could not record an event");
+            }
+        }
+        .boxed()
+    }
+}

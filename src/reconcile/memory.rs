@@ -1,0 +1,508 @@
+//! The world of `tandem render` as a [`Cluster`]: objects held in memory,
+//! read as given and changed at once by every write, so the reconcile
+//! functions the controllers run can run here too.
+//!
+//! Where this world and an API server could differ, the rule followed:
+//! - Server-side apply: an applied object that carries owner references is
+//!   Tandem's whole (it created it), so it replaces what was there, keeping
+//!   the status; any other applied object (labels on a GroupReplication
+//!   template, the bookkeeping on a foreign object) is merged into it, maps
+//!   field by field and lists and scalars replaced. A real API server tracks
+//!   field ownership instead; both give the same object when Tandem is the
+//!   only writer of what it applies.
+//! - A new spec is a new generation (as the API server counts it) when the
+//!   object has a status that could name the old one.
+//! - A merge patch's `metadata.resourceVersion` is a precondition, and there
+//!   is no concurrency here, so it always holds and is not written.
+//! - `/status` takes only `status`, the object only the rest, `/scale`
+//!   writes the replicas where the kind keeps them (the adapter table,
+//!   Kubernetes' own kinds, else the world's CustomResourceDefinition).
+//! - Every kind is served: API discovery is answered from the adapter table,
+//!   Kubernetes' own kinds and the world's CustomResourceDefinitions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ApiResource, Patch};
+use kube::runtime::events::Event;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found};
+use crate::admission::discovery::Discovered;
+use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::plan::adapter;
+
+/// An object's identity in the world.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectKey {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn of(object: &Value) -> ObjectKey {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        ObjectKey {
+            api_version: text(&object["apiVersion"]),
+            kind: text(&object["kind"]),
+            namespace: text(&object["metadata"]["namespace"]),
+            name: text(&object["metadata"]["name"]),
+        }
+    }
+
+    /// Whether this is an object of `resource`, whatever version its
+    /// apiVersion is written with (an API server serves every version).
+    fn is(&self, resource: &ApiResource) -> bool {
+        self.kind == resource.kind && adapter::group_version(&self.api_version).0 == resource.group
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// An Event the reconcilers recorded: on what, its reason and note.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub regarding: ObjectReference,
+    pub warning: bool,
+    pub reason: String,
+    pub note: Option<String>,
+}
+
+/// What the world holds and what was done to it.
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<ObjectKey, Value>,
+    /// Objects written since the start, still there.
+    touched: BTreeSet<ObjectKey>,
+    /// Objects deleted since the start.
+    deleted: BTreeSet<ObjectKey>,
+    /// How many writes changed something.
+    changes: u64,
+    events: Vec<Recorded>,
+}
+
+impl State {
+    fn key(&self, resource: &ApiResource, namespace: &str, name: &str) -> Option<ObjectKey> {
+        self.objects
+            .keys()
+            .find(|k| k.is(resource) && k.namespace == namespace && k.name == name)
+            .cloned()
+    }
+
+    fn typed<K: DeserializeOwned>(
+        &self,
+        api_group: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<K> {
+        self.objects
+            .iter()
+            .find(|(k, _)| {
+                k.kind == kind
+                    && adapter::group_version(&k.api_version).0 == api_group
+                    && k.namespace == namespace
+                    && k.name == name
+            })
+            .and_then(|(_, o)| serde_json::from_value(o.clone()).ok())
+    }
+
+    fn crds(&self) -> impl Iterator<Item = &Value> {
+        self.objects
+            .values()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+    }
+
+    /// Stores `object` under `key`, noting a change if it is one.
+    fn put(&mut self, key: ObjectKey, object: Value) {
+        if self.objects.get(&key) != Some(&object) {
+            self.changes = self.changes.saturating_add(1);
+            self.objects.insert(key.clone(), object);
+            self.deleted.remove(&key);
+            self.touched.insert(key);
+        }
+    }
+
+    /// Where an object scaled through `/scale` keeps its replicas, and what
+    /// an unset field means.
+    fn scale_field(&self, api_version: &str, kind: &str) -> Result<(String, i32), String> {
+        if let Some(known) = adapter::known(api_version, kind) {
+            return Ok((adapter::SPEC_REPLICAS.to_owned(), known.unset));
+        }
+        match adapter::builtin_has_scale(api_version, kind) {
+            Some(true) => return Ok((adapter::SPEC_REPLICAS.to_owned(), 1)),
+            Some(false) => return Err(format!("{kind} ({api_version}) has no scale subresource")),
+            None => {}
+        }
+        match self
+            .crds()
+            .find_map(|crd| adapter::crd_scale(crd, api_version, kind))
+        {
+            Some(Some(path)) => Ok((path, 0)),
+            Some(None) => Err(format!("{kind} ({api_version}) has no scale subresource")),
+            None => Err(format!(
+                "{kind} ({api_version}): the world has no CustomResourceDefinition for it"
+            )),
+        }
+    }
+}
+
+/// Merges what server-side apply sends into an object: maps field by field,
+/// lists and scalars replaced.
+fn merge_applied(object: &mut Value, applied: &Value) {
+    match (object, applied) {
+        (Value::Object(object), Value::Object(applied)) => {
+            for (key, value) in applied {
+                merge_applied(object.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (object, applied) => *object = applied.clone(),
+    }
+}
+
+/// A write the world cannot take, answered as the API server would.
+fn invalid(reason: String) -> kube::Error {
+    kube::Error::Api(Box::new(kube::core::Status {
+        status: Some(kube::core::response::StatusSummary::Failure),
+        message: reason,
+        reason: "Invalid".to_owned(),
+        code: 422,
+        ..Default::default()
+    }))
+}
+
+/// The objects of a `render` and what the reconcilers did to them.
+#[derive(Default)]
+pub struct Memory {
+    state: Mutex<State>,
+}
+
+impl Memory {
+    pub fn new(objects: BTreeMap<ObjectKey, Value>) -> Memory {
+        Memory {
+            state: Mutex::new(State {
+                objects,
+                ..State::default()
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every write finishes its change before it lets go: a panic
+        // elsewhere cannot leave the world half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many writes changed something so far.
+    pub fn changes(&self) -> u64 {
+        self.state().changes
+    }
+
+    /// The keys of the objects of `api_version` `kind`, sorted.
+    pub fn keys(&self, api_version: &str, kind: &str) -> Vec<ObjectKey> {
+        self.state()
+            .objects
+            .keys()
+            .filter(|k| k.api_version == api_version && k.kind == kind)
+            .cloned()
+            .collect()
+    }
+
+    /// One object as it is now.
+    pub fn object(&self, key: &ObjectKey) -> Option<Value> {
+        self.state().objects.get(key).cloned()
+    }
+
+    /// Notes `key` as written (admission changed it).
+    pub fn touch(&self, key: ObjectKey) {
+        self.state().touched.insert(key);
+    }
+
+    /// The objects written and still there, sorted, and the keys deleted.
+    pub fn outcome(&self) -> (Vec<Value>, BTreeSet<ObjectKey>) {
+        let state = self.state();
+        let written = state
+            .touched
+            .iter()
+            .filter_map(|k| state.objects.get(k).cloned())
+            .collect();
+        (written, state.deleted.clone())
+    }
+
+    /// The Events recorded so far.
+    pub fn events(&self) -> Vec<Recorded> {
+        self.state().events.clone()
+    }
+}
+
+impl Cluster for Memory {
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<InferenceService>> {
+        self.state()
+            .typed("fusioninfer.io", "InferenceService", namespace, name)
+            .map(Arc::new)
+    }
+
+    fn scale_view(&self, namespace: &str, name: &str) -> Option<Arc<ScaleView>> {
+        self.state()
+            .typed("fusioninfer.io", "ScaleView", namespace, name)
+            .map(Arc::new)
+    }
+
+    fn groups(&self, namespace: &str) -> Vec<Arc<ResourceScalingGroup>> {
+        self.state()
+            .objects
+            .iter()
+            .filter(|(k, _)| {
+                k.kind == "ResourceScalingGroup"
+                    && adapter::group_version(&k.api_version).0 == "resourcescalinggroup.com"
+                    && k.namespace == namespace
+            })
+            .filter_map(|(_, o)| serde_json::from_value(o.clone()).ok().map(Arc::new))
+            .collect()
+    }
+
+    fn list(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<Vec<Value>, Unserved> {
+        Ok(self
+            .state()
+            .objects
+            .iter()
+            .filter(|(k, _)| k.is(resource) && k.namespace == namespace)
+            .filter(|(_, o)| {
+                labels
+                    .iter()
+                    .all(|(key, value)| o["metadata"]["labels"][*key] == *value)
+            })
+            .map(|(_, o)| o.clone())
+            .collect())
+    }
+
+    fn get<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        let state = self.state();
+        let found = state
+            .key(resource, namespace, name)
+            .and_then(|k| state.objects.get(&k).cloned());
+        futures::future::ready(Ok(found)).boxed()
+    }
+
+    fn workload<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        self.get(resource, namespace, name)
+    }
+
+    fn scale<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
+        let state = self.state();
+        let answer = match state.key(resource, namespace, name) {
+            None => Ok(None),
+            Some(key) => state
+                .scale_field(&resource.api_version, &resource.kind)
+                .and_then(|(path, unset)| {
+                    adapter::object_replicas(&state.objects[&key], &path, unset)
+                })
+                .map(|replicas| {
+                    Some(json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"replicas": replicas}}))
+                })
+                .map_err(invalid),
+        };
+        futures::future::ready(answer).boxed()
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Discovered>, String>> {
+        let state = self.state();
+        let (group, version) = adapter::group_version(api_version);
+        let found = match adapter::builtin_has_scale(api_version, kind) {
+            Some(has_scale) => Some(Discovered {
+                plural: format!("{}s", kind.to_lowercase()),
+                has_scale,
+            }),
+            None => state.crds().find_map(|crd| {
+                let spec = &crd["spec"];
+                let served = spec["group"] == group
+                    && spec["names"]["kind"] == kind
+                    && spec["versions"]
+                        .as_array()
+                        .is_some_and(|vs| vs.iter().any(|v| v["name"] == version));
+                served.then(|| Discovered {
+                    plural: spec["names"]["plural"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    has_scale: matches!(adapter::crd_scale(crd, api_version, kind), Some(Some(_))),
+                })
+            }),
+        };
+        futures::future::ready(Ok(found)).boxed()
+    }
+
+    fn apply<'a>(&'a self, _resource: &'a ApiResource, object: &'a Value) -> Written<'a> {
+        let mut state = self.state();
+        let key = ObjectKey::of(object);
+        let whole = object["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|owners| !owners.is_empty());
+        let next = match state.objects.get(&key) {
+            None => object.clone(),
+            Some(existing) => {
+                let mut next = if whole {
+                    object.clone()
+                } else {
+                    let mut merged = existing.clone();
+                    merge_applied(&mut merged, object);
+                    merged
+                };
+                if let Some(status) = existing.get("status") {
+                    next["status"] = status.clone();
+                    if existing.get("spec") != next.get("spec") {
+                        let generation = existing["metadata"]["generation"].as_i64().unwrap_or(1);
+                        let Some(newer) = generation.checked_add(1) else {
+                            return futures::future::ready(Err(invalid(format!(
+                                "{key}: metadata.generation: {generation} is the largest generation there is; a changed spec cannot get a new one"
+                            ))))
+                            .boxed();
+                        };
+                        next["metadata"]["generation"] = json!(newer);
+                    }
+                }
+                next
+            }
+        };
+        state.put(key, next);
+        futures::future::ready(Ok(())).boxed()
+    }
+
+    fn delete<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> Written<'a> {
+        let mut state = self.state();
+        let answer = match state.key(resource, namespace, name) {
+            None => Err(not_found(resource, name)),
+            Some(key) => {
+                state.objects.remove(&key);
+                state.touched.remove(&key);
+                state.deleted.insert(key);
+                state.changes = state.changes.saturating_add(1);
+                Ok(())
+            }
+        };
+        futures::future::ready(answer).boxed()
+    }
+
+    fn patch<'a>(
+        &'a self,
+        resource: &'a ApiResource,
+        namespace: &'a str,
+        name: &'a str,
+        part: Part,
+        patch: &'a Patch<Value>,
+    ) -> Written<'a> {
+        let mut state = self.state();
+        let answer = (|| {
+            let key = state
+                .key(resource, namespace, name)
+                .ok_or_else(|| not_found(resource, name))?;
+            let mut object = state.objects[&key].clone();
+            match (part, patch) {
+                (Part::Scale, Patch::Merge(body)) => {
+                    let replicas = body["spec"]["replicas"]
+                        .as_i64()
+                        .and_then(|r| i32::try_from(r).ok())
+                        .ok_or_else(|| {
+                            invalid(
+                                "a /scale patch names spec.replicas as a 32-bit integer".to_owned(),
+                            )
+                        })?;
+                    let (path, _) = state
+                        .scale_field(&resource.api_version, &resource.kind)
+                        .map_err(invalid)?;
+                    let merge = adapter::object_patch(&path, replicas).map_err(invalid)?;
+                    json_patch::merge(&mut object, &merge);
+                }
+                (part, Patch::Merge(body)) => {
+                    let mut body = body.clone();
+                    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                        meta.remove("resourceVersion");
+                    }
+                    if let Some(map) = body.as_object_mut() {
+                        match part {
+                            Part::Status => map.retain(|k, _| k == "status"),
+                            _ => {
+                                map.remove("status");
+                            }
+                        }
+                    }
+                    json_patch::merge(&mut object, &body);
+                }
+                (_, Patch::Json(operations)) => {
+                    json_patch::patch(&mut object, operations)
+                        .map_err(|e| invalid(format!("{} {name}: {e}", resource.kind)))?;
+                }
+                (_, other) => {
+                    return Err(invalid(format!(
+                        "the world takes merge and JSON patches, not {other:?}"
+                    )));
+                }
+            }
+            state.put(key, object);
+            Ok(())
+        })();
+        futures::future::ready(answer).boxed()
+    }
+
+    fn record<'a>(
+        &'a self,
+        regarding: &'a ObjectReference,
+        event: &'a Event,
+        _series: Series,
+    ) -> BoxFuture<'a, ()> {
+        self.state().events.push(Recorded {
+            regarding: regarding.clone(),
+            warning: event.type_ == kube::runtime::events::EventType::Warning,
+            reason: event.reason.clone(),
+            note: event.note.clone(),
+        });
+        futures::future::ready(()).boxed()
+    }
+}
