@@ -229,18 +229,24 @@ fn serve(args: ServeArgs) -> ExitCode {
     runtime.block_on(async {
         let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
         let caches_ready = Arc::new(AtomicBool::new(true));
+        // One registry for the webhook's, the controllers' and the client's metrics.
+        let metrics = Arc::new(server::metrics::Metrics::default());
         let controllers = match kube::Config::infer().await {
             Ok(config) => {
                 let cluster = config.cluster_url.clone();
-                match kube::Client::try_from(config) {
+                // Every request of the process (caches, controllers, Lease) is counted.
+                let counting = server::api_requests::CountRequests::new(metrics.controllers.clone());
+                match kube::client::ClientBuilder::try_from(config).map(|b| b.with_layer(&counting).build()) {
                     Ok(client) => {
                         caches_ready.store(false, Ordering::SeqCst);
-                        lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone()));
+                        lookup = Arc::new(admission::caches::Caches::start(&client, caches_ready.clone(), metrics.controllers.clone()));
                         let options = plan::service::Options {
                             router: plan::router::RouterOptions { epp_image },
                         };
                         let ctx = Arc::new(
-                            reconcile::Context::new(client.clone(), options).reporting_as(&identity),
+                            reconcile::Context::new(client.clone(), options)
+                                .reporting_as(&identity)
+                                .with_metrics(metrics.controllers.clone()),
                         );
                         tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
                         let election = reconcile::leader::Election::new(
@@ -273,7 +279,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 None
             }
         };
-        let served = server::run(options, lookup, caches_ready).await;
+        let served = server::run(options, lookup, caches_ready, metrics).await;
         if let Some((leading, stop)) = controllers {
             // Stop the controllers and release the Lease, so the other
             // replica takes over at once.

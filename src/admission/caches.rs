@@ -15,6 +15,7 @@ use super::Lookup;
 use super::discovery::ScaleDiscovery;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter;
+use crate::server::controller_metrics::ControllerMetrics;
 
 pub struct Caches {
     services: Store<InferenceService>,
@@ -23,7 +24,7 @@ pub struct Caches {
     discovery: ScaleDiscovery,
 }
 
-fn watch<K>(client: &Client) -> Store<K>
+fn watch<K>(client: &Client, metrics: &Arc<ControllerMetrics>) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -38,13 +39,16 @@ where
         writer,
         watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
     )
-    .default_backoff()
-    .applied_objects();
+    .default_backoff();
+    let (metrics, cached) = (metrics.clone(), reader.clone());
     tokio::spawn(async move {
         stream
-            .for_each(|event| async move {
-                if let Err(error) = event {
-                    tracing::warn!(%error, kind = %K::kind(&()), "admission cache watch failed; retrying");
+            .for_each(|event| {
+                metrics.cached(&K::kind(&()), cached.len());
+                async move {
+                    if let Err(error) = event {
+                        tracing::warn!(%error, kind = %K::kind(&()), "admission cache watch failed; retrying");
+                    }
                 }
             })
             .await;
@@ -54,11 +58,16 @@ where
 
 impl Caches {
     /// Starts the watches; `ready` turns true once every cache has listed.
-    pub fn start(client: &Client, ready: Arc<AtomicBool>) -> Caches {
+    /// Each cache's size is kept in `metrics` (`tandem_cached_objects`).
+    pub fn start(
+        client: &Client,
+        ready: Arc<AtomicBool>,
+        metrics: Arc<ControllerMetrics>,
+    ) -> Caches {
         let caches = Caches {
-            services: watch(client),
-            views: watch(client),
-            groups: watch(client),
+            services: watch(client, &metrics),
+            views: watch(client, &metrics),
+            groups: watch(client, &metrics),
             discovery: ScaleDiscovery::new(client.clone()),
         };
         let (services, views, groups) = (

@@ -27,6 +27,7 @@ use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::children;
 use crate::plan::service::{self as service_plan, CHILD_KINDS, ChildKind, World};
 use crate::plan::status;
+use crate::server::controller_metrics::measured;
 
 /// How often an unchanged service is looked at again (status of pods that
 /// changed without a watch event, children deleted by hand).
@@ -242,7 +243,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             },
         )
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(measured("InferenceService", reconcile), error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(service = %object, "reconciled"),

@@ -25,7 +25,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde_json::Value;
 
 use crate::admission::discovery::ScaleDiscovery;
+use crate::plan::decision;
 use crate::plan::service::{Apply, Delete, Options};
+use crate::server::controller_metrics::{ControllerMetrics, controller_of};
 
 /// The field manager of every server-side apply Tandem makes.
 pub const FIELD_MANAGER: &str = "tandem";
@@ -64,6 +66,8 @@ pub struct Context {
     pub now: Arc<dyn Fn() -> Timestamp + Send + Sync>,
     /// How writes that answer 409 Conflict are retried.
     pub conflict_backoff: ConflictBackoff,
+    /// Where reconciles and decisions are counted (`/metrics`).
+    pub metrics: Arc<ControllerMetrics>,
 }
 
 impl Context {
@@ -82,7 +86,14 @@ impl Context {
             options,
             now: Arc::new(Timestamp::now),
             conflict_backoff: ConflictBackoff::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Reconciles and decisions counted in `metrics` (served on `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+        self.metrics = metrics;
+        self
     }
 }
 
@@ -148,6 +159,11 @@ pub(crate) async fn record(
         action: action.to_owned(),
         secondary,
     };
+    if child.is_none() {
+        let controller = controller_of(reference.kind.as_deref().unwrap_or_default());
+        ctx.metrics
+            .decided(controller, decision::of_upgrade_step(reason));
+    }
     if let Err(e) = ctx.recorder.publish(&event, reference).await {
         tracing::warn!(error = %e, reason, "could not record an event");
     }
@@ -166,6 +182,7 @@ pub(crate) async fn carry_out(
     delete: &[Delete],
     api_of: impl Fn(&Value) -> Option<(Api<DynamicObject>, String)>,
 ) -> Result<(), Error> {
+    let controller = controller_of(regarding.kind.as_deref().unwrap_or_default());
     for step in apply {
         let Some((api, name)) = api_of(&step.object) else {
             continue;
@@ -179,6 +196,7 @@ pub(crate) async fn carry_out(
             api.patch(&name, &params, &patch)
         })
         .await?;
+        ctx.metrics.decided(controller, decision::of_apply(step));
         record(
             ctx,
             regarding,
@@ -193,7 +211,10 @@ pub(crate) async fn carry_out(
             continue;
         };
         match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await,
+            Ok(_) => {
+                ctx.metrics.decided(controller, decision::of_delete(step));
+                record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await;
+            }
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }

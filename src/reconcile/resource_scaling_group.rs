@@ -48,6 +48,7 @@ use crate::plan::adapter::{self, Via};
 use crate::plan::inplace::{self, Note, Observed, Problem, Reading, Request};
 use crate::plan::ratio::Endpoint;
 use crate::plan::replication::NAME_LABEL;
+use crate::server::controller_metrics::measured;
 
 /// How often a group is reconciled when nothing it watches changed: the
 /// longest a Source of an unwatched kind (LeaderWorkerSet, RoleBasedGroup,
@@ -303,6 +304,9 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = me.object_ref(&());
     for note in &events {
+        if let Some(decision) = crate::plan::decision::of_inplace_note(note.reason) {
+            ctx.metrics.decided("ResourceScalingGroup", decision);
+        }
         record(&recorder, &reference, namespace, note).await;
     }
     Ok(Action::requeue(if refusals.is_empty() {
@@ -429,7 +433,11 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             move |view| naming(&for_views, "fusioninfer.io", "ScaleView", &view),
         )
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            measured("ResourceScalingGroup", reconcile),
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(group = %object, "reconciled"),

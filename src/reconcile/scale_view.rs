@@ -25,6 +25,7 @@ use serde_json::json;
 use super::{Context, Error, is_conflict, is_not_found, retry_conflicts};
 use crate::api::{InferenceService, ScaleView};
 use crate::plan::scale_view as view_plan;
+use crate::server::controller_metrics::measured;
 
 /// How often an unchanged view is looked at again.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -183,7 +184,7 @@ pub async fn run(ctx: Arc<Context>, stop: impl Future<Output = ()> + Send + Sync
             },
         )
         .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
+        .run(measured("ScaleView", reconcile), error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(view = %object, "reconciled"),
