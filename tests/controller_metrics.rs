@@ -55,7 +55,6 @@ fn counted_requests(text: &str) -> BTreeMap<(String, String), u64> {
             let rest = labels.strip_prefix("verb=\"")?;
             let (verb, rest) = rest.split_once("\",kind=\"")?;
             let kind = rest.strip_suffix('"')?;
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let count = value as u64;
             (verb != "watch").then(|| ((verb.to_owned(), kind.to_owned()), count))
         })

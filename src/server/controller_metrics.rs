@@ -215,6 +215,22 @@ impl ControllerMetrics {
             .inc();
     }
 
+    /// Decisions counted of `controller`, `decision` and `policy`.
+    pub fn decisions(
+        &self,
+        controller: &'static str,
+        decision: &'static str,
+        policy: &'static str,
+    ) -> u64 {
+        self.decisions
+            .get(&DecisionLabels {
+                controller,
+                decision,
+                policy,
+            })
+            .map_or(0, |c| c.get())
+    }
+
     /// Requests counted of `verb` on `kind`.
     pub fn requests(&self, verb: &str, kind: &str) -> u64 {
         self.requests
