@@ -1,7 +1,8 @@
 //! What a carried-out step decided, named for a dashboard
 //! (`tandem_decisions_total{controller,decision,policy}`): a replica created,
 //! replaced or deleted with the scale-down policy of its role or group, a
-//! drift repaired, an upgrade step, a Target scaled. The reconcilers count a
+//! drift repaired, an upgrade step, a Target scaled, a role scaled by a view.
+//! The reconcilers count a
 //! step once it is carried out; what is a replica and which policy is in
 //! force is decided here, with the plan.
 
@@ -148,6 +149,13 @@ pub fn of_inplace_note(reason: &str) -> Option<Decision> {
         policy: NO_POLICY,
     })
 }
+
+/// A role of an InferenceService given a new replica count by a ScaleView
+/// (its split by priority).
+pub const ROLE_SCALED: Decision = Decision {
+    decision: "role_scaled",
+    policy: NO_POLICY,
+};
 
 /// Whether `child` of `service` is a replica (one of a role's
 /// LeaderWorkerSets), and the scale-down policy of its role.

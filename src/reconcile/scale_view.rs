@@ -89,6 +89,10 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             services.patch(target_name, &params, &patch)
         })
         .await?;
+        for _ in &pass.roles {
+            ctx.metrics
+                .decided("ScaleView", crate::plan::decision::ROLE_SCALED);
+        }
     }
     if deleting && let Some(finalizers) = &pass.finalizers {
         patch_finalizers(&views, &view, name, finalizers).await?;
