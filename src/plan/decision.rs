@@ -2,9 +2,8 @@
 //! (`tandem_decisions_total{controller,decision,policy}`): a replica created,
 //! replaced or deleted with the scale-down policy of its role or group, a
 //! drift repaired, an upgrade step, a Target scaled, a role scaled by a view.
-//! The reconcilers count a
-//! step once it is carried out; what is a replica and which policy is in
-//! force is decided here, with the plan.
+//! The reconcilers count a step once it is carried out; what is a replica and
+//! which policy is in force is decided here, with the plan.
 
 use serde_json::Value;
 
