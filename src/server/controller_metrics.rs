@@ -350,6 +350,48 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_measured_reconcile_is_counted_by_result_and_timed() {
+        // A client that is never called: the reconciles here send nothing.
+        let service = tower::service_fn(|_: axum::http::Request<kube::client::Body>| async {
+            Err::<axum::http::Response<kube::client::Body>, _>(std::io::Error::other(
+                "no API server in this test",
+            ))
+        });
+        let ctx = Arc::new(Context::new(
+            kube::Client::new(service, "default"),
+            Default::default(),
+        ));
+        let mut failing = measured("ScaleView", |_: Arc<()>, _| async {
+            Err(Error::Unnamed("ScaleView x".into()))
+        });
+        let mut succeeding = measured("ScaleView", |_: Arc<()>, _| async {
+            Ok(Action::await_change())
+        });
+        assert!(failing(Arc::new(()), ctx.clone()).await.is_err());
+        assert!(succeeding(Arc::new(()), ctx.clone()).await.is_ok());
+        assert!(succeeding(Arc::new(()), ctx.clone()).await.is_ok());
+        let count = |result| {
+            ctx.metrics
+                .reconciles
+                .get(&ReconcileLabels {
+                    controller: "ScaleView",
+                    result,
+                })
+                .map_or(0, |c| c.get())
+        };
+        assert_eq!((count("ok"), count("unnamed")), (2, 1));
+        let mut text = String::new();
+        let mut registry = Registry::default();
+        registry.register("duration", "", ctx.metrics.reconcile_duration.clone());
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
+        assert!(
+            text.lines()
+                .any(|l| l == r#"duration_count{controller="ScaleView"} 3"#),
+            "{text}"
+        );
+    }
+
     #[test]
     fn kinds_outside_tandems_controllers_share_one_label() {
         assert_eq!(controller_of("ScaleView"), "ScaleView");
