@@ -152,6 +152,12 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // What the scenario cost, for `-- --nocapture`.
+    for line in text.lines().filter(|l| {
+        !l.starts_with('#') && !l.starts_with("tandem_admission") && !l.contains("_bucket")
+    }) {
+        println!("{line}");
+    }
     assert_eq!(
         calls.iter().filter(|c| own(c)).count(),
         2,
