@@ -229,13 +229,17 @@ fn serve(args: ServeArgs) -> ExitCode {
     runtime.block_on(async {
         let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
         let caches_ready = Arc::new(AtomicBool::new(true));
+        // One registry for the webhook's, the controllers' and the client's metrics.
+        let metrics = Arc::new(server::metrics::Metrics::default());
         let controllers = match kube::Config::infer().await {
             Ok(config) => {
                 let cluster = config.cluster_url.clone();
-                match kube::Client::try_from(config) {
+                // Every request of the process (caches, controllers, Lease) is counted.
+                let counting = server::api_requests::CountRequests::new(metrics.controllers.clone());
+                match kube::client::ClientBuilder::try_from(config).map(|b| b.with_layer(&counting).build()) {
                     Ok(client) => {
                         caches_ready.store(false, Ordering::SeqCst);
-                        let caches = reconcile::caches::Caches::start(client.clone());
+                        let caches = reconcile::caches::Caches::start(client.clone(), metrics.controllers.clone());
                         {
                             let (caches, ready) = (caches.clone(), caches_ready.clone());
                             tokio::spawn(async move {
@@ -249,7 +253,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                             router: plan::router::RouterOptions { epp_image },
                         };
                         let live = reconcile::live::Live::new(client.clone(), caches.clone(), reconcile::reporter(&identity));
-                        let ctx = Arc::new(reconcile::Context::new(Arc::new(live), options));
+                        let ctx = Arc::new(reconcile::Context::new(Arc::new(live), options).with_metrics(metrics.controllers.clone()));
                         tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
                         let election = reconcile::leader::Election::new(
                             client,
@@ -281,7 +285,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 None
             }
         };
-        let served = server::run(options, lookup, caches_ready).await;
+        let served = server::run(options, lookup, caches_ready, metrics).await;
         if let Some((leading, stop)) = controllers {
             // Stop the controllers and release the Lease, so the other
             // replica takes over at once.

@@ -700,4 +700,25 @@ async fn a_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefi
     )
     .await;
     quiet_for(&fake, &tandem, 10).await;
+    // On /metrics: both decode replicas replaced in place, once each, under
+    // the role's scale-down policy; none created or deleted for the rollout.
+    let (_, metrics) = common::probe(tandem.probes, "/metrics").await.unwrap();
+    let decided = |decision: &str| {
+        format!(
+            r#"tandem_decisions_total{{controller="InferenceService",decision="{decision}",policy="Ordered"}}"#
+        )
+    };
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == format!("{} 2", decided("replica_replaced"))),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == format!("{} 3", decided("replica_created"))),
+        "the three replicas of the first deployment: {metrics}"
+    );
+    assert!(!metrics.contains(&decided("replica_deleted")), "{metrics}");
 }

@@ -175,6 +175,19 @@ async fn one_to_three_then_three_to_one_with_exact_writes() {
         "{notes:#?}"
     );
 
+    // Counted on /metrics: each clone a replica created under the group's
+    // policy (Ordered, the default); the originals, labelled, are not.
+    let decided = |decision| {
+        ctx.metrics
+            .decisions("ResourceScalingGroup", decision, "Ordered")
+    };
+    assert_eq!(decided("replica_created"), 4);
+    assert_eq!(
+        ctx.metrics
+            .decisions("ResourceScalingGroup", "child_updated", "none"),
+        2
+    );
+
     // Nothing changed: a second reconcile only reads.
     reconcile_stored(&fake, &ctx).await;
     assert_nothing_written(&fake);
@@ -214,6 +227,8 @@ async fn one_to_three_then_three_to_one_with_exact_writes() {
         notes.contains(&"Deleted: Deployment inference-unit-01-decode deleted: group inference-unit-01 is removed, the ResourceScalingGroup is scaled to 1 group(s); Ordered: the highest index goes first".to_owned()),
         "{notes:#?}"
     );
+    assert_eq!(decided("replica_deleted"), 4);
+    assert_eq!(decided("replica_created"), 4, "nothing more created");
     reconcile_stored(&fake, &ctx).await;
     assert_nothing_written(&fake);
 }

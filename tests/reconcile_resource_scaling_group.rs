@@ -275,6 +275,12 @@ async fn deployments_follow_through_scale_and_drift_is_set_back() {
         "{:?}",
         fake.event_notes()
     );
+    let decided = |decision| {
+        ctx.metrics
+            .decisions("ResourceScalingGroup", decision, "none")
+    };
+    assert_eq!(decided("drift_repaired"), 1, "counted on /metrics");
+    let scaled = decided("target_scaled");
 
     // The router scales (an HPA): the Targets follow, the Event says why.
     fake.edit("apps/v1", "Deployment", "default", "router", |d| {
@@ -306,6 +312,12 @@ async fn deployments_follow_through_scale_and_drift_is_set_back() {
         "{:?}",
         fake.event_notes()
     );
+    assert_eq!(
+        decided("target_scaled"),
+        scaled + 2,
+        "both Targets followed"
+    );
+    assert_eq!(decided("drift_repaired"), 1);
     assert_eq!(
         group(&fake, "default", "pd-ratio")["status"]["currentReplicas"],
         12

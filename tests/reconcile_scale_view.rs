@@ -169,8 +169,13 @@ async fn the_lock_is_grabbed_then_nothing_is_written() {
         "{notes:?}"
     );
 
+    // Counted on /metrics: one decision per role scaled.
+    let scaled = || ctx.metrics.decisions("ScaleView", "role_scaled", "none");
+    assert_eq!(scaled(), 2);
+
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_no_writes(&fake);
+    assert_eq!(scaled(), 2, "nothing scaled again");
     // The service reconciler keeps a live lock as it is.
     reconcile_service(&fake, &ctx).await;
     fake.take_calls();

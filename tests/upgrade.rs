@@ -276,6 +276,34 @@ async fn one_capacity_step_then_one_traffic_step_then_nothing_within_the_interva
     assert_eq!(upgrading["reason"], "WaitingForInterval");
 }
 
+#[tokio::test]
+async fn each_upgrade_step_and_write_is_counted_as_a_decision() {
+    let fake = FakeApi::new();
+    installed_then_changed(&fake).await;
+    let ctx = context_at(&fake, "2026-11-21T10:00:00Z");
+    let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
+    reconcile(
+        Arc::new(serde_json::from_value(stored).unwrap()),
+        ctx.clone(),
+    )
+    .await
+    .expect("reconcile succeeds");
+    // The first capacity step (see the test above): the pending revision's
+    // replica, the route, the revision's Service and its record, and the
+    // two steps' Events.
+    let decided = |decision| ctx.metrics.decisions("InferenceService", decision, "none");
+    assert_eq!(
+        ctx.metrics
+            .decisions("InferenceService", "replica_created", "Ordered"),
+        1
+    );
+    assert_eq!(decided("child_updated"), 1);
+    assert_eq!(decided("child_created"), 2);
+    assert_eq!(decided("upgrade_started"), 1);
+    assert_eq!(decided("upgrade_capacity"), 1);
+    assert_eq!(decided("upgrade_traffic"), 0);
+}
+
 const CONFIG_MAP_PATH: &str = "/api/v1/namespaces/default/configmaps";
 const DEPLOYMENT_PATH: &str = "/apis/apps/v1/namespaces/default/deployments";
 const POOL_PATH: &str = "/apis/inference.networking.k8s.io/v1/namespaces/default/inferencepools";

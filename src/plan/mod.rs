@@ -5,6 +5,7 @@
 pub mod adapter;
 pub mod children;
 pub mod dag;
+pub mod decision;
 pub mod gang;
 pub mod inplace;
 pub mod leadership;

@@ -51,6 +51,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value, json};
 
+use super::decision::Replica;
 use super::service::{self, Apply, Delete};
 use super::status::condition;
 use super::victims::{self, GroupCandidate};
@@ -725,6 +726,9 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         .as_ref()
         .and_then(|s| s.policy)
         .unwrap_or_default();
+    let replica = Replica {
+        policy: Some(policy.into()),
+    };
     let mut warnings = Vec::new();
     let mut listed = Vec::new();
     let mut victims_chosen = Vec::new();
@@ -779,10 +783,12 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
             }
         );
         let note = change.note(target.kind, name_of(target.template), &why);
+        // The original, labelled as group 0: not a replica Tandem made.
         apply.push(Apply {
             object: adopted,
             change,
             note,
+            replica: None,
         });
     }
     let existing_clone = |index: u32, name: &str, kind: &str| -> Option<&Value> {
@@ -827,6 +833,7 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
                 object: clone,
                 change,
                 note,
+                replica: Some(replica),
             });
         }
     }
@@ -844,6 +851,7 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
                     name_of(clone),
                     group_id(&prefix, victim)
                 ),
+                replica: Some(replica),
             });
         }
     }
@@ -863,6 +871,7 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
                     name_of(clone),
                     group_id(&prefix, index)
                 ),
+                replica: Some(replica),
             });
         }
     }
@@ -870,6 +879,7 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         delete.push(Delete {
             object: (*object).clone(),
             note: format!("{} {} deleted: {why}", kind_of(object), name_of(object)),
+            replica: Some(replica),
         });
     }
 

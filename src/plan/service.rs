@@ -777,6 +777,9 @@ pub struct Apply {
     pub change: Change,
     /// The Event's note: what and why.
     pub note: String,
+    /// Set when the object is a replica, with its policy (counted on
+    /// /metrics, [`super::decision`]).
+    pub replica: Option<super::decision::Replica>,
 }
 
 /// A child to delete, and why.
@@ -784,6 +787,9 @@ pub struct Apply {
 pub struct Delete {
     pub object: Value,
     pub note: String,
+    /// Set when the object is a replica, with its policy (counted on
+    /// /metrics, [`super::decision`]).
+    pub replica: Option<super::decision::Replica>,
 }
 
 /// One reconcile of one service: what to write, the status to report, the
@@ -877,10 +883,12 @@ pub fn reconcile(
             continue;
         };
         let note = change.note(kind, name, &planned.why);
+        let replica = super::decision::service_replica(service, &object);
         apply.push(Apply {
             object,
             change,
             note,
+            replica,
         });
     }
     let mut delete = Vec::new();
@@ -905,6 +913,7 @@ pub fn reconcile(
             delete.push(Delete {
                 object: child.clone(),
                 note: format!("{kind} {name} deleted: {why}"),
+                replica: super::decision::service_replica(service, child),
             });
         }
     }

@@ -49,6 +49,7 @@ use crate::plan::adapter;
 use crate::plan::children::{MANAGED_BY, MANAGER, SERVICE};
 use crate::plan::replication::NAME_LABEL;
 use crate::plan::service::CHILD_KINDS;
+use crate::server::controller_metrics::ControllerMetrics;
 
 /// The annotation that marks a cached object kept only in part (metadata and
 /// replica counts); set in the cache only, never written.
@@ -285,6 +286,8 @@ pub struct Caches {
     /// How many of them API discovery has not answered for yet.
     undiscovered: watch::Sender<usize>,
     pub triggers: Arc<Triggers>,
+    /// Where each cache's size is kept (`tandem_cached_objects`).
+    metrics: Arc<ControllerMetrics>,
 }
 
 /// The label selection of the pods of services.
@@ -306,21 +309,23 @@ impl Caches {
     /// Starts every watch (in the current tokio runtime); [`Caches::ready`]
     /// says when they have listed. Kinds the cluster does not serve are
     /// looked up again every minute.
-    pub fn start(client: Client) -> Arc<Caches> {
+    pub fn start(client: Client, metrics: Arc<ControllerMetrics>) -> Arc<Caches> {
         let triggers = Arc::new(Triggers::default());
         let (services, services_state) = {
             let triggers = triggers.clone();
-            reflect_typed::<InferenceService>(&client, move |old, new| {
+            reflect_typed::<InferenceService>(&client, &metrics, move |old, new| {
                 on_service(&triggers, old, new)
             })
         };
         let (views, views_state) = {
             let triggers = triggers.clone();
-            reflect_typed::<ScaleView>(&client, move |old, new| on_view(&triggers, old, new))
+            reflect_typed::<ScaleView>(&client, &metrics, move |old, new| {
+                on_view(&triggers, old, new)
+            })
         };
         let (groups, groups_state) = {
             let triggers = triggers.clone();
-            reflect_typed::<ResourceScalingGroup>(&client, move |old, new| {
+            reflect_typed::<ResourceScalingGroup>(&client, &metrics, move |old, new| {
                 on_group(&triggers, old, new)
             })
         };
@@ -365,6 +370,7 @@ impl Caches {
             initial,
             undiscovered: watch::Sender::new(wanted.len()),
             triggers,
+            metrics,
         });
         let pods = resource("v1", "Pod", "pods");
         caches.watch(&pods, Some(service_pods()), Trim::Pod);
@@ -459,6 +465,7 @@ impl Caches {
         let group = resource.group.clone();
         let (store, state) = reflect_dynamic(
             &self.client,
+            &self.metrics,
             resource,
             selector.clone(),
             trim,
@@ -808,6 +815,7 @@ fn on_object(
 /// Starts a reflector of a typed kind, watched whole.
 fn reflect_typed<K>(
     client: &Client,
+    metrics: &Arc<ControllerMetrics>,
     on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
 ) -> (Store<K>, watch::Receiver<WatchState>)
 where
@@ -832,6 +840,7 @@ where
         on_change,
         (),
         <K as Resource>::kind(&()).into_owned(),
+        metrics.clone(),
     );
     (store, state)
 }
@@ -839,6 +848,7 @@ where
 /// Starts a reflector of a kind read as JSON.
 fn reflect_dynamic(
     client: &Client,
+    metrics: &Arc<ControllerMetrics>,
     resource: &ApiResource,
     selector: Option<String>,
     trim: Trim,
@@ -856,6 +866,11 @@ fn reflect_dynamic(
     )
     .default_backoff()
     .boxed();
+    // Pods are cached in two selections: the gauge tells them apart.
+    let label = match &selector {
+        Some(selector) => format!("{} {selector}", resource.kind),
+        None => resource.kind.clone(),
+    };
     let state = run_reflector(
         stream,
         writer,
@@ -869,7 +884,8 @@ fn reflect_dynamic(
         },
         on_change,
         resource.clone(),
-        resource.kind.clone(),
+        label,
+        metrics.clone(),
     );
     (store, state)
 }
@@ -884,6 +900,7 @@ fn run_reflector<K>(
     on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
     dyntype: <K as kube::runtime::reflector::Lookup>::DynamicType,
     kind: String,
+    metrics: Arc<ControllerMetrics>,
 ) -> watch::Receiver<WatchState>
 where
     K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,
@@ -922,7 +939,10 @@ where
             };
             let key = |object: &K| object.to_object_ref(dyntype.clone());
             match &event {
-                watcher::Event::Init => relisted.clear(),
+                watcher::Event::Init => {
+                    relisted.clear();
+                    writer.apply_watcher_event(&event);
+                }
                 watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
                     if matches!(event, watcher::Event::InitApply(_)) {
                         relisted.insert(key(object));
@@ -930,13 +950,11 @@ where
                     let old = reader.get(&key(object));
                     writer.apply_watcher_event(&event);
                     on_change(old.as_deref(), Some(object));
-                    continue;
                 }
                 watcher::Event::Delete(object) => {
                     let old = reader.get(&key(object));
                     writer.apply_watcher_event(&event);
                     on_change(Some(old.as_deref().unwrap_or(object)), None);
-                    continue;
                 }
                 watcher::Event::InitDone => {
                     let gone: Vec<Arc<K>> = reader
@@ -954,10 +972,9 @@ where
                         *s = WatchState::Listed;
                         first
                     });
-                    continue;
                 }
             }
-            writer.apply_watcher_event(&event);
+            metrics.cached(&kind, reader.len());
         }
     });
     receiver

@@ -41,7 +41,9 @@ use serde_json::Value;
 
 use self::caches::{Caches, Queue};
 use self::cluster::{Cluster, Series};
+use crate::plan::decision;
 use crate::plan::service::{Apply, Delete, Options};
+use crate::server::controller_metrics::{ControllerMetrics, controller_of, measured};
 
 /// The field manager of every server-side apply Tandem makes.
 pub const FIELD_MANAGER: &str = "tandem";
@@ -110,6 +112,8 @@ pub struct Context {
     pub failure_backoff: FailureBackoff,
     /// Failures in a row, by object (`Kind namespace/name`).
     failures: Mutex<HashMap<String, u32>>,
+    /// Where reconciles and decisions are counted (`/metrics`).
+    pub metrics: Arc<ControllerMetrics>,
 }
 
 impl Context {
@@ -121,7 +125,14 @@ impl Context {
             conflict_backoff: ConflictBackoff::default(),
             failure_backoff: FailureBackoff::default(),
             failures: Mutex::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Reconciles and decisions counted in `metrics` (served on `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+        self.metrics = metrics;
+        self
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -184,6 +195,11 @@ pub(crate) async fn record(
     } else {
         EventType::Normal
     };
+    if child.is_none() {
+        let controller = controller_of(reference.kind.as_deref().unwrap_or_default());
+        ctx.metrics
+            .decided(controller, decision::of_upgrade_step(reason));
+    }
     let event = Event {
         type_,
         reason: reason.to_owned(),
@@ -207,6 +223,7 @@ pub(crate) async fn carry_out(
     delete: &[Delete],
     resource_of: impl Fn(&Value) -> Option<ApiResource>,
 ) -> Result<(), Error> {
+    let controller = controller_of(regarding.kind.as_deref().unwrap_or_default());
     for step in apply {
         let Some(resource) = resource_of(&step.object) else {
             continue;
@@ -217,6 +234,7 @@ pub(crate) async fn carry_out(
             ctx.cluster.apply(&resource, &step.object)
         })
         .await?;
+        ctx.metrics.decided(controller, decision::of_apply(step));
         record(
             ctx,
             regarding,
@@ -235,7 +253,10 @@ pub(crate) async fn carry_out(
             .unwrap_or_default();
         let name = step.object["metadata"]["name"].as_str().unwrap_or_default();
         match ctx.cluster.delete(&resource, namespace, name).await {
-            Ok(()) => record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await,
+            Ok(()) => {
+                ctx.metrics.decided(controller, decision::of_delete(step));
+                record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await;
+            }
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
@@ -333,14 +354,15 @@ pub async fn run_controller<K, F, Fut>(
         .queue(&store)
         .take_until(stop)
         .map(Ok::<_, Infallible>);
-    let reconcile = Arc::new(reconcile);
+    // Every reconcile counted and timed (`/metrics`).
+    let mut reconcile = measured(controller_of(&kind), reconcile);
     let label = kind.clone();
     applier(
         move |object: Arc<K>, ctx: Arc<Context>| {
-            let reconcile = reconcile.clone();
             let key = format!("{label} {}", object_key(object.as_ref()));
+            let reconciling = reconcile(object, ctx.clone());
             Box::pin(async move {
-                let result = reconcile(object, ctx.clone()).await;
+                let result = reconciling.await;
                 if result.is_ok() {
                     ctx.failures().remove(&key);
                 }

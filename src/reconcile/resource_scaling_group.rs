@@ -269,6 +269,9 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     }
     let reference = me.object_ref(&());
     for note in &events {
+        if let Some(decision) = crate::plan::decision::of_inplace_note(note.reason) {
+            ctx.metrics.decided("ResourceScalingGroup", decision);
+        }
         record(&ctx, &reference, namespace, note).await;
     }
     Ok(Action::requeue(if refusals.is_empty() {

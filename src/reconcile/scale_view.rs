@@ -91,6 +91,10 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             cluster.patch(&services, namespace, target_name, Part::Object, &patch)
         })
         .await?;
+        for _ in &pass.roles {
+            ctx.metrics
+                .decided("ScaleView", crate::plan::decision::ROLE_SCALED);
+        }
     }
     if deleting && let Some(finalizers) = &pass.finalizers {
         patch_finalizers(&ctx, &view, name, finalizers).await?;

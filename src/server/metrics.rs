@@ -1,10 +1,14 @@
 //! Prometheus metrics, served as text on the plain probe port at `/metrics`.
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use super::controller_metrics::ControllerMetrics;
 
 /// One admission request, as counted: which kind, which operation, what verdict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -33,6 +37,9 @@ pub struct Metrics {
     pub admission_requests: Family<AdmissionLabels, Counter>,
     pub admission_duration: Family<AdmissionLabels, Histogram, fn() -> Histogram>,
     pub certificate_reloads: Family<CertificateReloadLabels, Counter>,
+    /// The controllers' metrics, in the same registry: `tandem serve` hands
+    /// them to the reconcilers and to the kube client it builds.
+    pub controllers: Arc<ControllerMetrics>,
 }
 
 fn admission_histogram() -> Histogram {
@@ -65,11 +72,13 @@ impl Default for Metrics {
             "Serving certificate reloads after a change in the certificate directory",
             certificate_reloads.clone(),
         );
+        let controllers = Arc::new(ControllerMetrics::register(&mut registry));
         Metrics {
             registry,
             admission_requests,
             admission_duration,
             certificate_reloads,
+            controllers,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! `tandem serve`: the admission webhook over TLS, and health, readiness and
 //! metrics on a separate plain-HTTP port for the kubelet and Prometheus.
 
+pub mod api_requests;
+pub mod controller_metrics;
 pub mod first_byte;
 pub mod metrics;
 pub mod tls;
@@ -107,7 +109,17 @@ impl Server {
         lookup: Arc<dyn Lookup>,
         caches_ready: Arc<AtomicBool>,
     ) -> Result<Server, ServerError> {
-        let metrics = Arc::new(Metrics::default());
+        Server::start_with(options, lookup, caches_ready, Arc::new(Metrics::default())).await
+    }
+
+    /// [`Server::start`], serving `metrics` on `/metrics`: a registry the
+    /// caller shares with what else it runs (the controllers, their client).
+    pub async fn start_with(
+        options: ServeOptions,
+        lookup: Arc<dyn Lookup>,
+        caches_ready: Arc<AtomicBool>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server, ServerError> {
         let certificates = Arc::new(CertificateResolver::new(tls::load(&options.cert_dir)?));
         let watcher = tls::watch(&options.cert_dir, certificates.clone(), metrics.clone())?;
         let client_cas = options
@@ -301,11 +313,12 @@ pub async fn run(
     options: ServeOptions,
     lookup: Arc<dyn Lookup>,
     caches_ready: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 ) -> Result<(), ServerError> {
     // Listen for signals before anything says it is serving, so an early
     // SIGTERM is a graceful stop and not the default action (death).
     let stop = Termination::listen();
-    let server = Server::start(options, lookup, caches_ready).await?;
+    let server = Server::start_with(options, lookup, caches_ready, metrics).await?;
     stop.wait().await;
     tracing::info!("shutting down: finishing in-flight requests");
     server.shutdown();

@@ -955,7 +955,8 @@ impl FakeApi {
             match all.first() {
                 Some(caches) => caches.clone(),
                 None => {
-                    let caches = tandem::reconcile::caches::Caches::start(client.clone());
+                    let caches =
+                        tandem::reconcile::caches::Caches::start(client.clone(), Arc::default());
                     all.push(caches.clone());
                     caches
                 }
