@@ -722,3 +722,124 @@ async fn a_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefi
     );
     assert!(!metrics.contains(&decided("replica_deleted")), "{metrics}");
 }
+
+/// The reads among `calls` other than Tandem's leader Lease (renewed by
+/// GET and PATCH) and API discovery: what a controller's reconcile would
+/// send if it read the API server instead of its caches.
+fn reads_of_the_world(calls: &[common::fake_api::Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| !c.is_write())
+        .filter(|c| !c.path.contains("/leases/"))
+        .filter(|c| {
+            let parts: Vec<&str> = c.path.trim_matches('/').split('/').collect();
+            !matches!(parts.as_slice(), ["api", _] | ["apis", _, _])
+        })
+        .map(|c| c.line())
+        .collect()
+}
+
+/// Issue 13: every kind a service creates is watched, so a child deleted
+/// by hand is back within seconds, not at the 5-minute resync; a pod's
+/// readiness reaches the status; and neither sends a LIST or GET: the
+/// reconciles read the caches.
+#[tokio::test]
+async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_from_the_caches() {
+    let fake = FakeApi::new();
+    fake.run_leader_worker_sets();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    create(&fake, &service).await;
+    eventually(&tandem, 30, "three LeaderWorkerSets", || {
+        fake.list(LWS, "LeaderWorkerSet", "default").len() == 3
+    })
+    .await;
+    all_pods_ready(&fake, &tandem).await;
+    fake.take_calls();
+
+    // The PodGroup, deleted by hand.
+    let group = fake
+        .list("scheduling.volcano.sh/v1beta1", "PodGroup", "default")
+        .remove(0);
+    let name = group["metadata"]["name"].as_str().unwrap().to_owned();
+    api_of(&fake, &group)
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    eventually(&tandem, 10, "the PodGroup recreated", || {
+        fake.get(
+            "scheduling.volcano.sh/v1beta1",
+            "PodGroup",
+            "default",
+            &name,
+        )
+        .is_some()
+    })
+    .await;
+
+    // A decode pod stops being ready: the status says so.
+    let pod = fake
+        .list("v1", "Pod", "default")
+        .into_iter()
+        .find(|p| p["metadata"]["labels"]["fusioninfer.io/role-name"] == "decode")
+        .unwrap();
+    fake.set_ready("default", pod["metadata"]["name"].as_str().unwrap(), false);
+    eventually(&tandem, 10, "one decode replica not ready", || {
+        let stored = fake
+            .get(IS, "InferenceService", "default", "deepseek-r1-disagg")
+            .unwrap();
+        stored["status"]["components"]["decode"]["readyReplicas"] == 1
+    })
+    .await;
+    let calls = fake.take_calls();
+    assert_eq!(
+        reads_of_the_world(&calls),
+        Vec::<String>::new(),
+        "the reconciles read the caches: {:#?}",
+        calls.iter().map(|c| c.line()).collect::<Vec<_>>()
+    );
+    quiet_for(&fake, &tandem, 10).await;
+}
+
+/// Issue 13: a foreign Deployment bound by an InplaceScaling group, scaled
+/// by hand, is set back at once (Deployments are cached, trimmed to their
+/// replicas, and mapped to the groups that name them), reading nothing.
+#[tokio::test]
+async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_server() {
+    let fake = FakeApi::new();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    for (name, replicas) in [("router", 2), ("decode", 1)] {
+        create(&fake, &deployment(name, replicas)).await;
+    }
+    create(
+        &fake,
+        &json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+            "metadata": {"name": "pd-pool", "namespace": "default"},
+            "spec": {"targetResources": [
+                {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+                {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "router", "role": "Source"},
+                {"name": "decode", "role": "Target", "ratio": 2}]}}}}),
+    )
+    .await;
+    eventually(&tandem, 30, "decode follows router at 2:1", || {
+        deployment_replicas(&fake, "decode") == Some(4)
+    })
+    .await;
+    fake.take_calls();
+
+    scale_deployment(&fake, "decode", 1).await;
+    eventually(&tandem, 10, "decode set back to 4", || {
+        deployment_replicas(&fake, "decode") == Some(4)
+    })
+    .await;
+    let calls = fake.take_calls();
+    assert_eq!(
+        reads_of_the_world(&calls),
+        Vec::<String>::new(),
+        "the reconciles read the caches: {:#?}",
+        calls.iter().map(|c| c.line()).collect::<Vec<_>>()
+    );
+    quiet_for(&fake, &tandem, 10).await;
+}
