@@ -8,7 +8,7 @@
 # KUBECONFIG points at a file that does not exist, so serve finds no cluster
 # and serves admission only: there are no kube-runtime caches in this
 # measurement (serve without a cluster has none to fill). For caches and
-# controllers see benches/memory_cached.sh.
+# controllers see benches/cluster_scale.rs (cargo bench --bench cluster_scale).
 #
 # Usage: benches/memory.sh            (IDLE_SECONDS=5 by default)
 set -euo pipefail

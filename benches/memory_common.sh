@@ -1,4 +1,4 @@
-# Shared by benches/memory.sh and benches/memory_cached.sh (sourced, not run):
+# Used by benches/memory.sh (sourced, not run):
 # start `tandem serve --dev` on free loopback ports, wait until /readyz
 # answers 200, read VmHWM (peak RSS) and VmRSS (now) from /proc/<pid>/status,
 # stop it with SIGTERM. Linux only (/proc). Callers set `work` (a temporary

@@ -85,6 +85,11 @@ impl Running {
         }
     }
 
+    /// The process id, to read its memory from `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What the process logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("tandem.log")).unwrap_or_default()

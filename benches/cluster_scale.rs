@@ -1,0 +1,252 @@
+//! `tandem serve` against a big cluster: the real binary pointed at the
+//! in-memory API server of the tests (`tests/common/fake_api`), which holds
+//! COUNT InferenceServices (story 4, P/D multi-node: three
+//! LeaderWorkerSets, a PodGroup and ten ready pods each, as a previous
+//! `tandem` left them), COUNT ScaleViews (one on each service's decode
+//! role) and COUNT InplaceScaling ResourceScalingGroups (the seed's
+//! `pd-pool`, each binding workloads of its own name, which do not exist:
+//! each group reports it and waits), spread over NAMESPACES namespaces. Tandem's own writes come
+//! back as watch events, as in a cluster.
+//!
+//! Reported, one run: the time from start to ready (caches listed), the
+//! time from ready to the last request (settled = no request but the
+//! leader Lease's for 10 s), the requests sent in that time by verb, peak
+//! and current RSS from `/proc/<pid>/status`, and the JSON size of a cached
+//! object by kind (what the caches keep once trimmed, measured on caches
+//! started in this process against the same server).
+//!
+//! ```sh
+//! cargo bench --bench cluster_scale                            # COUNT=1000 NAMESPACES=1
+//! COUNT=1000 NAMESPACES=10 cargo bench --bench cluster_scale
+//! ```
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::fake_api::FakeApi;
+use common::running::Running;
+use serde_json::{Value, json};
+use tandem::admission::{self, Kind};
+
+const IS: &str = "fusioninfer.io/v1alpha1";
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn admitted(kind: Kind, namespace: &str, object: &Value) -> Value {
+    let (admitted, _) = admission::admit(kind, namespace, object, None, &admission::lookup::Blind)
+        .unwrap_or_else(|e| panic!("{object} is admitted: {e:?}"));
+    admitted
+}
+
+/// Stores COUNT services as a previous `tandem` left them, their views and
+/// COUNT groups; returns how many objects of each kind the server holds.
+fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String, usize> {
+    let story = common::yaml_documents(&common::repo_path(
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    ))
+    .remove(0);
+    let seed_group = common::yaml_documents(&common::repo_path(
+        "examples/resourcescalinggroup/inplace-scaling.yaml",
+    ))
+    .remove(0);
+    fake.run_leader_worker_sets();
+    for n in 0..namespaces {
+        fake.insert(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}")}}));
+    }
+    for i in 0..count {
+        let namespace = format!("ns-{}", i % namespaces);
+        let name = format!("svc-{i}");
+        let mut service = story.clone();
+        service["metadata"] = json!({"name": name, "namespace": namespace});
+        let stored = fake.insert(admitted(Kind::InferenceService, &namespace, &service));
+        let rendered = tandem::render::render(vec![stored], &Default::default())
+            .expect("story 4 renders");
+        for object in rendered.apply {
+            if object["kind"] == "InferenceService" {
+                let status = object["status"].clone();
+                fake.edit(IS, "InferenceService", &namespace, &name, |s| {
+                    s["status"] = status
+                });
+            } else {
+                fake.insert(object);
+            }
+        }
+        let view = json!({"apiVersion": IS, "kind": "ScaleView",
+            "metadata": {"name": format!("{name}-decode"), "namespace": namespace},
+            "spec": {"targetRef": {"name": name, "componentType": "decoder"},
+                     "scalePolicy": [{"group": "decode"}]}});
+        fake.insert(admitted(Kind::ScaleView, &namespace, &view));
+        let mut group = seed_group.clone();
+        group["metadata"] = json!({"name": format!("group-{i}"), "namespace": namespace});
+        // Each group binds workloads of its own (the seed's names with the
+        // group's number): a thousand groups that all bind one Deployment
+        // would be a thousand double Targets, each group's status naming
+        // the 999 others.
+        for target in group["spec"]["targetResources"].as_array_mut().into_iter().flatten() {
+            target["namespace"] = json!(namespace);
+            let own = format!("{}-{i}", target["name"].as_str().unwrap_or_default());
+            target["name"] = json!(own);
+        }
+        for binding in group["spec"]["scalingStrategy"]["inplaceConfig"]["bindings"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            // The Source names the Deployment; the Targets name the
+            // RoleBasedGroup's roles, which keep their names.
+            if binding["name"] == "router" {
+                binding["name"] = json!(format!("router-{i}"));
+            }
+        }
+        fake.insert(admitted(Kind::ResourceScalingGroup, &namespace, &group));
+    }
+    for n in 0..namespaces {
+        fake.set_ready_matching(&format!("ns-{n}"), "fusioninfer.io/service", true);
+    }
+    let mut held = BTreeMap::new();
+    for (api_version, kind) in [
+        (IS, "InferenceService"),
+        (IS, "ScaleView"),
+        ("resourcescalinggroup.com/v1", "ResourceScalingGroup"),
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+        ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+        ("v1", "Pod"),
+    ] {
+        let total = (0..namespaces)
+            .map(|n| fake.list(api_version, kind, &format!("ns-{n}")).len())
+            .sum();
+        held.insert(kind.to_owned(), total);
+    }
+    held
+}
+
+/// `VmHWM` and `VmRSS` of a process, in KiB.
+fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// The JSON size of the objects of each cache, on caches started here.
+async fn cached_sizes(fake: &FakeApi) -> Vec<(String, usize, usize)> {
+    let caches = tandem::reconcile::caches::Caches::start(fake.client(), Default::default());
+    caches.ready().await;
+    let size = |v: Vec<usize>| (v.len(), v.iter().sum::<usize>());
+    let mut sizes = Vec::new();
+    let typed = |name: &str, lens: Vec<usize>| {
+        let (n, total) = size(lens);
+        (name.to_owned(), n, total)
+    };
+    sizes.push(typed(
+        "InferenceService",
+        caches.services.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+    ));
+    sizes.push(typed(
+        "ScaleView",
+        caches.views.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+    ));
+    sizes.push(typed(
+        "ResourceScalingGroup",
+        caches.groups.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+    ));
+    for watched in caches.watched() {
+        let name = match &watched.selector {
+            Some(selector) => format!("{} ({selector})", watched.resource.kind),
+            None => watched.resource.kind.clone(),
+        };
+        sizes.push(typed(
+            &name,
+            watched.store.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+        ));
+    }
+    sizes
+}
+
+async fn run() {
+    let count = env_number("COUNT", 1000);
+    let namespaces = env_number("NAMESPACES", 1).max(1);
+    let fake = FakeApi::new();
+    let started = Instant::now();
+    let held = populate(&fake, count, namespaces);
+    println!(
+        "cluster: {held:?} in {namespaces} namespace(s), populated in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    fake.take_calls();
+
+    let start = Instant::now();
+    let tandem = Running::start(&fake, "tandem-a").await;
+    let ready = start.elapsed();
+    let (peak_at_ready, _) = memory(tandem.pid());
+    println!("ready (caches listed) {:.1} s after start; peak RSS then {}", ready.as_secs_f64(), mib(peak_at_ready));
+
+    // Settled: no request but the Lease's for 10 s (gave up after 300 s).
+    let mut last = Instant::now();
+    let mut verbs: BTreeMap<String, usize> = BTreeMap::new();
+    let ready_at = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let calls: Vec<_> = fake
+            .take_calls()
+            .into_iter()
+            .filter(|c| !c.path.contains("/leases/"))
+            .collect();
+        if !calls.is_empty() {
+            last = Instant::now();
+            for call in calls {
+                let verb = match (call.method.as_str(), call.path.contains("/events")) {
+                    (_, true) => "event".to_owned(),
+                    (method, _) => method.to_owned(),
+                };
+                *verbs.entry(verb).or_default() += 1;
+            }
+        }
+        if last.elapsed() >= Duration::from_secs(10) || ready_at.elapsed() > Duration::from_secs(300) {
+            break;
+        }
+    }
+    let settled = last.saturating_duration_since(ready_at);
+    let (peak, now) = memory(tandem.pid());
+    println!(
+        "settled {:.1} s after ready (last request; then 10 s without one); requests meanwhile: {verbs:?}",
+        settled.as_secs_f64()
+    );
+    println!("peak RSS {} (VmHWM), now {} (VmRSS)", mib(peak), mib(now));
+    drop(tandem);
+
+    println!("\nJSON bytes per cached object, by cache (caches started in this process):");
+    println!("{:<48} {:>8} {:>12}", "cache", "objects", "bytes/object");
+    for (name, objects, total) in cached_sizes(&fake).await {
+        if objects > 0 {
+            println!("{name:<48} {objects:>8} {:>12}", total / objects);
+        }
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(run());
+}
