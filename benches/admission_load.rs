@@ -351,9 +351,7 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
     let objects = Objects::new(stored.iter().chain([&view, &view_target]));
     // Objects::new drops what does not parse: make sure the world is as claimed.
     for (namespace, expected) in [(RSG_NAMESPACE, STORED_GROUPS), (RSG_NAMESPACE_ONE, 1)] {
-        let groups = objects
-            .resource_scaling_groups(namespace)
-            .map_or(0, |g| g.len());
+        let groups = objects.follows().groups(namespace);
         if groups != expected {
             return Err(format!(
                 "the lookup holds {groups} ResourceScalingGroups in {namespace}, not {expected}"

@@ -1,29 +1,35 @@
 //! The webhook's view of the cluster: kube-runtime reflector caches of
 //! InferenceServices, ScaleViews and ResourceScalingGroups, kept current by
-//! watches, and API discovery for kinds with a scale subresource. Readiness
-//! waits until all three caches have listed once.
+//! watches, and API discovery for kinds with a scale subresource. The
+//! ResourceScalingGroup watch also feeds the namespaces' follow graphs
+//! ([`WatchedFollows`]). Readiness waits until all three caches, and the
+//! follow graphs, have listed once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 
 use super::Lookup;
 use super::discovery::ScaleDiscovery;
-use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use super::follows::WatchedFollows;
+use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
+use crate::api::{Findings, InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter;
 
 pub struct Caches {
     services: Store<InferenceService>,
     views: Store<ScaleView>,
     groups: Store<ResourceScalingGroup>,
+    follows: Arc<WatchedFollows>,
     discovery: ScaleDiscovery,
 }
 
-fn watch<K>(client: &Client) -> Store<K>
+/// A reflector of every `K`; each event is also given to `on_event`.
+fn watch<K>(client: &Client, on_event: impl Fn(&watcher::Event<K>) + Send + 'static) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -39,6 +45,7 @@ where
         watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
     )
     .default_backoff()
+    .inspect_ok(on_event)
     .applied_objects();
     tokio::spawn(async move {
         stream
@@ -55,10 +62,13 @@ where
 impl Caches {
     /// Starts the watches; `ready` turns true once every cache has listed.
     pub fn start(client: &Client, ready: Arc<AtomicBool>) -> Caches {
+        let follows = Arc::new(WatchedFollows::default());
+        let fed = follows.clone();
         let caches = Caches {
-            services: watch(client),
-            views: watch(client),
-            groups: watch(client),
+            services: watch(client, |_| {}),
+            views: watch(client, |_| {}),
+            groups: watch(client, move |event| fed.apply(event)),
+            follows: follows.clone(),
             discovery: ScaleDiscovery::new(client.clone()),
         };
         let (services, views, groups) = (
@@ -71,6 +81,7 @@ impl Caches {
                 && views.wait_until_ready().await.is_ok()
                 && groups.wait_until_ready().await.is_ok();
             if synced {
+                follows.listed().await;
                 ready.store(true, Ordering::SeqCst);
                 tracing::info!("admission caches loaded");
             }
@@ -112,10 +123,12 @@ impl Lookup for Caches {
         )
     }
 
-    fn resource_scaling_groups(&self, namespace: &str) -> Option<Vec<ResourceScalingGroup>> {
-        let mut groups = in_namespace(&self.groups, namespace);
-        groups.sort_by_key(|g| g.name_any());
-        Some(groups)
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings> {
+        Some(self.follows.check(namespace, candidate))
     }
 
     fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
