@@ -92,7 +92,10 @@ impl WatchedFollows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::dag::generated::{NAMESPACES, Shape, candidate, group_of, shape, spec_of};
+    use proptest::prelude::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn group(name: &str, source: &str, target: &str) -> ResourceScalingGroup {
         serde_json::from_value(json!({
@@ -144,5 +147,91 @@ mod tests {
         follows.apply(&watcher::Event::InitDone);
         assert_eq!(follows.snapshot(), FollowIndex::new([&a, &b]));
         assert!(!follows.check("ai", ("back", &back)).is_allowed());
+    }
+
+    /// What happens to the stored groups, and how the watch reports it.
+    #[derive(Clone, Debug)]
+    enum Happening {
+        /// Group `name` of a namespace created or updated (`Apply`).
+        Applied(usize, usize, Shape),
+        /// Group `name` of a namespace deleted (`Delete`).
+        Deleted(usize, usize),
+        /// The watch lost and listed again: `Init`, the stored groups, `InitDone`.
+        Relisted,
+        /// Deleted while the watch was away: seen only at the next re-list.
+        DeletedUnseen(usize, usize),
+    }
+
+    fn happening() -> impl Strategy<Value = Happening> {
+        prop_oneof![
+            6 => (0..NAMESPACES.len(), 0..5usize, shape()).prop_map(|(ns, name, shape)| Happening::Applied(ns, name, shape)),
+            2 => (0..NAMESPACES.len(), 0..5usize).prop_map(|(ns, name)| Happening::Deleted(ns, name)),
+            1 => Just(Happening::Relisted),
+            1 => (0..NAMESPACES.len(), 0..5usize).prop_map(|(ns, name)| Happening::DeletedUnseen(ns, name)),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the watch reports, once it has caught up (after every
+        /// event, except while a deletion went unseen) the webhook answers
+        /// every candidate as `plan::dag::check` over the stored groups
+        /// listed by name, the list the webhook used to get from its cache.
+        #[test]
+        fn the_watched_index_answers_as_check_over_the_stored_groups(
+            happenings in prop::collection::vec(happening(), 1..25),
+            candidates in prop::collection::vec(candidate(), 3),
+        ) {
+            let follows = WatchedFollows::default();
+            let mut stored: BTreeMap<(&str, String), ResourceScalingGroup> = BTreeMap::new();
+            let mut unseen = false;
+            let relist = |stored: &BTreeMap<(&str, String), ResourceScalingGroup>| {
+                follows.apply(&watcher::Event::Init);
+                for group in stored.values() {
+                    follows.apply(&watcher::Event::InitApply(group.clone()));
+                }
+                follows.apply(&watcher::Event::InitDone);
+            };
+            relist(&stored);
+            for happening in &happenings {
+                match happening {
+                    Happening::Applied(ns, name, shape) => {
+                        let (ns, name) = (NAMESPACES[*ns], format!("rsg-{name}"));
+                        let group = group_of(ns, &name, &spec_of(shape));
+                        follows.apply(&watcher::Event::Apply(group.clone()));
+                        stored.insert((ns, name), group);
+                    }
+                    Happening::Deleted(ns, name) => {
+                        if let Some(group) = stored.remove(&(NAMESPACES[*ns], format!("rsg-{name}"))) {
+                            follows.apply(&watcher::Event::Delete(group));
+                        }
+                    }
+                    Happening::Relisted => {
+                        relist(&stored);
+                        unseen = false;
+                    }
+                    Happening::DeletedUnseen(ns, name) => {
+                        unseen |= stored.remove(&(NAMESPACES[*ns], format!("rsg-{name}"))).is_some();
+                    }
+                }
+                if unseen {
+                    continue;
+                }
+                prop_assert_eq!(follows.snapshot(), FollowIndex::new(stored.values()));
+                for (ns, name, shape) in &candidates {
+                    let namespace = NAMESPACES[*ns];
+                    let name = format!("rsg-{name}");
+                    let spec = spec_of(shape);
+                    let listed: Vec<(String, ResourceScalingGroupSpec)> = stored
+                        .iter()
+                        .filter(|((ns, _), _)| *ns == namespace)
+                        .map(|((_, name), group)| (name.clone(), group.spec.clone()))
+                        .collect();
+                    prop_assert_eq!(
+                        follows.check(namespace, (&name, &spec)),
+                        crate::plan::dag::check(&listed, (&name, &spec))
+                    );
+                }
+            }
+        }
     }
 }

@@ -25,6 +25,8 @@
 mod index;
 
 pub use index::FollowIndex;
+#[cfg(test)]
+pub(crate) use index::generated;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

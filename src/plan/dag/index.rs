@@ -242,22 +242,22 @@ fn unlink(edges: &mut HashMap<Endpoint, BTreeSet<Edge>>, endpoint: &Endpoint, ed
     }
 }
 
+/// Generated groups among a few Deployments and roles, for the property
+/// tests here and in `admission::follows`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod generated {
     use super::*;
-    use crate::plan::dag::check;
     use proptest::prelude::*;
     use serde_json::{Value, json};
-    use std::collections::BTreeMap;
 
-    const NAMESPACES: [&str; 2] = ["ai", "ml"];
+    pub(crate) const NAMESPACES: [&str; 2] = ["ai", "ml"];
     /// Endpoints 0..4 are Deployments, 4 and 5 the roles of a RoleBasedGroup.
-    const ENDPOINTS: usize = 6;
-    const ROLES: [&str; 2] = ["prefill", "Decode"];
+    pub(crate) const ENDPOINTS: usize = 6;
+    pub(crate) const ROLES: [&str; 2] = ["prefill", "Decode"];
 
     /// What a generated group binds.
     #[derive(Clone, Debug)]
-    enum Shape {
+    pub(crate) enum Shape {
         /// `source` drives `targets` (repeats allowed: a second binding of
         /// one Target); `versioned` writes Deployments through a targetRef
         /// with another apiVersion.
@@ -271,7 +271,7 @@ mod tests {
         Unresolvable,
     }
 
-    fn shape() -> impl Strategy<Value = Shape> {
+    pub(crate) fn shape() -> impl Strategy<Value = Shape> {
         prop_oneof![
             8 => (0..ENDPOINTS, prop::collection::vec(0..ENDPOINTS, 1..4), any::<bool>())
                 .prop_map(|(source, targets, versioned)| Shape::Inplace { source, targets, versioned }),
@@ -306,7 +306,7 @@ mod tests {
         name
     }
 
-    fn spec_of(shape: &Shape) -> ResourceScalingGroupSpec {
+    pub(crate) fn spec_of(shape: &Shape) -> ResourceScalingGroupSpec {
         let value = match shape {
             Shape::Inplace {
                 source,
@@ -339,7 +339,7 @@ mod tests {
         serde_json::from_value(value).expect("generated spec parses")
     }
 
-    fn group_of(
+    pub(crate) fn group_of(
         namespace: &str,
         name: &str,
         spec: &ResourceScalingGroupSpec,
@@ -348,6 +348,21 @@ mod tests {
         group.metadata.namespace = Some(namespace.to_owned());
         group
     }
+
+    /// A group under review: new (`rsg-5`) or an update of a stored one.
+    pub(crate) fn candidate() -> impl Strategy<Value = (usize, usize, Shape)> {
+        (0..NAMESPACES.len(), 0..6usize, shape())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generated::*;
+    use super::*;
+    use crate::plan::dag::check;
+    use proptest::prelude::*;
+    use serde_json::json;
+    use std::collections::BTreeMap;
 
     /// One change to the stored groups: group `name` of namespace
     /// `namespace` created or updated with `Some(shape)`, deleted with `None`.
@@ -369,11 +384,6 @@ mod tests {
                 name,
                 shape,
             })
-    }
-
-    /// A group under review: new (`rsg-5`) or an update of a stored one.
-    fn candidate() -> impl Strategy<Value = (usize, usize, Shape)> {
-        (0..NAMESPACES.len(), 0..6usize, shape())
     }
 
     #[test]
