@@ -1,10 +1,10 @@
 //! What admission may look up besides the object under review: the target of
 //! a ScaleView, the views that lock a service's roles, the follow graph of the
 //! ResourceScalingGroups of a namespace, and whether a kind has a scale
-//! subresource. The webhook
-//! reads kube-runtime caches and API discovery, `render` reads its world, and
-//! a server without a cluster knows only Kubernetes' built-in kinds (the
-//! checks that need a lookup then become warnings instead of guesses).
+//! subresource. The webhook reads kube-runtime caches and API discovery,
+//! `render` reads its world, and a server without a cluster knows only
+//! Kubernetes' built-in kinds (the checks that need a lookup then become
+//! warnings instead of guesses).
 
 use std::collections::BTreeMap;
 
