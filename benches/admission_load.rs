@@ -52,6 +52,10 @@ const STORED_GROUPS: usize = 1_000;
 const RSG_NAMESPACE: &str = "ai";
 /// The namespace of the small RSG scenario, which holds one stored group.
 const RSG_NAMESPACE_ONE: &str = "ai-one";
+/// The two RSG scenarios, whose Tandem p99s are compared: admission's cost
+/// must not grow with the groups stored (target: p99 at 1 000 <= 1.2x at 1).
+const RSG_ONE_STORED: &str = "ResourceScalingGroup CREATE, 1 RSG in the namespace";
+const RSG_THOUSAND_STORED: &str = "ResourceScalingGroup CREATE, 1 000 RSGs in the namespace";
 
 /// What the bare handler answers to everything.
 const FIXED_REPLY: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"bare","allowed":true}}"#;
@@ -182,6 +186,8 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         load::CONNECTIONS
     );
     let mut failures = 0;
+    // Tandem's run at each scenario, by scenario name.
+    let mut tandem_runs: Vec<(&str, load::Run)> = Vec::new();
     for scenario in &scenarios {
         println!(
             "\n{} (POST {}, {} byte body)",
@@ -253,6 +259,23 @@ async fn run(mode: &Mode) -> Result<usize, String> {
                 tandem.percentile(0.99) / parse_only.percentile(0.99)
             );
         }
+        if let Some(tandem) = runs.pop() {
+            tandem_runs.push((scenario.name, tandem));
+        }
+    }
+    let tandem_at = |name: &str| {
+        tandem_runs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, run)| run)
+    };
+    if let (Some(one), Some(thousand)) = (tandem_at(RSG_ONE_STORED), tandem_at(RSG_THOUSAND_STORED))
+    {
+        println!(
+            "\nResourceScalingGroup CREATE, tandem beside 1 000 stored groups / beside 1: throughput {:.2}x, p99 {:.2}x (target <= 1.2x)",
+            thousand.throughput() / one.throughput(),
+            thousand.percentile(0.99) / one.percentile(0.99)
+        );
     }
     failures += rotation(&tandem, mode, &client, &scenarios[0], dir.path(), &rotated).await?;
     println!("\nfailed requests in all: {failures}");
@@ -417,13 +440,13 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
             true,
         )?,
         scenario(
-            "ResourceScalingGroup CREATE, 1 RSG in the namespace",
+            RSG_ONE_STORED,
             "/validate/resourcescalinggroups",
             common::review("CREATE", &group_beside_one, None),
             true,
         )?,
         scenario(
-            "ResourceScalingGroup CREATE, 1 000 RSGs in the namespace",
+            RSG_THOUSAND_STORED,
             "/validate/resourcescalinggroups",
             common::review("CREATE", &group, None),
             true,
