@@ -126,26 +126,33 @@ fn admission(c: &mut Criterion) {
     }
 
     // What consulting the namespace's stored ResourceScalingGroups (the
-    // lookup's copy of them and the DAG check) adds to the validating
-    // webhook's answer: the same RSG CREATE, blind and beside one stored group.
+    // DAG check on the lookup's follow index) adds to the validating
+    // webhook's answer: the same RSG CREATE, blind, beside one stored group
+    // and beside a chain of 1 000 (which the candidate does not touch).
     let (_, _, group_object, namespace) = &cases[3];
     let body = serde_json::to_vec(&review(Kind::ResourceScalingGroup, group_object, namespace))
         .expect("review");
-    let stored = serde_json::json!({
-        "apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
-        "metadata": {"name": "chain-0000", "namespace": namespace},
-        "spec": {"targetResources": [
-            {"name": "step-0000", "apiVersion": "apps/v1", "kind": "Deployment"},
-            {"name": "step-0001", "apiVersion": "apps/v1", "kind": "Deployment"}],
-        "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
-            {"name": "step-0000", "role": "Source"},
-            {"name": "step-0001", "role": "Target", "ratio": 2.0}]}}}
-    });
-    let one_stored = admission::lookup::Objects::new([&stored]);
+    let stored = |i: usize| {
+        serde_json::json!({
+            "apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+            "metadata": {"name": format!("chain-{i:04}"), "namespace": namespace},
+            "spec": {"targetResources": [
+                {"name": format!("step-{i:04}"), "apiVersion": "apps/v1", "kind": "Deployment"},
+                {"name": format!("step-{:04}", i + 1), "apiVersion": "apps/v1", "kind": "Deployment"}],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": format!("step-{i:04}"), "role": "Source"},
+                {"name": format!("step-{:04}", i + 1), "role": "Target", "ratio": 2.0}]}}}
+        })
+    };
+    let one_stored = admission::lookup::Objects::new([&stored(0)]);
+    let chain: Vec<serde_json::Value> = (0..1_000).map(stored).collect();
+    let thousand_stored = admission::lookup::Objects::new(&chain);
+    assert_eq!(thousand_stored.follows().groups(namespace), 1_000);
     let mut group = c.benchmark_group("webhook_validate_rsg");
     for (name, lookup) in [
         ("blind", &admission::lookup::Blind as &dyn admission::Lookup),
         ("beside_1_stored", &one_stored),
+        ("beside_1000_stored", &thousand_stored),
     ] {
         let answer = || {
             http::answer(

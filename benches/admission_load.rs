@@ -52,6 +52,11 @@ const STORED_GROUPS: usize = 1_000;
 const RSG_NAMESPACE: &str = "ai";
 /// The namespace of the small RSG scenario, which holds one stored group.
 const RSG_NAMESPACE_ONE: &str = "ai-one";
+/// The two RSG scenarios, which Tandem then serves again taking turns, to
+/// compare them: admission's cost must not grow with the groups stored
+/// (target: p99 beside 1 000 <= 1.2x beside 1).
+const RSG_ONE_STORED: &str = "ResourceScalingGroup CREATE, 1 RSG in the namespace";
+const RSG_THOUSAND_STORED: &str = "ResourceScalingGroup CREATE, 1 000 RSGs in the namespace";
 
 /// What the bare handler answers to everything.
 const FIXED_REPLY: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"bare","allowed":true}}"#;
@@ -254,6 +259,7 @@ async fn run(mode: &Mode) -> Result<usize, String> {
             );
         }
     }
+    failures += stored_groups(&tandem, mode, &client, &scenarios).await?;
     failures += rotation(&tandem, mode, &client, &scenarios[0], dir.path(), &rotated).await?;
     println!("\nfailed requests in all: {failures}");
     match peak_rss_kib() {
@@ -272,6 +278,81 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         .finished()
         .await
         .map_err(|e| format!("Tandem server stopped badly: {e}"))?;
+    Ok(failures)
+}
+
+/// Turns of the comparison beside 1 and beside 1 000 stored groups.
+const STORED_GROUPS_TURNS: usize = 10;
+
+/// Tandem alone at the two RSG scenarios, which take turns
+/// [`STORED_GROUPS_TURNS`] times so that other work on the machine weighs on
+/// both alike (in the scenario blocks above they run one after the other,
+/// seconds apart, on a shared machine). Returns the failures.
+async fn stored_groups(
+    tandem: &Server,
+    mode: &Mode,
+    client: &Arc<rustls::ClientConfig>,
+    scenarios: &[Scenario],
+) -> Result<usize, String> {
+    let find = |name: &str| {
+        scenarios
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| format!("no scenario {name:?}"))
+    };
+    let pair = [find(RSG_ONE_STORED)?, find(RSG_THOUSAND_STORED)?];
+    let mut runs = [(); 2].map(|()| load::Run {
+        wall: Duration::ZERO,
+        latencies: Vec::new(),
+        failures: 0,
+        examples: Vec::new(),
+    });
+    let mut failures = 0;
+    for _ in 0..STORED_GROUPS_TURNS {
+        for (scenario, run) in pair.iter().zip(runs.iter_mut()) {
+            let measured = load::drive(
+                tandem.webhook_addr,
+                client,
+                &request_of(scenario),
+                &load::Expect {
+                    uid: Some(scenario.uid.clone()),
+                    allowed: scenario.allowed,
+                },
+                mode.requests / STORED_GROUPS_TURNS,
+            )
+            .await?;
+            failures += report_failures(&measured, "");
+            run.wall += measured.wall;
+            run.failures += measured.failures;
+            run.latencies.extend(measured.latencies);
+        }
+    }
+    println!(
+        "\nResourceScalingGroup CREATE beside 1 and beside 1 000 stored groups, tandem alone, the two taking {STORED_GROUPS_TURNS} turns of {} requests",
+        mode.requests / STORED_GROUPS_TURNS
+    );
+    println!(
+        "  {:<10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "stored", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "failures"
+    );
+    for (stored, run) in ["1", "1 000"].iter().zip(runs.iter_mut()) {
+        run.latencies.sort_unstable();
+        println!(
+            "  {:<10} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>9}",
+            stored,
+            run.throughput(),
+            run.percentile(0.50),
+            run.percentile(0.99),
+            run.percentile(0.999),
+            run.failures
+        );
+    }
+    let [one, thousand] = &runs;
+    println!(
+        "  1 000 / 1: throughput {:.2}x, p99 {:.2}x (target <= 1.2x)",
+        thousand.throughput() / one.throughput(),
+        thousand.percentile(0.99) / one.percentile(0.99)
+    );
     Ok(failures)
 }
 
@@ -351,9 +432,7 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
     let objects = Objects::new(stored.iter().chain([&view, &view_target]));
     // Objects::new drops what does not parse: make sure the world is as claimed.
     for (namespace, expected) in [(RSG_NAMESPACE, STORED_GROUPS), (RSG_NAMESPACE_ONE, 1)] {
-        let groups = objects
-            .resource_scaling_groups(namespace)
-            .map_or(0, |g| g.len());
+        let groups = objects.follows().groups(namespace);
         if groups != expected {
             return Err(format!(
                 "the lookup holds {groups} ResourceScalingGroups in {namespace}, not {expected}"
@@ -419,13 +498,13 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
             true,
         )?,
         scenario(
-            "ResourceScalingGroup CREATE, 1 RSG in the namespace",
+            RSG_ONE_STORED,
             "/validate/resourcescalinggroups",
             common::review("CREATE", &group_beside_one, None),
             true,
         )?,
         scenario(
-            "ResourceScalingGroup CREATE, 1 000 RSGs in the namespace",
+            RSG_THOUSAND_STORED,
             "/validate/resourcescalinggroups",
             common::review("CREATE", &group, None),
             true,

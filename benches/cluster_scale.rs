@@ -21,7 +21,7 @@
 //! ```
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::collections::BTreeMap;
@@ -68,8 +68,8 @@ fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String,
         let mut service = story.clone();
         service["metadata"] = json!({"name": name, "namespace": namespace});
         let stored = fake.insert(admitted(Kind::InferenceService, &namespace, &service));
-        let rendered = tandem::render::render(vec![stored], &Default::default())
-            .expect("story 4 renders");
+        let rendered =
+            tandem::render::render(vec![stored], &Default::default()).expect("story 4 renders");
         for object in rendered.apply {
             if object["kind"] == "InferenceService" {
                 let status = object["status"].clone();
@@ -91,7 +91,11 @@ fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String,
         // group's number): a thousand groups that all bind one Deployment
         // would be a thousand double Targets, each group's status naming
         // the 999 others.
-        for target in group["spec"]["targetResources"].as_array_mut().into_iter().flatten() {
+        for target in group["spec"]["targetResources"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
             target["namespace"] = json!(namespace);
             let own = format!("{}-{i}", target["name"].as_str().unwrap_or_default());
             target["name"] = json!(own);
@@ -159,15 +163,30 @@ async fn cached_sizes(fake: &FakeApi) -> Vec<(String, usize, usize)> {
     };
     sizes.push(typed(
         "InferenceService",
-        caches.services.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+        caches
+            .services
+            .state()
+            .iter()
+            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
+            .collect(),
     ));
     sizes.push(typed(
         "ScaleView",
-        caches.views.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+        caches
+            .views
+            .state()
+            .iter()
+            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
+            .collect(),
     ));
     sizes.push(typed(
         "ResourceScalingGroup",
-        caches.groups.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+        caches
+            .groups
+            .state()
+            .iter()
+            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
+            .collect(),
     ));
     for watched in caches.watched() {
         let name = match &watched.selector {
@@ -176,7 +195,12 @@ async fn cached_sizes(fake: &FakeApi) -> Vec<(String, usize, usize)> {
         };
         sizes.push(typed(
             &name,
-            watched.store.state().iter().map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len())).collect(),
+            watched
+                .store
+                .state()
+                .iter()
+                .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
+                .collect(),
         ));
     }
     sizes
@@ -198,7 +222,11 @@ async fn run() {
     let tandem = Running::start(&fake, "tandem-a").await;
     let ready = start.elapsed();
     let (peak_at_ready, _) = memory(tandem.pid());
-    println!("ready (caches listed) {:.1} s after start; peak RSS then {}", ready.as_secs_f64(), mib(peak_at_ready));
+    println!(
+        "ready (caches listed) {:.1} s after start; peak RSS then {}",
+        ready.as_secs_f64(),
+        mib(peak_at_ready)
+    );
 
     // Settled: no request but the Lease's for 10 s (gave up after 300 s).
     let mut last = Instant::now();
@@ -221,7 +249,9 @@ async fn run() {
                 *verbs.entry(verb).or_default() += 1;
             }
         }
-        if last.elapsed() >= Duration::from_secs(10) || ready_at.elapsed() > Duration::from_secs(300) {
+        if last.elapsed() >= Duration::from_secs(10)
+            || ready_at.elapsed() > Duration::from_secs(300)
+        {
             break;
         }
     }
@@ -237,8 +267,8 @@ async fn run() {
     println!("\nJSON bytes per cached object, by cache (caches started in this process):");
     println!("{:<48} {:>8} {:>12}", "cache", "objects", "bytes/object");
     for (name, objects, total) in cached_sizes(&fake).await {
-        if objects > 0 {
-            println!("{name:<48} {objects:>8} {:>12}", total / objects);
+        if let Some(each) = total.checked_div(objects) {
+            println!("{name:<48} {objects:>8} {each:>12}");
         }
     }
 }

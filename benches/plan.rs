@@ -154,12 +154,35 @@ fn dag_check(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same check answered by the webhook's index of the stored groups,
+/// kept up to date instead of rebuilt per request.
+fn dag_index_check(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dag_index_check");
+    for n in [10usize, 1_000, 10_000] {
+        let mut index = dag::FollowIndex::default();
+        for i in 0..n {
+            index.upsert_spec(
+                "ai",
+                &format!("rsg-{i}"),
+                &follow(&format!("d{i}"), &format!("d{}", 2 * i + 1)),
+            );
+        }
+        let candidate = follow(&format!("d{}", 4 * n), "d0");
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &index, |b, index| {
+            b.iter(|| black_box(index).check("ai", ("rsg-new", &candidate)))
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     topology,
     split_groups,
     binpack,
     propagation,
-    dag_check
+    dag_check,
+    dag_index_check
 );
 criterion_main!(benches);

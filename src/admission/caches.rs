@@ -1,12 +1,14 @@
 //! The webhook's view of the cluster: the process's informer caches
-//! ([`crate::reconcile::caches::Caches`], shared with the controllers) and
-//! API discovery for kinds with a scale subresource.
+//! ([`crate::reconcile::caches::Caches`], shared with the controllers), the
+//! namespaces' follow graphs kept from the ResourceScalingGroup watch
+//! ([`super::follows::WatchedFollows`]), and API discovery for kinds with a
+//! scale subresource.
 
-use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::Lookup;
-use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
+use crate::api::{Findings, InferenceService, ScaleView};
 use crate::plan::adapter;
 use crate::reconcile::caches::Caches;
 
@@ -43,10 +45,12 @@ impl Lookup for Caches {
         )
     }
 
-    fn resource_scaling_groups(&self, namespace: &str) -> Option<Vec<ResourceScalingGroup>> {
-        let mut groups = in_namespace(&self.groups, namespace);
-        groups.sort_by_key(|g| g.name_any());
-        Some(groups)
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings> {
+        Some(self.follows.check(namespace, candidate))
     }
 
     fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {

@@ -1,24 +1,35 @@
 //! What admission may look up besides the object under review: the target of
-//! a ScaleView, the views that lock a service's roles, the ResourceScalingGroups
-//! of a namespace, and whether a kind has a scale subresource. The webhook
-//! reads kube-runtime caches and API discovery, `render` reads its world, and
-//! a server without a cluster knows only Kubernetes' built-in kinds (the
-//! checks that need a lookup then become warnings instead of guesses).
+//! a ScaleView, the views that lock a service's roles, the follow graph of the
+//! ResourceScalingGroups of a namespace, and whether a kind has a scale
+//! subresource. The webhook reads kube-runtime caches and API discovery,
+//! `render` reads its world, and a server without a cluster knows only
+//! Kubernetes' built-in kinds (the checks that need a lookup then become
+//! warnings instead of guesses).
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use serde_json::Value;
 
-use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
+use crate::api::{Findings, InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter;
+use crate::plan::dag::FollowIndex;
 
 /// Objects admission can consult. `None` means "cannot know" (no cluster),
 /// which is different from "does not exist" (`Some(None)` / an empty list).
 pub trait Lookup: Send + Sync {
     fn inference_service(&self, namespace: &str, name: &str) -> Option<Option<InferenceService>>;
     fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>>;
-    fn resource_scaling_groups(&self, namespace: &str) -> Option<Vec<ResourceScalingGroup>>;
+    /// What the follow graph of `namespace`'s stored ResourceScalingGroups
+    /// says about `candidate` (name and spec of a group being created or
+    /// updated): [`crate::plan::dag::check`]'s answer, from an index kept up
+    /// to date rather than from a list of the groups.
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings>;
     /// Whether the API of `apiVersion` `kind` has a scale subresource (false
     /// also when the kind is not served at all).
     fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool>;
@@ -39,7 +50,7 @@ impl Lookup for Blind {
     fn scale_views(&self, _: &str) -> Option<Vec<ScaleView>> {
         None
     }
-    fn resource_scaling_groups(&self, _: &str) -> Option<Vec<ResourceScalingGroup>> {
+    fn check_follows(&self, _: &str, _: (&str, &ResourceScalingGroupSpec)) -> Option<Findings> {
         None
     }
     /// Kubernetes' own kinds are known to the binary; nothing else is.
@@ -53,7 +64,9 @@ impl Lookup for Blind {
 pub struct Objects {
     services: BTreeMap<(String, String), InferenceService>,
     views: BTreeMap<String, Vec<ScaleView>>,
-    groups: BTreeMap<String, Vec<ResourceScalingGroup>>,
+    /// The follow graph of the world's ResourceScalingGroups, built as the
+    /// webhook's is, so both answer alike.
+    follows: FollowIndex,
     /// CustomResourceDefinitions of the world, which say which kinds scale.
     crds: Vec<Value>,
 }
@@ -82,10 +95,11 @@ impl Objects {
                     }
                 }
                 (Some("resourcescalinggroup.com/v1"), Some("ResourceScalingGroup")) => {
-                    if let Ok(group) =
+                    if let Ok(mut group) =
                         serde_json::from_value::<ResourceScalingGroup>(object.clone())
                     {
-                        known.groups.entry(namespace).or_default().push(group);
+                        group.metadata.namespace = Some(namespace);
+                        known.follows.upsert(&group);
                     }
                 }
                 (Some("apiextensions.k8s.io/v1"), Some("CustomResourceDefinition")) => {
@@ -95,6 +109,11 @@ impl Objects {
             }
         }
         known
+    }
+
+    /// The follow graph of the world's ResourceScalingGroups.
+    pub fn follows(&self) -> &FollowIndex {
+        &self.follows
     }
 }
 
@@ -109,8 +128,12 @@ impl Lookup for Objects {
     fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>> {
         Some(self.views.get(namespace).cloned().unwrap_or_default())
     }
-    fn resource_scaling_groups(&self, namespace: &str) -> Option<Vec<ResourceScalingGroup>> {
-        Some(self.groups.get(namespace).cloned().unwrap_or_default())
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings> {
+        Some(self.follows.check(namespace, candidate))
     }
     /// Built-in kinds, then the CRDs of the world; a kind neither knows is
     /// unknown (a world need not list its CRDs).

@@ -7,6 +7,7 @@
 
 pub mod caches;
 pub mod discovery;
+pub mod follows;
 pub mod http;
 pub mod lookup;
 pub mod patch;
@@ -289,14 +290,8 @@ fn group_findings(
     ));
     // Across every group of the namespace: no resource may follow
     // itself through a chain, nor be the Target of two bindings.
-    match lookup.resource_scaling_groups(namespace) {
-        Some(groups) => {
-            let stored: Vec<(String, resource_scaling_group::ResourceScalingGroupSpec)> = groups
-                .into_iter()
-                .map(|g| (kube::ResourceExt::name_any(&g), g.spec))
-                .collect();
-            findings.extend(crate::plan::dag::check(&stored, (name, spec)));
-        }
+    match lookup.check_follows(namespace, (name, spec)) {
+        Some(follows) => findings.extend(follows),
         None => findings.warn(
             "spec.scalingStrategy: cycles and double Targets across the namespace's ResourceScalingGroups were not checked: this webhook has no view of the cluster",
         ),

@@ -16,6 +16,17 @@
 //! once (iteratively, so a chain of any length cannot overflow the stack); a
 //! binding lies on a cycle exactly when both its ends are in one component, so
 //! only a denied binding pays for a path search, to name the cycle.
+//!
+//! The webhook does not rebuild that graph per request: [`FollowIndex`] keeps
+//! every namespace's edges, updated group by group from the watch events, and
+//! answers what [`check`] answers at a cost that does not grow with the
+//! number of groups stored.
+
+mod index;
+
+pub use index::FollowIndex;
+#[cfg(test)]
+pub(crate) use index::generated;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -231,10 +242,9 @@ pub fn check(
     namespace_groups: &[(String, ResourceScalingGroupSpec)],
     candidate: (&str, &ResourceScalingGroupSpec),
 ) -> Findings {
-    let mut findings = Findings::default();
     let (candidate_name, candidate_spec) = candidate;
     let Ok(candidate_bindings) = bindings(candidate_spec) else {
-        return findings;
+        return Findings::default();
     };
     let stored: Vec<(&str, Bindings)> = namespace_groups
         .iter()
@@ -245,43 +255,65 @@ pub fn check(
     let candidate_group = groups.len();
     groups.push((candidate_name, &candidate_bindings));
     let graph = FollowGraph::new(&groups);
+    findings(
+        &candidate_bindings,
+        |endpoint| {
+            let mut others: Vec<&str> = graph
+                .targeting(endpoint)
+                .iter()
+                .filter(|f| f.group != candidate_group)
+                .map(|f| groups[f.group].0)
+                .collect();
+            others.dedup();
+            others
+        },
+        |target| {
+            graph.cycle_closed_by(Follow {
+                group: candidate_group,
+                target,
+            })
+        },
+    )
+}
 
-    for (t, target) in candidate_bindings.targets.iter().enumerate() {
+/// The answer of [`check`] (and of [`FollowIndex::check`], so both word it
+/// alike) about the candidate's `bindings`, given for each of its Targets
+/// the other groups that already target it (`targeted_by`, by name, each
+/// once) and the cycle its binding closes (`cycle_closed_by`, by position in
+/// [`Bindings::targets`]).
+fn findings<'a>(
+    bindings: &Bindings,
+    targeted_by: impl Fn(&Endpoint) -> Vec<&'a str>,
+    cycle_closed_by: impl Fn(usize) -> Option<Cycle<'a>>,
+) -> Findings {
+    let mut findings = Findings::default();
+    for (t, target) in bindings.targets.iter().enumerate() {
         let at = format!("{BINDINGS_FIELD}[{}]", target.binding);
-        let this = Follow {
-            group: candidate_group,
-            target: t,
-        };
-        let others = graph.targeting(&target.endpoint);
-        let mut other_groups: Vec<&str> = others
+        let earlier_here = bindings.targets[..t]
             .iter()
-            .filter(|f| f.group != candidate_group)
-            .map(|f| groups[f.group].0)
-            .collect();
-        other_groups.dedup();
-        let earlier_here = others
-            .iter()
-            .find(|f| f.group == candidate_group && f.target < t);
+            .find(|earlier| earlier.endpoint == target.endpoint);
         if let Some(earlier) = earlier_here {
-            let binding = candidate_bindings.targets[earlier.target].binding;
             findings.deny(
                 format!("{at}.name"),
                 format!(
-                    "{} is already the Target of {BINDINGS_FIELD}[{binding}]; a resource or role follows one Source only",
-                    target.endpoint
+                    "{} is already the Target of {BINDINGS_FIELD}[{}]; a resource or role follows one Source only",
+                    target.endpoint, earlier.binding
                 ),
             );
-        } else if !other_groups.is_empty() {
-            findings.deny(
-                format!("{at}.name"),
-                format!(
-                    "{} is already the Target of ResourceScalingGroup {}; a resource or role follows one Source only",
-                    target.endpoint,
-                    other_groups.join(", ")
-                ),
-            );
+        } else {
+            let other_groups = targeted_by(&target.endpoint);
+            if !other_groups.is_empty() {
+                findings.deny(
+                    format!("{at}.name"),
+                    format!(
+                        "{} is already the Target of ResourceScalingGroup {}; a resource or role follows one Source only",
+                        target.endpoint,
+                        other_groups.join(", ")
+                    ),
+                );
+            }
         }
-        if let Some(cycle) = graph.cycle_closed_by(this) {
+        if let Some(cycle) = cycle_closed_by(t) {
             findings.deny(
                 at,
                 format!("{cycle}: scaling would follow itself round this loop forever"),

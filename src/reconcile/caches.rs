@@ -44,6 +44,7 @@ use tokio::sync::watch;
 
 use super::cluster::{Unserved, resource};
 use crate::admission::discovery::ScaleDiscovery;
+use crate::admission::follows::WatchedFollows;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter;
 use crate::plan::children::{MANAGED_BY, MANAGER, SERVICE};
@@ -276,6 +277,8 @@ pub struct Caches {
     pub services: Store<InferenceService>,
     pub views: Store<ScaleView>,
     pub groups: Store<ResourceScalingGroup>,
+    /// The namespaces' follow graphs, for the webhook's DAG check.
+    pub follows: Arc<WatchedFollows>,
     typed: Vec<watch::Receiver<WatchState>>,
     /// Kinds read as JSON, by (apiVersion, plural, selector).
     kinds: Mutex<HashMap<WatchKey, Arc<Watched>>>,
@@ -323,9 +326,11 @@ impl Caches {
                 on_view(&triggers, old, new)
             })
         };
+        let follows = Arc::new(WatchedFollows::default());
         let (groups, groups_state) = {
-            let triggers = triggers.clone();
+            let (triggers, follows) = (triggers.clone(), follows.clone());
             reflect_typed::<ResourceScalingGroup>(&client, &metrics, move |old, new| {
+                follows.changed(old, new);
                 on_group(&triggers, old, new)
             })
         };
@@ -364,6 +369,7 @@ impl Caches {
             services,
             views,
             groups,
+            follows,
             typed: vec![services_state, views_state, groups_state],
             kinds: Mutex::default(),
             unserved: Mutex::default(),
