@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
-use super::children;
+use super::{children, drain};
 use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
@@ -44,6 +44,10 @@ pub struct Observed<'a> {
     /// role name (`updateRevision`); a role without one reports no
     /// revisions.
     pub update_revisions: BTreeMap<String, String>,
+    /// The replicas of each serving role the plan keeps out of traffic until
+    /// their drain ends (plan::drain), by role name: their own pods may not
+    /// say so yet (the plan is marking them).
+    pub draining: BTreeMap<String, BTreeSet<u32>>,
 }
 
 /// One role's state and, when failing, why.
@@ -282,7 +286,14 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         .filter(|p| label(p, children::ROLE_NAME) == Some(role.name.as_str()))
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .collect();
-    let ready_replicas = ready_replicas(&pods, nodes);
+    // A draining replica is out of traffic: not ready, and counted apart.
+    let serving: Vec<&Value> = pods
+        .iter()
+        .copied()
+        .filter(|p| !drain::is_draining(p))
+        .collect();
+    let ready_replicas = ready_replicas(&serving, nodes);
+    let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
     let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
     let failure = pods.iter().find_map(|p| pod_failure(p));
     let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
@@ -353,6 +364,7 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
             updated_ready_replicas,
             current_revision,
             update_revision: update_revision.cloned(),
+            draining_replicas,
         },
         failure,
         outdated,
