@@ -22,8 +22,8 @@ use crate::plan::inplace::{self, Observed, Reading};
 use crate::plan::ratio::Endpoint;
 use crate::plan::replication;
 use crate::plan::scale_view as view_plan;
-use crate::plan::service::{self as service_plan, ChildKind, World};
-use crate::plan::{children, status};
+use crate::plan::service::{self as service_plan, APPLIED_HASH, ChildKind, World};
+use crate::plan::{children, drain, status};
 
 /// Reconcile passes over the world before render gives up on converging.
 pub const MAX_PASSES: usize = 10;
@@ -379,6 +379,15 @@ fn reconcile_services(
         );
         for step in pass.apply {
             let child = ObjectKey::of(&step.object);
+            // A drain applies only a Pod's traffic label and annotations.
+            if step.object["kind"] == "Pod" {
+                if let Some(pod) = world.get_mut(&child) {
+                    apply_to_pod(pod, &step.object);
+                    touched.insert(child);
+                    changed = true;
+                }
+                continue;
+            }
             let mut object = step.object;
             if let Some(existing) = world.get(&child) {
                 if let Some(status) = existing.get("status") {
@@ -421,6 +430,18 @@ fn reconcile_services(
         }
     }
     Ok(changed)
+}
+
+/// What server-side apply makes of a Pod Tandem applied a drain's label and
+/// annotations to: the fields Tandem owns (plan::drain) are replaced, the
+/// rest stays.
+fn apply_to_pod(pod: &mut Value, applied: &Value) {
+    for key in [drain::DRAIN_STARTED, drain::DRAIN_DEADLINE, APPLIED_HASH] {
+        if let Some(annotations) = pod["metadata"]["annotations"].as_object_mut() {
+            annotations.remove(key);
+        }
+    }
+    merge_applied(pod, applied);
 }
 
 /// Merges what server-side apply sends into an object: maps field by field,

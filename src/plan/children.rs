@@ -126,8 +126,12 @@ pub fn owner_reference(service: &InferenceService) -> Option<Value> {
 
 /// Whether `object` is a child of `service`: it carries the service's owner
 /// reference, or, for a service that was never stored (render), Tandem's
-/// labels for it in its namespace.
+/// labels for it in its namespace. A Pod never is.
 pub fn owns(service: &InferenceService, object: &Value) -> bool {
+    // Pods carry the service's labels but belong to their LeaderWorkerSet.
+    if object["apiVersion"] == "v1" && object["kind"] == "Pod" {
+        return false;
+    }
     match service.metadata.uid.as_deref() {
         Some(uid) => object["metadata"]["ownerReferences"]
             .as_array()

@@ -108,10 +108,20 @@ pub const CHILD_KINDS: [ChildKind; 12] = [
     CONTROLLER_REVISION,
 ];
 
+/// Pods are applied (a drain's label and annotations, see [`drain`]) but are
+/// not children: they are never listed as such, nor deleted by Tandem.
+pub const POD: ChildKind = ChildKind {
+    api_version: "v1",
+    kind: "Pod",
+    plural: "pods",
+};
+
 impl ChildKind {
+    /// The kind of an object the plan applies or deletes: a child, or a Pod.
     pub fn of(object: &Value) -> Option<ChildKind> {
         CHILD_KINDS
             .into_iter()
+            .chain([POD])
             .find(|k| object["apiVersion"] == k.api_version && object["kind"] == k.kind)
     }
 
