@@ -5,6 +5,7 @@
 pub mod adapter;
 pub mod children;
 pub mod dag;
+pub mod disruption;
 pub mod drain;
 pub mod gang;
 pub mod inplace;

@@ -10,8 +10,8 @@ use super::quantity::Quantity;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
 use super::{
-    children, drain, gang, pacing, revision, router, scale_view, topology, traffic, upgrade,
-    victims,
+    children, disruption, drain, gang, pacing, revision, router, scale_view, topology, traffic,
+    upgrade, victims,
 };
 use crate::api::Findings;
 use crate::api::ScaleView;
@@ -64,8 +64,15 @@ pub const CONTROLLER_REVISION: ChildKind = ChildKind {
 
 /// Every kind a service's children can be: the replicas, the PodGroup, the
 /// router's objects (endpoint picker, its RBAC and config, pool and route),
-/// and an upgrade's Gateway, per-revision Services and revision records.
-pub const CHILD_KINDS: [ChildKind; 12] = [
+/// an upgrade's Gateway, per-revision Services and revision records, and the
+/// serving roles' PodDisruptionBudgets.
+pub const POD_DISRUPTION_BUDGET: ChildKind = ChildKind {
+    api_version: disruption::API_VERSION,
+    kind: disruption::KIND,
+    plural: "poddisruptionbudgets",
+};
+
+pub const CHILD_KINDS: [ChildKind; 13] = [
     LEADER_WORKER_SET,
     POD_GROUP,
     ChildKind {
@@ -106,6 +113,7 @@ pub const CHILD_KINDS: [ChildKind; 12] = [
     },
     GATEWAY,
     CONTROLLER_REVISION,
+    POD_DISRUPTION_BUDGET,
 ];
 
 /// Pods are applied (a drain's label and annotations, see [`drain`]) but are
@@ -545,6 +553,9 @@ pub fn plan(
     if let Some(traffic) = &rollout.traffic {
         traffic_objects(service, world, rollout, traffic, &mut plan)?;
     }
+    for (object, why) in disruption::budgets(service) {
+        plan.desired.push(Desired { object, why });
+    }
     // The PodGroup goes first: a new replica's entry (a surge replica of a
     // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
     // pods that name it.
@@ -844,6 +855,9 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
         }
         (_, "ServiceAccount" | "Role" | "RoleBinding" | "ConfigMap" | "Deployment" | "Service" | "InferencePool" | "HTTPRoute") => {
             "the service has no router role any more".to_owned()
+        }
+        (Some(role), disruption::KIND) => {
+            format!("role {role} is no longer a serving role of the service")
         }
         (_, gang::POD_GROUP_KIND) => {
             "gang scheduling is no longer needed (no prefill/decode pair, no multi-node role, and no volcano schedulerName)".to_owned()
@@ -1449,6 +1463,7 @@ mod tests {
 
     fn names(plan: &[Desired]) -> Vec<&str> {
         plan.iter()
+            .filter(|d| d.object["kind"] == "LeaderWorkerSet")
             .map(|d| d.object["metadata"]["name"].as_str().unwrap())
             .collect()
     }
@@ -1860,7 +1875,8 @@ mod tests {
         );
         assert_eq!(
             first.apply.iter().map(|a| a.change).collect::<Vec<_>>(),
-            [Change::Create, Change::Create]
+            [Change::Create, Change::Create, Change::Create],
+            "two replicas and the role's PodDisruptionBudget"
         );
         assert!(first.delete.is_empty());
         let mut world: Vec<Value> = first.apply.iter().map(|a| a.object.clone()).collect();
@@ -1923,7 +1939,13 @@ mod tests {
             &Options::default(),
             &now,
         );
-        assert!(blocked.apply.is_empty());
+        // Only the PodDisruptionBudget, which needs no LeaderWorkerSet API.
+        assert!(
+            blocked
+                .apply
+                .iter()
+                .all(|a| a.object["kind"] == "PodDisruptionBudget")
+        );
         let failed = blocked
             .status
             .conditions
@@ -1961,7 +1983,8 @@ mod tests {
                 "Deployment",
                 "Service",
                 "InferencePool",
-                "HTTPRoute"
+                "HTTPRoute",
+                "PodDisruptionBudget"
             ]
         );
         for d in &plan {
