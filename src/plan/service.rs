@@ -344,6 +344,21 @@ pub fn plan(
                     .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
                     .chain(pods.iter().filter(|p| of_role(p)))
                     .any(|o| revision::of(o) != Some(label.as_str()));
+            // While two revisions run side by side their capacities move at
+            // the upgrade's surge, which a replica kept for its drain would
+            // exceed: their replicas go at once (traffic leaves them by the
+            // route's weights first).
+            let drain_seconds = if rollout.runs.len() > 1 {
+                0
+            } else {
+                service
+                    .spec
+                    .roles
+                    .iter()
+                    .find(|r| r.name == role.name)
+                    .unwrap_or(role)
+                    .drain_seconds()
+            };
             if rolling {
                 let nodes = usize::try_from(role.node_count()).unwrap_or(1);
                 let replicas = pacing::observe(&role.name, nodes, &members, &pods);
@@ -374,13 +389,46 @@ pub fn plan(
                         }
                         pacing::Step::Delete(why) => {
                             if let Some(existing) = at_index(index) {
-                                plan.delete_notes.insert(
-                                    text(&existing["metadata"]["name"]).to_owned(),
-                                    why.clone(),
-                                );
+                                let replica = drain::replica_pods(&pods, &role.name, index);
+                                let left = drain::leave(&replica, drain_seconds, rollout.now);
+                                if keep_draining(
+                                    (&role.name, index),
+                                    existing,
+                                    &left,
+                                    (drain_seconds, "is deleted"),
+                                    &mut plan,
+                                ) {
+                                    continue;
+                                }
+                                let why = match left {
+                                    drain::Leave::Delete(drained) if drain::draining(&replica) => {
+                                        format!("{why}; {drained}")
+                                    }
+                                    _ => why.clone(),
+                                };
+                                plan.delete_notes
+                                    .insert(text(&existing["metadata"]["name"]).to_owned(), why);
                             }
                         }
                         pacing::Step::Apply { why, updated_at } => {
+                            // A replica replaced in place leaves traffic for
+                            // its drain before its LeaderWorkerSet changes.
+                            if let Some(existing) = at_index(index).filter(|o| {
+                                revision::of(o) != Some(label.as_str())
+                                    && o["metadata"]["deletionTimestamp"].is_null()
+                            }) {
+                                let replica = drain::replica_pods(&pods, &role.name, index);
+                                let left = drain::leave(&replica, drain_seconds, rollout.now);
+                                if keep_draining(
+                                    (&role.name, index),
+                                    existing,
+                                    &left,
+                                    (drain_seconds, "is replaced by the update revision"),
+                                    &mut plan,
+                                ) {
+                                    continue;
+                                }
+                            }
                             let mut object = topology::leader_worker_set(
                                 service,
                                 role,
@@ -443,21 +491,6 @@ pub fn plan(
                 policy,
                 &candidates,
             );
-            // While two revisions run side by side their capacities move at
-            // the upgrade's surge, which a replica kept for its drain would
-            // exceed: their replicas go at once (traffic leaves them by the
-            // route's weights first).
-            let drain_seconds = if rollout.runs.len() > 1 {
-                0
-            } else {
-                service
-                    .spec
-                    .roles
-                    .iter()
-                    .find(|r| r.name == role.name)
-                    .unwrap_or(role)
-                    .drain_seconds()
-            };
             drain_replicas(
                 service,
                 world,
@@ -626,33 +659,51 @@ fn drain_replicas(
                 let gone = why_gone(service, rollout, existing, world);
                 plan.delete_notes.insert(name, format!("{gone}; {why}"));
             }
-            drain::Leave::Delete(_) => {}
-            drain::Leave::Drain {
-                pods: marks,
-                deadline,
-                ..
-            } => {
-                plan.kept.insert(key(existing));
-                plan.draining
-                    .entry(role.to_owned())
-                    .or_default()
-                    .insert(index);
-                plan.drain_deadline = Some(
-                    plan.drain_deadline
-                        .map_or(deadline, |d: jiff::Timestamp| d.min(deadline)),
+            left => {
+                keep_draining(
+                    (role, index),
+                    existing,
+                    &left,
+                    (scope.seconds, "is deleted"),
+                    plan,
                 );
-                for object in marks {
-                    plan.desired.push(Desired {
-                        object,
-                        why: format!(
-                            "replica {index} of role {role} leaves traffic and is deleted at {deadline} (drain.seconds {})",
-                            scope.seconds
-                        ),
-                    });
-                }
             }
         }
     }
+}
+
+/// When `left` is a drain: keeps the replica's LeaderWorkerSet `existing` as
+/// it is until the deadline, marks its pods, and returns true.
+fn keep_draining(
+    (role, index): (&str, u32),
+    existing: &Value,
+    left: &drain::Leave,
+    (seconds, then): (i64, &str),
+    plan: &mut Plan,
+) -> bool {
+    let drain::Leave::Drain {
+        pods: marks,
+        deadline,
+        ..
+    } = left
+    else {
+        return false;
+    };
+    plan.kept.insert(key(existing));
+    plan.draining
+        .entry(role.to_owned())
+        .or_default()
+        .insert(index);
+    plan.drain_deadline = Some(plan.drain_deadline.map_or(*deadline, |d| d.min(*deadline)));
+    for object in marks {
+        plan.desired.push(Desired {
+            object: object.clone(),
+            why: format!(
+                "replica {index} of role {role} leaves traffic and {then} at {deadline} (drain.seconds {seconds})"
+            ),
+        });
+    }
+    true
 }
 
 /// Why the plan wants one of the router's objects, for the Event; a
@@ -1596,19 +1647,16 @@ mod tests {
                         .unwrap()
                         .parse()
                         .unwrap();
-                    let name = format!("qwen-inference-{index}-0");
-                    if !self
-                        .pods
-                        .iter()
-                        .any(|p| p["metadata"]["name"] == name.as_str())
-                    {
-                        let mut new =
-                            pod(index, self.costs.get(&index).copied().unwrap_or("0"), true);
-                        new["metadata"]["labels"] = object["spec"]["leaderWorkerTemplate"]
-                            ["workerTemplate"]["metadata"]["labels"]
-                            .clone();
-                        self.pods.push(new);
-                    }
+                    // A new or changed LeaderWorkerSet has a new pod.
+                    let index_label = index.to_string();
+                    self.pods.retain(|p| {
+                        p["metadata"]["labels"][children::REPLICA_INDEX] != index_label.as_str()
+                    });
+                    let mut new = pod(index, self.costs.get(&index).copied().unwrap_or("0"), true);
+                    new["metadata"]["labels"] = object["spec"]["leaderWorkerTemplate"]
+                        ["workerTemplate"]["metadata"]["labels"]
+                        .clone();
+                    self.pods.push(new);
                 }
             }
             for step in &pass.delete {
@@ -1776,6 +1824,64 @@ mod tests {
         );
         let quiet = cluster.pass(&scaled(4, "Ordered", None), 200);
         assert!(quiet.apply.is_empty() && quiet.delete.is_empty() && quiet.requeue.is_none());
+    }
+
+    #[test]
+    fn a_rolling_update_drains_each_replaced_replica_before_its_leader_worker_set_changes() {
+        let mut cluster = Cluster::new(&[]);
+        let old = scaled(2, "Ordered", None);
+        cluster.pass(&old, 0);
+        let mut value = serde_json::to_value(&old).unwrap();
+        value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("v2");
+        let new: InferenceService = serde_json::from_value(value).unwrap();
+        let revision_of = |cluster: &Cluster, index: u32| {
+            cluster
+                .children
+                .iter()
+                .find(|c| c["metadata"]["name"] == format!("qwen-inference-{index}").as_str())
+                .map(|c| c["metadata"]["labels"][children::REVISION].clone())
+                .unwrap()
+        };
+        let old_revision = revision_of(&cluster, 0);
+        // When each replica's pods left traffic, and when its LeaderWorkerSet
+        // moved to the new revision.
+        let mut drained: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut replaced: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut t = 100;
+        while replaced.len() < 2 {
+            assert!(t < 1000, "the update finishes");
+            let pass = cluster.pass(&new, t);
+            for (name, traffic) in applied_pods(&pass) {
+                if traffic == drain::DRAINING {
+                    let index: u32 = name
+                        .trim_start_matches("qwen-inference-")
+                        .trim_end_matches("-0")
+                        .parse()
+                        .unwrap();
+                    assert_eq!(
+                        revision_of(&cluster, index),
+                        old_revision,
+                        "a replica leaving traffic keeps its LeaderWorkerSet"
+                    );
+                    drained.entry(index).or_insert(t);
+                }
+            }
+            for index in [0, 1] {
+                if revision_of(&cluster, index) != old_revision {
+                    replaced.entry(index).or_insert(t);
+                }
+            }
+            t += 10;
+        }
+        for (index, at) in &replaced {
+            let started = drained[index];
+            assert!(
+                at - started >= 30,
+                "replica {index} was out of traffic from {started} and changed at {at}"
+            );
+        }
+        let times: BTreeSet<i64> = replaced.values().copied().collect();
+        assert_eq!(times.len(), 2, "one replica at a time: {replaced:?}");
     }
 
     #[test]
