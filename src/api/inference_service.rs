@@ -506,6 +506,14 @@ pub struct ComponentStatus {
     /// counted as ready.
     #[serde(default)]
     pub draining_replicas: i32,
+    /// Serving roles: replicas that are not ready because a container keeps
+    /// restarting or waits in CrashLoopBackOff, ImagePullBackOff or
+    /// ErrImagePull.
+    #[serde(default)]
+    pub failing_replicas: i32,
+    /// The first failing replica: its index, pod, container and reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_reason: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -1168,6 +1168,23 @@ pub fn reconcile(
         (r.events, r.requeue.map(|d| d.unsigned_abs()))
     });
     events.extend(planned.events.iter().cloned());
+    // One Event per episode of a failing replica: when Degraded turns True.
+    let degraded = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == status::DEGRADED && c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    let before = service
+        .status
+        .as_ref()
+        .and_then(|s| degraded(&s.conditions));
+    if let (None, Some(message)) = (before, degraded(&status.conditions)) {
+        events.push(rollout::Event {
+            reason: "Degraded",
+            note: message,
+        });
+    }
     if let Some(deadline) = planned.drain_deadline {
         let left = now.0.duration_until(deadline).unsigned_abs();
         requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
@@ -1882,6 +1899,55 @@ mod tests {
         }
         let times: BTreeSet<i64> = replaced.values().copied().collect();
         assert_eq!(times.len(), 2, "one replica at a time: {replaced:?}");
+    }
+
+    #[test]
+    fn a_crash_loop_is_one_event_per_episode() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        cluster.pass(&service, 0);
+        let mut crash = |cluster: &mut Cluster, restarts: i64, ready: bool| {
+            let pod = cluster
+                .pods
+                .iter_mut()
+                .find(|p| p["metadata"]["name"] == "qwen-inference-1-0")
+                .unwrap();
+            pod["status"]["conditions"][0]["status"] = json!(if ready { "True" } else { "False" });
+            pod["status"]["containerStatuses"] = json!([{"name": "vllm", "restartCount": restarts,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+        };
+        let mut episodes = Vec::new();
+        for (at, restarts, ready) in [
+            (10, 3, false),
+            (20, 4, false),
+            (30, 7, false),
+            (40, 7, true),
+            (50, 8, false),
+        ] {
+            crash(&mut cluster, restarts, ready);
+            let pass = cluster.pass(&service, at);
+            episodes.extend(
+                pass.events
+                    .iter()
+                    .filter(|e| e.reason == "Degraded")
+                    .map(|e| (at, e.note.clone())),
+            );
+            let degraded = pass
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == status::DEGRADED)
+                .unwrap();
+            assert_eq!(
+                degraded.status,
+                if ready { "False" } else { "True" },
+                "at {at}"
+            );
+            service.status = Some(pass.status);
+        }
+        let note =
+            "role inference: replica 1: pod qwen-inference-1-0 container vllm CrashLoopBackOff";
+        assert_eq!(episodes, [(10, note.to_owned()), (50, note.to_owned())]);
     }
 
     #[test]
