@@ -17,6 +17,7 @@ const IS: &str = "fusioninfer.io/v1alpha1";
 const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets";
 const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
+const PDB_PATH: &str = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
 
 /// Stores a seed story as the API server would after admission.
 fn store_story(fake: &FakeApi, file: &str) -> String {
@@ -63,6 +64,8 @@ async fn create_then_nothing_to_write() {
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
             EVENTS.to_owned(),
             status_patch(&name),
         ]
@@ -275,7 +278,15 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
     let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
-    assert_eq!(fake.take_writes(), [status_patch(&name)]);
+    // Only the role's PodDisruptionBudget, which needs no LeaderWorkerSet API.
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {PDB_PATH}/qwen-inference-inference"),
+            EVENTS.to_owned(),
+            status_patch(&name)
+        ]
+    );
     let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
     let failed = status["conditions"]
         .as_array()
@@ -809,6 +820,9 @@ async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() 
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
             EVENTS.to_owned(),
+            // One pod per replica now: the budget's maxUnavailable follows.
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
+            EVENTS.to_owned(),
             "DELETE /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
             EVENTS.to_owned(),
             status_patch(&name),
@@ -1022,6 +1036,8 @@ async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
             EVENTS.to_owned(),
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
+            EVENTS.to_owned(),
             status_patch(&name),
             status_patch(&name),
         ]
@@ -1154,6 +1170,8 @@ async fn a_rolling_update_replaces_one_replica_per_step_and_halts_on_a_broken_re
 
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:broken");
+        // Replaced at once: the drain before a replacement has its own test.
+        s["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
         s["metadata"]["generation"] = json!(2);
     });
     fake.take_calls();
@@ -1268,6 +1286,8 @@ async fn a_one_replica_role_surges_instead_of_going_dark() {
     reconcile_stored(&fake, &ctx, &name).await;
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        // Replaced at once: the drain before a replacement has its own test.
+        s["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
         s["metadata"]["generation"] = json!(2);
     });
     fake.take_calls();
@@ -1315,6 +1335,7 @@ async fn a_role_paces_by_its_own_rolling_update() {
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][1]["rollingUpdate"] = json!({"maxUnavailable": 0, "maxSurge": 1});
         s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        s["spec"]["roles"][1]["drain"] = json!({"seconds": 0});
         s["metadata"]["generation"] = json!(2);
     });
     fake.take_calls();
