@@ -918,16 +918,16 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             }
         }
     }
-    if let Some(seconds) = role.drain.as_ref().and_then(|d| d.seconds) {
-        if !(0..=Drain::MAX_SECONDS).contains(&seconds) {
-            findings.deny(
-                format!("{at}.drain.seconds"),
-                format!(
-                    "must be between 0 (no drain) and {} (a day), got {seconds}",
-                    Drain::MAX_SECONDS
-                ),
-            );
-        }
+    if let Some(seconds) = role.drain.as_ref().and_then(|d| d.seconds)
+        && !(0..=Drain::MAX_SECONDS).contains(&seconds)
+    {
+        findings.deny(
+            format!("{at}.drain.seconds"),
+            format!(
+                "must be between 0 (no drain) and {} (a day), got {seconds}",
+                Drain::MAX_SECONDS
+            ),
+        );
     }
     if let Some(count) = role
         .disruption_budget

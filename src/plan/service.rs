@@ -1906,7 +1906,7 @@ mod tests {
         let mut cluster = Cluster::new(&[]);
         let mut service = scaled(2, "Ordered", None);
         cluster.pass(&service, 0);
-        let mut crash = |cluster: &mut Cluster, restarts: i64, ready: bool| {
+        let crash = |cluster: &mut Cluster, restarts: i64, ready: bool| {
             let pod = cluster
                 .pods
                 .iter_mut()
