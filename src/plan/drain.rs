@@ -110,7 +110,8 @@ pub enum Leave {
 }
 
 /// The drain of a replica with `pods` that goes, with a drain of `seconds`,
-/// at `now`: nothing to drain (drain off, no pod left) deletes at once; a
+/// at `now`: nothing to drain (drain off, no pod left, no pod ready to take
+/// requests) deletes at once; a
 /// replica not yet draining starts now; one draining is deleted once its
 /// deadline has come. A pod of it that is not marked yet (recreated during
 /// the drain) is marked with the replica's start.
@@ -125,6 +126,10 @@ pub fn leave(pods: &[&Value], seconds: i64, now: Timestamp) -> Leave {
         .collect();
     if live.is_empty() {
         return Leave::Delete("it has no pods to drain".to_owned());
+    }
+    // Endpoints and the endpoint picker send requests to ready pods only.
+    if !draining(&live) && !live.iter().any(|p| super::victims::pod_running(p)) {
+        return Leave::Delete("none of its pods is ready, so no request reaches it".to_owned());
     }
     let start = started(&live).unwrap_or(now);
     let deadline = start
@@ -198,7 +203,7 @@ mod tests {
         json!({"metadata": {
             "name": format!("qwen-decode-{index}-0-{worker}"), "namespace": "ai",
             "labels": {ROLE_NAME: "decode", REPLICA_INDEX: index.to_string(), TRAFFIC: SERVING},
-        }})
+        }, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
     }
 
     fn at(seconds: i64) -> Timestamp {
@@ -306,6 +311,17 @@ mod tests {
         let mut gone = pod_of(0, 0);
         gone["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         assert!(matches!(leave(&[&gone], 30, at(0)), Leave::Delete(_)));
+        // A replica no request reaches goes at once; one already draining
+        // finishes its drain even if its pods stop being ready.
+        let mut broken = pod_of(0, 0);
+        broken["status"]["conditions"][0]["status"] = json!("False");
+        assert_eq!(
+            leave(&[&broken], 30, at(0)),
+            Leave::Delete("none of its pods is ready, so no request reaches it".into())
+        );
+        broken["metadata"]["labels"][TRAFFIC] = json!(DRAINING);
+        broken["metadata"]["annotations"] = json!({DRAIN_STARTED: at(0).to_string()});
+        assert!(matches!(leave(&[&broken], 30, at(10)), Leave::Drain { .. }));
     }
 
     #[test]
