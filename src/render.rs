@@ -463,7 +463,15 @@ items:
             .iter()
             .map(|o| o["kind"].as_str().unwrap())
             .collect();
-        assert_eq!(kinds, ["InferenceService", "ScaleView", "LeaderWorkerSet"]);
+        assert_eq!(
+            kinds,
+            [
+                "InferenceService",
+                "ScaleView",
+                "LeaderWorkerSet",
+                "PodDisruptionBudget"
+            ]
+        );
         assert_eq!(rendered.apply[2]["metadata"]["name"], "b-inference-0");
         assert_eq!(
             rendered.apply[0]["status"]["ready"], "0/1",
@@ -491,7 +499,7 @@ items:
             .unwrap()
         );
         let json: Value = serde_json::from_str(&rendered.write(Format::Json).unwrap()).unwrap();
-        assert_eq!(json["apply"].as_array().unwrap().len(), 3);
+        assert_eq!(json["apply"].as_array().unwrap().len(), 4);
         assert_eq!(json["delete"], json!([]));
     }
 

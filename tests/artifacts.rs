@@ -209,7 +209,9 @@ fn every_example_fits_the_crds_and_is_admitted() {
 /// Kubernetes' own kinds, parsed as their k8s-openapi types so a wrong field
 /// shows with its path; None for kinds that come from CRDs.
 fn parse_core(object: &Value) -> Option<Result<(), String>> {
-    use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, rbac::v1 as rbac};
+    use k8s_openapi::api::{
+        apps::v1 as apps, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac,
+    };
     fn parse<T: serde::de::DeserializeOwned>(object: &Value) -> Result<(), String> {
         serde_path_to_error::deserialize::<_, T>(object)
             .map(|_| ())
@@ -220,6 +222,8 @@ fn parse_core(object: &Value) -> Option<Result<(), String>> {
             ("v1", "ServiceAccount") => parse::<core::ServiceAccount>(object),
             ("v1", "ConfigMap") => parse::<core::ConfigMap>(object),
             ("v1", "Service") => parse::<core::Service>(object),
+            ("v1", "Pod") => parse::<core::Pod>(object),
+            ("policy/v1", "PodDisruptionBudget") => parse::<policy::PodDisruptionBudget>(object),
             ("apps/v1", "Deployment") => parse::<apps::Deployment>(object),
             ("apps/v1", "StatefulSet") => parse::<apps::StatefulSet>(object),
             ("apps/v1", "ControllerRevision") => parse::<apps::ControllerRevision>(object),

@@ -17,6 +17,7 @@ const IS: &str = "fusioninfer.io/v1alpha1";
 const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets";
 const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
+const PDB_PATH: &str = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
 
 /// Stores a seed story as the API server would after admission.
 fn store_story(fake: &FakeApi, file: &str) -> String {
@@ -64,6 +65,8 @@ async fn create_then_nothing_to_write() {
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-0"),
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
+            EVENTS.to_owned(),
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
             EVENTS.to_owned(),
             status_patch(&name),
         ]
@@ -281,7 +284,15 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
     let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
-    assert_eq!(fake.take_writes(), [status_patch(&name)]);
+    // Only the role's PodDisruptionBudget, which needs no LeaderWorkerSet API.
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("PATCH {PDB_PATH}/qwen-inference-inference"),
+            EVENTS.to_owned(),
+            status_patch(&name)
+        ]
+    );
     let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
     let failed = status["conditions"]
         .as_array()
@@ -426,9 +437,16 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
+    // With pods, a scale-down drains a replica (pods patched) first.
+    fake.step_leader_worker_sets("default", |_| true);
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][0]["replicas"] = json!(1)
     });
+    reconcile_stored(&fake, &ctx, &name).await;
+    for pod in fake.list("v1", "Pod", "default") {
+        let pod = pod["metadata"]["name"].as_str().unwrap().to_owned();
+        fake.remove("v1", "Pod", "default", &pod);
+    }
     reconcile_stored(&fake, &ctx, &name).await;
     // The ScaleView reconciler: grab a lock and scale, then release it.
     let mut spot = yaml_documents(&repo_path("examples/scaleview/decode-ondemand-spot.yaml"));
@@ -826,6 +844,9 @@ async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() 
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
             EVENTS.to_owned(),
+            // One pod per replica now: the budget's maxUnavailable follows.
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
+            EVENTS.to_owned(),
             "DELETE /apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups/deepseek-r1-inference".to_owned(),
             EVENTS.to_owned(),
             status_patch(&name),
@@ -877,6 +898,8 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
     service["spec"]["roles"][0]["replicas"] = json!(4);
     service["spec"]["roles"][0]["multinode"] = json!({"nodeCount": 2});
     service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+    // Deleted at once: the drain before a deletion has its own tests.
+    service["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
     service["spec"]["schedulingStrategy"] = json!({"gangPolicy": "TaskMember"});
     let (admitted, _) = tandem::admission::admit(
         tandem::admission::Kind::InferenceService,
@@ -1037,6 +1060,8 @@ async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
             EVENTS.to_owned(),
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-1"),
             EVENTS.to_owned(),
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
+            EVENTS.to_owned(),
             status_patch(&name),
             status_patch(&name),
         ]
@@ -1170,6 +1195,8 @@ async fn a_rolling_update_replaces_one_replica_per_step_and_halts_on_a_broken_re
 
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:broken");
+        // Replaced at once: the drain before a replacement has its own test.
+        s["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
         s["metadata"]["generation"] = json!(2);
     });
     fake.take_calls();
@@ -1284,6 +1311,8 @@ async fn a_one_replica_role_surges_instead_of_going_dark() {
     reconcile_stored(&fake, &ctx, &name).await;
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        // Replaced at once: the drain before a replacement has its own test.
+        s["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
         s["metadata"]["generation"] = json!(2);
     });
     fake.take_calls();
@@ -1331,6 +1360,7 @@ async fn a_role_paces_by_its_own_rolling_update() {
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][1]["rollingUpdate"] = json!({"maxUnavailable": 0, "maxSurge": 1});
         s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        s["spec"]["roles"][1]["drain"] = json!({"seconds": 0});
         s["metadata"]["generation"] = json!(2);
     });
     fake.take_calls();
@@ -1344,5 +1374,129 @@ async fn a_role_paces_by_its_own_rolling_update() {
         sets,
         [&format!("PATCH {LWS_PATH}/deepseek-r1-disagg-decode-2")],
         "one surge replica, no replica taken down"
+    );
+}
+
+/// Issue 15: a scale-down first takes the chosen replicas out of traffic
+/// (their pods relabelled, server-side applied), deletes nothing until the
+/// drain ends, writes nothing in between, then deletes them; a scale-up
+/// during the drain revives them instead.
+#[tokio::test]
+async fn a_scale_down_drains_then_deletes_and_a_second_reconcile_within_the_drain_writes_nothing() {
+    let fake = FakeApi::new();
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(3)
+    });
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:00:00Z"), &name).await;
+    fake.step_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:00:01Z"), &name).await;
+    fake.take_calls();
+
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(2)
+    });
+    let pods_path = "/api/v1/namespaces/default/pods";
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:01:00Z"), &name).await;
+    let writes = fake.take_writes();
+    let drained: Vec<String> = (0..4)
+        .flat_map(|w| {
+            [
+                format!("PATCH {pods_path}/deepseek-r1-inference-inference-2-0-{w}"),
+                EVENTS.to_owned(),
+            ]
+        })
+        .chain([status_patch(&name)])
+        .collect();
+    assert_eq!(writes, drained, "the drain step: only replica 2's pods");
+    for pod in fake.list("v1", "Pod", "default") {
+        let index = pod["metadata"]["labels"]["fusioninfer.io/replica-index"].clone();
+        let draining = index == "2";
+        assert_eq!(
+            pod["metadata"]["labels"]["fusioninfer.io/traffic"],
+            if draining { "draining" } else { "serving" }
+        );
+        if draining {
+            assert_eq!(
+                pod["metadata"]["annotations"]["fusioninfer.io/drain-deadline"],
+                "2026-11-21T10:01:30Z"
+            );
+        }
+        // The pod itself is the LeaderWorkerSet's: its spec is untouched.
+        assert_eq!(pod["spec"]["containers"][0]["name"], "vllm");
+    }
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    assert_eq!(status["components"]["inference"]["drainingReplicas"], 1);
+
+    // Within the drain (the LeaderWorkerSet controller ran too): nothing.
+    fake.step_leader_worker_sets("default", |_| true);
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:01:20Z"), &name).await;
+    let calls = fake.take_calls();
+    let writes: Vec<String> = calls
+        .iter()
+        .filter(|c| c.is_write())
+        .map(|c| c.line())
+        .collect();
+    assert!(writes.is_empty(), "writes within the drain: {writes:?}");
+    assert!(
+        fake.get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "deepseek-r1-inference-inference-2"
+        )
+        .is_some()
+    );
+
+    // The drain is over: the replica goes.
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:01:30Z"), &name).await;
+    assert_eq!(
+        fake.take_writes(),
+        [
+            format!("DELETE {LWS_PATH}/deepseek-r1-inference-inference-2"),
+            EVENTS.to_owned(),
+            status_patch(&name),
+        ]
+    );
+    assert!(fake.event_notes().iter().any(|n| n.contains(
+        "LeaderWorkerSet deepseek-r1-inference-inference-2 deleted: role inference is scaled to 2 replica(s); replica 2 is not kept (Ordered: the highest indices go first); it was out of traffic for its drain of 30s"
+    )), "{:#?}", fake.event_notes());
+}
+
+#[tokio::test]
+async fn a_scale_up_within_the_drain_revives_the_replica_instead_of_making_one() {
+    let fake = FakeApi::new();
+    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:00:00Z"), &name).await;
+    fake.step_leader_worker_sets("default", |_| true);
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(1)
+    });
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:01:00Z"), &name).await;
+    fake.take_calls();
+    fake.edit(IS, "InferenceService", "default", &name, |s| {
+        s["spec"]["roles"][0]["replicas"] = json!(2)
+    });
+    reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:01:10Z"), &name).await;
+    let writes = fake.take_writes();
+    assert!(
+        writes.iter().all(|w| !w.contains("/leaderworkersets/")),
+        "no LeaderWorkerSet is created or changed: {writes:?}"
+    );
+    assert_eq!(
+        writes.iter().filter(|w| w.contains("/pods/")).count(),
+        4,
+        "the four pods of replica 1 return to traffic"
+    );
+    assert!(fake.list("v1", "Pod", "default").iter().all(|p| {
+        p["metadata"]["labels"]["fusioninfer.io/traffic"] == "serving"
+            && p["metadata"]["annotations"]["fusioninfer.io/drain-started-at"].is_null()
+    }));
+    assert!(
+        fake.event_notes().iter().any(|n| n.starts_with(
+            "Revived: replica 1 of role inference was draining and is back in traffic"
+        )),
+        "{:#?}",
+        fake.event_notes()
     );
 }

@@ -249,7 +249,9 @@ fn the_example_routes_its_leaders_through_an_llm_d_picker() {
     assert_eq!(pool["metadata"]["namespace"], "default");
     assert_eq!(
         pool["spec"]["selector"]["matchLabels"],
-        json!({"fusioninfer.io/service": "qwen-pd-routed", "leaderworkerset.sigs.k8s.io/worker-index": "0"})
+        json!({"fusioninfer.io/service": "qwen-pd-routed", "leaderworkerset.sigs.k8s.io/worker-index": "0",
+            "fusioninfer.io/traffic": "serving"}),
+        "every leader in traffic (a draining replica's leave)"
     );
     assert_eq!(pool["spec"]["targetPorts"], json!([{"number": 8000}]));
     let route = one("example", &objects, "HTTPRoute");

@@ -356,7 +356,7 @@ async fn a_router_service_steps_capacity_then_traffic_through_one_pool_per_revis
     assert_eq!(
         pool["spec"]["selector"]["matchLabels"],
         json!({"fusioninfer.io/service": NAME, "fusioninfer.io/revision": v2,
-               "leaderworkerset.sigs.k8s.io/worker-index": "0"})
+               "leaderworkerset.sigs.k8s.io/worker-index": "0", "fusioninfer.io/traffic": "serving"})
     );
     assert_eq!(pool["spec"]["endpointPickerRef"]["name"], epp2.as_str());
     let active_pool = fake
@@ -677,7 +677,7 @@ fn rendered<'a>(out: &'a Value, kind: &str) -> &'a Value {
 
 #[test]
 fn render_now_shows_the_next_step_from_the_given_statuses() {
-    let (v1, v2) = ("f5d1d225f2", "aab463d2bd");
+    let (v1, v2) = ("1a3d410ec0", "94d038c2d3");
     let backends =
         |out: &Value| rendered(out, "HTTPRoute")["spec"]["rules"][0]["backendRefs"].clone();
     let condition = |out: &Value, t: &str| {
@@ -908,9 +908,13 @@ fn render_of_a_decode_change_touches_no_prefill_object() {
             )
         })
         .collect();
+    // The replica the step replaces first leaves traffic (its pods
+    // relabelled for the drain); its LeaderWorkerSet changes after it.
     assert_eq!(
         changed,
-        ["LeaderWorkerSet deepseek-r1-disagg-decode-1"],
+        (0..4)
+            .map(|w| format!("Pod deepseek-r1-disagg-decode-1-0-{w}"))
+            .collect::<Vec<_>>(),
         "one decode replica per step, no prefill object, no PodGroup"
     );
     assert!(second.delete.is_empty());

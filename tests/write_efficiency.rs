@@ -190,9 +190,12 @@ async fn inference_service_reconciles_write_only_what_changed() {
     let all_ready = |_: &Value| true;
 
     reconcile_service(&fake, &ctx, &name).await;
-    let created = table.row(&fake, "create: 3 LeaderWorkerSets and the PodGroup");
+    let created = table.row(
+        &fake,
+        "create: 3 LeaderWorkerSets, the PodGroup, 2 PodDisruptionBudgets",
+    );
     // One apply per child, one Event per apply, one status write.
-    assert_eq!(created.patches, 4, "{created:?}");
+    assert_eq!(created.patches, 6, "{created:?}");
     assert_eq!(created.events, created.patches);
     assert_eq!((created.deletes, created.status), (0, 1));
 
@@ -233,6 +236,9 @@ async fn inference_service_reconciles_write_only_what_changed() {
     edit_service(&fake, &name, |s| {
         s["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] =
             json!("vllm/vllm-openai:v0.12.0");
+        // Replaced and removed at once: the drain's writes are counted in
+        // tests/reconcile_inference_service.rs.
+        s["spec"]["roles"][1]["drain"] = json!({"seconds": 0});
     });
     let mut replaced = Vec::new();
     for step in 1..=3 {

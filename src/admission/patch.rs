@@ -105,6 +105,21 @@ pub fn inference_service(spec: InferenceServiceSpec) -> Result<Ops, serde_json::
             &a.scale_down,
             |ops, path, b, a| ops.field(at(path, "policy"), &b.policy, &a.policy),
         )?;
+        ops.nested(at(&role, "drain"), &b.drain, &a.drain, |ops, path, b, a| {
+            ops.field(at(path, "seconds"), &b.seconds, &a.seconds)
+        })?;
+        ops.nested(
+            at(&role, "disruptionBudget"),
+            &b.disruption_budget,
+            &a.disruption_budget,
+            |ops, path, b, a| {
+                ops.field(
+                    at(path, "maxUnavailableReplicas"),
+                    &b.max_unavailable_replicas,
+                    &a.max_unavailable_replicas,
+                )
+            },
+        )?;
     }
     ops.nested(
         at(&spec_path(), "schedulingStrategy"),
@@ -210,11 +225,13 @@ mod tests {
             json!({"roles": [role("p", "prefiller"), role("d", "decoder")]}),
             json!({"roles": [
                 {"name": "r", "componentType": "router", "replicas": 2},
-                {"name": "w", "componentType": "worker", "multinode": {}, "scaleDown": {}}],
+                {"name": "w", "componentType": "worker", "multinode": {}, "scaleDown": {},
+                 "drain": {}, "disruptionBudget": {}}],
                 "schedulingStrategy": {"schedulerName": "volcano"},
                 "upgradeStrategy": {"incrementalUpgradeOptions": {"stepSizePercent": 10}}}),
             json!({"roles": [{"name": "w", "componentType": "worker", "replicas": 1,
-                "multinode": {"nodeCount": 2}, "scaleDown": {"policy": "Binpack"}}],
+                "multinode": {"nodeCount": 2}, "scaleDown": {"policy": "Binpack"},
+                "drain": {"seconds": 0}, "disruptionBudget": {"maxUnavailableReplicas": 2}}],
                 "schedulingStrategy": {"gangPolicy": "TaskMember"},
                 "upgradeStrategy": {"type": "NewRevision"}}),
         ] {

@@ -211,10 +211,70 @@ pub struct Role {
     /// overrides the same field of spec.upgradeStrategy.rollingUpdate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_update: Option<RollingUpdateOptions>,
+
+    /// Serving roles: how long a replica Tandem removes (scale-down, a
+    /// RollingUpdate replacing it) is out of traffic before it is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
+
+    /// Serving roles: the PodDisruptionBudget Tandem keeps for the role's
+    /// pods, counted in replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_budget: Option<DisruptionBudget>,
+}
+
+/// The drain of a replica that goes: out of the InferencePool's and the
+/// revision Services' selectors for `seconds`, then deleted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drain {
+    /// Seconds a replica stays out of traffic before it is deleted; 0 deletes
+    /// it at once. Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = Drain::MAX_SECONDS))]
+    pub seconds: Option<i64>,
+}
+
+impl Drain {
+    pub const DEFAULT_SECONDS: i64 = 30;
+    /// A day: a longer drain holds GPUs for no generation that exists.
+    pub const MAX_SECONDS: i64 = 86_400;
+}
+
+/// How many replicas of a role a voluntary disruption (a node drain's
+/// eviction) may take down at once.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionBudget {
+    /// Replicas whose pods may be evicted at the same time; the
+    /// PodDisruptionBudget's maxUnavailable is this times nodeCount. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
+    pub max_unavailable_replicas: Option<i32>,
+}
+
+impl DisruptionBudget {
+    pub const DEFAULT_MAX_UNAVAILABLE_REPLICAS: i32 = 1;
 }
 
 impl Role {
     pub const DEFAULT_REPLICAS: i32 = 1;
+
+    /// Seconds a replica that goes is out of traffic before it is deleted.
+    pub fn drain_seconds(&self) -> i64 {
+        self.drain
+            .as_ref()
+            .and_then(|d| d.seconds)
+            .unwrap_or(Drain::DEFAULT_SECONDS)
+    }
+
+    /// Replicas a voluntary disruption may take down at once.
+    pub fn max_unavailable_replicas(&self) -> i32 {
+        self.disruption_budget
+            .as_ref()
+            .and_then(|d| d.max_unavailable_replicas)
+            .unwrap_or(DisruptionBudget::DEFAULT_MAX_UNAVAILABLE_REPLICAS)
+    }
 
     pub fn replicas(&self) -> i32 {
         self.replicas.unwrap_or(Self::DEFAULT_REPLICAS)
@@ -441,6 +501,19 @@ pub struct ComponentStatus {
     /// Serving roles: the revision new and replaced replicas get.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_revision: Option<String>,
+    /// Serving roles: replicas Draining, out of traffic until their drain
+    /// ends and they are deleted (or revived by a scale-up). They are not
+    /// counted as ready.
+    #[serde(default)]
+    pub draining_replicas: i32,
+    /// Serving roles: replicas that are not ready because a container keeps
+    /// restarting or waits in CrashLoopBackOff, ImagePullBackOff or
+    /// ErrImagePull.
+    #[serde(default)]
+    pub failing_replicas: i32,
+    /// The first failing replica: its index, pod, container and reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_reason: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -515,6 +588,14 @@ pub fn defaults(spec: &mut InferenceServiceSpec) {
                 .get_or_insert(RoleScaleDown { policy: None })
                 .policy
                 .get_or_insert_default();
+            role.drain
+                .get_or_insert_default()
+                .seconds
+                .get_or_insert(Drain::DEFAULT_SECONDS);
+            role.disruption_budget
+                .get_or_insert_default()
+                .max_unavailable_replicas
+                .get_or_insert(DisruptionBudget::DEFAULT_MAX_UNAVAILABLE_REPLICAS);
         }
     }
     if let Some(scheduling) = spec.scheduling_strategy.as_mut() {
@@ -837,6 +918,34 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             }
         }
     }
+    if let Some(seconds) = role.drain.as_ref().and_then(|d| d.seconds)
+        && !(0..=Drain::MAX_SECONDS).contains(&seconds)
+    {
+        findings.deny(
+            format!("{at}.drain.seconds"),
+            format!(
+                "must be between 0 (no drain) and {} (a day), got {seconds}",
+                Drain::MAX_SECONDS
+            ),
+        );
+    }
+    if let Some(count) = role
+        .disruption_budget
+        .as_ref()
+        .and_then(|d| d.max_unavailable_replicas)
+    {
+        if count < 0 {
+            findings.deny(
+                format!("{at}.disruptionBudget.maxUnavailableReplicas"),
+                format!("must be >= 0, got {count}"),
+            );
+        } else if count > MAX_REPLICAS {
+            findings.deny(
+                format!("{at}.disruptionBudget.maxUnavailableReplicas"),
+                limits::over(MAX_REPLICAS, count),
+            );
+        }
+    }
     let pods = role_pods(role);
     if counts_within && pods > MAX_PODS_PER_ROLE {
         findings.deny(
@@ -854,6 +963,18 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
         if role.scale_down.is_some() {
             findings.deny(
                 format!("{at}.scaleDown"),
+                "only allowed on serving roles, this role is a router",
+            );
+        }
+        if role.drain.is_some() {
+            findings.deny(
+                format!("{at}.drain"),
+                "only allowed on serving roles, this role is a router",
+            );
+        }
+        if role.disruption_budget.is_some() {
+            findings.deny(
+                format!("{at}.disruptionBudget"),
                 "only allowed on serving roles, this role is a router",
             );
         }
@@ -1334,6 +1455,52 @@ mod tests {
             message.contains("spec.roles[2].scaleDown: only allowed on serving roles"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn drain_and_disruption_budget_are_checked_with_their_paths() {
+        let mut value = pd();
+        value["roles"][0]["drain"] = json!({"seconds": -1});
+        value["roles"][1]["drain"] = json!({"seconds": 86_401});
+        value["roles"][1]["disruptionBudget"] = json!({"maxUnavailableReplicas": -2});
+        value["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router",
+            "drain": {"seconds": 5}, "disruptionBudget": {"maxUnavailableReplicas": 1}
+        }));
+        let message = denial(value);
+        for expected in [
+            "spec.roles[0].drain.seconds: must be between 0 (no drain) and 86400 (a day), got -1",
+            "spec.roles[1].drain.seconds: must be between 0 (no drain) and 86400 (a day), got 86401",
+            "spec.roles[1].disruptionBudget.maxUnavailableReplicas: must be >= 0, got -2",
+            "spec.roles[2].drain: only allowed on serving roles",
+            "spec.roles[2].disruptionBudget: only allowed on serving roles",
+        ] {
+            assert!(message.contains(expected), "{expected} in {message}");
+        }
+        let mut fine = pd();
+        fine["roles"][0]["drain"] = json!({"seconds": 0});
+        fine["roles"][0]["disruptionBudget"] = json!({"maxUnavailableReplicas": 0});
+        let spec: InferenceServiceSpec = serde_json::from_value(fine).unwrap();
+        assert!(validate(&spec).is_allowed());
+    }
+
+    #[test]
+    fn drain_and_disruption_budget_default_on_serving_roles_only() {
+        let mut value = pd();
+        value["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router"
+        }));
+        let mut spec: InferenceServiceSpec = serde_json::from_value(value).unwrap();
+        defaults(&mut spec);
+        assert_eq!(spec.roles[0].drain, Some(Drain { seconds: Some(30) }));
+        assert_eq!(
+            spec.roles[1].disruption_budget,
+            Some(DisruptionBudget {
+                max_unavailable_replicas: Some(1)
+            })
+        );
+        assert_eq!(spec.roles[2].drain, None);
+        assert_eq!(spec.roles[2].disruption_budget, None);
     }
 
     #[test]

@@ -126,8 +126,12 @@ pub fn owner_reference(service: &InferenceService) -> Option<Value> {
 
 /// Whether `object` is a child of `service`: it carries the service's owner
 /// reference, or, for a service that was never stored (render), Tandem's
-/// labels for it in its namespace.
+/// labels for it in its namespace. A Pod never is.
 pub fn owns(service: &InferenceService, object: &Value) -> bool {
+    // Pods carry the service's labels but belong to their LeaderWorkerSet.
+    if object["apiVersion"] == "v1" && object["kind"] == "Pod" {
+        return false;
+    }
     match service.metadata.uid.as_deref() {
         Some(uid) => object["metadata"]["ownerReferences"]
             .as_array()
@@ -182,7 +186,8 @@ fn hash(shape: &Value) -> String {
 /// role: its name, component type, node count (which decides the multi-node
 /// leader/worker wrapping) and template, and what of the scheduling strategy
 /// reaches its pods (the scheduler, and whether they carry the gang
-/// annotations). Replica counts, scale-down policies, the other roles'
+/// annotations), the traffic label and the grace period a drain sets.
+/// Replica counts, scale-down policies, the other roles'
 /// templates, the PodGroup's queue, priority class and gang policy, router
 /// settings and the upgrade strategy do not change it: scaling never restarts
 /// pods, and a change to one role restarts only that role's pods.
@@ -195,6 +200,14 @@ pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
         "template": role.template,
         "gang": scheduling.gang,
         "schedulerName": scheduling.scheduler_name,
+        // The pods carry the traffic label (plan::drain), and a drain longer
+        // than Kubernetes' default grace sets the grace: both change pods, so
+        // they move replicas by the role's upgrade pace, never all at once.
+        "traffic": super::drain::TRAFFIC,
+        "grace": super::drain::grace_seconds(
+            role.template.as_ref().is_some_and(|t| !t["spec"]["terminationGracePeriodSeconds"].is_null()),
+            role.drain_seconds(),
+        ),
     }))
 }
 

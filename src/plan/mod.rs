@@ -6,6 +6,8 @@ pub mod adapter;
 pub mod children;
 pub mod dag;
 pub mod decision;
+pub mod disruption;
+pub mod drain;
 pub mod gang;
 pub mod inplace;
 pub mod leadership;

@@ -178,7 +178,11 @@ pub fn observe(
             .filter(|p| index_of(p) == Some(index))
             .filter(|p| p["metadata"]["labels"][REVISION].as_str() == revision)
             .collect();
-        let ready = at.iter().filter(|p| pod_is_ready(p)).count();
+        // A draining pod is out of traffic: unavailable to the budgets.
+        let ready = at
+            .iter()
+            .filter(|p| pod_is_ready(p) && !super::drain::is_draining(p))
+            .count();
         (at.len(), ready)
     };
     let mut replicas: BTreeMap<u32, Replica> = BTreeMap::new();

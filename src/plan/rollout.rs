@@ -1231,7 +1231,12 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            BTreeSet::from(["ControllerRevision", "LeaderWorkerSet", "Service"])
+            BTreeSet::from([
+                "ControllerRevision",
+                "LeaderWorkerSet",
+                "PodDisruptionBudget",
+                "Service"
+            ])
         );
         let failed = pass
             .status
@@ -1333,6 +1338,7 @@ mod tests {
         let applied: Vec<&str> = pass
             .apply
             .iter()
+            .filter(|a| a.object["kind"] == "LeaderWorkerSet")
             .map(|a| a.object["metadata"]["name"].as_str().unwrap())
             .collect();
         assert_eq!(

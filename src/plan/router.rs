@@ -46,6 +46,7 @@ use super::children::{
     self, COMPONENT_TYPE, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, role_labels, service_labels,
     service_name,
 };
+use super::drain;
 
 /// The GIE endpoint picker whose flags, ports and plugins this module uses:
 /// GIE v1.6.0, the release of the InferencePool v1 CRD Tandem validates against
@@ -642,9 +643,11 @@ fn picker_objects(
     let port = serving_port(&service.spec).map_err(|v| v.to_string())?;
     let config = endpoint_picker_config(router)?;
     let mut labels = object_labels(svc);
+    // A draining replica's pods leave the pool (plan::drain).
     let mut pool_selector = BTreeMap::from([
         (SERVICE.to_owned(), svc.to_owned()),
         (LWS_WORKER_INDEX.to_owned(), "0".to_owned()),
+        (drain::TRAFFIC.to_owned(), drain::SERVING.to_owned()),
     ]);
     let names = match revision {
         None => Picker {
@@ -1519,6 +1522,7 @@ mod tests {
                 "selector": {"matchLabels": {
                     "fusioninfer.io/service": "qwen",
                     "leaderworkerset.sigs.k8s.io/worker-index": "0",
+                    "fusioninfer.io/traffic": "serving",
                 }},
                 "targetPorts": [{"number": 8000}],
                 "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}},
@@ -1936,8 +1940,8 @@ mod tests {
             let pool_object = named("InferencePool", pool);
             assert_eq!(
                 pool_object["spec"]["selector"]["matchLabels"],
-                json!({SERVICE: "qwen", REVISION: revision, LWS_WORKER_INDEX: "0"}),
-                "the pool of {revision} selects only its leaders"
+                json!({SERVICE: "qwen", REVISION: revision, LWS_WORKER_INDEX: "0", drain::TRAFFIC: drain::SERVING}),
+                "the pool of {revision} selects only its leaders, while in traffic"
             );
             assert_eq!(
                 pool_object["spec"]["endpointPickerRef"]["name"], epp,
@@ -1967,7 +1971,7 @@ mod tests {
         let plain = objects_of_rolling();
         assert_eq!(
             find(&plain, "InferencePool")["spec"]["selector"]["matchLabels"],
-            json!({SERVICE: "qwen", LWS_WORKER_INDEX: "0"})
+            json!({SERVICE: "qwen", LWS_WORKER_INDEX: "0", drain::TRAFFIC: drain::SERVING})
         );
     }
 

@@ -10,7 +10,8 @@ use super::quantity::Quantity;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
 use super::{
-    children, gang, pacing, revision, router, scale_view, topology, traffic, upgrade, victims,
+    children, disruption, drain, gang, pacing, revision, router, scale_view, topology, traffic,
+    upgrade, victims,
 };
 use crate::api::Findings;
 use crate::api::ScaleView;
@@ -63,8 +64,15 @@ pub const CONTROLLER_REVISION: ChildKind = ChildKind {
 
 /// Every kind a service's children can be: the replicas, the PodGroup, the
 /// router's objects (endpoint picker, its RBAC and config, pool and route),
-/// and an upgrade's Gateway, per-revision Services and revision records.
-pub const CHILD_KINDS: [ChildKind; 12] = [
+/// an upgrade's Gateway, per-revision Services and revision records, and the
+/// serving roles' PodDisruptionBudgets.
+pub const POD_DISRUPTION_BUDGET: ChildKind = ChildKind {
+    api_version: disruption::API_VERSION,
+    kind: disruption::KIND,
+    plural: "poddisruptionbudgets",
+};
+
+pub const CHILD_KINDS: [ChildKind; 13] = [
     LEADER_WORKER_SET,
     POD_GROUP,
     ChildKind {
@@ -105,12 +113,23 @@ pub const CHILD_KINDS: [ChildKind; 12] = [
     },
     GATEWAY,
     CONTROLLER_REVISION,
+    POD_DISRUPTION_BUDGET,
 ];
 
+/// Pods are applied (a drain's label and annotations, see [`drain`]) but are
+/// not children: they are never listed as such, nor deleted by Tandem.
+pub const POD: ChildKind = ChildKind {
+    api_version: "v1",
+    kind: "Pod",
+    plural: "pods",
+};
+
 impl ChildKind {
+    /// The kind of an object the plan applies or deletes: a child, or a Pod.
     pub fn of(object: &Value) -> Option<ChildKind> {
         CHILD_KINDS
             .into_iter()
+            .chain([POD])
             .find(|k| object["apiVersion"] == k.api_version && object["kind"] == k.kind)
     }
 
@@ -232,6 +251,12 @@ pub struct Plan {
     pub delete_notes: BTreeMap<String, String>,
     /// The RollingUpdate step of each role that is moving to a new revision.
     pub paced: BTreeMap<String, pacing::Paced>,
+    /// The replicas out of traffic before they are deleted, by role.
+    pub draining: BTreeMap<String, BTreeSet<u32>>,
+    /// The earliest drain deadline: the plan changes then.
+    pub drain_deadline: Option<jiff::Timestamp>,
+    /// Replicas put back into traffic instead of new ones being made.
+    pub events: Vec<rollout::Event>,
 }
 
 fn key(object: &Value) -> (String, String, String) {
@@ -319,6 +344,21 @@ pub fn plan(
                     .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
                     .chain(pods.iter().filter(|p| of_role(p)))
                     .any(|o| revision::of(o) != Some(label.as_str()));
+            // While two revisions run side by side their capacities move at
+            // the upgrade's surge, which a replica kept for its drain would
+            // exceed: their replicas go at once (traffic leaves them by the
+            // route's weights first).
+            let drain_seconds = if rollout.runs.len() > 1 {
+                0
+            } else {
+                service
+                    .spec
+                    .roles
+                    .iter()
+                    .find(|r| r.name == role.name)
+                    .unwrap_or(role)
+                    .drain_seconds()
+            };
             if rolling {
                 let nodes = usize::try_from(role.node_count()).unwrap_or(1);
                 let replicas = pacing::observe(&role.name, nodes, &members, &pods);
@@ -349,13 +389,46 @@ pub fn plan(
                         }
                         pacing::Step::Delete(why) => {
                             if let Some(existing) = at_index(index) {
-                                plan.delete_notes.insert(
-                                    text(&existing["metadata"]["name"]).to_owned(),
-                                    why.clone(),
-                                );
+                                let replica = drain::replica_pods(&pods, &role.name, index);
+                                let left = drain::leave(&replica, drain_seconds, rollout.now);
+                                if keep_draining(
+                                    (&role.name, index),
+                                    existing,
+                                    &left,
+                                    (drain_seconds, "is deleted"),
+                                    &mut plan,
+                                ) {
+                                    continue;
+                                }
+                                let why = match left {
+                                    drain::Leave::Delete(drained) if drain::draining(&replica) => {
+                                        format!("{why}; {drained}")
+                                    }
+                                    _ => why.clone(),
+                                };
+                                plan.delete_notes
+                                    .insert(text(&existing["metadata"]["name"]).to_owned(), why);
                             }
                         }
                         pacing::Step::Apply { why, updated_at } => {
+                            // A replica replaced in place leaves traffic for
+                            // its drain before its LeaderWorkerSet changes.
+                            if let Some(existing) = at_index(index).filter(|o| {
+                                revision::of(o) != Some(label.as_str())
+                                    && o["metadata"]["deletionTimestamp"].is_null()
+                            }) {
+                                let replica = drain::replica_pods(&pods, &role.name, index);
+                                let left = drain::leave(&replica, drain_seconds, rollout.now);
+                                if keep_draining(
+                                    (&role.name, index),
+                                    existing,
+                                    &left,
+                                    (drain_seconds, "is replaced by the update revision"),
+                                    &mut plan,
+                                ) {
+                                    continue;
+                                }
+                            }
                             let mut object = topology::leader_worker_set(
                                 service,
                                 role,
@@ -402,12 +475,35 @@ pub fn plan(
                 plan.paced.insert(role.name.clone(), paced);
                 continue;
             }
+            // A draining replica is the first to go again, so the choice
+            // stays the same for the whole drain.
+            let mut candidates = seen.candidates.clone();
+            for (index, candidate) in &mut candidates {
+                if drain::draining(&drain::replica_pods(&pods, &role.name, *index)) {
+                    candidate.running = false;
+                    candidate.cost = i64::MIN;
+                }
+            }
             let indices = victims::keep(
                 &seen.existing,
                 &seen.deleting,
                 usize::try_from(count).unwrap_or(0),
                 policy,
-                &seen.candidates,
+                &candidates,
+            );
+            drain_replicas(
+                service,
+                world,
+                rollout,
+                &DrainScope {
+                    role: &role.name,
+                    seconds: drain_seconds,
+                    pods: &pods,
+                    kept: &indices,
+                    live: &seen.existing.difference(&seen.deleting).copied().collect(),
+                    replica: &|index| at_index(index),
+                },
+                &mut plan,
             );
             for &index in &indices {
                 let left_alone = match (run.members, &run.spec) {
@@ -490,6 +586,9 @@ pub fn plan(
     if let Some(traffic) = &rollout.traffic {
         traffic_objects(service, world, rollout, traffic, &mut plan)?;
     }
+    for (object, why) in disruption::budgets(service) {
+        plan.desired.push(Desired { object, why });
+    }
     // The PodGroup goes first: a new replica's entry (a surge replica of a
     // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
     // pods that name it.
@@ -503,6 +602,108 @@ pub fn plan(
         );
     }
     Ok(plan)
+}
+
+/// One role's replicas as the drain sees them.
+struct DrainScope<'a, 'b> {
+    role: &'a str,
+    seconds: i64,
+    /// The pods of the role's run.
+    pods: &'a [Value],
+    /// The indices the plan keeps.
+    kept: &'a BTreeSet<u32>,
+    /// The indices with a LeaderWorkerSet that is not being deleted.
+    live: &'a BTreeSet<u32>,
+    /// The LeaderWorkerSet of an index.
+    replica: &'b dyn Fn(u32) -> Option<&'a Value>,
+}
+
+/// The drain of one role (see [`drain`]): a kept replica that was draining
+/// goes back into traffic (with an Event), a live replica that is not kept
+/// leaves traffic and is kept until its deadline, then deleted with a note
+/// saying it drained.
+fn drain_replicas(
+    service: &InferenceService,
+    world: &World<'_>,
+    rollout: &Rollout,
+    scope: &DrainScope<'_, '_>,
+    plan: &mut Plan,
+) {
+    let role = scope.role;
+    for &index in scope.kept {
+        let back = drain::revive(&drain::replica_pods(scope.pods, role, index));
+        if back.is_empty() {
+            continue;
+        }
+        plan.events.push(rollout::Event {
+            reason: "Revived",
+            note: format!(
+                "replica {index} of role {role} was draining and is back in traffic instead of a new replica being made (no second model load)"
+            ),
+        });
+        for object in back {
+            plan.desired.push(Desired {
+                object,
+                why: format!("replica {index} of role {role} returns to traffic"),
+            });
+        }
+    }
+    for &index in scope.live.difference(scope.kept) {
+        let Some(existing) = (scope.replica)(index) else {
+            continue;
+        };
+        let name = text(&existing["metadata"]["name"]).to_owned();
+        let pods = drain::replica_pods(scope.pods, role, index);
+        match drain::leave(&pods, scope.seconds, rollout.now) {
+            drain::Leave::Delete(why) if drain::draining(&pods) => {
+                let gone = why_gone(service, rollout, existing, world);
+                plan.delete_notes.insert(name, format!("{gone}; {why}"));
+            }
+            left => {
+                keep_draining(
+                    (role, index),
+                    existing,
+                    &left,
+                    (scope.seconds, "is deleted"),
+                    plan,
+                );
+            }
+        }
+    }
+}
+
+/// When `left` is a drain: keeps the replica's LeaderWorkerSet `existing` as
+/// it is until the deadline, marks its pods, and returns true.
+fn keep_draining(
+    (role, index): (&str, u32),
+    existing: &Value,
+    left: &drain::Leave,
+    (seconds, then): (i64, &str),
+    plan: &mut Plan,
+) -> bool {
+    let drain::Leave::Drain {
+        pods: marks,
+        deadline,
+        ..
+    } = left
+    else {
+        return false;
+    };
+    plan.kept.insert(key(existing));
+    plan.draining
+        .entry(role.to_owned())
+        .or_default()
+        .insert(index);
+    plan.drain_deadline = Some(plan.drain_deadline.map_or(*deadline, |d| d.min(*deadline)));
+    for object in marks {
+        plan.desired.push(Desired {
+            object: object.clone(),
+            why: format!(
+                "replica {index} of role {role} leaves traffic and {then} at {deadline} (drain.seconds {seconds})"
+            ),
+        });
+    }
+    true
 }
 
 /// Why the plan wants one of the router's objects, for the Event; a
@@ -706,6 +907,9 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
         (_, "ServiceAccount" | "Role" | "RoleBinding" | "ConfigMap" | "Deployment" | "Service" | "InferencePool" | "HTTPRoute") => {
             "the service has no router role any more".to_owned()
         }
+        (Some(role), disruption::KIND) => {
+            format!("role {role} is no longer a serving role of the service")
+        }
         (_, gang::POD_GROUP_KIND) => {
             "gang scheduling is no longer needed (no prefill/decode pair, no multi-node role, and no volcano schedulerName)".to_owned()
         }
@@ -875,9 +1079,11 @@ pub fn reconcile(
             continue;
         }
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        // A drain applies to pods, which are not children.
         let current = world
             .children
             .iter()
+            .chain(world.pods)
             .find(|c| identity(c) == identity(&object));
         let Some(change) = change_of(&object, current) else {
             continue;
@@ -960,6 +1166,7 @@ pub fn reconcile(
         revisions: &revisions,
         problems: &problems,
         update_revisions,
+        draining: planned.draining.clone(),
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
@@ -969,6 +1176,28 @@ pub fn reconcile(
     let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
         (r.events, r.requeue.map(|d| d.unsigned_abs()))
     });
+    events.extend(planned.events.iter().cloned());
+    // One Event per episode of a failing replica: when Degraded turns True.
+    let degraded = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == status::DEGRADED && c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    let before = service
+        .status
+        .as_ref()
+        .and_then(|s| degraded(&s.conditions));
+    if let (None, Some(message)) = (before, degraded(&status.conditions)) {
+        events.push(rollout::Event {
+            reason: "Degraded",
+            note: message,
+        });
+    }
+    if let Some(deadline) = planned.drain_deadline {
+        let left = now.0.duration_until(deadline).unsigned_abs();
+        requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
+    }
     if let Some(paced) = report_paced(service, &planned.paced, &mut status, now) {
         events.extend(paced.events);
         requeue = match (requeue, paced.requeue) {
@@ -1311,6 +1540,7 @@ mod tests {
 
     fn names(plan: &[Desired]) -> Vec<&str> {
         plan.iter()
+            .filter(|d| d.object["kind"] == "LeaderWorkerSet")
             .map(|d| d.object["metadata"]["name"].as_str().unwrap())
             .collect()
     }
@@ -1382,6 +1612,360 @@ mod tests {
             why_delete(&two, &lws[2], &world(&lws, &pods)),
             "role inference is scaled to 2 replica(s); Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"
         );
+    }
+
+    /// A service's children and pods, changed by each pass as the API
+    /// server and LeaderWorkerSet would: applied LeaderWorkerSets get one
+    /// ready pod each (cost from `costs`), applied Pods get the labels and
+    /// annotations Tandem owns replaced, deleted LeaderWorkerSets lose their
+    /// pods.
+    struct Cluster {
+        children: Vec<Value>,
+        pods: Vec<Value>,
+        costs: BTreeMap<u32, &'static str>,
+    }
+
+    impl Cluster {
+        fn new(costs: &[&'static str]) -> Cluster {
+            let costs = costs
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (u32::try_from(i).unwrap(), *c))
+                .collect();
+            Cluster {
+                children: vec![],
+                pods: vec![],
+                costs,
+            }
+        }
+
+        fn pass(&mut self, service: &InferenceService, at: i64) -> Pass {
+            let now = Time(jiff::Timestamp::from_second(at).unwrap());
+            let pass = reconcile(
+                service,
+                &world(&self.children, &self.pods),
+                &Options::default(),
+                &now,
+            );
+            for step in &pass.apply {
+                let object = &step.object;
+                if object["kind"] == "Pod" {
+                    let pod = self
+                        .pods
+                        .iter_mut()
+                        .find(|p| p["metadata"]["name"] == object["metadata"]["name"])
+                        .expect("Tandem applies only pods that exist");
+                    pod["metadata"]["labels"][drain::TRAFFIC] =
+                        object["metadata"]["labels"][drain::TRAFFIC].clone();
+                    let annotations = pod["metadata"]["annotations"].as_object_mut().unwrap();
+                    annotations.remove(drain::DRAIN_STARTED);
+                    annotations.remove(drain::DRAIN_DEADLINE);
+                    for (k, v) in object["metadata"]["annotations"].as_object().unwrap() {
+                        annotations.insert(k.clone(), v.clone());
+                    }
+                    continue;
+                }
+                self.children.retain(|c| identity(c) != identity(object));
+                self.children.push(object.clone());
+                if object["kind"] == "LeaderWorkerSet" {
+                    let index: u32 = object["metadata"]["labels"][children::REPLICA_INDEX]
+                        .as_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    // A new or changed LeaderWorkerSet has a new pod.
+                    let index_label = index.to_string();
+                    self.pods.retain(|p| {
+                        p["metadata"]["labels"][children::REPLICA_INDEX] != index_label.as_str()
+                    });
+                    let mut new = pod(index, self.costs.get(&index).copied().unwrap_or("0"), true);
+                    new["metadata"]["labels"] = object["spec"]["leaderWorkerTemplate"]
+                        ["workerTemplate"]["metadata"]["labels"]
+                        .clone();
+                    self.pods.push(new);
+                }
+            }
+            for step in &pass.delete {
+                let index = step.object["metadata"]["labels"][children::REPLICA_INDEX].clone();
+                self.children
+                    .retain(|c| identity(c) != identity(&step.object));
+                self.pods
+                    .retain(|p| p["metadata"]["labels"][children::REPLICA_INDEX] != index);
+            }
+            pass
+        }
+
+        fn lws(&self) -> Vec<&str> {
+            self.children
+                .iter()
+                .filter(|c| c["kind"] == "LeaderWorkerSet")
+                .map(|c| c["metadata"]["name"].as_str().unwrap())
+                .collect()
+        }
+    }
+
+    fn scaled(replicas: i32, policy: &str, drain_seconds: Option<i64>) -> InferenceService {
+        let mut value = serde_json::to_value(service(replicas)).unwrap();
+        value["spec"]["roles"][0]["scaleDown"] = json!({"policy": policy});
+        if let Some(seconds) = drain_seconds {
+            value["spec"]["roles"][0]["drain"] = json!({"seconds": seconds});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn applied_pods(pass: &Pass) -> Vec<(String, String)> {
+        pass.apply
+            .iter()
+            .filter(|a| a.object["kind"] == "Pod")
+            .map(|a| {
+                (
+                    a.object["metadata"]["name"].as_str().unwrap().to_owned(),
+                    a.object["metadata"]["labels"][drain::TRAFFIC]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn scale_down_drains_the_chosen_replicas_before_deleting_them() {
+        // Ordered removes the highest, 2 and 3; Binpack the cheapest, 0 and 2.
+        for (policy, costs, victims) in [
+            ("Ordered", ["0", "0", "0", "0"], [2, 3]),
+            ("Binpack", ["0", "100", "0", "75"], [0, 2]),
+        ] {
+            let mut cluster = Cluster::new(&costs);
+            cluster.pass(&scaled(4, policy, None), 0);
+            assert_eq!(cluster.lws().len(), 4);
+            let survivors_before: Vec<Value> = cluster
+                .children
+                .iter()
+                .filter(|c| {
+                    !victims
+                        .iter()
+                        .any(|v| c["metadata"]["name"] == format!("qwen-inference-{v}").as_str())
+                })
+                .cloned()
+                .collect();
+
+            let two = scaled(2, policy, None);
+            let first = cluster.pass(&two, 100);
+            assert!(
+                first.delete.is_empty(),
+                "{policy}: nothing is deleted at first"
+            );
+            assert_eq!(
+                applied_pods(&first),
+                victims
+                    .iter()
+                    .map(|v| (format!("qwen-inference-{v}-0"), drain::DRAINING.to_owned()))
+                    .collect::<Vec<_>>(),
+                "{policy}: the chosen replicas leave traffic"
+            );
+            assert_eq!(first.apply.len(), 2, "{policy}: only the pods are written");
+            assert_eq!(first.requeue, Some(std::time::Duration::from_secs(30)));
+            assert_eq!(first.status.components["inference"].draining_replicas, 2);
+            assert!(
+                first.apply[0]
+                    .note
+                    .contains("is deleted at 1970-01-01T00:02:10Z")
+            );
+
+            let within = cluster.pass(&two, 120);
+            assert!(
+                within.apply.is_empty() && within.delete.is_empty(),
+                "{policy}: {within:?}"
+            );
+            assert_eq!(within.requeue, Some(std::time::Duration::from_secs(10)));
+
+            let after = cluster.pass(&two, 130);
+            assert!(after.apply.is_empty(), "{policy}");
+            let mut deleted: Vec<&str> = after
+                .delete
+                .iter()
+                .map(|d| d.object["metadata"]["name"].as_str().unwrap())
+                .collect();
+            deleted.sort_unstable();
+            let mut expected: Vec<String> = victims
+                .iter()
+                .map(|v| format!("qwen-inference-{v}"))
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(deleted, expected, "{policy}: the drained replicas go");
+            assert!(
+                after.delete[0]
+                    .note
+                    .contains("out of traffic for its drain of 30s"),
+                "{}",
+                after.delete[0].note
+            );
+            assert_eq!(
+                cluster.children, survivors_before,
+                "{policy}: survivors unchanged"
+            );
+            assert_eq!(after.status.components["inference"].draining_replicas, 0);
+        }
+    }
+
+    #[test]
+    fn scaling_back_up_during_a_drain_revives_the_draining_replicas() {
+        let mut cluster = Cluster::new(&[]);
+        cluster.pass(&scaled(4, "Ordered", None), 0);
+        let drained = cluster.pass(&scaled(2, "Ordered", None), 100);
+        assert_eq!(applied_pods(&drained).len(), 2);
+        let back = cluster.pass(&scaled(4, "Ordered", None), 110);
+        assert_eq!(
+            applied_pods(&back),
+            [
+                ("qwen-inference-2-0".to_owned(), drain::SERVING.to_owned()),
+                ("qwen-inference-3-0".to_owned(), drain::SERVING.to_owned())
+            ]
+        );
+        assert_eq!(
+            back.apply.len(),
+            2,
+            "no LeaderWorkerSet is created or changed"
+        );
+        assert!(back.delete.is_empty());
+        let revived: Vec<&str> = back
+            .events
+            .iter()
+            .filter(|e| e.reason == "Revived")
+            .map(|e| e.note.as_str())
+            .collect();
+        assert_eq!(revived.len(), 2);
+        assert!(
+            revived[0]
+                .starts_with("replica 2 of role inference was draining and is back in traffic")
+        );
+        assert_eq!(cluster.lws().len(), 4);
+        assert!(cluster.pods.iter().all(|p| !drain::is_draining(p)));
+        assert!(
+            cluster
+                .pods
+                .iter()
+                .all(|p| p["metadata"]["annotations"][drain::DRAIN_STARTED].is_null())
+        );
+        let quiet = cluster.pass(&scaled(4, "Ordered", None), 200);
+        assert!(quiet.apply.is_empty() && quiet.delete.is_empty() && quiet.requeue.is_none());
+    }
+
+    #[test]
+    fn a_rolling_update_drains_each_replaced_replica_before_its_leader_worker_set_changes() {
+        let mut cluster = Cluster::new(&[]);
+        let old = scaled(2, "Ordered", None);
+        cluster.pass(&old, 0);
+        let mut value = serde_json::to_value(&old).unwrap();
+        value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("v2");
+        let new: InferenceService = serde_json::from_value(value).unwrap();
+        let revision_of = |cluster: &Cluster, index: u32| {
+            cluster
+                .children
+                .iter()
+                .find(|c| c["metadata"]["name"] == format!("qwen-inference-{index}").as_str())
+                .map(|c| c["metadata"]["labels"][children::REVISION].clone())
+                .unwrap()
+        };
+        let old_revision = revision_of(&cluster, 0);
+        // When each replica's pods left traffic, and when its LeaderWorkerSet
+        // moved to the new revision.
+        let mut drained: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut replaced: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut t = 100;
+        while replaced.len() < 2 {
+            assert!(t < 1000, "the update finishes");
+            let pass = cluster.pass(&new, t);
+            for (name, traffic) in applied_pods(&pass) {
+                if traffic == drain::DRAINING {
+                    let index: u32 = name
+                        .trim_start_matches("qwen-inference-")
+                        .trim_end_matches("-0")
+                        .parse()
+                        .unwrap();
+                    assert_eq!(
+                        revision_of(&cluster, index),
+                        old_revision,
+                        "a replica leaving traffic keeps its LeaderWorkerSet"
+                    );
+                    drained.entry(index).or_insert(t);
+                }
+            }
+            for index in [0, 1] {
+                if revision_of(&cluster, index) != old_revision {
+                    replaced.entry(index).or_insert(t);
+                }
+            }
+            t += 10;
+        }
+        for (index, at) in &replaced {
+            let started = drained[index];
+            assert!(
+                at - started >= 30,
+                "replica {index} was out of traffic from {started} and changed at {at}"
+            );
+        }
+        let times: BTreeSet<i64> = replaced.values().copied().collect();
+        assert_eq!(times.len(), 2, "one replica at a time: {replaced:?}");
+    }
+
+    #[test]
+    fn a_crash_loop_is_one_event_per_episode() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        cluster.pass(&service, 0);
+        let crash = |cluster: &mut Cluster, restarts: i64, ready: bool| {
+            let pod = cluster
+                .pods
+                .iter_mut()
+                .find(|p| p["metadata"]["name"] == "qwen-inference-1-0")
+                .unwrap();
+            pod["status"]["conditions"][0]["status"] = json!(if ready { "True" } else { "False" });
+            pod["status"]["containerStatuses"] = json!([{"name": "vllm", "restartCount": restarts,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+        };
+        let mut episodes = Vec::new();
+        for (at, restarts, ready) in [
+            (10, 3, false),
+            (20, 4, false),
+            (30, 7, false),
+            (40, 7, true),
+            (50, 8, false),
+        ] {
+            crash(&mut cluster, restarts, ready);
+            let pass = cluster.pass(&service, at);
+            episodes.extend(
+                pass.events
+                    .iter()
+                    .filter(|e| e.reason == "Degraded")
+                    .map(|e| (at, e.note.clone())),
+            );
+            let degraded = pass
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == status::DEGRADED)
+                .unwrap();
+            assert_eq!(
+                degraded.status,
+                if ready { "False" } else { "True" },
+                "at {at}"
+            );
+            service.status = Some(pass.status);
+        }
+        let note =
+            "role inference: replica 1: pod qwen-inference-1-0 container vllm CrashLoopBackOff";
+        assert_eq!(episodes, [(10, note.to_owned()), (50, note.to_owned())]);
+    }
+
+    #[test]
+    fn a_zero_drain_deletes_at_once() {
+        let mut cluster = Cluster::new(&[]);
+        cluster.pass(&scaled(3, "Ordered", Some(0)), 0);
+        let pass = cluster.pass(&scaled(1, "Ordered", Some(0)), 10);
+        assert!(pass.apply.is_empty());
+        assert_eq!(pass.delete.len(), 2);
     }
 
     #[test]
@@ -1472,7 +2056,8 @@ mod tests {
         );
         assert_eq!(
             first.apply.iter().map(|a| a.change).collect::<Vec<_>>(),
-            [Change::Create, Change::Create]
+            [Change::Create, Change::Create, Change::Create],
+            "two replicas and the role's PodDisruptionBudget"
         );
         assert!(first.delete.is_empty());
         let mut world: Vec<Value> = first.apply.iter().map(|a| a.object.clone()).collect();
@@ -1535,7 +2120,13 @@ mod tests {
             &Options::default(),
             &now,
         );
-        assert!(blocked.apply.is_empty());
+        // Only the PodDisruptionBudget, which needs no LeaderWorkerSet API.
+        assert!(
+            blocked
+                .apply
+                .iter()
+                .all(|a| a.object["kind"] == "PodDisruptionBudget")
+        );
         let failed = blocked
             .status
             .conditions
@@ -1573,7 +2164,8 @@ mod tests {
                 "Deployment",
                 "Service",
                 "InferencePool",
-                "HTTPRoute"
+                "HTTPRoute",
+                "PodDisruptionBudget"
             ]
         );
         for d in &plan {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
-use super::children;
+use super::{children, drain};
 use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
@@ -24,6 +24,17 @@ const FAILING_REASONS: [&str; 6] = [
     "CreateContainerConfigError",
     "CreateContainerError",
 ];
+
+/// Container waiting reasons that make a replica failing (a crash loop or an
+/// image that does not come).
+const CRASH_LOOP_REASONS: [&str; 3] = ["CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull"];
+
+/// Restarts of one container after which a replica that is not ready is
+/// failing, though the container is between restarts right now.
+pub const RESTARTS_FAILING: i64 = 3;
+
+/// The condition that names a failing replica.
+pub const DEGRADED: &str = "Degraded";
 
 /// What the status is computed from.
 #[derive(Clone, Debug, Default)]
@@ -44,6 +55,10 @@ pub struct Observed<'a> {
     /// role name (`updateRevision`); a role without one reports no
     /// revisions.
     pub update_revisions: BTreeMap<String, String>,
+    /// The replicas of each serving role the plan keeps out of traffic until
+    /// their drain ends (plan::drain), by role name: their own pods may not
+    /// say so yet (the plan is marking them).
+    pub draining: BTreeMap<String, BTreeSet<u32>>,
 }
 
 /// One role's state and, when failing, why.
@@ -105,6 +120,16 @@ pub fn status(
     }
 
     failures.extend(observed.problems.iter().cloned());
+    let degraded: Vec<String> = service
+        .spec
+        .roles
+        .iter()
+        .filter_map(|role| {
+            let status = components.get(&role.name)?;
+            let reason = status.failing_reason.as_ref()?;
+            Some(format!("role {}: {reason}", role.name))
+        })
+        .collect();
     let generation = service.metadata.generation;
     let all_running = waiting.is_empty();
     let conditions = vec![
@@ -144,6 +169,23 @@ pub fn status(
         ),
         condition(
             &previous.conditions,
+            DEGRADED,
+            !degraded.is_empty(),
+            if degraded.is_empty() {
+                "NoFailingReplica"
+            } else {
+                "ReplicaFailing"
+            },
+            if degraded.is_empty() {
+                "no replica is crash looping".to_owned()
+            } else {
+                degraded.join("; ")
+            },
+            generation,
+            now,
+        ),
+        condition(
+            &previous.conditions,
             "Failed",
             !failures.is_empty(),
             if failures.is_empty() {
@@ -163,7 +205,7 @@ pub fn status(
     let mut kept: Vec<Condition> = previous
         .conditions
         .iter()
-        .filter(|c| !["Ready", "Progressing", "Failed"].contains(&c.type_.as_str()))
+        .filter(|c| !["Ready", "Progressing", "Failed", DEGRADED].contains(&c.type_.as_str()))
         .cloned()
         .collect();
     kept.extend(conditions);
@@ -273,6 +315,56 @@ fn pod_failure(pod: &Value) -> Option<String> {
     None
 }
 
+/// Why one pod of a replica that is not ready keeps failing: its first
+/// container (init containers first) that waits in one of
+/// [`CRASH_LOOP_REASONS`] or has restarted [`RESTARTS_FAILING`] times.
+fn crash_loop(pod: &Value) -> Option<String> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("pod");
+    let statuses = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|k| pod["status"][k].as_array().into_iter().flatten());
+    for container in statuses {
+        let container_name = container["name"].as_str().unwrap_or("container");
+        let waiting = container["state"]["waiting"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        if CRASH_LOOP_REASONS.contains(&waiting) {
+            return Some(format!("pod {name} container {container_name} {waiting}"));
+        }
+        if container["restartCount"].as_i64().unwrap_or(0) >= RESTARTS_FAILING {
+            return Some(format!(
+                "pod {name} container {container_name} restarting repeatedly"
+            ));
+        }
+    }
+    None
+}
+
+/// The replicas among `pods` (of one role, not being deleted) that are not
+/// fully ready and whose pods keep failing ([`crash_loop`]), by replica
+/// index, each with its first reason; a replica whose every one of `nodes`
+/// pods is ready is not failing, whatever its restart counts.
+fn failing_replicas(pods: &[&Value], nodes: i32) -> Vec<String> {
+    let mut by_replica: BTreeMap<(&str, u32), Vec<&Value>> = BTreeMap::new();
+    for pod in pods {
+        if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
+            let revision = label(pod, children::REVISION).unwrap_or_default();
+            by_replica.entry((revision, index)).or_default().push(pod);
+        }
+    }
+    by_replica
+        .into_iter()
+        .filter(|(_, group)| {
+            !(i32::try_from(group.len()) == Ok(nodes) && group.iter().all(|p| pod_is_ready(p)))
+        })
+        .filter_map(|((_, index), mut group)| {
+            group.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
+            let reason = group.iter().find_map(|p| crash_loop(p))?;
+            Some(format!("replica {index}: {reason}"))
+        })
+        .collect()
+}
+
 fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
     let desired = role.replicas().max(0);
     let nodes = role.node_count();
@@ -282,7 +374,15 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         .filter(|p| label(p, children::ROLE_NAME) == Some(role.name.as_str()))
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .collect();
-    let ready_replicas = ready_replicas(&pods, nodes);
+    // A draining replica is out of traffic: not ready, and counted apart.
+    let serving: Vec<&Value> = pods
+        .iter()
+        .copied()
+        .filter(|p| !drain::is_draining(p))
+        .collect();
+    let ready_replicas = ready_replicas(&serving, nodes);
+    let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
+    let failing = failing_replicas(&pods, nodes);
     let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
     let failure = pods.iter().find_map(|p| pod_failure(p));
     let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
@@ -353,6 +453,9 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
             updated_ready_replicas,
             current_revision,
             update_revision: update_revision.cloned(),
+            draining_replicas,
+            failing_replicas: count(failing.len()),
+            failing_reason: failing.first().cloned(),
         },
         failure,
         outdated,
@@ -485,6 +588,87 @@ mod tests {
 
     fn find<'a>(status: &'a InferenceServiceStatus, type_: &str) -> &'a Condition {
         status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    /// `pods` with decode replica 1's worker 2 not ready and its `vllm`
+    /// container in `state` after `restarts` restarts.
+    fn crashing(restarts: i64, state: Value) -> Vec<Value> {
+        let mut pods = all_pods(Some(("decode", 1, 2)));
+        let pod = pods
+            .iter_mut()
+            .find(|p| p["metadata"]["name"] == "ds-decode-1-0-2")
+            .unwrap();
+        pod["status"]["containerStatuses"] =
+            json!([{"name": "vllm", "restartCount": restarts, "state": state}]);
+        pods
+    }
+
+    #[test]
+    fn a_crash_looping_replica_is_degraded_until_it_is_ready() {
+        let running = json!({"running": {}});
+        // One restart is not a loop.
+        let once = compute(
+            &service(),
+            &crashing(1, running.clone()),
+            "2026-11-21T10:00:00Z",
+        );
+        assert_eq!(find(&once, DEGRADED).status, "False");
+        assert_eq!(find(&once, DEGRADED).reason, "NoFailingReplica");
+        assert_eq!(once.components["decode"].failing_replicas, 0);
+
+        // Restarts rising past the threshold, between two restarts.
+        let mut s = service();
+        let looping = compute(&s, &crashing(3, running.clone()), "2026-11-21T10:01:00Z");
+        let degraded = find(&looping, DEGRADED);
+        assert_eq!(degraded.status, "True");
+        assert_eq!(degraded.reason, "ReplicaFailing");
+        assert_eq!(
+            degraded.message,
+            "role decode: replica 1: pod ds-decode-1-0-2 container vllm restarting repeatedly"
+        );
+        assert_eq!(looping.components["decode"].failing_replicas, 1);
+        assert_eq!(looping.components["prefill"].failing_replicas, 0);
+
+        // In back-off: the reason is the wait's.
+        s.status = Some(looping.clone());
+        let waiting = compute(
+            &s,
+            &crashing(4, json!({"waiting": {"reason": "CrashLoopBackOff"}})),
+            "2026-11-21T10:02:00Z",
+        );
+        assert_eq!(
+            waiting.components["decode"].failing_reason.as_deref(),
+            Some("replica 1: pod ds-decode-1-0-2 container vllm CrashLoopBackOff")
+        );
+        assert_eq!(
+            find(&waiting, DEGRADED).last_transition_time,
+            time("2026-11-21T10:01:00Z"),
+            "the same episode"
+        );
+
+        // Ready again (its restart count stays): cleared.
+        s.status = Some(waiting);
+        let mut pods = crashing(4, running);
+        for pod in &mut pods {
+            pod["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+        }
+        let healed = compute(&s, &pods, "2026-11-21T10:03:00Z");
+        assert_eq!(find(&healed, DEGRADED).status, "False");
+        assert_eq!(healed.components["decode"].failing_replicas, 0);
+        assert_eq!(healed.components["decode"].failing_reason, None);
+    }
+
+    #[test]
+    fn an_image_that_does_not_come_is_failing_too() {
+        let status = compute(
+            &service(),
+            &crashing(0, json!({"waiting": {"reason": "ImagePullBackOff"}})),
+            "2026-11-21T10:00:00Z",
+        );
+        assert_eq!(
+            find(&status, DEGRADED).message,
+            "role decode: replica 1: pod ds-decode-1-0-2 container vllm ImagePullBackOff"
+        );
     }
 
     #[test]

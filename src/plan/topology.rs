@@ -13,9 +13,13 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, PodTem
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
-use super::children;
+use super::{children, drain};
 use crate::api::Findings;
 use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
+
+/// LeaderWorkerSet's group restart policy: any pod of a replica restarting
+/// recreates all of its pods.
+pub const RESTART_POLICY: &str = "RecreateGroupOnPodRestart";
 
 /// Ray's GCS port on the leader, which workers join.
 pub const RAY_PORT: i32 = 6379;
@@ -54,10 +58,27 @@ pub fn leader_worker_set(
     let mut labels = children::role_labels(name, role);
     labels.insert(children::REPLICA_INDEX.to_owned(), index.to_string());
     labels.insert(children::REVISION.to_owned(), revision.to_owned());
-    let pods = |t: PodTemplateSpec| dress(t, &labels, placement);
+    // Pods start in traffic; a drain relabels them (plan::drain).
+    let mut pod_labels = labels.clone();
+    pod_labels.insert(drain::TRAFFIC.to_owned(), drain::SERVING.to_owned());
+    let grace = drain::grace_seconds(
+        template
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.termination_grace_period_seconds.is_some()),
+        role.drain_seconds(),
+    );
+    let pods = |mut t: PodTemplateSpec| {
+        if let (Some(grace), Some(spec)) = (grace, t.spec.as_mut()) {
+            spec.termination_grace_period_seconds = Some(grace);
+        }
+        dress(t, &pod_labels, placement)
+    };
 
     let nodes = role.node_count();
-    let mut group = json!({"size": nodes});
+    // Set explicitly (it is LWS's default): a multi-node replica whose pod
+    // restarts is recreated as a unit, never left half-broken.
+    let mut group = json!({"size": nodes, "restartPolicy": RESTART_POLICY});
     if nodes > 1 {
         group["leaderTemplate"] = pods(leader_template(&template, &role.name)?)?;
         group["workerTemplate"] = pods(worker_template(&template, &role.name)?)?;

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::children::{
     self, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, service_labels, service_name,
 };
+use super::drain;
 use super::router;
 use super::upgrade::Gateway;
 use crate::api::Findings;
@@ -218,10 +219,12 @@ pub fn revision_service(service: &InferenceService, revision: &str, port: u16) -
     let svc = service_name(service);
     let mut labels = service_labels(svc);
     labels.insert(REVISION.to_owned(), revision.to_owned());
+    // A draining replica's pods leave the Service (plan::drain).
     let selector = BTreeMap::from([
         (SERVICE, svc),
         (REVISION, revision),
         (LWS_WORKER_INDEX, "0"),
+        (drain::TRAFFIC, drain::SERVING),
     ]);
     json!({
         "apiVersion": "v1",
@@ -353,7 +356,7 @@ mod tests {
         assert_eq!(object["metadata"]["labels"][REVISION], "aaaaaaaaaa");
         assert_eq!(
             object["spec"]["selector"],
-            json!({SERVICE: "qwen", REVISION: "aaaaaaaaaa", LWS_WORKER_INDEX: "0"})
+            json!({SERVICE: "qwen", REVISION: "aaaaaaaaaa", LWS_WORKER_INDEX: "0", drain::TRAFFIC: drain::SERVING})
         );
         assert_eq!(
             object["spec"]["ports"],

@@ -10,6 +10,9 @@
 //!   field by field and lists and scalars replaced. A real API server tracks
 //!   field ownership instead; both give the same object when Tandem is the
 //!   only writer of what it applies.
+//! - A Pod takes a drain's label and annotations (`plan::drain`): the
+//!   annotations Tandem applied before and no longer applies are removed, as
+//!   server-side apply removes the fields a manager stops applying.
 //! - A new spec is a new generation (as the API server counts it) when the
 //!   object has a status that could name the old one.
 //! - A merge patch's `metadata.resourceVersion` is a precondition, and there
@@ -36,6 +39,8 @@ use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found};
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::adapter;
+use crate::plan::drain;
+use crate::plan::service::APPLIED_HASH;
 
 /// An object's identity in the world.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -387,6 +392,13 @@ impl Cluster for Memory {
                     object.clone()
                 } else {
                     let mut merged = existing.clone();
+                    if key.kind == "Pod"
+                        && let Some(annotations) = merged["metadata"]["annotations"].as_object_mut()
+                    {
+                        for owned in [drain::DRAIN_STARTED, drain::DRAIN_DEADLINE, APPLIED_HASH] {
+                            annotations.remove(owned);
+                        }
+                    }
                     merge_applied(&mut merged, object);
                     merged
                 };

@@ -804,9 +804,18 @@ impl FakeApi {
         }
         for pod in self.list("v1", "Pod", namespace) {
             let name = pod["metadata"]["name"].as_str().expect("name");
-            let same = wanted.get(name).is_some_and(|w| {
-                w["metadata"]["labels"] == pod["metadata"]["labels"] && w["status"] == pod["status"]
-            });
+            // A label Tandem applies to a pod itself (a drain's) is not the
+            // template's business: StatefulSet leaves such a pod alone.
+            let own_labels = |p: &Value| {
+                let mut labels = p["metadata"]["labels"].clone();
+                if let Some(map) = labels.as_object_mut() {
+                    map.remove("fusioninfer.io/traffic");
+                }
+                labels
+            };
+            let same = wanted
+                .get(name)
+                .is_some_and(|w| own_labels(w) == own_labels(&pod) && w["status"] == pod["status"]);
             if same {
                 wanted.remove(name);
             } else if !wanted.contains_key(name) {
