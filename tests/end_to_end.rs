@@ -491,6 +491,8 @@ async fn binpack_scale_down_removes_the_replicas_cheapest_to_lose() {
         .to_owned();
     service["spec"]["roles"][0]["replicas"] = json!(4);
     service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+    // A short drain (issue 15): the two go out of traffic first.
+    service["spec"]["roles"][0]["drain"] = json!({"seconds": 3});
     create(&fake, &service).await;
     eventually(&tandem, 30, "four replicas with their pods", || {
         fake.list("v1", "Pod", "default").len() == 4
@@ -516,6 +518,22 @@ async fn binpack_scale_down_removes_the_replicas_cheapest_to_lose() {
         });
     }
     set_role_replicas(&fake, &name, 0, 2).await;
+    eventually(&tandem, 30, "replicas 1 and 2 out of traffic first", || {
+        let mut draining: Vec<String> = fake
+            .list("v1", "Pod", "default")
+            .iter()
+            .filter(|p| p["metadata"]["labels"]["fusioninfer.io/traffic"] == "draining")
+            .map(|p| {
+                p["metadata"]["labels"]["fusioninfer.io/replica-index"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect();
+        draining.sort();
+        draining == ["1", "2"] && leader_worker_sets(&fake, "default").len() == 4
+    })
+    .await;
     eventually(&tandem, 30, "replicas 0 and 3 kept", || {
         leader_worker_sets(&fake, "default")
             == [format!("{name}-{role}-0"), format!("{name}-{role}-3")]
