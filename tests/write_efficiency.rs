@@ -183,6 +183,7 @@ async fn inference_service_reconciles_write_only_what_changed() {
     let fake = FakeApi::new();
     let ctx = fake.context();
     let name = story4(&fake);
+    fake.caught_up().await;
     fake.take_calls();
     let mut table = Table::new(
         "InferenceService story 4 (P/D multi-node: prefill 1 x 2 nodes, decode 2 x 4 nodes)",
@@ -457,6 +458,7 @@ async fn inplace_scaling_reconciles_write_only_what_changed() {
     for (deployment_name, replicas) in [("router", 2), ("prefill", 2), ("decode", 4)] {
         fake.insert(deployment(deployment_name, replicas));
     }
+    fake.caught_up().await;
     fake.take_calls();
     let mut table = Table::new(
         "ResourceScalingGroup InplaceScaling: router -> prefill 1:1, decode 1:2 (Deployments)",
@@ -516,6 +518,7 @@ async fn group_replication_reconciles_write_only_what_changed() {
     );
     fake.insert(deployment("prefill", 1));
     fake.insert(deployment("decode", 2));
+    fake.caught_up().await;
     fake.take_calls();
     let mut table =
         Table::new("ResourceScalingGroup GroupReplication: prefill + decode Deployments per group");
