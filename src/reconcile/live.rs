@@ -44,6 +44,42 @@ impl Live {
         }
     }
 
+    /// One object from its cache; `whole` when a part kept by the cache
+    /// (metadata and replica counts) will not do.
+    async fn read(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+        whole: bool,
+    ) -> Result<Option<Value>, kube::Error> {
+        if let Some(found) = self.typed(resource, namespace, name) {
+            return Ok(found);
+        }
+        let cached = match self.caches.cache_for(resource, &[]) {
+            Err(_) => return Ok(None),
+            Ok(Some(watched)) => Some(
+                watched
+                    .store
+                    .get(&ObjectRef::new_with(name, resource.clone()).within(namespace)),
+            ),
+            Ok(None) => None,
+        };
+        match cached {
+            Some(None) => Ok(None),
+            Some(Some(object)) if !whole || !object.annotations().contains_key(PARTIAL) => {
+                Ok(as_json(&object, resource))
+            }
+            // Kept in part and wanted whole, or not listed yet: the API
+            // server has it whole.
+            _ => Ok(self
+                .api(resource, namespace)
+                .get_opt(name)
+                .await?
+                .and_then(|o| as_json(&o, resource))),
+        }
+    }
+
     fn api(&self, resource: &ApiResource, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), namespace, resource)
     }
@@ -127,33 +163,7 @@ impl Cluster for Live {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
-        async move {
-            if let Some(found) = self.typed(resource, namespace, name) {
-                return Ok(found);
-            }
-            let cached = match self.caches.cache_for(resource, &[]) {
-                Err(_) => return Ok(None),
-                Ok(Some(watched)) => Some(
-                    watched
-                        .store
-                        .get(&ObjectRef::new_with(name, resource.clone()).within(namespace)),
-                ),
-                Ok(None) => None,
-            };
-            match cached {
-                Some(None) => Ok(None),
-                Some(Some(object)) if !object.annotations().contains_key(PARTIAL) => {
-                    Ok(as_json(&object, resource))
-                }
-                // Kept in part, or not listed yet: the API server has it whole.
-                _ => Ok(self
-                    .api(resource, namespace)
-                    .get_opt(name)
-                    .await?
-                    .and_then(|o| as_json(&o, resource))),
-            }
-        }
-        .boxed()
+        self.read(resource, namespace, name, true).boxed()
     }
 
     fn workload<'a>(
@@ -162,25 +172,7 @@ impl Cluster for Live {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Value>, kube::Error>> {
-        async move {
-            if let Some(found) = self.typed(resource, namespace, name) {
-                return Ok(found);
-            }
-            match self.caches.cache_for(resource, &[]) {
-                Err(_) => Ok(None),
-                Ok(Some(watched)) => Ok(watched
-                    .store
-                    .get(&ObjectRef::new_with(name, resource.clone()).within(namespace))
-                    .and_then(|o| as_json(&o, resource))),
-                // Not listed yet: the API server answers this once.
-                Ok(None) => Ok(self
-                    .api(resource, namespace)
-                    .get_opt(name)
-                    .await?
-                    .and_then(|o| as_json(&o, resource))),
-            }
-        }
-        .boxed()
+        self.read(resource, namespace, name, false).boxed()
     }
 
     fn scale<'a>(
