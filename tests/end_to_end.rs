@@ -359,13 +359,13 @@ async fn an_hpa_scaling_the_source_moves_the_targets_and_a_hand_edit_is_set_back
         deployment_replicas(&fake, "decode") == Some(6)
     })
     .await;
-    assert!(
+    // The Event follows the patch that set it back: wait for it too.
+    eventually(&tandem, 10, "a DriftRepaired Event", || {
         fake.event_notes()
             .iter()
-            .any(|n| n.starts_with("DriftRepaired:")),
-        "{:#?}",
-        fake.event_notes()
-    );
+            .any(|n| n.starts_with("DriftRepaired:"))
+    })
+    .await;
     quiet_for(&fake, &tandem, 10).await;
 }
 

@@ -12,8 +12,8 @@
 //! 3. ask `plan::inplace::reconcile`, and patch the Targets that differ: a
 //!    merge patch of `/scale`, or one JSON Patch per object testing each
 //!    role's name before replacing its replicas (field manager `tandem`);
-//! 4. write the status when it changed, and record an Event per Target
-//!    changed (following its Source, or drift repaired) and per new stall.
+//! 4. record an Event per Target changed (following its Source, or drift
+//!    repaired) and per new stall, then write the status when it changed.
 //!
 //! No finalizer and no owner references: deleting a group leaves every
 //! resource as it is (Retain).
@@ -258,21 +258,23 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
         inplace::refused(me, &pass, &refusals, &now)
     };
 
-    // Status, then the Events.
-    if me.status.as_ref() != Some(&status) {
-        let patch = Patch::Merge(json!({"status": status}));
-        let groups = resource_of::<ResourceScalingGroup>();
-        retry_conflicts(&ctx, &me.object_ref(&()), "writing the status", || {
-            cluster.patch(&groups, namespace, name, Part::Status, &patch)
-        })
-        .await?;
-    }
+    // The Events first: they tell what was just done to the Targets, which
+    // stands even if the status write below fails (the next reconcile finds
+    // the Targets already where they should be and says nothing).
     let reference = me.object_ref(&());
     for note in &events {
         if let Some(decision) = crate::plan::decision::of_inplace_note(note.reason) {
             ctx.metrics.decided("ResourceScalingGroup", decision);
         }
         record(&ctx, &reference, namespace, note).await;
+    }
+    if me.status.as_ref() != Some(&status) {
+        let patch = Patch::Merge(json!({"status": status}));
+        let groups = resource_of::<ResourceScalingGroup>();
+        retry_conflicts(&ctx, &reference, "writing the status", || {
+            cluster.patch(&groups, namespace, name, Part::Status, &patch)
+        })
+        .await?;
     }
     Ok(Action::requeue(if refusals.is_empty() {
         RESYNC
