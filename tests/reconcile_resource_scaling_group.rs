@@ -158,9 +158,9 @@ async fn the_seed_group_scales_two_roles_in_one_tested_patch_then_writes_nothing
         [
             format!("GET {rbg}"),
             format!("PATCH {rbg}"),
+            EVENT.to_owned(),
+            EVENT.to_owned(),
             format!("PATCH {}/pd-pool/status", groups("ai")),
-            EVENT.to_owned(),
-            EVENT.to_owned(),
         ]
     );
     let role_patch = calls
@@ -293,9 +293,9 @@ async fn deployments_follow_through_scale_and_drift_is_set_back() {
         [
             format!("PATCH {}/prefill/scale", deployments("default")),
             format!("PATCH {}/decode/scale", deployments("default")),
+            EVENT.to_owned(),
+            EVENT.to_owned(),
             format!("PATCH {}/pd-ratio/status", groups("default")),
-            EVENT.to_owned(),
-            EVENT.to_owned(),
         ]
     );
     assert_eq!(
