@@ -15,6 +15,9 @@
 //! object by kind (what the caches keep once trimmed, measured on caches
 //! started in this process against the same server).
 //!
+//! Without `--bench` (as under `cargo test --all-targets`) COUNT defaults to
+//! 20: a smoke run that checks the benchmark works.
+//!
 //! ```sh
 //! cargo bench --bench cluster_scale                            # COUNT=1000 NAMESPACES=1
 //! COUNT=1000 NAMESPACES=10 cargo bench --bench cluster_scale
@@ -207,7 +210,10 @@ async fn cached_sizes(fake: &FakeApi) -> Vec<(String, usize, usize)> {
 }
 
 async fn run() {
-    let count = env_number("COUNT", 1000);
+    // Without `--bench` (as under `cargo test --all-targets`) a smoke run of
+    // 20, so CI checks that it builds and works.
+    let full = std::env::args().any(|a| a == "--bench");
+    let count = env_number("COUNT", if full { 1000 } else { 20 });
     let namespaces = env_number("NAMESPACES", 1).max(1);
     let fake = FakeApi::new();
     let started = Instant::now();
