@@ -314,25 +314,38 @@ async fn scale_deployment(fake: &FakeApi, name: &str, replicas: i64) {
         .unwrap();
 }
 
+/// Creates the Deployments `(name, replicas)` and an InplaceScaling group
+/// `pd-pool` whose Source is `router` and whose Targets follow it at
+/// `(name, ratio)`.
+async fn follow_router(fake: &FakeApi, deployments: &[(&str, i64)], targets: &[(&str, Value)]) {
+    for (name, replicas) in deployments {
+        create(fake, &deployment(name, *replicas)).await;
+    }
+    let mut resources =
+        vec![json!({"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"})];
+    let mut bindings = vec![json!({"name": "router", "role": "Source"})];
+    for (name, ratio) in targets {
+        resources.push(json!({"name": name, "apiVersion": "apps/v1", "kind": "Deployment"}));
+        bindings.push(json!({"name": name, "role": "Target", "ratio": ratio}));
+    }
+    create(
+        fake,
+        &json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+            "metadata": {"name": "pd-pool", "namespace": "default"},
+            "spec": {"targetResources": resources,
+             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": bindings}}}}),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_scaling_the_source_moves_the_targets_and_a_hand_edit_is_set_back() {
     let fake = FakeApi::new();
     let tandem = Running::start(&fake, "tandem-a").await;
-    for (name, replicas) in [("router", 1), ("prefill", 1), ("decode", 2)] {
-        create(&fake, &deployment(name, replicas)).await;
-    }
-    create(
+    follow_router(
         &fake,
-        &json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
-            "metadata": {"name": "pd-pool", "namespace": "default"},
-            "spec": {"targetResources": [
-                {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
-                {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
-                {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
-             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
-                {"name": "router", "role": "Source"},
-                {"name": "prefill", "role": "Target", "ratio": 1},
-                {"name": "decode", "role": "Target", "ratio": "2"}]}}}}),
+        &[("router", 1), ("prefill", 1), ("decode", 2)],
+        &[("prefill", json!(1)), ("decode", json!("2"))],
     )
     .await;
 
@@ -826,19 +839,10 @@ async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_f
 async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_server() {
     let fake = FakeApi::new();
     let tandem = Running::start(&fake, "tandem-a").await;
-    for (name, replicas) in [("router", 2), ("decode", 1)] {
-        create(&fake, &deployment(name, replicas)).await;
-    }
-    create(
+    follow_router(
         &fake,
-        &json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
-            "metadata": {"name": "pd-pool", "namespace": "default"},
-            "spec": {"targetResources": [
-                {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
-                {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
-             "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
-                {"name": "router", "role": "Source"},
-                {"name": "decode", "role": "Target", "ratio": 2}]}}}}),
+        &[("router", 2), ("decode", 1)],
+        &[("decode", json!(2))],
     )
     .await;
     eventually(&tandem, 30, "decode follows router at 2:1", || {

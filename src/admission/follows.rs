@@ -1,71 +1,33 @@
-//! The webhook's follow graph: a [`FollowIndex`] fed by the
-//! ResourceScalingGroup watch, so that an RSG admission looks up the edges it
-//! needs instead of listing and resolving every group of the namespace.
+//! The webhook's follow graph: a [`FollowIndex`] fed by the shared
+//! ResourceScalingGroup cache (`reconcile::caches`), so that an RSG admission
+//! looks up the edges it needs instead of listing and resolving every group
+//! of the namespace.
 //!
-//! The events are the reflector's: `Apply` and `Delete` update the index in
-//! place; a (re-)list, `Init`, then `InitApply` per group, then `InitDone`,
-//! is built aside and swapped in whole at `InitDone`, as the reflector's own
-//! store does, so a re-list after a lost watch never shows a half-listed
-//! namespace (which would let a cycle through).
+//! The cache reports each group added, changed or deleted ([`WatchedFollows::changed`]),
+//! re-lists after a lost watch included: the groups listed again are
+//! reported as they come, and those gone only once the list is done, so the
+//! index never holds less than the groups stored (a half-listed namespace
+//! would let a cycle through), and it holds every group before the cache
+//! counts as listed.
 
-use std::sync::{Mutex, PoisonError, RwLock};
-
-use kube::runtime::watcher;
-use tokio::sync::watch;
+use std::sync::{PoisonError, RwLock};
 
 use crate::api::Findings;
 use crate::api::resource_scaling_group::{ResourceScalingGroup, ResourceScalingGroupSpec};
 use crate::plan::dag::FollowIndex;
 
+#[derive(Default)]
 pub struct WatchedFollows {
     index: RwLock<FollowIndex>,
-    /// The groups listed since the last `Init`, until its `InitDone`.
-    relisting: Mutex<Option<FollowIndex>>,
-    /// Turns true at the first `InitDone`: the index holds every group.
-    listed: watch::Sender<bool>,
-}
-
-impl Default for WatchedFollows {
-    fn default() -> Self {
-        WatchedFollows {
-            index: RwLock::default(),
-            relisting: Mutex::default(),
-            listed: watch::Sender::new(false),
-        }
-    }
 }
 
 impl WatchedFollows {
-    /// Takes one event of the ResourceScalingGroup watch.
-    pub fn apply(&self, event: &watcher::Event<ResourceScalingGroup>) {
+    /// Takes a change the cache saw: `old` replaced by `new` (None: added,
+    /// or deleted).
+    pub fn changed(&self, old: Option<&ResourceScalingGroup>, new: Option<&ResourceScalingGroup>) {
         // A lock is poisoned only by a panic while holding it; the index
         // operations do not panic, and a stale answer beats no webhook.
-        let mut relisting = self
-            .relisting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match event {
-            watcher::Event::Init => *relisting = Some(FollowIndex::default()),
-            watcher::Event::InitApply(group) => match relisting.as_mut() {
-                Some(listed) => listed.upsert(group),
-                None => self.write().upsert(group),
-            },
-            watcher::Event::InitDone => {
-                if let Some(listed) = relisting.take() {
-                    *self.write() = listed;
-                }
-                self.listed.send_replace(true);
-            }
-            watcher::Event::Apply(group) => self.write().upsert(group),
-            watcher::Event::Delete(group) => self.write().remove(group),
-        }
-    }
-
-    /// Takes a change the shared caches saw: `old` replaced by `new` (None:
-    /// added, or deleted). The caches call it before they count as listed,
-    /// so the index holds every group once they do.
-    pub fn changed(&self, old: Option<&ResourceScalingGroup>, new: Option<&ResourceScalingGroup>) {
-        let mut index = self.write();
+        let mut index = self.index.write().unwrap_or_else(PoisonError::into_inner);
         match (old, new) {
             (_, Some(group)) => index.upsert(group),
             (Some(group), None) => index.remove(group),
@@ -73,14 +35,7 @@ impl WatchedFollows {
         }
     }
 
-    /// Returns once the first list is in the index.
-    pub async fn listed(&self) {
-        // The sender lives in `self`, so the channel cannot close while
-        // this borrow waits on it.
-        let _ = self.listed.subscribe().wait_for(|listed| *listed).await;
-    }
-
-    /// [`FollowIndex::check`] on the groups watched so far.
+    /// [`FollowIndex::check`] on the groups reported so far.
     pub fn check(&self, namespace: &str, candidate: (&str, &ResourceScalingGroupSpec)) -> Findings {
         self.index
             .read()
@@ -94,10 +49,6 @@ impl WatchedFollows {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, FollowIndex> {
-        self.index.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -123,21 +74,15 @@ mod tests {
     }
 
     #[test]
-    fn watch_events_keep_the_index_as_the_groups_stored() {
+    fn reported_changes_keep_the_index_as_the_groups_stored() {
         let follows = WatchedFollows::default();
         let (a, b, c) = (
             group("a", "prefill", "decode"),
             group("b", "decode", "router"),
             group("c", "router", "gate"),
         );
-        follows.apply(&watcher::Event::Init);
-        follows.apply(&watcher::Event::InitApply(a.clone()));
-        follows.apply(&watcher::Event::InitApply(b.clone()));
-        // Listed in part: nothing shows yet.
-        assert_eq!(follows.snapshot(), FollowIndex::default());
-        assert!(!*follows.listed.borrow());
-        follows.apply(&watcher::Event::InitDone);
-        assert!(*follows.listed.borrow());
+        follows.changed(None, Some(&a));
+        follows.changed(None, Some(&b));
         assert_eq!(follows.snapshot(), FollowIndex::new([&a, &b]));
         let back = group("back", "router", "prefill").spec;
         assert_eq!(
@@ -145,30 +90,26 @@ mod tests {
             "prefill -> decode -> router -> prefill via a, b, back: scaling would follow itself round this loop forever"
         );
 
-        follows.apply(&watcher::Event::Apply(c.clone()));
-        follows.apply(&watcher::Event::Delete(a.clone()));
+        follows.changed(None, Some(&c));
+        follows.changed(Some(&a), None);
         assert_eq!(follows.snapshot(), FollowIndex::new([&b, &c]));
         assert!(follows.check("ai", ("back", &back)).is_allowed());
 
-        // A re-list after a lost watch: the old index answers until it is
-        // done, then the listed groups replace it (`c` was deleted meanwhile).
-        follows.apply(&watcher::Event::Init);
-        follows.apply(&watcher::Event::InitApply(a.clone()));
-        assert_eq!(follows.snapshot(), FollowIndex::new([&b, &c]));
-        follows.apply(&watcher::Event::InitApply(b.clone()));
-        follows.apply(&watcher::Event::InitDone);
-        assert_eq!(follows.snapshot(), FollowIndex::new([&a, &b]));
-        assert!(!follows.check("ai", ("back", &back)).is_allowed());
+        // `b` changed to follow `gate`: its old edge goes with it.
+        let b2 = group("b", "gate", "router");
+        follows.changed(Some(&b), Some(&b2));
+        assert_eq!(follows.snapshot(), FollowIndex::new([&b2, &c]));
     }
 
-    /// What happens to the stored groups, and how the watch reports it.
+    /// What happens to the stored groups, and how the cache reports it.
     #[derive(Clone, Debug)]
     enum Happening {
-        /// Group `name` of a namespace created or updated (`Apply`).
+        /// Group `name` of a namespace created or updated.
         Applied(usize, usize, Shape),
-        /// Group `name` of a namespace deleted (`Delete`).
+        /// Group `name` of a namespace deleted.
         Deleted(usize, usize),
-        /// The watch lost and listed again: `Init`, the stored groups, `InitDone`.
+        /// The watch lost and listed again: the stored groups reported as
+        /// listed, then those gone meanwhile.
         Relisted,
         /// Deleted while the watch was away: seen only at the next re-list.
         DeletedUnseen(usize, usize),
@@ -195,30 +136,36 @@ mod tests {
         ) {
             let follows = WatchedFollows::default();
             let mut stored: BTreeMap<(&str, String), ResourceScalingGroup> = BTreeMap::new();
+            // What the cache last reported, as its store holds it.
+            let mut told: BTreeMap<(&str, String), ResourceScalingGroup> = BTreeMap::new();
             let mut unseen = false;
-            let relist = |stored: &BTreeMap<(&str, String), ResourceScalingGroup>| {
-                follows.apply(&watcher::Event::Init);
-                for group in stored.values() {
-                    follows.apply(&watcher::Event::InitApply(group.clone()));
-                }
-                follows.apply(&watcher::Event::InitDone);
-            };
-            relist(&stored);
             for happening in &happenings {
                 match happening {
                     Happening::Applied(ns, name, shape) => {
-                        let (ns, name) = (NAMESPACES[*ns], format!("rsg-{name}"));
-                        let group = group_of(ns, &name, &spec_of(shape));
-                        follows.apply(&watcher::Event::Apply(group.clone()));
-                        stored.insert((ns, name), group);
+                        let key = (NAMESPACES[*ns], format!("rsg-{name}"));
+                        let group = group_of(key.0, &key.1, &spec_of(shape));
+                        follows.changed(told.get(&key), Some(&group));
+                        told.insert(key.clone(), group.clone());
+                        stored.insert(key, group);
                     }
                     Happening::Deleted(ns, name) => {
-                        if let Some(group) = stored.remove(&(NAMESPACES[*ns], format!("rsg-{name}"))) {
-                            follows.apply(&watcher::Event::Delete(group));
+                        let key = (NAMESPACES[*ns], format!("rsg-{name}"));
+                        if stored.remove(&key).is_some()
+                            && let Some(old) = told.remove(&key)
+                        {
+                            follows.changed(Some(&old), None);
                         }
                     }
                     Happening::Relisted => {
-                        relist(&stored);
+                        for (key, group) in &stored {
+                            follows.changed(told.get(key), Some(group));
+                        }
+                        for (key, gone) in &told {
+                            if !stored.contains_key(key) {
+                                follows.changed(Some(gone), None);
+                            }
+                        }
+                        told = stored.clone();
                         unseen = false;
                     }
                     Happening::DeletedUnseen(ns, name) => {

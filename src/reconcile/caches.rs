@@ -500,17 +500,6 @@ impl Caches {
         }
     }
 
-    /// Whether every cache started so far has listed or been refused.
-    pub fn is_ready(&self) -> bool {
-        *self.undiscovered.borrow() == 0
-            && self
-                .typed
-                .iter()
-                .map(|s| s.borrow().clone())
-                .chain(lock(&self.kinds).values().map(|w| w.state()))
-                .all(|s| s != WatchState::Listing)
-    }
-
     /// Every JSON cache, for metrics and tests.
     pub fn watched(&self) -> Vec<Arc<Watched>> {
         let mut all: Vec<Arc<Watched>> = lock(&self.kinds).values().cloned().collect();

@@ -80,15 +80,6 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-/// An Event the reconcilers recorded: on what, its reason and note.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Recorded {
-    pub regarding: ObjectReference,
-    pub warning: bool,
-    pub reason: String,
-    pub note: Option<String>,
-}
-
 /// What the world holds and what was done to it.
 #[derive(Default)]
 struct State {
@@ -99,7 +90,6 @@ struct State {
     deleted: BTreeSet<ObjectKey>,
     /// How many writes changed something.
     changes: u64,
-    events: Vec<Recorded>,
 }
 
 impl State {
@@ -248,11 +238,6 @@ impl Memory {
             .filter_map(|k| state.objects.get(k).cloned())
             .collect();
         (written, state.deleted.clone())
-    }
-
-    /// The Events recorded so far.
-    pub fn events(&self) -> Vec<Recorded> {
-        self.state().events.clone()
     }
 }
 
@@ -503,18 +488,14 @@ impl Cluster for Memory {
         futures::future::ready(answer).boxed()
     }
 
+    /// `render` prints what Tandem would write to objects; the Events it
+    /// would record are not part of that output.
     fn record<'a>(
         &'a self,
-        regarding: &'a ObjectReference,
-        event: &'a Event,
+        _regarding: &'a ObjectReference,
+        _event: &'a Event,
         _series: Series,
     ) -> BoxFuture<'a, ()> {
-        self.state().events.push(Recorded {
-            regarding: regarding.clone(),
-            warning: event.type_ == kube::runtime::events::EventType::Warning,
-            reason: event.reason.clone(),
-            note: event.note.clone(),
-        });
         futures::future::ready(()).boxed()
     }
 }
