@@ -117,6 +117,110 @@ async fn a_watch_sends_bookmarks_and_leaving_its_selector_is_a_deletion() {
 }
 
 #[tokio::test]
+async fn a_list_comes_in_pages_when_the_client_asks_for_them() {
+    let fake = FakeApi::new();
+    let maps: Api<ConfigMap> = Api::namespaced(fake.client(), "default");
+    for n in 0..7 {
+        let labels = if n % 2 == 0 {
+            json!({"even": "yes"})
+        } else {
+            json!({})
+        };
+        maps.create(
+            &PostParams::default(),
+            &config_map(&format!("m{n}"), labels),
+        )
+        .await
+        .unwrap();
+    }
+    let names = |list: &kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        list.items
+            .iter()
+            .map(|m| m.metadata.name.clone().unwrap())
+            .collect()
+    };
+
+    // Three at a time: every page names the first page's version, and the
+    // last has no continue token.
+    let first = maps.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(names(&first), ["m0", "m1", "m2"]);
+    let version = first.metadata.resource_version.clone();
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    maps.create(&PostParams::default(), &config_map("m7", json!({})))
+        .await
+        .unwrap();
+    let second = maps
+        .list(&ListParams::default().limit(3).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["m3", "m4", "m5"]);
+    assert_eq!(second.metadata.resource_version, version);
+    let token = second.metadata.continue_.clone().expect("a continue token");
+    let last = maps
+        .list(&ListParams::default().limit(3).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&last), ["m6", "m7"]);
+    assert_eq!(last.metadata.continue_.as_deref().unwrap_or(""), "");
+
+    // Pages count only the objects the selector selects; a whole page needs
+    // no token.
+    let even = maps
+        .list(&ListParams::default().labels("even=yes").limit(2))
+        .await
+        .unwrap();
+    assert_eq!(names(&even), ["m0", "m2"]);
+    let token = even.metadata.continue_.clone().expect("a continue token");
+    let rest = maps
+        .list(
+            &ListParams::default()
+                .labels("even=yes")
+                .limit(2)
+                .continue_token(&token),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&rest), ["m4", "m6"]);
+    assert_eq!(rest.metadata.continue_.as_deref().unwrap_or(""), "");
+    let all = maps.list(&ListParams::default().limit(8)).await.unwrap();
+    assert_eq!(all.items.len(), 8);
+    assert_eq!(all.metadata.continue_.as_deref().unwrap_or(""), "");
+
+    // A token the server did not hand out is a 400.
+    let refused = maps
+        .list(&ListParams::default().limit(3).continue_token("nonsense"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(status) if status.code == 400),
+        "{refused}"
+    );
+
+    // kube-runtime's watcher lists in pages (of 2 here; 500 by default) and
+    // its store holds every object.
+    fake.take_calls();
+    let (reader, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(maps.clone(), watcher::Config::default().page_size(2)),
+    )
+    .applied_objects()
+    .boxed();
+    tokio::spawn(stream.try_for_each(|_| async { Ok(()) }));
+    reader.wait_until_ready().await.unwrap();
+    assert_eq!(reader.state().len(), 8);
+    let continued = fake
+        .take_calls()
+        .iter()
+        .filter(|c| c.method == "GET" && c.query.contains("continue="))
+        .count();
+    assert_eq!(
+        continued, 3,
+        "8 objects in pages of 2: a first page and 3 continued"
+    );
+}
+
+#[tokio::test]
 async fn a_kube_runtime_reflector_follows_the_server() {
     let fake = FakeApi::new();
     let maps: Api<ConfigMap> = Api::namespaced(fake.client(), "default");

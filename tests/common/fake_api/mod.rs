@@ -4,7 +4,8 @@
 //! they would to a cluster. It behaves like the API server where Tandem
 //! depends on it:
 //!
-//! - LIST and WATCH with resourceVersions: a watch from a version replays
+//! - LIST (in pages of `limit`, with `continue`; see [`list`]) and WATCH
+//!   with resourceVersions: a watch from a version replays
 //!   every change after it, from no version it starts with the objects as
 //!   ADDED, a version older than the kept history is `410 Gone` (an ERROR
 //!   event `Expired`, as the API server sends it), bookmarks when asked;
@@ -1711,6 +1712,18 @@ fn finish(state: &mut State, planned: Planned) -> Option<(StatusCode, Value)> {
     ))
 }
 
+/// A LIST, in pages when the client asks for them (`limit`, `continue`), as
+/// the API server serves a list that names no resourceVersion (client-go's
+/// pager and kube-runtime's watcher ask for 500 at a time).
+///
+/// The continue token carries the first page's resourceVersion and the last
+/// key served; every page reports that resourceVersion, so the watch that
+/// follows starts from it. Kubernetes serves the later pages from etcd's
+/// snapshot at that version; here they are read from the current state
+/// after the last key. The difference is only in what a client sees while
+/// objects change between pages, and the watch from the first page's
+/// version replays those changes, so a cache ends the same
+/// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>).
 fn list(state: &State, target: &Target, query: &str) -> (StatusCode, Value) {
     let scope = Scope {
         resource: target.resource.clone(),
@@ -1719,19 +1732,58 @@ fn list(state: &State, target: &Target, query: &str) -> (StatusCode, Value) {
         labels: query_param(query, "labelSelector").unwrap_or_default(),
         fields: query_param(query, "fieldSelector").unwrap_or_default(),
     };
-    let items: Vec<Value> = state
-        .objects
-        .get(&target.resource)
-        .into_iter()
-        .flat_map(|objects| objects.values())
-        .filter(|s| scope.covers(&target.resource, &s.object))
-        .map(|s| s.object.clone())
-        .collect();
+    let limit = query_param(query, "limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let (version, after) = match query_param(query, "continue").filter(|c| !c.is_empty()) {
+        None => (state.version, None),
+        Some(token) => match continue_from(&token) {
+            Some((version, key)) => (version, Some(key)),
+            None => {
+                return status(
+                    400,
+                    "BadRequest",
+                    format!("invalid continue token {token:?}"),
+                );
+            }
+        },
+    };
+    let empty = BTreeMap::new();
+    let objects = state.objects.get(&target.resource).unwrap_or(&empty);
+    let range = match &after {
+        Some(key) => objects.range::<(String, String), _>((
+            std::ops::Bound::Excluded(key),
+            std::ops::Bound::Unbounded,
+        )),
+        None => objects.range::<(String, String), _>(..),
+    };
+    let mut matching = range.filter(|(_, s)| scope.covers(&target.resource, &s.object));
+    let page: Vec<(&(String, String), &Stored)> = match limit {
+        Some(limit) => matching.by_ref().take(limit).collect(),
+        None => matching.by_ref().collect(),
+    };
+    let more = matching.next().is_some();
+    let last = page.last().map(|(key, _)| *key);
+    let items: Vec<Value> = page.iter().map(|(_, s)| s.object.clone()).collect();
+    let mut metadata = json!({"resourceVersion": version.to_string()});
+    if more && let Some((namespace, name)) = last {
+        metadata["continue"] = json!(format!("{version}/{namespace}/{name}"));
+    }
     (
         StatusCode::OK,
         json!({"apiVersion": target.resource.api_version(), "kind": format!("{}List", kind_of(&target.resource)),
-            "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
+            "metadata": metadata, "items": items}),
     )
+}
+
+/// The first page's resourceVersion and the last key served, from a
+/// continue token `version/namespace/name`.
+fn continue_from(token: &str) -> Option<(u64, (String, String))> {
+    let mut parts = token.splitn(3, '/');
+    let version = parts.next()?.parse().ok()?;
+    let namespace = parts.next()?.to_owned();
+    let name = parts.next()?.to_owned();
+    Some((version, (namespace, name)))
 }
 
 fn field_manager(query: &str) -> String {
