@@ -11,9 +11,10 @@
 //! Reported, one run: the time from start to ready (caches listed), the
 //! time from ready to the last request (settled = no request but the
 //! leader Lease's for 10 s), the requests sent in that time by verb, peak
-//! and current RSS from `/proc/<pid>/status`, and the JSON size of a cached
-//! object by kind (what the caches keep once trimmed, measured on caches
-//! started in this process against the same server).
+//! and current RSS from `/proc/<pid>/status`, and the size of a cached
+//! object by kind (its JSON once trimmed, and the text a JSON kind's cache
+//! keeps beside the typed metadata; measured on caches started in this
+//! process against the same server).
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) COUNT defaults to
 //! 20: a smoke run that checks the benchmark works.
@@ -154,57 +155,55 @@ fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
-/// The JSON size of the objects of each cache, on caches started here.
-async fn cached_sizes(fake: &FakeApi) -> Vec<(String, usize, usize)> {
+/// A cache's name, its objects, their JSON size in all, and (for the caches
+/// of JSON kinds) the size of the text each keeps beside its typed metadata.
+struct CacheSize {
+    name: String,
+    objects: usize,
+    json: usize,
+    text: Option<usize>,
+}
+
+/// The sizes of the objects of each cache, on caches started here.
+async fn cached_sizes(fake: &FakeApi) -> Vec<CacheSize> {
     let caches = tandem::reconcile::caches::Caches::start(fake.client(), Default::default());
     caches.ready().await;
-    let size = |v: Vec<usize>| (v.len(), v.iter().sum::<usize>());
-    let mut sizes = Vec::new();
-    let typed = |name: &str, lens: Vec<usize>| {
-        let (n, total) = size(lens);
-        (name.to_owned(), n, total)
+    fn json<T: serde::Serialize>(objects: &[std::sync::Arc<T>]) -> usize {
+        objects
+            .iter()
+            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
+            .sum()
+    }
+    let typed = |name: &str, objects: usize, json: usize| CacheSize {
+        name: name.to_owned(),
+        objects,
+        json,
+        text: None,
     };
-    sizes.push(typed(
-        "InferenceService",
-        caches
-            .services
-            .state()
-            .iter()
-            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
-            .collect(),
-    ));
-    sizes.push(typed(
-        "ScaleView",
-        caches
-            .views
-            .state()
-            .iter()
-            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
-            .collect(),
-    ));
-    sizes.push(typed(
-        "ResourceScalingGroup",
-        caches
-            .groups
-            .state()
-            .iter()
-            .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
-            .collect(),
-    ));
+    let mut sizes = vec![
+        typed(
+            "InferenceService",
+            caches.services.len(),
+            json(&caches.services.state()),
+        ),
+        typed("ScaleView", caches.views.len(), json(&caches.views.state())),
+        typed(
+            "ResourceScalingGroup",
+            caches.groups.len(),
+            json(&caches.groups.state()),
+        ),
+    ];
     for watched in caches.watched() {
-        let name = match &watched.selector {
-            Some(selector) => format!("{} ({selector})", watched.resource.kind),
-            None => watched.resource.kind.clone(),
-        };
-        sizes.push(typed(
-            &name,
-            watched
-                .store
-                .state()
-                .iter()
-                .map(|o| serde_json::to_vec(o.as_ref()).map_or(0, |v| v.len()))
-                .collect(),
-        ));
+        let objects = watched.store.state();
+        sizes.push(CacheSize {
+            name: match &watched.selector {
+                Some(selector) => format!("{} ({selector})", watched.resource.kind),
+                None => watched.resource.kind.clone(),
+            },
+            objects: objects.len(),
+            json: json(&objects),
+            text: Some(objects.iter().map(|o| o.body_len()).sum()),
+        });
     }
     sizes
 }
@@ -270,12 +269,26 @@ async fn run() {
     println!("peak RSS {} (VmHWM), now {} (VmRSS)", mib(peak), mib(now));
     drop(tandem);
 
-    println!("\nJSON bytes per cached object, by cache (caches started in this process):");
-    println!("{:<48} {:>8} {:>12}", "cache", "objects", "bytes/object");
-    for (name, objects, total) in cached_sizes(&fake).await {
-        if let Some(each) = total.checked_div(objects) {
-            println!("{name:<48} {objects:>8} {each:>12}");
-        }
+    println!(
+        "\nBytes per cached object, by cache (caches started in this process): its JSON once \
+         trimmed, and for kinds read as JSON the text kept beside the typed metadata"
+    );
+    println!(
+        "{:<58} {:>8} {:>12} {:>12}",
+        "cache", "objects", "JSON", "kept as text"
+    );
+    for size in cached_sizes(&fake).await {
+        let Some(each) = size.json.checked_div(size.objects) else {
+            continue;
+        };
+        let text = size
+            .text
+            .and_then(|t| t.checked_div(size.objects))
+            .map_or("typed".to_owned(), |t| t.to_string());
+        println!(
+            "{:<58} {:>8} {each:>12} {text:>12}",
+            size.name, size.objects
+        );
     }
 }
 

@@ -42,6 +42,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::cached::{self, Cached};
 use super::cluster::{Unserved, resource};
 use crate::admission::discovery::ScaleDiscovery;
 use crate::admission::follows::WatchedFollows;
@@ -99,7 +100,7 @@ pub struct Watched {
     pub resource: ApiResource,
     /// The label selector of the watch, if any.
     pub selector: Option<String>,
-    pub store: Store<DynamicObject>,
+    pub store: Store<Cached>,
     state: watch::Receiver<WatchState>,
 }
 
@@ -582,7 +583,7 @@ impl Caches {
                     .iter()
                     .all(|(key, value)| o.labels().get(*key).map(String::as_str) == Some(*value))
             })
-            .filter_map(|o| as_json(&o, &watched.resource))
+            .map(|o| as_json(&o, &watched.resource))
             .collect();
         found.sort_by(|a, b| {
             a["metadata"]["name"]
@@ -617,11 +618,8 @@ impl Caches {
 
 /// A cached object as JSON, with its apiVersion and kind (list and watch
 /// items may come without them).
-pub fn as_json(object: &DynamicObject, resource: &ApiResource) -> Option<Value> {
-    let mut value = serde_json::to_value(object).ok()?;
-    value["apiVersion"] = json!(resource.api_version);
-    value["kind"] = json!(resource.kind);
-    Some(value)
+pub fn as_json(object: &Cached, resource: &ApiResource) -> Value {
+    object.to_json(resource)
 }
 
 /// Drops what no plan reads from any object's metadata.
@@ -782,10 +780,12 @@ fn on_object(
     triggers: &Triggers,
     api_group: &str,
     kind: &str,
-    old: Option<&DynamicObject>,
-    new: Option<&DynamicObject>,
+    old: Option<&Cached>,
+    new: Option<&Cached>,
 ) {
-    if !changed(old, new, true) {
+    if let (Some(old), Some(new)) = (old, new)
+        && old.same_but_version(new)
+    {
         return;
     }
     let Some(object) = new.or(old) else { return };
@@ -840,26 +840,37 @@ where
     (store, state)
 }
 
-/// Starts a reflector of a kind read as JSON.
+/// Starts a reflector of a kind read as JSON, each object trimmed and kept
+/// in its cached form as it arrives.
 fn reflect_dynamic(
     client: &Client,
     metrics: &Arc<ControllerMetrics>,
     resource: &ApiResource,
     selector: Option<String>,
     trim: Trim,
-    on_change: impl Fn(Option<&DynamicObject>, Option<&DynamicObject>) + Send + 'static,
-) -> (Store<DynamicObject>, watch::Receiver<WatchState>) {
-    let writer = Writer::<DynamicObject>::new(resource.clone());
+    on_change: impl Fn(Option<&Cached>, Option<&Cached>) + Send + 'static,
+) -> (Store<Cached>, watch::Receiver<WatchState>) {
+    let writer = Writer::<Cached>::new(resource.clone());
     let store = writer.as_reader();
     let mut config = watcher::Config::default();
     if let Some(selector) = &selector {
         config = config.labels(selector);
     }
+    let keep = move |mut object: DynamicObject| {
+        trim_metadata(&mut object.metadata);
+        match trim {
+            Trim::Whole => {}
+            Trim::Workload => trim_workload(&mut object),
+            Trim::Pod => trim_pod(&mut object),
+        }
+        Cached::new(object)
+    };
     let stream = watcher(
         Api::<DynamicObject>::all_with(client.clone(), resource),
         config,
     )
     .default_backoff()
+    .map(move |event| event.map(|event| cached::event(event, keep)))
     .boxed();
     // Pods are cached in two selections: the gauge tells them apart.
     let label = match &selector {
@@ -869,14 +880,7 @@ fn reflect_dynamic(
     let state = run_reflector(
         stream,
         writer,
-        move |object: &mut DynamicObject| {
-            trim_metadata(&mut object.metadata);
-            match trim {
-                Trim::Whole => {}
-                Trim::Workload => trim_workload(object),
-                Trim::Pod => trim_pod(object),
-            }
-        },
+        |_: &mut Cached| {},
         on_change,
         resource.clone(),
         label,

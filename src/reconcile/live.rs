@@ -20,6 +20,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
+use super::cached::Cached;
 use super::caches::{Caches, PARTIAL, as_json};
 use super::cluster::{Cluster, Part, Series, Unserved, Written};
 use crate::admission::discovery::Discovered;
@@ -68,7 +69,7 @@ impl Live {
         match cached {
             Some(None) => Ok(None),
             Some(Some(object)) if !whole || !object.annotations().contains_key(PARTIAL) => {
-                Ok(as_json(&object, resource))
+                Ok(Some(as_json(&object, resource)))
             }
             // Kept in part and wanted whole, or not listed yet: the API
             // server has it whole.
@@ -76,7 +77,7 @@ impl Live {
                 .api(resource, namespace)
                 .get_opt(name)
                 .await?
-                .and_then(|o| as_json(&o, resource))),
+                .map(|o| as_json(&Cached::new(o), resource))),
         }
     }
 
@@ -192,10 +193,7 @@ impl Cluster for Live {
                     let object = watched
                         .store
                         .get(&ObjectRef::new_with(name, resource.clone()).within(namespace));
-                    return Ok(object
-                        .and_then(|o| as_json(&o, resource))
-                        .as_ref()
-                        .map(scale_of));
+                    return Ok(object.map(|o| scale_of(&as_json(&o, resource))));
                 }
             }
             // A kind found through discovery, or one whose cache has not

@@ -13,6 +13,7 @@
 //! jittered wait ([`FailureBackoff`]); controllers run only on the replica
 //! that holds the leader Lease ([`leader`]).
 
+pub mod cached;
 pub mod caches;
 pub mod cluster;
 pub mod group_replication;

@@ -1,0 +1,220 @@
+//! An object as the JSON caches keep it: its metadata typed (names, labels
+//! and owners are what the stores, the triggers and the label lookups match
+//! on), and everything else (spec, status, data) as compact JSON text,
+//! parsed only when a reconcile reads the object.
+//!
+//! Why not kube's `DynamicObject`: its `serde_json::Value` tree costs about
+//! six times the object's JSON size in memory (every map a B-tree node of
+//! eleven slots, every string its own allocation). With 1 000 services'
+//! LeaderWorkerSets, PodGroups, disruption budgets and 10 000 pods cached,
+//! that was most of the process's heap (BENCHMARKS.md, "With a cluster").
+//! Reads are few by comparison: a reconcile reads the objects of one
+//! service or group, and `DynamicObject` reads were already converted to a
+//! fresh `Value` each time ([`Cached::to_json`]).
+
+use std::borrow::Cow;
+
+use kube::Resource;
+use kube::api::{ApiResource, DynamicObject, ObjectMeta};
+use kube::core::DynamicResourceScope;
+use kube::runtime::watcher;
+use serde::ser::{Error as _, SerializeMap};
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value, json};
+
+/// A cached object of a kind read as JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cached {
+    pub metadata: ObjectMeta,
+    /// The object less apiVersion, kind and metadata: a JSON object, as text.
+    body: Box<str>,
+}
+
+impl Cached {
+    /// Keeps `object` (trimmed already) in its cached form.
+    pub fn new(object: DynamicObject) -> Cached {
+        let body = match &object.data {
+            Value::Object(_) => serde_json::to_string(&object.data).unwrap_or_default(),
+            // A watch item always is a JSON object; anything else has no
+            // fields a plan could read.
+            _ => String::new(),
+        };
+        Cached {
+            metadata: object.metadata,
+            body: body.into_boxed_str(),
+        }
+    }
+
+    /// The object's fields but apiVersion, kind and metadata.
+    fn fields(&self) -> Map<String, Value> {
+        if self.body.is_empty() {
+            return Map::new();
+        }
+        // Written by `new` from a JSON object, so it parses back to one.
+        serde_json::from_str(&self.body).unwrap_or_default()
+    }
+
+    /// The whole object as JSON, with its apiVersion and kind (list and
+    /// watch items may come without them).
+    pub fn to_json(&self, resource: &ApiResource) -> Value {
+        let mut object = self.fields();
+        object.insert("apiVersion".to_owned(), json!(resource.api_version));
+        object.insert("kind".to_owned(), json!(resource.kind));
+        object.insert(
+            "metadata".to_owned(),
+            serde_json::to_value(&self.metadata).unwrap_or_default(),
+        );
+        Value::Object(object)
+    }
+
+    /// Whether `other` is the same object in everything but its
+    /// resourceVersion.
+    pub fn same_but_version(&self, other: &Cached) -> bool {
+        self.body == other.body && {
+            let version = |meta: &ObjectMeta| ObjectMeta {
+                resource_version: None,
+                ..meta.clone()
+            };
+            version(&self.metadata) == version(&other.metadata)
+        }
+    }
+
+    /// The size of what it keeps as text (its fields but the metadata).
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+}
+
+/// Serialised as the object (less apiVersion and kind), as `DynamicObject`
+/// would be.
+impl Serialize for Cached {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = if self.body.is_empty() {
+            Map::new()
+        } else {
+            serde_json::from_str::<Map<String, Value>>(&self.body).map_err(S::Error::custom)?
+        };
+        let mut map = serializer.serialize_map(Some(fields.len().saturating_add(1)))?;
+        map.serialize_entry("metadata", &self.metadata)?;
+        for (key, value) in &fields {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+impl Resource for Cached {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(resource: &ApiResource) -> Cow<'_, str> {
+        resource.group.as_str().into()
+    }
+
+    fn version(resource: &ApiResource) -> Cow<'_, str> {
+        resource.version.as_str().into()
+    }
+
+    fn kind(resource: &ApiResource) -> Cow<'_, str> {
+        resource.kind.as_str().into()
+    }
+
+    fn api_version(resource: &ApiResource) -> Cow<'_, str> {
+        resource.api_version.as_str().into()
+    }
+
+    fn plural(resource: &ApiResource) -> Cow<'_, str> {
+        resource.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A watch event with its object kept as `keep` makes it.
+pub fn event<A, B>(event: watcher::Event<A>, keep: impl Fn(A) -> B) -> watcher::Event<B> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(keep(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(keep(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(keep(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7",
+                "labels": {"app": "a"}},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("a pod")
+    }
+
+    fn pods() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            plural: "pods".into(),
+        }
+    }
+
+    #[test]
+    fn reads_back_as_the_object_it_kept() {
+        let object = pod();
+        let whole = serde_json::to_value(&object).expect("serialises");
+        let cached = Cached::new(object);
+        assert_eq!(cached.to_json(&pods()), whole);
+        assert_eq!(
+            serde_json::to_value(&cached).expect("serialises"),
+            json!({
+                "metadata": whole["metadata"],
+                "spec": whole["spec"],
+                "status": whole["status"],
+            })
+        );
+        assert_eq!(
+            cached.body_len(),
+            serde_json::to_string(&json!({"spec": whole["spec"], "status": whole["status"]}))
+                .expect("text")
+                .len()
+        );
+    }
+
+    #[test]
+    fn a_new_resource_version_alone_is_the_same_object() {
+        let cached = Cached::new(pod());
+        let mut newer = pod();
+        newer.metadata.resource_version = Some("8".into());
+        assert!(cached.same_but_version(&Cached::new(newer.clone())));
+        newer.data["status"]["phase"] = json!("Failed");
+        assert!(!cached.same_but_version(&Cached::new(newer.clone())));
+        let mut relabelled = pod();
+        relabelled.metadata.labels = None;
+        assert!(!cached.same_but_version(&Cached::new(relabelled)));
+    }
+
+    #[test]
+    fn an_object_without_fields_reads_back_with_its_metadata_only() {
+        let mut object = pod();
+        object.data = Value::Null;
+        let cached = Cached::new(object);
+        let read = cached.to_json(&pods());
+        assert_eq!(read["metadata"]["name"], "p");
+        assert_eq!(read["kind"], "Pod");
+        assert!(read.get("spec").is_none());
+    }
+}
