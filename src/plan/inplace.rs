@@ -23,6 +23,7 @@
 //! resource as it is (Retain), and a group being deleted decides nothing.
 //! An unchanged world gives no patches, no Events and the status as stored.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -145,13 +146,17 @@ pub const STALLED: &str = "Stalled";
 /// The InplaceScaling groups of a namespace that resolve and are not being
 /// deleted (a group being deleted drives nothing any more), by name, with
 /// `me` (the group being reconciled) given by its own spec.
-fn resolved(
+///
+/// The groups are taken as the cache holds them (`Arc`s) or owned (tests):
+/// a reconcile does not copy the namespace's groups.
+fn resolved<G: Borrow<ResourceScalingGroup>>(
     me: (&str, &ResourceScalingGroupSpec),
-    groups: &[ResourceScalingGroup],
+    groups: &[G],
 ) -> Result<(Vec<(String, Bindings)>, usize), String> {
     let mine = ratio::bindings(me.1)?;
     let mut all: Vec<(String, Bindings)> = groups
         .iter()
+        .map(Borrow::borrow)
         .filter(|g| g.metadata.deletion_timestamp.is_none())
         .filter_map(|g| {
             let name = g.metadata.name.clone()?;
@@ -198,10 +203,10 @@ fn relevant(groups: &[(String, Bindings)], me: usize) -> (Vec<usize>, Vec<&Endpo
 /// The endpoints a reconcile of group `name` (spec `spec`) must read, given
 /// the namespace's groups: its Source and Targets, then the Sources
 /// upstream of its Source. Empty when the group does not resolve.
-pub fn endpoints(
+pub fn endpoints<G: Borrow<ResourceScalingGroup>>(
     name: &str,
     spec: &ResourceScalingGroupSpec,
-    groups: &[ResourceScalingGroup],
+    groups: &[G],
 ) -> Vec<Endpoint> {
     let Ok((all, me)) = resolved((name, spec), groups) else {
         return Vec::new();
@@ -220,9 +225,9 @@ pub fn endpoints(
 /// Decides one reconcile of `rsg`, an InplaceScaling group, given the
 /// namespace's groups as stored (`rsg`'s own entry, if listed, is replaced
 /// by `rsg`) and what reading [`endpoints`] gave.
-pub fn reconcile(
+pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
     rsg: &ResourceScalingGroup,
-    groups: &[ResourceScalingGroup],
+    groups: &[G],
     observed: &BTreeMap<Endpoint, Observed>,
     now: &Time,
 ) -> Pass {
@@ -635,6 +640,9 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    /// A namespace with no other group.
+    const NO_GROUPS: &[ResourceScalingGroup] = &[];
+
     fn now() -> Time {
         Time("2026-11-21T10:00:00Z".parse().expect("test time"))
     }
@@ -733,14 +741,14 @@ mod tests {
     fn the_seed_router_at_ten_gives_prefill_ten_and_decode_twenty() {
         let rsg = seed();
         assert_eq!(
-            endpoints("pd-pool", &rsg.spec, &[]),
+            endpoints("pd-pool", &rsg.spec, NO_GROUPS),
             [
                 deployment("router"),
                 rbg_role("prefill"),
                 rbg_role("Decode")
             ]
         );
-        let pass = reconcile(&rsg, &[], &world(10, 3, 3), &now());
+        let pass = reconcile(&rsg, NO_GROUPS, &world(10, 3, 3), &now());
         assert_eq!(
             moves(&pass),
             [
@@ -798,7 +806,7 @@ mod tests {
 
         // Settled: the same world again writes nothing and says nothing.
         let stored = settle(&rsg, &pass);
-        let again = reconcile(&stored, &[], &world(10, 10, 20), &later());
+        let again = reconcile(&stored, NO_GROUPS, &world(10, 10, 20), &later());
         assert!(
             again.scales.is_empty() && again.events.is_empty(),
             "{again:?}"
@@ -809,12 +817,12 @@ mod tests {
     #[test]
     fn causes_are_told_apart() {
         let rsg = seed();
-        let first = reconcile(&rsg, &[], &world(10, 10, 20), &now());
+        let first = reconcile(&rsg, NO_GROUPS, &world(10, 10, 20), &now());
         assert!(first.scales.is_empty());
         let stored = settle(&rsg, &first);
 
         // The Source moves: the Targets follow it.
-        let followed = reconcile(&stored, &[], &world(12, 10, 20), &now());
+        let followed = reconcile(&stored, NO_GROUPS, &world(12, 10, 20), &now());
         assert_eq!(
             followed
                 .events
@@ -829,7 +837,7 @@ mod tests {
         assert_eq!(followed.status.current_replicas, 12);
 
         // The Source is where it was; decode moved: drift, set back.
-        let drift = reconcile(&stored, &[], &world(10, 10, 7), &now());
+        let drift = reconcile(&stored, NO_GROUPS, &world(10, 10, 7), &now());
         assert_eq!(
             moves(&drift),
             [("decode".to_owned(), 7, 20, DRIFT_REPAIRED)]
@@ -854,7 +862,7 @@ mod tests {
             .expect("inplace")
             .bindings[2]
             .ratio = Some(serde_json::from_value(json!(3)).expect("ratio"));
-        let respec = reconcile(&changed, &[], &world(10, 10, 20), &now());
+        let respec = reconcile(&changed, NO_GROUPS, &world(10, 10, 20), &now());
         assert_eq!(
             respec.events[0].note,
             "the bindings changed: decode 20 -> 30 (ratio 3 of router=10)"
@@ -874,7 +882,7 @@ mod tests {
             .bindings;
         bindings[1].min = Some(4);
         bindings[2].max = Some(5);
-        let pass = reconcile(&rsg, &[], &world(2, 1, 1), &now());
+        let pass = reconcile(&rsg, NO_GROUPS, &world(2, 1, 1), &now());
         assert_eq!(
             pass.events
                 .iter()
@@ -885,7 +893,7 @@ mod tests {
                 "source router has 2 replicas: decode 1 -> 4 (ratio 2)"
             ]
         );
-        let capped = reconcile(&rsg, &[], &world(10, 10, 1), &now());
+        let capped = reconcile(&rsg, NO_GROUPS, &world(10, 10, 1), &now());
         assert_eq!(
             capped.events[0].note,
             "source router has 10 replicas: decode 1 -> 5 (ratio 2, capped at max 5)"
@@ -900,7 +908,7 @@ mod tests {
             rbg_role("Decode"),
             Observed::Missing("RoleBasedGroup rolebasedgroup1 has no role \"Decode\" in spec.roles (roles: prefill)".into()),
         );
-        let pass = reconcile(&rsg, &[], &observed, &now());
+        let pass = reconcile(&rsg, NO_GROUPS, &observed, &now());
         assert_eq!(moves(&pass), [("prefill".to_owned(), 3, 10, SCALED)]);
         let stalled = condition(&pass.status, "Stalled");
         assert_eq!(
@@ -923,7 +931,7 @@ mod tests {
         let stored = settle(&rsg, &pass);
         let mut now_scaled = observed.clone();
         now_scaled.insert(rbg_role("prefill"), role(0, 10));
-        let again = reconcile(&stored, &[], &now_scaled, &later());
+        let again = reconcile(&stored, NO_GROUPS, &now_scaled, &later());
         assert!(again.events.is_empty(), "{:?}", again.events);
         assert_eq!(Some(&again.status), stored.status.as_ref());
 
@@ -933,8 +941,8 @@ mod tests {
             deployment("router"),
             Observed::Missing("Deployment router not found".into()),
         );
-        let stored = settle(&rsg, &reconcile(&rsg, &[], &world(6, 6, 12), &now()));
-        let pass = reconcile(&stored, &[], &no_source, &now());
+        let stored = settle(&rsg, &reconcile(&rsg, NO_GROUPS, &world(6, 6, 12), &now()));
+        let pass = reconcile(&stored, NO_GROUPS, &no_source, &now());
         assert!(pass.scales.is_empty());
         assert_eq!(pass.status.current_replicas, 6);
         assert_eq!(
@@ -949,7 +957,7 @@ mod tests {
             Observed::Unsupported("Deployment (apps/v1) has no scale subresource".into()),
         );
         odd.remove(&rbg_role("prefill"));
-        let pass = reconcile(&rsg, &[], &odd, &now());
+        let pass = reconcile(&rsg, NO_GROUPS, &odd, &now());
         assert_eq!(
             condition(&pass.status, "Stalled").message,
             "Source router: Deployment (apps/v1) has no scale subresource; Target prefill: was not read"
@@ -1074,8 +1082,11 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-11-21T09:00:00Z".parse().expect("test time"),
             ));
-        let settled = settle(&rsg, &reconcile(&seed(), &[], &world(10, 10, 20), &now()));
-        let pass = reconcile(&settled, &[], &world(30, 10, 7), &later());
+        let settled = settle(
+            &rsg,
+            &reconcile(&seed(), NO_GROUPS, &world(10, 10, 20), &now()),
+        );
+        let pass = reconcile(&settled, NO_GROUPS, &world(30, 10, 7), &later());
         assert!(pass.scales.is_empty() && pass.events.is_empty(), "{pass:?}");
         assert_eq!(Some(&pass.status), settled.status.as_ref());
     }
@@ -1090,9 +1101,12 @@ mod tests {
             .expect("inplace")
             .bindings[2]
             .name = "encode".into();
-        let pass = reconcile(&rsg, &[], &world(10, 3, 3), &now());
+        let pass = reconcile(&rsg, NO_GROUPS, &world(10, 3, 3), &now());
         assert!(pass.scales.is_empty());
-        assert_eq!(endpoints("pd-pool", &rsg.spec, &[]), Vec::<Endpoint>::new());
+        assert_eq!(
+            endpoints("pd-pool", &rsg.spec, NO_GROUPS),
+            Vec::<Endpoint>::new()
+        );
         let stalled = condition(&pass.status, "Stalled");
         assert_eq!(stalled.reason, "InvalidSpec");
         assert!(
@@ -1122,7 +1136,7 @@ mod tests {
         rsg.spec = groups_spec;
         observed.remove(&rbg_role("Decode"));
         observed.insert(deployment("decode"), scaled(3));
-        let pass = reconcile(&rsg, &[], &observed, &now());
+        let pass = reconcile(&rsg, NO_GROUPS, &observed, &now());
         let requests = patches(&pass.scales).expect("patches");
         assert_eq!(requests.len(), 2);
         assert_eq!(
@@ -1170,7 +1184,7 @@ mod tests {
             if let Some(recorded) = recorded {
                 rsg.status = Some(ResourceScalingGroupStatus { observed_generation: Some(1), current_replicas: recorded, ..Default::default() });
             }
-            let pass = reconcile(&rsg, &[], &world(router, prefill, decode), &now());
+            let pass = reconcile(&rsg, NO_GROUPS, &world(router, prefill, decode), &now());
             let want = |m: u32, s: u32| ratio::target_replicas(router, rust_decimal::Decimal::new(i64::from(m), s), None, None);
             let mut after = world(router, prefill, decode);
             for scale in &pass.scales {
@@ -1183,7 +1197,7 @@ mod tests {
             let drift = pass.scales.iter().any(|s| s.reason == DRIFT_REPAIRED);
             prop_assert_eq!(drift, recorded == Some(router) && !pass.scales.is_empty());
             let stored = settle(&rsg, &pass);
-            let again = reconcile(&stored, &[], &after, &later());
+            let again = reconcile(&stored, NO_GROUPS, &after, &later());
             prop_assert!(again.scales.is_empty());
             prop_assert!(again.events.is_empty());
             prop_assert_eq!(Some(&again.status), stored.status.as_ref());

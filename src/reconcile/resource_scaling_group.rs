@@ -179,11 +179,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
         )));
     };
     let cluster = &ctx.cluster;
-    let listed: Vec<ResourceScalingGroup> = cluster
-        .groups(namespace)
-        .iter()
-        .map(|g| g.as_ref().clone())
-        .collect();
+    let listed = cluster.groups(namespace);
     // Retain: a group that is gone or going scales nothing any more.
     let Some(me) = listed
         .iter()
