@@ -11,7 +11,10 @@ use tandem::api::InferenceService;
 use tandem::api::inference_service::RoleScaleDownPolicy;
 use tandem::api::resource_scaling_group::ResourceScalingGroupSpec;
 use tandem::api::scale_view::ScaleViewSpec;
-use tandem::plan::{dag, ratio, service, split, victims};
+use tandem::plan::inference_service::service;
+use tandem::plan::resource_scaling_group::{dag, ratio};
+use tandem::plan::scale_view::split;
+use tandem::plan::victims;
 
 fn template() -> Value {
     json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",

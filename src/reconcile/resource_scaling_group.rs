@@ -5,11 +5,11 @@
 //!
 //! 1. read the namespace's groups from the cache (the group as cached is the
 //!    truth: a group that is gone, or being deleted, touches nothing);
-//! 2. read what `plan::inplace::endpoints` names through the adapters
-//!    (`plan::adapter`) from the caches: the replicas of kinds scaled through
+//! 2. read what `plan::resource_scaling_group::inplace::endpoints` names through the adapters
+//!    (`plan::resource_scaling_group::adapter`) from the caches: the replicas of kinds scaled through
 //!    `/scale`, the object for roles; a kind outside the adapter table is
 //!    looked up in API discovery;
-//! 3. ask `plan::inplace::reconcile`, and patch the Targets that differ: a
+//! 3. ask `plan::resource_scaling_group::inplace::reconcile`, and patch the Targets that differ: a
 //!    merge patch of `/scale`, or one JSON Patch per object testing each
 //!    role's name before replacing its replicas (field manager `tandem`);
 //! 4. record an Event per Target changed (following its Source, or drift
@@ -44,9 +44,11 @@ use super::cluster::{Part, Series, resource, resource_of};
 use super::{Context, Error, group_replication, is_not_found, retry_conflicts};
 use crate::api::ResourceScalingGroup;
 use crate::api::resource_scaling_group::ScalingStrategyType;
-use crate::plan::adapter::{self, Via};
-use crate::plan::inplace::{self, Note, Observed, Problem, Reading, Request};
-use crate::plan::ratio::Endpoint;
+use crate::plan::resource_scaling_group::adapter::{self, Via};
+use crate::plan::resource_scaling_group::inplace::{
+    self, Note, Observed, Problem, Reading, Request,
+};
+use crate::plan::resource_scaling_group::ratio::Endpoint;
 
 /// How often a group is reconciled when nothing it watches changed: the
 /// longest a Source of a kind found through discovery (read through
@@ -263,7 +265,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     // the Targets already where they should be and says nothing).
     let reference = me.object_ref(&());
     for note in &events {
-        if let Some(decision) = crate::plan::decision::of_inplace_note(note.reason) {
+        if let Some(decision) = crate::plan::shared::decision::of_inplace_note(note.reason) {
             ctx.metrics.decided("ResourceScalingGroup", decision);
         }
         record(&ctx, &reference, namespace, note).await;

@@ -6,19 +6,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-use super::quantity::Quantity;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
-use super::{
-    children, disruption, drain, gang, pacing, revision, router, scale_view, topology, traffic,
-    upgrade, victims,
-};
+use super::{disruption, drain, gang, pacing, revision, router, topology, traffic, upgrade};
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
     self, ComponentType, InferenceService, InferenceServiceStatus, Role, RoleScaleDownPolicy,
     ScaleViewLock, UpgradeType,
 };
+use crate::plan::shared::children;
+use crate::plan::shared::quantity::Quantity;
+use crate::plan::{scale_view, victims};
 
 /// The hash of what Tandem last applied to a child.
 pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
@@ -982,8 +981,8 @@ pub struct Apply {
     /// The Event's note: what and why.
     pub note: String,
     /// Set when the object is a replica, with its policy (counted on
-    /// /metrics, [`super::decision`]).
-    pub replica: Option<super::decision::Replica>,
+    /// /metrics, [`crate::plan::shared::decision`]).
+    pub replica: Option<crate::plan::shared::decision::Replica>,
 }
 
 /// A child to delete, and why.
@@ -992,8 +991,8 @@ pub struct Delete {
     pub object: Value,
     pub note: String,
     /// Set when the object is a replica, with its policy (counted on
-    /// /metrics, [`super::decision`]).
-    pub replica: Option<super::decision::Replica>,
+    /// /metrics, [`crate::plan::shared::decision`]).
+    pub replica: Option<crate::plan::shared::decision::Replica>,
 }
 
 /// One reconcile of one service: what to write, the status to report, the
@@ -1089,7 +1088,7 @@ pub fn reconcile(
             continue;
         };
         let note = change.note(kind, name, &planned.why);
-        let replica = super::decision::service_replica(service, &object);
+        let replica = crate::plan::shared::decision::service_replica(service, &object);
         apply.push(Apply {
             object,
             change,
@@ -1119,7 +1118,7 @@ pub fn reconcile(
             delete.push(Delete {
                 object: child.clone(),
                 note: format!("{kind} {name} deleted: {why}"),
-                replica: super::decision::service_replica(service, child),
+                replica: crate::plan::shared::decision::service_replica(service, child),
             });
         }
     }

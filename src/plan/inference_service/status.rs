@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
-use super::{children, drain};
+use super::drain;
 use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
+use crate::plan::shared::children;
 
 /// Container states that will not get better by waiting.
 const FAILING_REASONS: [&str; 6] = [
@@ -56,7 +57,7 @@ pub struct Observed<'a> {
     /// revisions.
     pub update_revisions: BTreeMap<String, String>,
     /// The replicas of each serving role the plan keeps out of traffic until
-    /// their drain ends (plan::drain), by role name: their own pods may not
+    /// their drain ends (plan::inference_service::drain), by role name: their own pods may not
     /// say so yet (the plan is marking them).
     pub draining: BTreeMap<String, BTreeSet<u32>>,
 }
@@ -218,7 +219,7 @@ pub fn status(
         ready: Some(format!("{ready}/{desired}")),
         updated: Some(format!("{updated}/{desired}")),
         // Owned by the ScaleView controller: carried over as is. The upgrade
-        // is decided by plan::rollout, which sets it after this.
+        // is decided by plan::inference_service::rollout, which sets it after this.
         scale_views: previous.scale_views,
         upgrade: previous.upgrade,
     }

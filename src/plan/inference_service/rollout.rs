@@ -24,7 +24,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-use super::children::{self, Naming, ROLE_NAME};
 use super::revision;
 use super::status;
 use super::traffic;
@@ -33,6 +32,7 @@ use crate::api::inference_service::{
     IncrementalUpgradeOptions, InferenceService, InferenceServiceSpec, RevisionStatus, Role,
     UpgradeStatus, UpgradeType,
 };
+use crate::plan::shared::children::{self, Naming, ROLE_NAME};
 
 /// The conditions this module reports for NewRevision and IncrementalUpgrade.
 pub const UPGRADE_IN_PROGRESS: &str = "UpgradeInProgress";
@@ -575,8 +575,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::plan::children::{LWS_WORKER_INDEX, REPLICA_INDEX, REVISION, SERVICE};
-    use crate::plan::service::{self, Options, Pass, World};
+    use crate::plan::inference_service::service::{self, Options, Pass, World};
+    use crate::plan::shared::children::{LWS_WORKER_INDEX, REPLICA_INDEX, REVISION, SERVICE};
 
     const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 
@@ -1499,7 +1499,7 @@ mod tests {
         assert_eq!(
             current,
             Some(table.as_str()),
-            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::rollout::tests::the_worked_example"
+            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::inference_service::rollout::tests::the_worked_example"
         );
     }
 }

@@ -23,7 +23,7 @@ use crate::api::resource_scaling_group::{
     BindingRole, ResourceScalingGroupSpec, ScalingStrategyType, TargetResource, declaration_field,
     resolve_binding,
 };
-use crate::plan::dag::FollowGraph;
+use crate::plan::resource_scaling_group::dag::FollowGraph;
 
 /// Where a group's bindings sit, as users write the path.
 pub const BINDINGS_FIELD: &str = "spec.scalingStrategy.inplaceConfig.bindings";

@@ -10,7 +10,7 @@
 //!    component type, or with a group locked by another view, nothing is
 //!    written to the target; the view's status says why.
 //! 4. Otherwise the total (`spec.replicas`, or the groups' current sum when
-//!    unset) is split ([`super::split`]); the lock entry (name, uid,
+//!    unset) is split ([`crate::plan::scale_view::split`]); the lock entry (name, uid,
 //!    generation, per-role replicas) is written when it differs, then every
 //!    role whose replicas differ from the split is scaled.
 //! 5. The view's status: ready replicas of the groups, the selector of their
@@ -26,7 +26,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
-use super::{locks, split};
+pub mod locks;
+pub mod split;
+
 use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, RoleReplicas, ScaleViewLock};
 use crate::api::scale_view::{self as api_view, GroupReplicas, ScaleViewSpec, ScaleViewStatus};

@@ -51,15 +51,15 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value, json};
 
-use super::decision::Replica;
-use super::service::{self, Apply, Delete};
-use super::status::condition;
-use super::victims::{self, GroupCandidate};
 use crate::api::resource_scaling_group::{
     self as rsg_api, GroupConfig, GroupScaleDownPolicy, KINDS_WITH_ROLES, ResourceScalingGroup,
     ResourceScalingGroupStatus, ScalingStrategyType, TargetResource, clone_name, group_id,
     group_index,
 };
+use crate::plan::inference_service::service::{self, Apply, Delete};
+use crate::plan::inference_service::status::condition;
+use crate::plan::shared::decision::Replica;
+use crate::plan::victims::{self, GroupCandidate};
 
 /// The RSG a clone, an adopted original or a pod belongs to.
 pub const NAME_LABEL: &str = "resourcescalinggroup.com/name";

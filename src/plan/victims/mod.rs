@@ -30,10 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::children::{REPLICA_INDEX, ROLE_NAME};
-use super::replicas;
 use crate::api::inference_service::RoleScaleDownPolicy;
 use crate::api::resource_scaling_group::GroupScaleDownPolicy;
+use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
+use crate::plan::shared::replicas;
 
 /// The pod annotation whose sum over a replica's pods is its Binpack score.
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";

@@ -192,7 +192,7 @@ fn hash(shape: &Value) -> String {
 /// settings and the upgrade strategy do not change it: scaling never restarts
 /// pods, and a change to one role restarts only that role's pods.
 pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
-    let scheduling = super::gang::scheduling(spec);
+    let scheduling = crate::plan::inference_service::gang::scheduling(spec);
     hash(&json!({
         "name": role.name,
         "componentType": role.component_type,
@@ -200,11 +200,11 @@ pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
         "template": role.template,
         "gang": scheduling.gang,
         "schedulerName": scheduling.scheduler_name,
-        // The pods carry the traffic label (plan::drain), and a drain longer
+        // The pods carry the traffic label (plan::inference_service::drain), and a drain longer
         // than Kubernetes' default grace sets the grace: both change pods, so
         // they move replicas by the role's upgrade pace, never all at once.
-        "traffic": super::drain::TRAFFIC,
-        "grace": super::drain::grace_seconds(
+        "traffic": crate::plan::inference_service::drain::TRAFFIC,
+        "grace": crate::plan::inference_service::drain::grace_seconds(
             role.template.as_ref().is_some_and(|t| !t["spec"]["terminationGracePeriodSeconds"].is_null()),
             role.drain_seconds(),
         ),

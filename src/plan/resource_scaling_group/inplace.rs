@@ -31,10 +31,10 @@ use serde_json::Value;
 use super::adapter::{self, RoleReading};
 use super::dag::FollowGraph;
 use super::ratio::{self, Bindings, Endpoint, TargetBinding};
-use super::status::condition;
 use crate::api::resource_scaling_group::{
     ResourceScalingGroup, ResourceScalingGroupSpec, ResourceScalingGroupStatus,
 };
+use crate::plan::inference_service::status::condition;
 
 /// An endpoint's replicas as read, with what a patch of them needs.
 #[derive(Clone, Debug, PartialEq, Eq)]

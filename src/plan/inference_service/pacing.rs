@@ -4,7 +4,7 @@
 //! Each replica is its own LeaderWorkerSet with `replicas: 1` (DESIGN.md
 //! §1.1), so LeaderWorkerSet's own rolling update cannot keep a role up:
 //! Tandem decides, replica by replica, which LeaderWorkerSet gets the role's
-//! new template (its revision, [`super::children::role_revision`]) and when.
+//! new template (its revision, [`crate::plan::shared::children::role_revision`]) and when.
 //! [`pace`] is that decision for one role, from what is observed
 //! ([`observe`]) and the clock; it is called by the reconcile pass
 //! ([`super::service`]) and so by `tandem render` alike.
@@ -46,9 +46,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
-use super::children::{REPLICA_INDEX, REVISION, ROLE_NAME};
-use super::victims::Candidate;
 use crate::api::inference_service::{RoleScaleDownPolicy, RollingUpdateOptions};
+use crate::plan::shared::children::{REPLICA_INDEX, REVISION, ROLE_NAME};
+use crate::plan::victims::Candidate;
 
 /// The annotation on a LeaderWorkerSet the rollout moved to a new revision:
 /// when it did (RFC 3339).
@@ -571,7 +571,7 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::children::LWS_WORKER_INDEX;
+    use crate::plan::shared::children::LWS_WORKER_INDEX;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -1162,7 +1162,7 @@ mod tests {
         assert_eq!(
             current,
             Some(table.as_str()),
-            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::pacing::tests::the_rolling_update_example"
+            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::inference_service::pacing::tests::the_rolling_update_example"
         );
     }
 

@@ -1,0 +1,12 @@
+pub mod disruption;
+pub mod drain;
+pub mod gang;
+pub mod pacing;
+pub mod revision;
+pub mod rollout;
+pub mod router;
+pub mod service;
+pub mod status;
+pub mod topology;
+pub mod traffic;
+pub mod upgrade;

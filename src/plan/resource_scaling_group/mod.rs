@@ -1,0 +1,5 @@
+pub mod adapter;
+pub mod dag;
+pub mod inplace;
+pub mod ratio;
+pub mod replication;
