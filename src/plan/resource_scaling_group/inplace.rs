@@ -7,7 +7,7 @@
 //!    and the Sources of the groups upstream of its Source, so that a chain
 //!    (a Target of one group is the Source of another) settles in one pass.
 //! 2. [`reconcile`]: from what was read ([`Observed`]), the desired replicas
-//!    of every Target (`ratio::propagate`), and the patches of this group's
+//!    of every Target (`propagation::propagate`), and the patches of this group's
 //!    Targets whose replicas differ, each with its cause: the Source scaled,
 //!    the group is new or its spec changed, or a Target drifted (the Source
 //!    is where it was last time, yet the Target moved: someone set it by
@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::adapter::{self, RoleReading};
 use super::dag::FollowGraph;
+use super::propagation;
 use super::ratio::{self, Bindings, Endpoint, TargetBinding};
 use crate::api::resource_scaling_group::{
     ResourceScalingGroup, ResourceScalingGroupSpec, ResourceScalingGroupStatus,
@@ -293,7 +294,7 @@ pub fn reconcile(
             _ => None,
         })
         .collect();
-    let desired = match ratio::propagate(&current, &picked) {
+    let desired = match propagation::propagate(&current, &picked) {
         Ok(desired) => desired,
         Err(reason) => {
             pass.problems.push(Problem {
