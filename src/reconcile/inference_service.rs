@@ -19,11 +19,9 @@ use super::caches::Caches;
 use super::cluster::{Part, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
-use crate::plan::inference_service::service::{
-    self as service_plan, CHILD_KINDS, ChildKind, World,
-};
+use crate::plan::inference_service::service::{self as service_plan, CHILD_KINDS, World};
 use crate::plan::inference_service::status;
-use crate::plan::shared::children;
+use crate::plan::shared::children::{self, ChildKind};
 
 /// How often an unchanged service is looked at again: a safety net only,
 /// since every kind it creates, its pods and its views are watched.

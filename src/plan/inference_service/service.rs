@@ -15,27 +15,12 @@ use crate::api::inference_service::{
     self, ComponentType, InferenceService, InferenceServiceStatus, Role, RoleScaleDownPolicy,
     ScaleViewLock, UpgradeType,
 };
-use crate::plan::shared::children;
+use crate::plan::shared::children::{self, ChildKind, LEADER_WORKER_SET};
 use crate::plan::shared::quantity::Quantity;
 use crate::plan::{scale_view, victims};
 
 /// The hash of what Tandem last applied to a child.
 pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
-
-/// The kinds an InferenceService's children can be: everything here is listed
-/// by label on each reconcile, and what the plan no longer wants is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChildKind {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub plural: &'static str,
-}
-
-pub const LEADER_WORKER_SET: ChildKind = ChildKind {
-    api_version: "leaderworkerset.x-k8s.io/v1",
-    kind: "LeaderWorkerSet",
-    plural: "leaderworkersets",
-};
 
 pub const POD_GROUP: ChildKind = ChildKind {
     api_version: gang::POD_GROUP_API_VERSION,
@@ -130,18 +115,6 @@ impl ChildKind {
             .into_iter()
             .chain([POD])
             .find(|k| object["apiVersion"] == k.api_version && object["kind"] == k.kind)
-    }
-
-    pub fn group(&self) -> &'static str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or("", |(group, _)| group)
-    }
-
-    pub fn version(&self) -> &'static str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or(self.api_version, |(_, version)| version)
     }
 }
 
@@ -1504,6 +1477,9 @@ fn same_quantity(have: &Value, want: &Value) -> bool {
     }
     have == want || matches!((parse(have), parse(want)), (Some(h), Some(w)) if h == w)
 }
+
+#[cfg(test)]
+mod rollouts;
 
 #[cfg(test)]
 mod tests {
