@@ -1,5 +1,10 @@
-//! One reconcile of a ScaleView (DESIGN.md §1.3, seed 002): what to write to
-//! the view and to its target InferenceService, and why.
+//! The ScaleView's decisions (DESIGN.md §1.3): here, one reconcile of a view,
+//! what to write to the view and to its target InferenceService, and why;
+//! the split of a total over the view's groups by priority and constraints
+//! in [`split`]; the locks a view holds on its target's roles in [`locks`].
+//! They implement seed 002 (`002_fa92b445fea73c75.txt`), sections
+//! "`RisingWaveScaleView` CRD", "Priority and Replica Constraints",
+//! "`RisingWaveScaleView` Webhooks" and "`RisingWaveScaleView` Controller".
 //!
 //! Read top to bottom, a pass:
 //! 1. A view being deleted releases its lock (removes its entry from the
@@ -10,7 +15,7 @@
 //!    component type, or with a group locked by another view, nothing is
 //!    written to the target; the view's status says why.
 //! 4. Otherwise the total (`spec.replicas`, or the groups' current sum when
-//!    unset) is split ([`crate::plan::scale_view::split`]); the lock entry (name, uid,
+//!    unset) is split ([`split`]); the lock entry (name, uid,
 //!    generation, per-role replicas) is written when it differs, then every
 //!    role whose replicas differ from the split is scaled.
 //! 5. The view's status: ready replicas of the groups, the selector of their
