@@ -1095,10 +1095,55 @@ pub fn reconcile(
     options: &Options,
     now: &Time,
 ) -> Pass {
+    let (rollout, planned, problems) = plan_or_problems(service, world, options, now);
+    let apply = applies(service, world, &planned);
+    let delete = if problems.is_empty() {
+        deletions(service, world, rollout.as_ref(), &planned)
+    } else {
+        Vec::new()
+    };
+    let mut status = observed_status(service, world, rollout.as_ref(), &planned, &problems, now);
+    if let Some(rollout) = &rollout {
+        report_rollout(service, rollout, &mut status, now);
+    }
+    let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
+        (r.events, r.requeue.map(|d| d.unsigned_abs()))
+    });
+    events.extend(planned.events.iter().cloned());
+    events.extend(degraded_event(service, &status));
+    if let Some(deadline) = planned.drain_deadline {
+        let left = now.0.duration_until(deadline).unsigned_abs();
+        requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
+    }
+    if let Some(paced) = report_paced(service, &planned.paced, &mut status, now) {
+        events.extend(paced.events);
+        requeue = match (requeue, paced.requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Pass {
+        apply,
+        delete,
+        status,
+        events,
+        requeue,
+    }
+}
+
+/// The rollout and the plan of this reconcile, and every problem that
+/// stops it: a spec the webhook would deny (stored before the webhook was
+/// installed) is reported, not applied, and its upgrade does not move; a
+/// plan that cannot be made, the plan's and the rollout's own problems, and
+/// a kind the plan wants whose API is not installed.
+fn plan_or_problems(
+    service: &InferenceService,
+    world: &World<'_>,
+    options: &Options,
+    now: &Time,
+) -> (Option<Rollout>, Plan, Vec<String>) {
     let mut problems = Vec::new();
     let findings = validate(service);
-    // A spec the webhook would deny (stored before the webhook was installed)
-    // is reported, not applied, and its upgrade does not move.
     let rollout = findings.is_allowed().then(|| {
         rollout::plan(
             service,
@@ -1134,7 +1179,12 @@ pub fn reconcile(
             problems.push(format!("the {missing} API is not installed in the cluster"));
         }
     }
+    (rollout, planned, problems)
+}
 
+/// The planned objects that differ from what the world has (a drain applies
+/// to pods, which are not children); kinds whose API is missing are left out.
+fn applies(service: &InferenceService, world: &World<'_>, planned: &Plan) -> Vec<Apply> {
     let mut apply = Vec::new();
     for planned in &planned.desired {
         let object = stamp(planned.object.clone());
@@ -1161,37 +1211,58 @@ pub fn reconcile(
             replica,
         });
     }
-    let mut delete = Vec::new();
-    if problems.is_empty() {
-        let mut kept: BTreeSet<(String, String, String)> =
-            planned.desired.iter().map(|d| key(&d.object)).collect();
-        kept.extend(planned.kept.iter().cloned());
-        // What is already being deleted is not deleted (and announced) again.
-        for child in world
-            .children
-            .iter()
-            .filter(|c| !kept.contains(&key(c)))
-            .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
-        {
-            let kind = child["kind"].as_str().unwrap_or("object");
-            let name = child["metadata"]["name"].as_str().unwrap_or_default();
-            let why = match (&rollout, planned.delete_notes.get(name)) {
-                (_, Some(note)) => note.clone(),
-                (Some(rollout), None) => why_gone(service, rollout, child, world),
-                (None, None) => why_delete(service, child, world),
-            };
-            delete.push(Delete {
-                object: child.clone(),
-                note: format!("{kind} {name} deleted: {why}"),
-                replica: crate::plan::shared::decision::service_replica(service, child),
-            });
-        }
-    }
+    apply
+}
 
+/// The children the plan neither wants nor keeps, with why each goes; what
+/// is already being deleted is not deleted (and announced) again.
+fn deletions(
+    service: &InferenceService,
+    world: &World<'_>,
+    rollout: Option<&Rollout>,
+    planned: &Plan,
+) -> Vec<Delete> {
+    let mut kept: BTreeSet<(String, String, String)> =
+        planned.desired.iter().map(|d| key(&d.object)).collect();
+    kept.extend(planned.kept.iter().cloned());
+    let mut delete = Vec::new();
+    for child in world
+        .children
+        .iter()
+        .filter(|c| !kept.contains(&key(c)))
+        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+    {
+        let kind = child["kind"].as_str().unwrap_or("object");
+        let name = child["metadata"]["name"].as_str().unwrap_or_default();
+        let why = match (rollout, planned.delete_notes.get(name)) {
+            (_, Some(note)) => note.clone(),
+            (Some(rollout), None) => why_gone(service, rollout, child, world),
+            (None, None) => why_delete(service, child, world),
+        };
+        delete.push(Delete {
+            object: child.clone(),
+            note: format!("{kind} {name} deleted: {why}"),
+            replica: crate::plan::shared::decision::service_replica(service, child),
+        });
+    }
+    delete
+}
+
+/// The status the world shows: the revisions that run, the revision new
+/// replicas get, the router's endpoint picker, the problems, the drains and
+/// the ScaleViews' locks that still hold.
+fn observed_status(
+    service: &InferenceService,
+    world: &World<'_>,
+    rollout: Option<&Rollout>,
+    planned: &Plan,
+    problems: &[String],
+    now: &Time,
+) -> InferenceServiceStatus {
     let spec_revision = children::revision(&service.spec);
     let role_revisions = children::role_revisions(&service.spec);
     let side_by_side = service.spec.upgrade_type().runs_revisions_side_by_side();
-    let revisions: Vec<&str> = match (service.spec.upgrade_type(), &rollout) {
+    let revisions: Vec<&str> = match (service.spec.upgrade_type(), rollout) {
         (UpgradeType::None, _) => Vec::new(),
         (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, Some(rollout)) => {
             rollout.revisions()
@@ -1213,7 +1284,7 @@ pub fn reconcile(
     };
     // The router's status is its endpoint picker's; with revisions side by
     // side, the active revision's.
-    let epp = match rollout.as_ref().filter(|r| r.traffic.is_some()) {
+    let epp = match rollout.filter(|r| r.traffic.is_some()) {
         Some(rollout) => rollout.runs.first().map_or_else(
             || router::epp_name(children::service_name(service)),
             |run| router::revision_epp_name(children::service_name(service), &run.naming),
@@ -1228,20 +1299,20 @@ pub fn reconcile(
         pods: world.pods,
         router: router_deployment,
         revisions: &revisions,
-        problems: &problems,
+        problems,
         update_revisions,
         draining: planned.draining.clone(),
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
-    if let Some(rollout) = &rollout {
-        report_rollout(service, rollout, &mut status, now);
-    }
-    let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
-        (r.events, r.requeue.map(|d| d.unsigned_abs()))
-    });
-    events.extend(planned.events.iter().cloned());
-    // One Event per episode of a failing replica: when Degraded turns True.
+    status
+}
+
+/// One Event per episode of a failing replica: when Degraded turns True.
+fn degraded_event(
+    service: &InferenceService,
+    status: &InferenceServiceStatus,
+) -> Option<rollout::Event> {
     let degraded = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
         conditions
             .iter()
@@ -1252,29 +1323,12 @@ pub fn reconcile(
         .status
         .as_ref()
         .and_then(|s| degraded(&s.conditions));
-    if let (None, Some(message)) = (before, degraded(&status.conditions)) {
-        events.push(rollout::Event {
+    match (before, degraded(&status.conditions)) {
+        (None, Some(message)) => Some(rollout::Event {
             reason: "Degraded",
             note: message,
-        });
-    }
-    if let Some(deadline) = planned.drain_deadline {
-        let left = now.0.duration_until(deadline).unsigned_abs();
-        requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
-    }
-    if let Some(paced) = report_paced(service, &planned.paced, &mut status, now) {
-        events.extend(paced.events);
-        requeue = match (requeue, paced.requeue) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    Pass {
-        apply,
-        delete,
-        status,
-        events,
-        requeue,
+        }),
+        _ => None,
     }
 }
 
