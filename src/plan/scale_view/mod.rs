@@ -170,23 +170,11 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
     let name = name_of(view);
     let uid = uid_of(view);
     let finalizers = view.metadata.finalizers.clone().unwrap_or_default();
-    let current_locks: &[ScaleViewLock] = target
-        .and_then(|t| t.status.as_ref())
-        .map_or(&[], |s| s.scale_views.as_slice());
-    let held = current_locks
-        .iter()
-        .find(|lock| lock.name == name && lock.uid == uid);
-    let others = || -> Vec<ScaleViewLock> {
-        current_locks
-            .iter()
-            .filter(|lock| !(lock.name == name && lock.uid == uid))
-            .cloned()
-            .collect()
-    };
+    let (held, others) = locks_of(target, name, uid);
     let target_name = view.spec.target_ref.name.as_str();
 
     if view.metadata.deletion_timestamp.is_some() {
-        return on_deletion(held, others(), finalizers, target_name);
+        return on_deletion(held, others, finalizers, target_name);
     }
     let mut pass = Pass::default();
     if !finalizers.iter().any(|f| f == FINALIZER) {
@@ -235,71 +223,23 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
     let requested = spec.replicas.unwrap_or_else(|| current_total(spec, target));
     let split = split::split(spec, requested);
     let shares = shares(&split.groups);
-    let lock = ScaleViewLock {
-        name: name.to_owned(),
-        uid: uid.to_owned(),
-        generation: view.metadata.generation.unwrap_or(0),
-        role_replicas: split
-            .groups
-            .iter()
-            .map(|(role, replicas)| RoleReplicas {
-                role: role.clone(),
-                replicas: *replicas,
-            })
-            .collect(),
-    };
+    let lock = view_lock(view, &split);
     let asked = match spec.replicas {
         Some(replicas) => format!("spec.replicas {replicas}"),
         None => format!("the groups' current {requested} replicas (spec.replicas is unset)"),
     };
     if held != Some(&lock) {
-        let mut next = others();
-        next.push(lock.clone());
-        next.sort_by(|a, b| a.name.cmp(&b.name).then(a.uid.cmp(&b.uid)));
-        pass.locks = Some(next);
-        let note = match held {
-            None => format!(
-                "locked roles {shares} of InferenceService {target_name}: {asked} split by priority"
-            ),
-            Some(old) => format!(
-                "updated the lock on InferenceService {target_name} to generation {} ({shares}, was {}): {asked} split by priority",
-                lock.generation,
-                lock_roles(old)
-            ),
-        };
-        pass.events.push(Note::normal(
-            if held.is_none() {
-                "Locked"
-            } else {
-                "LockUpdated"
-            },
-            note,
-        ));
-        if split.clamped {
-            pass.events
-                .push(Note::warning("Clamped", clamp_message(spec, &split)));
-        }
+        relock(
+            &mut pass,
+            (held, others),
+            &lock,
+            (target_name, &asked, &shares),
+            split.clamped.then(|| clamp_message(spec, &split)),
+        );
     }
     pass.roles = role_scales(target, &split);
-    // One Event for all roles: the recorder folds repeats of a reason into
-    // one series, which would hide all but the first role.
-    if !pass.roles.is_empty() {
-        let scaled: Vec<String> = pass
-            .roles
-            .iter()
-            .map(|r| {
-                let from = r.from.unwrap_or(Role::DEFAULT_REPLICAS);
-                format!("{} from {from} to {}", r.role, r.to)
-            })
-            .collect();
-        pass.events.push(Note::normal(
-            "Scaled",
-            format!(
-                "scaled roles of InferenceService {target_name}: {}: {asked} split by priority ({shares})",
-                scaled.join(", ")
-            ),
-        ));
-    }
+    pass.events
+        .extend(scaled_note(&pass.roles, (target_name, &asked, &shares)));
 
     let group_status: Vec<GroupReplicas> = split
         .groups
@@ -323,6 +263,106 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
         (ready_total, selector),
     ));
     pass
+}
+
+/// The lock this view (`name`, `uid`) holds on `target`, if any, and the
+/// other views' locks.
+fn locks_of<'a>(
+    target: Option<&'a InferenceService>,
+    name: &str,
+    uid: &str,
+) -> (Option<&'a ScaleViewLock>, Vec<ScaleViewLock>) {
+    let current_locks: &[ScaleViewLock] = target
+        .and_then(|t| t.status.as_ref())
+        .map_or(&[], |s| s.scale_views.as_slice());
+    let this = |lock: &ScaleViewLock| lock.name == name && lock.uid == uid;
+    (
+        current_locks.iter().find(|lock| this(lock)),
+        current_locks
+            .iter()
+            .filter(|lock| !this(lock))
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The lock entry `view` holds on its target's roles for `split`.
+fn view_lock(view: &ScaleView, split: &split::Split) -> ScaleViewLock {
+    ScaleViewLock {
+        name: name_of(view).to_owned(),
+        uid: uid_of(view).to_owned(),
+        generation: view.metadata.generation.unwrap_or(0),
+        role_replicas: split
+            .groups
+            .iter()
+            .map(|(role, replicas)| RoleReplicas {
+                role: role.clone(),
+                replicas: *replicas,
+            })
+            .collect(),
+    }
+}
+
+/// Writes the view's new lock into the target's locks (`others` are the
+/// other views'), with an Event saying it locked or updated, and the clamp
+/// warning when the split was clamped.
+fn relock(
+    pass: &mut Pass,
+    (held, others): (Option<&ScaleViewLock>, Vec<ScaleViewLock>),
+    lock: &ScaleViewLock,
+    (target_name, asked, shares): (&str, &str, &str),
+    clamped: Option<String>,
+) {
+    let mut next = others;
+    next.push(lock.clone());
+    next.sort_by(|a, b| a.name.cmp(&b.name).then(a.uid.cmp(&b.uid)));
+    pass.locks = Some(next);
+    let note = match held {
+        None => format!(
+            "locked roles {shares} of InferenceService {target_name}: {asked} split by priority"
+        ),
+        Some(old) => format!(
+            "updated the lock on InferenceService {target_name} to generation {} ({shares}, was {}): {asked} split by priority",
+            lock.generation,
+            lock_roles(old)
+        ),
+    };
+    pass.events.push(Note::normal(
+        if held.is_none() {
+            "Locked"
+        } else {
+            "LockUpdated"
+        },
+        note,
+    ));
+    if let Some(message) = clamped {
+        pass.events.push(Note::warning("Clamped", message));
+    }
+}
+
+/// One Event for all roles scaled: the recorder folds repeats of a reason
+/// into one series, which would hide all but the first role.
+fn scaled_note(
+    roles: &[RoleScale],
+    (target_name, asked, shares): (&str, &str, &str),
+) -> Option<Note> {
+    if roles.is_empty() {
+        return None;
+    }
+    let scaled: Vec<String> = roles
+        .iter()
+        .map(|r| {
+            let from = r.from.unwrap_or(Role::DEFAULT_REPLICAS);
+            format!("{} from {from} to {}", r.role, r.to)
+        })
+        .collect();
+    Some(Note::normal(
+        "Scaled",
+        format!(
+            "scaled roles of InferenceService {target_name}: {}: {asked} split by priority ({shares})",
+            scaled.join(", ")
+        ),
+    ))
 }
 
 /// A view being deleted releases its lock (if it holds one) and then its
