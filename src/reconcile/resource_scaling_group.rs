@@ -46,7 +46,7 @@ use crate::api::ResourceScalingGroup;
 use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::plan::resource_scaling_group::adapter::{self, Via};
 use crate::plan::resource_scaling_group::inplace::{
-    self, Note, Observed, Problem, Reading, Request,
+    self, Note, ObjectPatch, Observed, Problem, Reading, Request,
 };
 use crate::plan::resource_scaling_group::ratio::Endpoint;
 
@@ -219,41 +219,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     })?;
 
     // Patch the Targets.
-    let mut refusals: Vec<(Endpoint, Problem)> = Vec::new();
-    for request in &requests {
-        let route = request
-            .scales
-            .first()
-            .and_then(|&i| pass.scales.get(i))
-            .and_then(|scale| routes.get(&scale.endpoint));
-        let Some(Route::Scale(resource) | Route::Role(resource)) = route else {
-            continue;
-        };
-        let object = request.object.name.as_str();
-        let (what, regarding) = (format!("scaling {object}"), me.object_ref(&()));
-        let (part, patch) = match &request.request {
-            Request::Scale(body) => (Part::Scale, Patch::Merge(body.clone())),
-            Request::Roles(operations) => (Part::Object, Patch::Json(operations.clone())),
-        };
-        let sent = retry_conflicts(&ctx, &regarding, &what, || {
-            cluster.patch(resource, namespace, object, part, &patch)
-        })
-        .await;
-        match sent {
-            Ok(()) => {}
-            Err(e) if is_refusal(&e) => {
-                for scale in request.scales.iter().filter_map(|&i| pass.scales.get(i)) {
-                    let problem = if is_not_found(&e) {
-                        Problem::gone(&scale.name, &answer(&e))
-                    } else {
-                        Problem::patch_refused(&scale.name, &answer(&e))
-                    };
-                    refusals.push((scale.endpoint.clone(), problem));
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let refusals = patch_targets(&ctx, me, namespace, &pass, &requests, &routes).await?;
     let (status, events) = if refusals.is_empty() {
         (pass.status.clone(), pass.events.clone())
     } else {
@@ -283,6 +249,56 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     } else {
         REFUSED_RETRY
     }))
+}
+
+/// Sends each patch of `requests` to its Target; a refused patch (the Target
+/// gone, or the API server saying no) becomes a problem of each scale it
+/// carries, any other error ends the reconcile.
+async fn patch_targets(
+    ctx: &Context,
+    me: &ResourceScalingGroup,
+    namespace: &str,
+    pass: &inplace::Pass,
+    requests: &[ObjectPatch],
+    routes: &BTreeMap<Endpoint, Route>,
+) -> Result<Vec<(Endpoint, Problem)>, Error> {
+    let cluster = &ctx.cluster;
+    let mut refusals: Vec<(Endpoint, Problem)> = Vec::new();
+    for request in requests {
+        let route = request
+            .scales
+            .first()
+            .and_then(|&i| pass.scales.get(i))
+            .and_then(|scale| routes.get(&scale.endpoint));
+        let Some(Route::Scale(resource) | Route::Role(resource)) = route else {
+            continue;
+        };
+        let object = request.object.name.as_str();
+        let (what, regarding) = (format!("scaling {object}"), me.object_ref(&()));
+        let (part, patch) = match &request.request {
+            Request::Scale(body) => (Part::Scale, Patch::Merge(body.clone())),
+            Request::Roles(operations) => (Part::Object, Patch::Json(operations.clone())),
+        };
+        let sent = retry_conflicts(ctx, &regarding, &what, || {
+            cluster.patch(resource, namespace, object, part, &patch)
+        })
+        .await;
+        match sent {
+            Ok(()) => {}
+            Err(e) if is_refusal(&e) => {
+                for scale in request.scales.iter().filter_map(|&i| pass.scales.get(i)) {
+                    let problem = if is_not_found(&e) {
+                        Problem::gone(&scale.name, &answer(&e))
+                    } else {
+                        Problem::patch_refused(&scale.name, &answer(&e))
+                    };
+                    refusals.push((scale.endpoint.clone(), problem));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(refusals)
 }
 
 /// Records a Note on the group, about the resource it concerns; a role is
