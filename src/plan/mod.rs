@@ -13,7 +13,11 @@
 //! - `shared/`: what several of them use (quantities, replica arithmetic,
 //!   leadership, child naming, decision names).
 //!
-//! A module imports only modules below it: no two import each other.
+//! `dag` and `ratio`, and `rollout` and `service`, no longer import each
+//! other; `shared/` still reaches up in places (`children` uses `gang` and
+//! `drain`, `decision` uses `service`'s and `inplace`'s names), and
+//! `resource_scaling_group::replication` uses `service`'s Apply/Delete and
+//! `status::condition`.
 
 pub mod inference_service;
 pub mod resource_scaling_group;
