@@ -11,7 +11,10 @@ use tandem::api::InferenceService;
 use tandem::api::inference_service::RoleScaleDownPolicy;
 use tandem::api::resource_scaling_group::ResourceScalingGroupSpec;
 use tandem::api::scale_view::ScaleViewSpec;
-use tandem::plan::{dag, ratio, service, split, victims};
+use tandem::plan::inference_service::service;
+use tandem::plan::resource_scaling_group::{dag, propagation, ratio};
+use tandem::plan::scale_view::split;
+use tandem::plan::victims;
 
 fn template() -> Value {
     json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
@@ -128,7 +131,7 @@ fn propagation(c: &mut Criterion) {
     let mut group = c.benchmark_group("ratio_propagation");
     group.throughput(Throughput::Elements(100));
     group.bench_function("chain_100", |b| {
-        b.iter(|| ratio::propagate(black_box(&current), &chain))
+        b.iter(|| propagation::propagate(black_box(&current), &chain))
     });
     group.finish();
 }

@@ -81,7 +81,7 @@ struct ServeArgs {
     shutdown_grace_seconds: u64,
     /// Image of the endpoint picker a router role runs (llm-d's image for
     /// `strategy: pd-disaggregation`).
-    #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::router::DEFAULT_EPP_IMAGE)]
+    #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::inference_service::router::DEFAULT_EPP_IMAGE)]
     epp_image: String,
     /// Tandem's own service account, as the username the API server reports
     /// for it: its updates may change InferenceService roles a ScaleView locks.
@@ -114,7 +114,7 @@ struct RenderArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = render::Format::Yaml)]
     output: render::Format,
     /// Image of the endpoint picker a router role runs.
-    #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::router::DEFAULT_EPP_IMAGE)]
+    #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::inference_service::router::DEFAULT_EPP_IMAGE)]
     epp_image: String,
     /// The clock for status times (RFC 3339) [default: the Unix epoch, so the
     /// output is the same for the same input].
@@ -249,8 +249,8 @@ fn serve(args: ServeArgs) -> ExitCode {
                             });
                         }
                         lookup = caches.clone();
-                        let options = plan::service::Options {
-                            router: plan::router::RouterOptions { epp_image },
+                        let options = plan::inference_service::service::Options {
+                            router: plan::inference_service::router::RouterOptions { epp_image },
                         };
                         let live = reconcile::live::Live::new(client.clone(), caches.clone(), reconcile::reporter(&identity));
                         let ctx = Arc::new(reconcile::Context::new(Arc::new(live), options).with_metrics(metrics.controllers.clone()));
@@ -259,7 +259,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                             client,
                             &lease_namespace,
                             &identity,
-                            plan::leadership::Timing::DEFAULT,
+                            plan::shared::leadership::Timing::DEFAULT,
                         );
                         let start = move |stopping: reconcile::leader::Stopping| {
                             vec![

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use crate::admission::{self, Kind};
 use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView, Violation};
-use crate::plan::service as service_plan;
+use crate::plan::inference_service::service as service_plan;
 use crate::reconcile::memory::Memory;
 use crate::reconcile::{self, Context, inference_service, resource_scaling_group, scale_view};
 

@@ -11,7 +11,10 @@ use rust_decimal::Decimal;
 use serde_json::{Value, json};
 use tandem::api::limits::MAX_REPLICAS;
 use tandem::api::{InferenceService, ResourceScalingGroup, ScaleView};
-use tandem::plan::{children, ratio, replication, scale_view, service, victims};
+use tandem::plan::inference_service::service;
+use tandem::plan::resource_scaling_group::{ratio, replication};
+use tandem::plan::shared::children;
+use tandem::plan::{scale_view, victims};
 
 fn now() -> Time {
     Time(jiff::Timestamp::UNIX_EPOCH)

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Value, json};
 use tandem::api::inference_service::{GangPolicy, InferenceService, SchedulingStrategy};
-use tandem::plan::quantity::{Quantity, pod_requests};
-use tandem::plan::{children, gang};
+use tandem::plan::inference_service::gang;
+use tandem::plan::shared::children;
+use tandem::plan::shared::quantity::{Quantity, pod_requests};
 
 use common::{CrdSchema, repo_path, yaml_documents};
 

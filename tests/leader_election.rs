@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::fake_api::FakeApi;
 use serde_json::{Value, json};
-use tandem::plan::leadership::{Change, Leadership, Timing};
+use tandem::plan::shared::leadership::{Change, Leadership, Timing};
 use tandem::reconcile::leader::{Election, LEASE_NAME, lead};
 
 const LEASES: &str = "coordination.k8s.io/v1";

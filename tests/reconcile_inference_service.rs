@@ -682,7 +682,9 @@ fn tandem_holds_every_rule_it_grants_an_endpoint_picker() {
         .unwrap();
     router["replicas"] = json!(2);
     let service: InferenceService = serde_json::from_value(service).unwrap();
-    let objects = tandem::plan::router::router_objects(&service, &Default::default()).unwrap();
+    let objects =
+        tandem::plan::inference_service::router::router_objects(&service, &Default::default())
+            .unwrap();
     let role = objects
         .iter()
         .find(|o| o["kind"] == "Role")

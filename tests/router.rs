@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tandem::api::InferenceService;
-use tandem::plan::router::{
+use tandem::plan::inference_service::router::{
     self, CONFIG_KEY, DEFAULT_EPP_IMAGE, LLM_D_EPP_IMAGE, RouterOptions, router_objects,
 };
 

@@ -9,7 +9,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::Lookup;
 use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
 use crate::api::{Findings, InferenceService, ScaleView};
-use crate::plan::adapter;
+use crate::plan::resource_scaling_group::adapter;
 use crate::reconcile::caches::Caches;
 
 fn in_namespace<K: kube::Resource<DynamicType = ()> + Clone>(

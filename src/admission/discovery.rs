@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use kube::Client;
 
-use crate::plan::adapter::group_version;
+use crate::plan::resource_scaling_group::adapter::group_version;
 
 /// How long a group/version's discovery stands before a miss fetches it again.
 pub const REFRESH: Duration = Duration::from_secs(30);

@@ -14,7 +14,7 @@ use std::sync::{PoisonError, RwLock};
 
 use crate::api::Findings;
 use crate::api::resource_scaling_group::{ResourceScalingGroup, ResourceScalingGroupSpec};
-use crate::plan::dag::FollowIndex;
+use crate::plan::resource_scaling_group::dag::FollowIndex;
 
 #[derive(Default)]
 pub struct WatchedFollows {
@@ -55,7 +55,9 @@ impl WatchedFollows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::dag::generated::{NAMESPACES, Shape, candidate, group_of, shape, spec_of};
+    use crate::plan::resource_scaling_group::dag::generated::{
+        NAMESPACES, Shape, candidate, group_of, shape, spec_of,
+    };
     use proptest::prelude::*;
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -127,7 +129,7 @@ mod tests {
     proptest! {
         /// Whatever the watch reports, once it has caught up (after every
         /// event, except while a deletion went unseen) the webhook answers
-        /// every candidate as `plan::dag::check` over the stored groups
+        /// every candidate as `plan::resource_scaling_group::dag::check` over the stored groups
         /// listed by name, the list the webhook used to get from its cache.
         #[test]
         fn the_watched_index_answers_as_check_over_the_stored_groups(
@@ -187,7 +189,7 @@ mod tests {
                         .collect();
                     prop_assert_eq!(
                         follows.check(namespace, (&name, &spec)),
-                        crate::plan::dag::check(&listed, (&name, &spec))
+                        crate::plan::resource_scaling_group::dag::check(&listed, (&name, &spec))
                     );
                 }
             }

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
 use crate::api::{Findings, InferenceService, ResourceScalingGroup, ScaleView};
-use crate::plan::adapter;
-use crate::plan::dag::FollowIndex;
+use crate::plan::resource_scaling_group::adapter;
+use crate::plan::resource_scaling_group::dag::FollowIndex;
 
 /// Objects admission can consult. `None` means "cannot know" (no cluster),
 /// which is different from "does not exist" (`Some(None)` / an empty list).
@@ -23,7 +23,7 @@ pub trait Lookup: Send + Sync {
     fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>>;
     /// What the follow graph of `namespace`'s stored ResourceScalingGroups
     /// says about `candidate` (name and spec of a group being created or
-    /// updated): [`crate::plan::dag::check`]'s answer, from an index kept up
+    /// updated): [`crate::plan::resource_scaling_group::dag::check`]'s answer, from an index kept up
     /// to date rather than from a list of the groups.
     fn check_follows(
         &self,

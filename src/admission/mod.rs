@@ -268,7 +268,7 @@ fn service_findings(
     // The children's names depend on the service's name too.
     let mut service = InferenceService::new(name, spec);
     service.metadata.namespace = Some(namespace.to_owned());
-    let mut findings = crate::plan::service::validate(&service);
+    let mut findings = crate::plan::inference_service::service::validate(&service);
     if let Some(old) = old {
         findings.extend(locked_roles(old, &service, requester));
     }
@@ -284,7 +284,7 @@ fn group_findings(
 ) -> Findings {
     let mut findings = resource_scaling_group::validate(spec, namespace);
     // Every resource of an InplaceScaling group can be scaled.
-    findings.extend(plan::adapter::check(
+    findings.extend(plan::resource_scaling_group::adapter::check(
         spec,
         &|api_version: &str, kind: &str| lookup.has_scale(api_version, kind),
     ));
@@ -344,14 +344,14 @@ fn view_findings(
 }
 
 /// An InferenceService update against the ScaleView locks in the stored
-/// object's status ([`plan::locks::check_update`]).
+/// object's status ([`plan::scale_view::locks::check_update`]).
 fn locked_roles(
     old: Result<InferenceService, Violation>,
     new: &InferenceService,
     requester: Requester<'_>,
 ) -> Findings {
     match old {
-        Ok(old) => plan::locks::check_update(&old, new, requester.is_tandem()),
+        Ok(old) => plan::scale_view::locks::check_update(&old, new, requester.is_tandem()),
         Err(v) => {
             let mut findings = Findings::default();
             findings.warn(format!(
@@ -374,7 +374,7 @@ fn unlocked_groups(
         return findings;
     };
     let groups: Vec<&str> = spec.scale_policy.iter().map(|p| p.group.as_str()).collect();
-    for (group, other) in plan::locks::conflicts(status, name, uid, &groups) {
+    for (group, other) in plan::scale_view::locks::conflicts(status, name, uid, &groups) {
         let index = groups.iter().position(|g| *g == group).unwrap_or(0);
         findings.deny_conflict(
             format!("spec.scalePolicy[{index}].group"),

@@ -1034,7 +1034,7 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
 
 /// Whose pod template is validated: a serving role's is the whole pod; a
 /// router's is a base that the router planner completes with the endpoint
-/// picker container (`plan::router`).
+/// picker container (`plan::inference_service::router`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TemplateOf {
     Server,
@@ -1117,7 +1117,7 @@ fn validate_scheduling(scheduling: &SchedulingStrategy, findings: &mut Findings)
     }
 }
 
-/// The rules of `spec.upgradeStrategy`; `plan::upgrade` checks the options it
+/// The rules of `spec.upgradeStrategy`; `plan::inference_service::upgrade` checks the options it
 /// steps with through this same function.
 ///
 /// IncrementalUpgrade needs `stepSizePercent`, `intervalSeconds` and

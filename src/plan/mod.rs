@@ -1,30 +1,26 @@
 //! Pure decisions: from observed objects to what should exist. Nothing here
 //! talks to a cluster; the webhook, the reconcilers and `tandem render` call
 //! the same functions.
+//!
+//! One folder per capability, each with what its seed asks for:
+//! - `inference_service/`: an InferenceService's children, status, rollouts
+//!   and upgrades (seeds 003 and 004);
+//! - `scale_view/`: a ScaleView's split and locks (seed 002);
+//! - `resource_scaling_group/`: a ResourceScalingGroup's ratios, follow
+//!   graph, adapters, in-place scaling and group replication (seed 000);
+//! - `victims/`: which replicas or groups go on a scale-down, for roles and
+//!   groups alike (seed 001);
+//! - `shared/`: what several of them use (quantities, replica arithmetic,
+//!   leadership, child naming, decision names).
+//!
+//! `dag` and `ratio`, and `rollout` and `service`, no longer import each
+//! other; `shared/` still reaches up in places (`children` uses `gang` and
+//! `drain`, `decision` uses `service`'s and `inplace`'s names), and
+//! `resource_scaling_group::replication` uses `service`'s Apply/Delete and
+//! `status::condition`.
 
-pub mod adapter;
-pub mod children;
-pub mod dag;
-pub mod decision;
-pub mod disruption;
-pub mod drain;
-pub mod gang;
-pub mod inplace;
-pub mod leadership;
-pub mod locks;
-pub mod pacing;
-pub mod quantity;
-pub mod ratio;
-pub mod replicas;
-pub mod replication;
-pub mod revision;
-pub mod rollout;
-pub mod router;
+pub mod inference_service;
+pub mod resource_scaling_group;
 pub mod scale_view;
-pub mod service;
-pub mod split;
-pub mod status;
-pub mod topology;
-pub mod traffic;
-pub mod upgrade;
+pub mod shared;
 pub mod victims;

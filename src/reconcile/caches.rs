@@ -47,10 +47,10 @@ use super::cluster::{Unserved, resource};
 use crate::admission::discovery::ScaleDiscovery;
 use crate::admission::follows::WatchedFollows;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
-use crate::plan::adapter;
-use crate::plan::children::{MANAGED_BY, MANAGER, SERVICE};
-use crate::plan::replication::NAME_LABEL;
-use crate::plan::service::CHILD_KINDS;
+use crate::plan::inference_service::service::CHILD_KINDS;
+use crate::plan::resource_scaling_group::adapter;
+use crate::plan::resource_scaling_group::replication::NAME_LABEL;
+use crate::plan::shared::children::{MANAGED_BY, MANAGER, SERVICE};
 use crate::server::controller_metrics::ControllerMetrics;
 
 /// The annotation that marks a cached object kept only in part (metadata and

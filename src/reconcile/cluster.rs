@@ -137,7 +137,7 @@ pub fn resource_of<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
 
 /// The API resource of `kind` in `api_version` with `plural`.
 pub fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
-    let (group, version) = crate::plan::adapter::group_version(api_version);
+    let (group, version) = crate::plan::resource_scaling_group::adapter::group_version(api_version);
     ApiResource::from_gvk_with_plural(
         &kube::api::GroupVersionKind::gvk(group, version, kind),
         plural,

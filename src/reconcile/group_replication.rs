@@ -1,6 +1,6 @@
 //! The GroupReplication half of the ResourceScalingGroup controller: reads
 //! the target resources (the template), the clones and the pods of every
-//! group, asks `plan::replication::reconcile` what to do, server-side applies
+//! group, asks `plan::resource_scaling_group::replication::reconcile` what to do, server-side applies
 //! and deletes that with an Event saying why for each, and merge-patches the
 //! status when it changed. The RSG controller dispatches GroupReplication
 //! groups here.
@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use super::cluster::{Part, Series, resource, resource_of};
 use super::{Context, Error, carry_out, retry_conflicts};
 use crate::api::resource_scaling_group::{self as rsg_api, ResourceScalingGroup};
-use crate::plan::adapter;
-use crate::plan::replication::{self, NAME_LABEL, World};
+use crate::plan::resource_scaling_group::adapter;
+use crate::plan::resource_scaling_group::replication::{self, NAME_LABEL, World};
 
 /// How often an unchanged group is looked at again: a safety net only, since
 /// its templates, clones and pods are watched.

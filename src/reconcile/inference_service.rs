@@ -1,5 +1,5 @@
 //! The InferenceService reconciler: reads the service's children and pods
-//! from the caches, asks `plan::service::reconcile` what to do, server-side
+//! from the caches, asks `plan::inference_service::service::reconcile` what to do, server-side
 //! applies and deletes that, writes status when it changed, and records an
 //! Event for every change saying why, and for every step of an upgrade. It
 //! looks again when the plan says the next upgrade step is due.
@@ -19,9 +19,9 @@ use super::caches::Caches;
 use super::cluster::{Part, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
-use crate::plan::children;
-use crate::plan::service::{self as service_plan, CHILD_KINDS, ChildKind, World};
-use crate::plan::status;
+use crate::plan::inference_service::service::{self as service_plan, CHILD_KINDS, World};
+use crate::plan::inference_service::status;
+use crate::plan::shared::children::{self, ChildKind};
 
 /// How often an unchanged service is looked at again: a safety net only,
 /// since every kind it creates, its pods and its views are watched.

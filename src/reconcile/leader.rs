@@ -2,7 +2,7 @@
 //! webhooks, and only the one holding the Lease `tandem-controller` (in the
 //! pod's namespace) runs the controllers. Each replica tries to take or renew
 //! the Lease every retry period with `kube-leader-election`; what a try saw
-//! and what follows from it is decided by `plan::leadership` (a taken Lease
+//! and what follows from it is decided by `plan::shared::leadership` (a taken Lease
 //! is confirmed by the next try before controllers start; a leader that loses
 //! the Lease or cannot renew it in time stops them). An Event on the Lease
 //! says when a replica starts or stops leading. On shutdown the leader
@@ -34,7 +34,7 @@ use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
 use tokio::task::JoinHandle;
 
 use super::FIELD_MANAGER;
-use crate::plan::leadership::{self, Attempt, Change, Leadership, Timing};
+use crate::plan::shared::leadership::{self, Attempt, Change, Leadership, Timing};
 
 /// The Lease whose holder runs the controllers.
 pub const LEASE_NAME: &str = "tandem-controller";

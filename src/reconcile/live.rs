@@ -25,7 +25,7 @@ use super::caches::{Caches, PARTIAL, as_json};
 use super::cluster::{Cluster, Part, Series, Unserved, Written};
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
-use crate::plan::adapter;
+use crate::plan::resource_scaling_group::adapter;
 
 /// kube-rs writes and cached reads.
 pub struct Live {

@@ -10,7 +10,7 @@
 //!   field by field and lists and scalars replaced. A real API server tracks
 //!   field ownership instead; both give the same object when Tandem is the
 //!   only writer of what it applies.
-//! - A Pod takes a drain's label and annotations (`plan::drain`): the
+//! - A Pod takes a drain's label and annotations (`plan::inference_service::drain`): the
 //!   annotations Tandem applied before and no longer applies are removed, as
 //!   server-side apply removes the fields a manager stops applying.
 //! - A new spec is a new generation (as the API server counts it) when the
@@ -38,9 +38,9 @@ use serde_json::{Value, json};
 use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found};
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
-use crate::plan::adapter;
-use crate::plan::drain;
-use crate::plan::service::APPLIED_HASH;
+use crate::plan::inference_service::drain;
+use crate::plan::inference_service::service::APPLIED_HASH;
+use crate::plan::resource_scaling_group::adapter;
 
 /// An object's identity in the world.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

@@ -42,8 +42,8 @@ use serde_json::Value;
 
 use self::caches::{Caches, Queue};
 use self::cluster::{Cluster, Series};
-use crate::plan::decision;
-use crate::plan::service::{Apply, Delete, Options};
+use crate::plan::inference_service::service::{Apply, Delete, Options};
+use crate::plan::shared::decision;
 use crate::server::controller_metrics::{ControllerMetrics, controller_of, measured};
 
 /// The field manager of every server-side apply Tandem makes.
@@ -191,7 +191,7 @@ pub(crate) async fn record(
         (_, None) => "Upgrade",
     };
     // A halted rollout needs someone to look: a Warning.
-    let type_ = if reason == crate::plan::service::PROGRESS_DEADLINE_EXCEEDED {
+    let type_ = if reason == crate::plan::inference_service::service::PROGRESS_DEADLINE_EXCEEDED {
         EventType::Warning
     } else {
         EventType::Normal

@@ -5,11 +5,11 @@
 //!
 //! 1. read the namespace's groups from the cache (the group as cached is the
 //!    truth: a group that is gone, or being deleted, touches nothing);
-//! 2. read what `plan::inplace::endpoints` names through the adapters
-//!    (`plan::adapter`) from the caches: the replicas of kinds scaled through
+//! 2. read what `plan::resource_scaling_group::inplace::endpoints` names through the adapters
+//!    (`plan::resource_scaling_group::adapter`) from the caches: the replicas of kinds scaled through
 //!    `/scale`, the object for roles; a kind outside the adapter table is
 //!    looked up in API discovery;
-//! 3. ask `plan::inplace::reconcile`, and patch the Targets that differ: a
+//! 3. ask `plan::resource_scaling_group::inplace::reconcile`, and patch the Targets that differ: a
 //!    merge patch of `/scale`, or one JSON Patch per object testing each
 //!    role's name before replacing its replicas (field manager `tandem`);
 //! 4. record an Event per Target changed (following its Source, or drift
@@ -44,9 +44,11 @@ use super::cluster::{Part, Series, resource, resource_of};
 use super::{Context, Error, group_replication, is_not_found, retry_conflicts};
 use crate::api::ResourceScalingGroup;
 use crate::api::resource_scaling_group::ScalingStrategyType;
-use crate::plan::adapter::{self, Via};
-use crate::plan::inplace::{self, Note, Observed, Problem, Reading, Request};
-use crate::plan::ratio::Endpoint;
+use crate::plan::resource_scaling_group::adapter::{self, Via};
+use crate::plan::resource_scaling_group::inplace::{
+    self, Note, ObjectPatch, Observed, Problem, Reading, Request,
+};
+use crate::plan::resource_scaling_group::ratio::Endpoint;
 
 /// How often a group is reconciled when nothing it watches changed: the
 /// longest a Source of a kind found through discovery (read through
@@ -213,8 +215,52 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     })?;
 
     // Patch the Targets.
+    let refusals = patch_targets(&ctx, me, namespace, &pass, &requests, &routes).await?;
+    let (status, events) = if refusals.is_empty() {
+        (pass.status.clone(), pass.events.clone())
+    } else {
+        inplace::refused(me, &pass, &refusals, &now)
+    };
+
+    // The Events first: they tell what was just done to the Targets, which
+    // stands even if the status write below fails (the next reconcile finds
+    // the Targets already where they should be and says nothing).
+    let reference = me.object_ref(&());
+    for note in &events {
+        if let Some(decision) = crate::plan::shared::decision::of_inplace_note(note.reason) {
+            ctx.metrics.decided("ResourceScalingGroup", decision);
+        }
+        record(&ctx, &reference, namespace, note).await;
+    }
+    if me.status.as_ref() != Some(&status) {
+        let patch = Patch::Merge(json!({"status": status}));
+        let groups = resource_of::<ResourceScalingGroup>();
+        retry_conflicts(&ctx, &reference, "writing the status", || {
+            cluster.patch(&groups, namespace, name, Part::Status, &patch)
+        })
+        .await?;
+    }
+    Ok(Action::requeue(if refusals.is_empty() {
+        RESYNC
+    } else {
+        REFUSED_RETRY
+    }))
+}
+
+/// Sends each patch of `requests` to its Target; a refused patch (the Target
+/// gone, or the API server saying no) becomes a problem of each scale it
+/// carries, any other error ends the reconcile.
+async fn patch_targets(
+    ctx: &Context,
+    me: &ResourceScalingGroup,
+    namespace: &str,
+    pass: &inplace::Pass,
+    requests: &[ObjectPatch],
+    routes: &BTreeMap<Endpoint, Route>,
+) -> Result<Vec<(Endpoint, Problem)>, Error> {
+    let cluster = &ctx.cluster;
     let mut refusals: Vec<(Endpoint, Problem)> = Vec::new();
-    for request in &requests {
+    for request in requests {
         let route = request
             .scales
             .first()
@@ -229,7 +275,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
             Request::Scale(body) => (Part::Scale, Patch::Merge(body.clone())),
             Request::Roles(operations) => (Part::Object, Patch::Json(operations.clone())),
         };
-        let sent = retry_conflicts(&ctx, &regarding, &what, || {
+        let sent = retry_conflicts(ctx, &regarding, &what, || {
             cluster.patch(resource, namespace, object, part, &patch)
         })
         .await;
@@ -248,35 +294,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
             Err(e) => return Err(e.into()),
         }
     }
-    let (status, events) = if refusals.is_empty() {
-        (pass.status.clone(), pass.events.clone())
-    } else {
-        inplace::refused(me, &pass, &refusals, &now)
-    };
-
-    // The Events first: they tell what was just done to the Targets, which
-    // stands even if the status write below fails (the next reconcile finds
-    // the Targets already where they should be and says nothing).
-    let reference = me.object_ref(&());
-    for note in &events {
-        if let Some(decision) = crate::plan::decision::of_inplace_note(note.reason) {
-            ctx.metrics.decided("ResourceScalingGroup", decision);
-        }
-        record(&ctx, &reference, namespace, note).await;
-    }
-    if me.status.as_ref() != Some(&status) {
-        let patch = Patch::Merge(json!({"status": status}));
-        let groups = resource_of::<ResourceScalingGroup>();
-        retry_conflicts(&ctx, &reference, "writing the status", || {
-            cluster.patch(&groups, namespace, name, Part::Status, &patch)
-        })
-        .await?;
-    }
-    Ok(Action::requeue(if refusals.is_empty() {
-        RESYNC
-    } else {
-        REFUSED_RETRY
-    }))
+    Ok(refusals)
 }
 
 /// Records a Note on the group, about the resource it concerns; a role is

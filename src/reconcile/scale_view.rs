@@ -93,7 +93,7 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
         .await?;
         for _ in &pass.roles {
             ctx.metrics
-                .decided("ScaleView", crate::plan::decision::ROLE_SCALED);
+                .decided("ScaleView", crate::plan::shared::decision::ROLE_SCALED);
         }
     }
     if deleting && let Some(finalizers) = &pass.finalizers {

@@ -10,7 +10,7 @@
 //!   server ([`super::api_requests`]);
 //! - `tandem_cached_objects{kind}`: objects held in each watch cache;
 //! - `tandem_decisions_total{controller,decision,policy}`: each step carried
-//!   out ([`crate::plan::decision`]).
+//!   out ([`crate::plan::shared::decision`]).
 //!
 //! `controller` is the kind a controller reconciles: `InferenceService`,
 //! `ScaleView` or `ResourceScalingGroup`.
@@ -31,7 +31,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::api_requests::RequestKind;
-use crate::plan::decision::Decision;
+use crate::plan::shared::decision::Decision;
 use crate::reconcile::{Context, Error};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
-use super::{children, drain};
+use super::drain;
 use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
+use crate::plan::shared::children;
 
 /// Container states that will not get better by waiting.
 const FAILING_REASONS: [&str; 6] = [
@@ -56,7 +57,7 @@ pub struct Observed<'a> {
     /// revisions.
     pub update_revisions: BTreeMap<String, String>,
     /// The replicas of each serving role the plan keeps out of traffic until
-    /// their drain ends (plan::drain), by role name: their own pods may not
+    /// their drain ends (plan::inference_service::drain), by role name: their own pods may not
     /// say so yet (the plan is marking them).
     pub draining: BTreeMap<String, BTreeSet<u32>>,
 }
@@ -68,17 +69,64 @@ struct Component {
     outdated: bool,
 }
 
+/// The service's status: each role's component ([`role_components`]), the
+/// four conditions it owns ([`conditions`]), the ready and updated counts;
+/// scaleViews and the upgrade are carried over for their owners.
 pub fn status(
     service: &InferenceService,
     observed: &Observed<'_>,
     now: &Time,
 ) -> InferenceServiceStatus {
     let previous = service.status.clone().unwrap_or_default();
-    let mut components = BTreeMap::new();
-    let mut failures = Vec::new();
-    let mut waiting = Vec::new();
-    let mut outdated = false;
-    let (mut ready, mut desired, mut updated) = (0, 0, 0);
+    let mut roles = role_components(service, observed, &previous, now);
+    roles.failures.extend(observed.problems.iter().cloned());
+    let generation = service.metadata.generation;
+    let mut kept: Vec<Condition> = previous
+        .conditions
+        .iter()
+        .filter(|c| !["Ready", "Progressing", "Failed", DEGRADED].contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    kept.extend(conditions(service, &roles, &previous.conditions, now));
+    kept.sort_by(|a, b| a.type_.cmp(&b.type_));
+
+    let (ready, desired, updated) = (roles.ready, roles.desired, roles.updated);
+    InferenceServiceStatus {
+        observed_generation: generation,
+        conditions: kept,
+        components: roles.components,
+        ready: Some(format!("{ready}/{desired}")),
+        updated: Some(format!("{updated}/{desired}")),
+        // Owned by the ScaleView controller: carried over as is. The upgrade
+        // is decided by plan::inference_service::rollout, which sets it after this.
+        scale_views: previous.scale_views,
+        upgrade: previous.upgrade,
+    }
+}
+
+/// Every role's component status, and what the conditions are made of.
+#[derive(Default)]
+struct RoleComponents {
+    components: BTreeMap<String, ComponentStatus>,
+    /// Why roles (or, added later, the plan) fail.
+    failures: Vec<String>,
+    /// The roles not Running, with their ready replicas.
+    waiting: Vec<String>,
+    /// A role's replicas are moving to the current revision.
+    outdated: bool,
+    /// Ready, desired and updated replicas of the serving roles.
+    ready: i32,
+    desired: i32,
+    updated: i32,
+}
+
+fn role_components(
+    service: &InferenceService,
+    observed: &Observed<'_>,
+    previous: &InferenceServiceStatus,
+    now: &Time,
+) -> RoleComponents {
+    let mut roles = RoleComponents::default();
     for role in &service.spec.roles {
         let component = if role.is_router() {
             router_component(role, observed.router)
@@ -87,54 +135,73 @@ pub fn status(
         };
         let mut status = component.status;
         if let Some(reason) = component.failure {
-            failures.push(format!("{}: {reason}", role.name));
+            roles.failures.push(format!("{}: {reason}", role.name));
         }
-        outdated |= component.outdated;
+        roles.outdated |= component.outdated;
         if status.phase != ComponentPhase::Running {
-            waiting.push(format!(
+            roles.waiting.push(format!(
                 "{}: {}/{} replicas ready ({:?})",
                 role.name, status.ready_replicas, status.desired_replicas, status.phase
             ));
         }
         if !role.is_router() {
-            ready = saturating_sum(ready, status.ready_replicas);
-            desired = saturating_sum(desired, status.desired_replicas);
-            updated = saturating_sum(
-                updated,
+            roles.ready = saturating_sum(roles.ready, status.ready_replicas);
+            roles.desired = saturating_sum(roles.desired, status.desired_replicas);
+            roles.updated = saturating_sum(
+                roles.updated,
                 status.updated_replicas.min(status.desired_replicas),
             );
         }
-        let before = previous.components.get(&role.name);
-        status.last_update_time = match before {
-            Some(b)
-                if ComponentStatus {
-                    last_update_time: None,
-                    ..b.clone()
-                } == status =>
-            {
-                b.last_update_time.clone()
-            }
-            _ => Some(now.clone()),
-        };
-        components.insert(role.name.clone(), status);
+        status.last_update_time =
+            last_update_time(previous.components.get(&role.name), &status, now);
+        roles.components.insert(role.name.clone(), status);
     }
+    roles
+}
 
-    failures.extend(observed.problems.iter().cloned());
+/// A component's lastUpdateTime: kept while nothing else in it changes,
+/// else now.
+fn last_update_time(
+    before: Option<&ComponentStatus>,
+    status: &ComponentStatus,
+    now: &Time,
+) -> Option<Time> {
+    match before {
+        Some(b)
+            if ComponentStatus {
+                last_update_time: None,
+                ..b.clone()
+            } == *status =>
+        {
+            b.last_update_time.clone()
+        }
+        _ => Some(now.clone()),
+    }
+}
+
+/// Ready, Progressing, Degraded and Failed, from the roles' components.
+fn conditions(
+    service: &InferenceService,
+    roles: &RoleComponents,
+    previous: &[Condition],
+    now: &Time,
+) -> Vec<Condition> {
     let degraded: Vec<String> = service
         .spec
         .roles
         .iter()
         .filter_map(|role| {
-            let status = components.get(&role.name)?;
+            let status = roles.components.get(&role.name)?;
             let reason = status.failing_reason.as_ref()?;
             Some(format!("role {}: {reason}", role.name))
         })
         .collect();
     let generation = service.metadata.generation;
+    let (waiting, outdated, failures) = (&roles.waiting, roles.outdated, &roles.failures);
     let all_running = waiting.is_empty();
-    let conditions = vec![
+    vec![
         condition(
-            &previous.conditions,
+            previous,
             "Ready",
             all_running,
             if all_running {
@@ -151,7 +218,7 @@ pub fn status(
             now,
         ),
         condition(
-            &previous.conditions,
+            previous,
             "Progressing",
             !all_running || outdated,
             match (all_running, outdated) {
@@ -168,7 +235,7 @@ pub fn status(
             now,
         ),
         condition(
-            &previous.conditions,
+            previous,
             DEGRADED,
             !degraded.is_empty(),
             if degraded.is_empty() {
@@ -185,7 +252,7 @@ pub fn status(
             now,
         ),
         condition(
-            &previous.conditions,
+            previous,
             "Failed",
             !failures.is_empty(),
             if failures.is_empty() {
@@ -201,27 +268,7 @@ pub fn status(
             generation,
             now,
         ),
-    ];
-    let mut kept: Vec<Condition> = previous
-        .conditions
-        .iter()
-        .filter(|c| !["Ready", "Progressing", "Failed", DEGRADED].contains(&c.type_.as_str()))
-        .cloned()
-        .collect();
-    kept.extend(conditions);
-    kept.sort_by(|a, b| a.type_.cmp(&b.type_));
-
-    InferenceServiceStatus {
-        observed_generation: generation,
-        conditions: kept,
-        components,
-        ready: Some(format!("{ready}/{desired}")),
-        updated: Some(format!("{updated}/{desired}")),
-        // Owned by the ScaleView controller: carried over as is. The upgrade
-        // is decided by plan::rollout, which sets it after this.
-        scale_views: previous.scale_views,
-        upgrade: previous.upgrade,
-    }
+    ]
 }
 
 /// The part of the status the InferenceService reconciler writes (scaleViews
@@ -929,5 +976,30 @@ mod tests {
             &time("2026-11-21T10:00:00Z"),
         );
         assert_eq!(find(&full, "Ready").status, "True");
+    }
+
+    #[test]
+    fn last_update_time_moves_only_when_the_component_changes() {
+        let then = time("2026-11-21T10:00:00Z");
+        let now = time("2026-11-21T10:05:00Z");
+        let status = ComponentStatus {
+            ready_replicas: 2,
+            desired_replicas: 2,
+            ..ComponentStatus::default()
+        };
+        let before = ComponentStatus {
+            last_update_time: Some(then.clone()),
+            ..status.clone()
+        };
+        assert_eq!(last_update_time(Some(&before), &status, &now), Some(then));
+        let changed = ComponentStatus {
+            ready_replicas: 1,
+            ..status.clone()
+        };
+        assert_eq!(
+            last_update_time(Some(&before), &changed, &now),
+            Some(now.clone())
+        );
+        assert_eq!(last_update_time(None, &status, &now), Some(now));
     }
 }

@@ -22,7 +22,7 @@ use kube::ResourceExt;
 use super::{Cycle, findings};
 use crate::api::Findings;
 use crate::api::resource_scaling_group::{ResourceScalingGroup, ResourceScalingGroupSpec};
-use crate::plan::ratio::{Bindings, Endpoint, bindings};
+use crate::plan::resource_scaling_group::ratio::{Bindings, Endpoint, bindings};
 
 /// Every namespace's follow graph, by namespace. Two indexes are equal when
 /// they hold the same groups with the same bindings, however they got them.
@@ -359,7 +359,7 @@ pub(crate) mod generated {
 mod tests {
     use super::generated::*;
     use super::*;
-    use crate::plan::dag::check;
+    use crate::plan::resource_scaling_group::dag::check;
     use proptest::prelude::*;
     use serde_json::json;
     use std::collections::BTreeMap;

@@ -25,8 +25,8 @@
 
 use serde_json::{Value, json};
 
-use super::children::{self, ROLE_NAME, SERVICE};
 use crate::api::inference_service::{InferenceService, Role};
+use crate::plan::shared::children::{self, ROLE_NAME, SERVICE};
 
 pub const API_VERSION: &str = "policy/v1";
 pub const KIND: &str = "PodDisruptionBudget";
@@ -85,7 +85,8 @@ pub fn budgets(service: &InferenceService) -> Vec<(Value, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{children::Naming, topology};
+    use crate::plan::inference_service::topology;
+    use crate::plan::shared::children::Naming;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 

@@ -8,7 +8,7 @@
 //! revisions and says what moves next; the reconciler applies it, observes the
 //! result and calls again. Nothing here reads the clock: `now` is passed in.
 //!
-//! [`plan::rollout`](super::rollout) calls it once per reconcile with the
+//! [`plan::inference_service::rollout`](super::rollout) calls it once per reconcile with the
 //! revisions of `status.upgrade`; NewRevision runs the same machine at full
 //! surge with traffic moving all at once ([`Pace::AllAtOnce`]).
 //!

@@ -20,14 +20,14 @@ use gateway_api::apis::standard::httproutes::{
 };
 use serde_json::{Value, json};
 
-use super::children::{
-    self, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, service_labels, service_name,
-};
 use super::drain;
 use super::router;
 use super::upgrade::Gateway;
 use crate::api::Findings;
 use crate::api::inference_service::{InferenceService, InferenceServiceSpec};
+use crate::plan::shared::children::{
+    self, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, service_labels, service_name,
+};
 
 pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
 /// The Gateway's only listener.
@@ -219,7 +219,7 @@ pub fn revision_service(service: &InferenceService, revision: &str, port: u16) -
     let svc = service_name(service);
     let mut labels = service_labels(svc);
     labels.insert(REVISION.to_owned(), revision.to_owned());
-    // A draining replica's pods leave the Service (plan::drain).
+    // A draining replica's pods leave the Service (plan::inference_service::drain).
     let selector = BTreeMap::from([
         (SERVICE, svc),
         (REVISION, revision),

@@ -8,9 +8,9 @@
 use serde_json::Value;
 
 use super::children::ROLE_NAME;
-use super::service::{Apply, Change, Delete};
 use crate::api::inference_service::{InferenceService, RoleScaleDownPolicy};
 use crate::api::resource_scaling_group::GroupScaleDownPolicy;
+use crate::plan::inference_service::service::{Apply, Change, Delete};
 
 /// A replica a step creates, replaces or deletes: one of a role's
 /// LeaderWorkerSets, or an object of a ResourceScalingGroup's clone group.
@@ -110,7 +110,7 @@ pub fn of_delete(step: &Delete) -> Decision {
     }
 }
 
-/// An upgrade step, by its Event's reason (`plan::rollout`, and
+/// An upgrade step, by its Event's reason (`plan::inference_service::rollout`, and
 /// `ProgressDeadlineExceeded`): `upgrade_started`, `upgrade_capacity`,
 /// `upgrade_traffic`, `upgrade_complete`, `upgrade_abandoned`, the same for
 /// `rollback_`, `progress_deadline_exceeded`; `upgrade_other` for a reason
@@ -125,7 +125,9 @@ pub fn of_upgrade_step(reason: &str) -> Decision {
         "RollbackCapacity" => "rollback_capacity",
         "RollbackTraffic" => "rollback_traffic",
         "RollbackComplete" => "rollback_complete",
-        super::service::PROGRESS_DEADLINE_EXCEEDED => "progress_deadline_exceeded",
+        crate::plan::inference_service::service::PROGRESS_DEADLINE_EXCEEDED => {
+            "progress_deadline_exceeded"
+        }
         _ => "upgrade_other",
     };
     Decision {
@@ -139,8 +141,8 @@ pub fn of_upgrade_step(reason: &str) -> Decision {
 /// edit of a Target set back (`DriftRepaired`). Stalls decide nothing.
 pub fn of_inplace_note(reason: &str) -> Option<Decision> {
     let decision = match reason {
-        super::inplace::SCALED => "target_scaled",
-        super::inplace::DRIFT_REPAIRED => "drift_repaired",
+        crate::plan::resource_scaling_group::inplace::SCALED => "target_scaled",
+        crate::plan::resource_scaling_group::inplace::DRIFT_REPAIRED => "drift_repaired",
         _ => return None,
     };
     Some(Decision {
@@ -159,7 +161,7 @@ pub const ROLE_SCALED: Decision = Decision {
 /// Whether `child` of `service` is a replica (one of a role's
 /// LeaderWorkerSets), and the scale-down policy of its role.
 pub fn service_replica(service: &InferenceService, child: &Value) -> Option<Replica> {
-    if child["kind"] != super::service::LEADER_WORKER_SET.kind {
+    if child["kind"] != crate::plan::shared::children::LEADER_WORKER_SET.kind {
         return None;
     }
     let role = child["metadata"]["labels"][ROLE_NAME].as_str();
@@ -284,18 +286,24 @@ mod tests {
             "upgrade_traffic"
         );
         assert_eq!(
-            of_upgrade_step(super::super::service::PROGRESS_DEADLINE_EXCEEDED).decision,
+            of_upgrade_step(crate::plan::inference_service::service::PROGRESS_DEADLINE_EXCEEDED)
+                .decision,
             "progress_deadline_exceeded"
         );
         assert_eq!(of_upgrade_step("SomethingNew").decision, "upgrade_other");
         assert_eq!(
-            of_inplace_note(super::super::inplace::DRIFT_REPAIRED).map(|d| d.decision),
+            of_inplace_note(crate::plan::resource_scaling_group::inplace::DRIFT_REPAIRED)
+                .map(|d| d.decision),
             Some("drift_repaired")
         );
         assert_eq!(
-            of_inplace_note(super::super::inplace::SCALED).map(|d| d.decision),
+            of_inplace_note(crate::plan::resource_scaling_group::inplace::SCALED)
+                .map(|d| d.decision),
             Some("target_scaled")
         );
-        assert_eq!(of_inplace_note(super::super::inplace::STALLED), None);
+        assert_eq!(
+            of_inplace_note(crate::plan::resource_scaling_group::inplace::STALLED),
+            None
+        );
     }
 }

@@ -6,37 +6,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-use super::quantity::Quantity;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
-use super::{
-    children, disruption, drain, gang, pacing, revision, router, scale_view, topology, traffic,
-    upgrade, victims,
-};
+use super::{disruption, drain, gang, pacing, revision, router, topology, traffic, upgrade};
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
-    self, ComponentType, InferenceService, InferenceServiceStatus, Role, RoleScaleDownPolicy,
-    ScaleViewLock, UpgradeType,
+    self, ComponentType, InferenceService, InferenceServiceSpec, InferenceServiceStatus, Role,
+    RoleScaleDownPolicy, ScaleViewLock, UpgradeType,
 };
+use crate::plan::shared::children::{self, ChildKind, LEADER_WORKER_SET};
+use crate::plan::shared::quantity::Quantity;
+use crate::plan::{scale_view, victims};
 
 /// The hash of what Tandem last applied to a child.
 pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
-
-/// The kinds an InferenceService's children can be: everything here is listed
-/// by label on each reconcile, and what the plan no longer wants is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChildKind {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub plural: &'static str,
-}
-
-pub const LEADER_WORKER_SET: ChildKind = ChildKind {
-    api_version: "leaderworkerset.x-k8s.io/v1",
-    kind: "LeaderWorkerSet",
-    plural: "leaderworkersets",
-};
 
 pub const POD_GROUP: ChildKind = ChildKind {
     api_version: gang::POD_GROUP_API_VERSION,
@@ -131,18 +115,6 @@ impl ChildKind {
             .into_iter()
             .chain([POD])
             .find(|k| object["apiVersion"] == k.api_version && object["kind"] == k.kind)
-    }
-
-    pub fn group(&self) -> &'static str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or("", |(group, _)| group)
-    }
-
-    pub fn version(&self) -> &'static str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or(self.api_version, |(_, version)| version)
     }
 }
 
@@ -293,7 +265,6 @@ pub fn plan(
     options: &Options,
     rollout: &Rollout,
 ) -> Result<Plan, String> {
-    let name = children::service_name(service);
     let mut plan = Plan::default();
     let mut gang_members: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     for run in &rollout.runs {
@@ -302,266 +273,27 @@ pub fn plan(
         let members = members(run, world);
         let pods = run_pods(run, world);
         for role in spec.roles.iter().filter(|r| !r.is_router()) {
-            let seen = role_replicas(role, &members, &pods);
-            let full = rollout::desired_replicas(service, role);
-            let count = upgrade::replicas_for(full, run.capacity);
-            let policy = service
-                .spec
-                .roles
-                .iter()
-                .find(|r| r.name == role.name)
-                .unwrap_or(role)
-                .scale_down_policy();
-            // Side by side, a replica is labelled with its run's (service)
-            // revision; otherwise with its role's own.
-            let label = match run.members {
-                Members::Labelled => run.revision.clone(),
-                Members::All | Members::AllKeepingOthers => children::role_revision(spec, role),
-            };
-            let placement = |index: u32| topology::Placement {
-                scheduler_name: scheduling.scheduler_name.clone(),
-                annotations: if scheduling.gang {
-                    gang::pod_annotations(name, &role.name, index)
-                } else {
-                    BTreeMap::new()
-                },
-            };
-            let of_role =
-                |o: &Value| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str();
-            let at_index = |index: u32| {
-                members
-                    .iter()
-                    .copied()
-                    .find(move |o| of_role(o) && index_of(o) == Some(index))
-            };
-            // A role rolls while a replica or a pod of it runs another
-            // revision (the old pods of the last replaced replica included).
-            let rolling = run.members == Members::All
-                && members
-                    .iter()
-                    .copied()
-                    .filter(|o| of_role(o))
-                    .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
-                    .chain(pods.iter().filter(|p| of_role(p)))
-                    .any(|o| revision::of(o) != Some(label.as_str()));
-            // While two revisions run side by side their capacities move at
-            // the upgrade's surge, which a replica kept for its drain would
-            // exceed: their replicas go at once (traffic leaves them by the
-            // route's weights first).
-            let drain_seconds = if rollout.runs.len() > 1 {
-                0
+            let role_run = RoleRun::new(
+                (service, world, rollout),
+                run,
+                spec,
+                role,
+                &scheduling,
+                (&members, &pods),
+            );
+            // A replica that goes keeps its PodGroup entry until its pods
+            // are gone.
+            let kept = if role_run.rolling() {
+                role_run.paced(&mut plan)?
             } else {
-                service
-                    .spec
-                    .roles
-                    .iter()
-                    .find(|r| r.name == role.name)
-                    .unwrap_or(role)
-                    .drain_seconds()
+                role_run.replicated(&mut plan)?
             };
-            if rolling {
-                let nodes = usize::try_from(role.node_count()).unwrap_or(1);
-                let replicas = pacing::observe(&role.name, nodes, &members, &pods);
-                let options = service.spec.rolling_update_for(
-                    service
-                        .spec
-                        .roles
-                        .iter()
-                        .find(|r| r.name == role.name)
-                        .unwrap_or(role),
-                );
-                let paced = pacing::pace(&pacing::RoleRollout {
-                    role: &role.name,
-                    desired: u32::try_from(count).unwrap_or(0),
-                    update_revision: &label,
-                    budget: pacing::budget(Some(&options), count),
-                    policy,
-                    candidates: &seen.candidates,
-                    replicas: &replicas,
-                    now: rollout.now,
-                });
-                for (&index, step) in &paced.steps {
-                    match step {
-                        pacing::Step::Keep => {
-                            if let Some(existing) = at_index(index) {
-                                plan.kept.insert(key(existing));
-                            }
-                        }
-                        pacing::Step::Delete(why) => {
-                            if let Some(existing) = at_index(index) {
-                                let replica = drain::replica_pods(&pods, &role.name, index);
-                                let left = drain::leave(&replica, drain_seconds, rollout.now);
-                                if keep_draining(
-                                    (&role.name, index),
-                                    existing,
-                                    &left,
-                                    (drain_seconds, "is deleted"),
-                                    &mut plan,
-                                ) {
-                                    continue;
-                                }
-                                let why = match left {
-                                    drain::Leave::Delete(drained) if drain::draining(&replica) => {
-                                        format!("{why}; {drained}")
-                                    }
-                                    _ => why.clone(),
-                                };
-                                plan.delete_notes
-                                    .insert(text(&existing["metadata"]["name"]).to_owned(), why);
-                            }
-                        }
-                        pacing::Step::Apply { why, updated_at } => {
-                            // A replica replaced in place leaves traffic for
-                            // its drain before its LeaderWorkerSet changes.
-                            if let Some(existing) = at_index(index).filter(|o| {
-                                revision::of(o) != Some(label.as_str())
-                                    && o["metadata"]["deletionTimestamp"].is_null()
-                            }) {
-                                let replica = drain::replica_pods(&pods, &role.name, index);
-                                let left = drain::leave(&replica, drain_seconds, rollout.now);
-                                if keep_draining(
-                                    (&role.name, index),
-                                    existing,
-                                    &left,
-                                    (drain_seconds, "is replaced by the update revision"),
-                                    &mut plan,
-                                ) {
-                                    continue;
-                                }
-                            }
-                            let mut object = topology::leader_worker_set(
-                                service,
-                                role,
-                                index,
-                                &label,
-                                &run.naming,
-                                &placement(index),
-                            )?;
-                            if let Some(at) = updated_at {
-                                object["metadata"]["annotations"] =
-                                    serde_json::json!({pacing::UPDATED_AT: at.to_string()});
-                            }
-                            plan.desired.push(Desired {
-                                object,
-                                why: why.clone().unwrap_or_else(|| {
-                                    format!(
-                                        "replica {index} of role {} at revision {label} ({} node(s))",
-                                        role.name,
-                                        role.node_count()
-                                    )
-                                }),
-                            });
-                        }
-                    }
-                }
-                // The next reconcile looks at this role again only while an
-                // old replica or old pods remain: the status says it rolls
-                // only then, so that it stays the same when nothing changes.
-                let mut paced = paced;
-                let rolls_on = paced.steps.values().any(|s| *s == pacing::Step::Keep)
-                    || pods
-                        .iter()
-                        .filter(|p| of_role(p))
-                        .any(|p| revision::of(p) != Some(label.as_str()));
-                if !rolls_on {
-                    paced.waiting = None;
-                }
-                let kept = paced.kept();
-                let leaving: BTreeSet<u32> = seen.with_pods.difference(&kept).copied().collect();
-                gang_members
-                    .entry(role.name.clone())
-                    .or_default()
-                    .extend(victims::pod_group_indices(&kept, &leaving));
-                plan.paced.insert(role.name.clone(), paced);
-                continue;
-            }
-            // A draining replica is the first to go again, so the choice
-            // stays the same for the whole drain.
-            let mut candidates = seen.candidates.clone();
-            for (index, candidate) in &mut candidates {
-                if drain::draining(&drain::replica_pods(&pods, &role.name, *index)) {
-                    candidate.running = false;
-                    candidate.cost = i64::MIN;
-                }
-            }
-            let indices = victims::keep(
-                &seen.existing,
-                &seen.deleting,
-                usize::try_from(count).unwrap_or(0),
-                policy,
-                &candidates,
-            );
-            drain_replicas(
-                service,
-                world,
-                rollout,
-                &DrainScope {
-                    role: &role.name,
-                    seconds: drain_seconds,
-                    pods: &pods,
-                    kept: &indices,
-                    live: &seen.existing.difference(&seen.deleting).copied().collect(),
-                    replica: &|index| at_index(index),
-                },
-                &mut plan,
-            );
-            for &index in &indices {
-                let left_alone = match (run.members, &run.spec) {
-                    (Members::AllKeepingOthers, _) => {
-                        at_index(index).filter(|o| revision::of(o) != Some(label.as_str()))
-                    }
-                    (Members::Labelled, None) => at_index(index),
-                    _ => None,
-                };
-                if let Some(existing) = left_alone {
-                    plan.kept.insert(key(existing));
-                    continue;
-                }
-                if run.spec.is_none() {
-                    plan.problems.push(format!(
-                        "replica {index} of role {} in revision {} cannot be made: the revision's pod templates are not recorded",
-                        role.name, run.revision
-                    ));
-                    continue;
-                }
-                let share = if run.capacity < 100 {
-                    format!(", {}% of {full}", run.capacity)
-                } else {
-                    String::new()
-                };
-                let mut object = topology::leader_worker_set(
-                    service,
-                    role,
-                    index,
-                    &label,
-                    &run.naming,
-                    &placement(index),
-                )?;
-                // The time a past rollout moved this replica stays as it is.
-                if let Some(at) = at_index(index)
-                    .filter(|o| {
-                        run.members == Members::All && revision::of(o) == Some(label.as_str())
-                    })
-                    .and_then(|o| o["metadata"]["annotations"][pacing::UPDATED_AT].as_str())
-                {
-                    object["metadata"]["annotations"] = serde_json::json!({pacing::UPDATED_AT: at});
-                }
-                plan.desired.push(Desired {
-                    object,
-                    why: format!(
-                        "replica {index} of role {} ({} of {count} replicas{share}, {} node(s) each, revision {label})",
-                        role.name,
-                        index.saturating_add(1),
-                        role.node_count(),
-                    ),
-                });
-            }
-            // A replica that goes keeps its PodGroup entry until its pods are gone.
-            let leaving: BTreeSet<u32> = seen.with_pods.difference(&indices).copied().collect();
+            let leaving: BTreeSet<u32> =
+                role_run.seen.with_pods.difference(&kept).copied().collect();
             gang_members
                 .entry(role.name.clone())
                 .or_default()
-                .extend(victims::pod_group_indices(&indices, &leaving));
+                .extend(victims::pod_group_indices(&kept, &leaving));
         }
     }
     // Revisions side by side each have their own pool and endpoint picker;
@@ -602,6 +334,338 @@ pub fn plan(
         );
     }
     Ok(plan)
+}
+
+/// One serving role within one run of a rollout: what [`plan`] decides its
+/// replicas from.
+struct RoleRun<'a> {
+    service: &'a InferenceService,
+    world: &'a World<'a>,
+    rollout: &'a Rollout,
+    run: &'a Run,
+    role: &'a Role,
+    scheduling: &'a gang::Scheduling,
+    /// The run's LeaderWorkerSets and pods.
+    members: &'a [&'a Value],
+    pods: &'a [Value],
+    seen: RoleReplicas,
+    /// The role's replicas at full capacity, and at the run's capacity.
+    full: i32,
+    count: i32,
+    policy: RoleScaleDownPolicy,
+    /// The revision the run's replicas of this role are labelled with.
+    label: String,
+    drain_seconds: i64,
+}
+
+impl<'a> RoleRun<'a> {
+    fn new(
+        (service, world, rollout): (&'a InferenceService, &'a World<'a>, &'a Rollout),
+        run: &'a Run,
+        spec: &'a InferenceServiceSpec,
+        role: &'a Role,
+        scheduling: &'a gang::Scheduling,
+        (members, pods): (&'a [&'a Value], &'a [Value]),
+    ) -> Self {
+        let full = rollout::desired_replicas(service, role);
+        // The role as the service's spec has it now (a past revision's role
+        // when it is no longer there).
+        let current = service
+            .spec
+            .roles
+            .iter()
+            .find(|r| r.name == role.name)
+            .unwrap_or(role);
+        // Side by side, a replica is labelled with its run's (service)
+        // revision; otherwise with its role's own.
+        let label = match run.members {
+            Members::Labelled => run.revision.clone(),
+            Members::All | Members::AllKeepingOthers => children::role_revision(spec, role),
+        };
+        // While two revisions run side by side their capacities move at
+        // the upgrade's surge, which a replica kept for its drain would
+        // exceed: their replicas go at once (traffic leaves them by the
+        // route's weights first).
+        let drain_seconds = if rollout.runs.len() > 1 {
+            0
+        } else {
+            current.drain_seconds()
+        };
+        RoleRun {
+            service,
+            world,
+            rollout,
+            run,
+            role,
+            scheduling,
+            members,
+            pods,
+            seen: role_replicas(role, members, pods),
+            full,
+            count: upgrade::replicas_for(full, run.capacity),
+            policy: current.scale_down_policy(),
+            label,
+            drain_seconds,
+        }
+    }
+
+    fn of_role(&self, object: &Value) -> bool {
+        object["metadata"]["labels"][children::ROLE_NAME] == self.role.name.as_str()
+    }
+
+    /// The run's LeaderWorkerSet of this role at `index`.
+    fn at_index(&self, index: u32) -> Option<&'a Value> {
+        let role = self.role.name.as_str();
+        self.members.iter().copied().find(move |o| {
+            o["metadata"]["labels"][children::ROLE_NAME] == role && index_of(o) == Some(index)
+        })
+    }
+
+    fn placement(&self, index: u32) -> topology::Placement {
+        topology::Placement {
+            scheduler_name: self.scheduling.scheduler_name.clone(),
+            annotations: if self.scheduling.gang {
+                gang::pod_annotations(children::service_name(self.service), &self.role.name, index)
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+
+    /// A role rolls while a replica or a pod of it runs another revision
+    /// (the old pods of the last replaced replica included).
+    fn rolling(&self) -> bool {
+        self.run.members == Members::All
+            && self
+                .members
+                .iter()
+                .copied()
+                .filter(|o| self.of_role(o))
+                .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
+                .chain(self.pods.iter().filter(|p| self.of_role(p)))
+                .any(|o| revision::of(o) != Some(self.label.as_str()))
+    }
+
+    /// A rolling role: its replicas step as [`pacing::pace`] says, each
+    /// replaced or deleted replica draining first. Returns the indices kept.
+    fn paced(&self, plan: &mut Plan) -> Result<BTreeSet<u32>, String> {
+        let role = self.role;
+        let nodes = usize::try_from(role.node_count()).unwrap_or(1);
+        let replicas = pacing::observe(&role.name, nodes, self.members, self.pods);
+        let current = self
+            .service
+            .spec
+            .roles
+            .iter()
+            .find(|r| r.name == role.name)
+            .unwrap_or(role);
+        let options = self.service.spec.rolling_update_for(current);
+        let mut paced = pacing::pace(&pacing::RoleRollout {
+            role: &role.name,
+            desired: u32::try_from(self.count).unwrap_or(0),
+            update_revision: &self.label,
+            budget: pacing::budget(Some(&options), self.count),
+            policy: self.policy,
+            candidates: &self.seen.candidates,
+            replicas: &replicas,
+            now: self.rollout.now,
+        });
+        for (&index, step) in &paced.steps {
+            self.paced_step(index, step, plan)?;
+        }
+        // The next reconcile looks at this role again only while an
+        // old replica or old pods remain: the status says it rolls
+        // only then, so that it stays the same when nothing changes.
+        let rolls_on = paced.steps.values().any(|s| *s == pacing::Step::Keep)
+            || self
+                .pods
+                .iter()
+                .filter(|p| self.of_role(p))
+                .any(|p| revision::of(p) != Some(self.label.as_str()));
+        if !rolls_on {
+            paced.waiting = None;
+        }
+        let kept = paced.kept();
+        plan.paced.insert(role.name.clone(), paced);
+        Ok(kept)
+    }
+
+    /// One index's step of a rolling role.
+    fn paced_step(&self, index: u32, step: &pacing::Step, plan: &mut Plan) -> Result<(), String> {
+        let role = self.role;
+        let now = self.rollout.now;
+        match step {
+            pacing::Step::Keep => {
+                if let Some(existing) = self.at_index(index) {
+                    plan.kept.insert(key(existing));
+                }
+            }
+            pacing::Step::Delete(why) => {
+                if let Some(existing) = self.at_index(index) {
+                    let replica = drain::replica_pods(self.pods, &role.name, index);
+                    let left = drain::leave(&replica, self.drain_seconds, now);
+                    if keep_draining(
+                        (&role.name, index),
+                        existing,
+                        &left,
+                        (self.drain_seconds, "is deleted"),
+                        plan,
+                    ) {
+                        return Ok(());
+                    }
+                    let why = match left {
+                        drain::Leave::Delete(drained) if drain::draining(&replica) => {
+                            format!("{why}; {drained}")
+                        }
+                        _ => why.clone(),
+                    };
+                    plan.delete_notes
+                        .insert(text(&existing["metadata"]["name"]).to_owned(), why);
+                }
+            }
+            pacing::Step::Apply { why, updated_at } => {
+                // A replica replaced in place leaves traffic for
+                // its drain before its LeaderWorkerSet changes.
+                if let Some(existing) = self.at_index(index).filter(|o| {
+                    revision::of(o) != Some(self.label.as_str())
+                        && o["metadata"]["deletionTimestamp"].is_null()
+                }) {
+                    let replica = drain::replica_pods(self.pods, &role.name, index);
+                    let left = drain::leave(&replica, self.drain_seconds, now);
+                    if keep_draining(
+                        (&role.name, index),
+                        existing,
+                        &left,
+                        (self.drain_seconds, "is replaced by the update revision"),
+                        plan,
+                    ) {
+                        return Ok(());
+                    }
+                }
+                let mut object = topology::leader_worker_set(
+                    self.service,
+                    role,
+                    index,
+                    &self.label,
+                    &self.run.naming,
+                    &self.placement(index),
+                )?;
+                if let Some(at) = updated_at {
+                    object["metadata"]["annotations"] =
+                        serde_json::json!({pacing::UPDATED_AT: at.to_string()});
+                }
+                plan.desired.push(Desired {
+                    object,
+                    why: why.clone().unwrap_or_else(|| {
+                        format!(
+                            "replica {index} of role {} at revision {} ({} node(s))",
+                            role.name,
+                            self.label,
+                            role.node_count()
+                        )
+                    }),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A role that does not roll: the indices [`victims::keep`] keeps at the
+    /// run's capacity (a draining replica first to go, so the choice stays
+    /// the same for the whole drain), the others drained. Returns the
+    /// indices kept.
+    fn replicated(&self, plan: &mut Plan) -> Result<BTreeSet<u32>, String> {
+        let role = self.role;
+        let seen = &self.seen;
+        let mut candidates = seen.candidates.clone();
+        for (index, candidate) in &mut candidates {
+            if drain::draining(&drain::replica_pods(self.pods, &role.name, *index)) {
+                candidate.running = false;
+                candidate.cost = i64::MIN;
+            }
+        }
+        let indices = victims::keep(
+            &seen.existing,
+            &seen.deleting,
+            usize::try_from(self.count).unwrap_or(0),
+            self.policy,
+            &candidates,
+        );
+        drain_replicas(
+            self.service,
+            self.world,
+            self.rollout,
+            &DrainScope {
+                role: &role.name,
+                seconds: self.drain_seconds,
+                pods: self.pods,
+                kept: &indices,
+                live: &seen.existing.difference(&seen.deleting).copied().collect(),
+                replica: &|index| self.at_index(index),
+            },
+            plan,
+        );
+        for &index in &indices {
+            self.replica(index, plan)?;
+        }
+        Ok(indices)
+    }
+
+    /// The LeaderWorkerSet of kept replica `index` of a role that does not
+    /// roll, or why it is left alone or cannot be made.
+    fn replica(&self, index: u32, plan: &mut Plan) -> Result<(), String> {
+        let (role, run, label) = (self.role, self.run, self.label.as_str());
+        let left_alone = match (run.members, &run.spec) {
+            (Members::AllKeepingOthers, _) => self
+                .at_index(index)
+                .filter(|o| revision::of(o) != Some(label)),
+            (Members::Labelled, None) => self.at_index(index),
+            _ => None,
+        };
+        if let Some(existing) = left_alone {
+            plan.kept.insert(key(existing));
+            return Ok(());
+        }
+        if run.spec.is_none() {
+            plan.problems.push(format!(
+                "replica {index} of role {} in revision {} cannot be made: the revision's pod templates are not recorded",
+                role.name, run.revision
+            ));
+            return Ok(());
+        }
+        let share = if run.capacity < 100 {
+            format!(", {}% of {}", run.capacity, self.full)
+        } else {
+            String::new()
+        };
+        let mut object = topology::leader_worker_set(
+            self.service,
+            role,
+            index,
+            label,
+            &run.naming,
+            &self.placement(index),
+        )?;
+        // The time a past rollout moved this replica stays as it is.
+        if let Some(at) = self
+            .at_index(index)
+            .filter(|o| run.members == Members::All && revision::of(o) == Some(label))
+            .and_then(|o| o["metadata"]["annotations"][pacing::UPDATED_AT].as_str())
+        {
+            object["metadata"]["annotations"] = serde_json::json!({pacing::UPDATED_AT: at});
+        }
+        plan.desired.push(Desired {
+            object,
+            why: format!(
+                "replica {index} of role {} ({} of {} replicas{share}, {} node(s) each, revision {label})",
+                role.name,
+                index.saturating_add(1),
+                self.count,
+                role.node_count(),
+            ),
+        });
+        Ok(())
+    }
 }
 
 /// One role's replicas as the drain sees them.
@@ -982,8 +1046,8 @@ pub struct Apply {
     /// The Event's note: what and why.
     pub note: String,
     /// Set when the object is a replica, with its policy (counted on
-    /// /metrics, [`super::decision`]).
-    pub replica: Option<super::decision::Replica>,
+    /// /metrics, [`crate::plan::shared::decision`]).
+    pub replica: Option<crate::plan::shared::decision::Replica>,
 }
 
 /// A child to delete, and why.
@@ -992,8 +1056,8 @@ pub struct Delete {
     pub object: Value,
     pub note: String,
     /// Set when the object is a replica, with its policy (counted on
-    /// /metrics, [`super::decision`]).
-    pub replica: Option<super::decision::Replica>,
+    /// /metrics, [`crate::plan::shared::decision`]).
+    pub replica: Option<crate::plan::shared::decision::Replica>,
 }
 
 /// One reconcile of one service: what to write, the status to report, the
@@ -1031,10 +1095,55 @@ pub fn reconcile(
     options: &Options,
     now: &Time,
 ) -> Pass {
+    let (rollout, planned, problems) = plan_or_problems(service, world, options, now);
+    let apply = applies(service, world, &planned);
+    let delete = if problems.is_empty() {
+        deletions(service, world, rollout.as_ref(), &planned)
+    } else {
+        Vec::new()
+    };
+    let mut status = observed_status(service, world, rollout.as_ref(), &planned, &problems, now);
+    if let Some(rollout) = &rollout {
+        report_rollout(service, rollout, &mut status, now);
+    }
+    let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
+        (r.events, r.requeue.map(|d| d.unsigned_abs()))
+    });
+    events.extend(planned.events.iter().cloned());
+    events.extend(degraded_event(service, &status));
+    if let Some(deadline) = planned.drain_deadline {
+        let left = now.0.duration_until(deadline).unsigned_abs();
+        requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
+    }
+    if let Some(paced) = report_paced(service, &planned.paced, &mut status, now) {
+        events.extend(paced.events);
+        requeue = match (requeue, paced.requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Pass {
+        apply,
+        delete,
+        status,
+        events,
+        requeue,
+    }
+}
+
+/// The rollout and the plan of this reconcile, and every problem that
+/// stops it: a spec the webhook would deny (stored before the webhook was
+/// installed) is reported, not applied, and its upgrade does not move; a
+/// plan that cannot be made, the plan's and the rollout's own problems, and
+/// a kind the plan wants whose API is not installed.
+fn plan_or_problems(
+    service: &InferenceService,
+    world: &World<'_>,
+    options: &Options,
+    now: &Time,
+) -> (Option<Rollout>, Plan, Vec<String>) {
     let mut problems = Vec::new();
     let findings = validate(service);
-    // A spec the webhook would deny (stored before the webhook was installed)
-    // is reported, not applied, and its upgrade does not move.
     let rollout = findings.is_allowed().then(|| {
         rollout::plan(
             service,
@@ -1070,7 +1179,12 @@ pub fn reconcile(
             problems.push(format!("the {missing} API is not installed in the cluster"));
         }
     }
+    (rollout, planned, problems)
+}
 
+/// The planned objects that differ from what the world has (a drain applies
+/// to pods, which are not children); kinds whose API is missing are left out.
+fn applies(service: &InferenceService, world: &World<'_>, planned: &Plan) -> Vec<Apply> {
     let mut apply = Vec::new();
     for planned in &planned.desired {
         let object = stamp(planned.object.clone());
@@ -1089,7 +1203,7 @@ pub fn reconcile(
             continue;
         };
         let note = change.note(kind, name, &planned.why);
-        let replica = super::decision::service_replica(service, &object);
+        let replica = crate::plan::shared::decision::service_replica(service, &object);
         apply.push(Apply {
             object,
             change,
@@ -1097,37 +1211,58 @@ pub fn reconcile(
             replica,
         });
     }
-    let mut delete = Vec::new();
-    if problems.is_empty() {
-        let mut kept: BTreeSet<(String, String, String)> =
-            planned.desired.iter().map(|d| key(&d.object)).collect();
-        kept.extend(planned.kept.iter().cloned());
-        // What is already being deleted is not deleted (and announced) again.
-        for child in world
-            .children
-            .iter()
-            .filter(|c| !kept.contains(&key(c)))
-            .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
-        {
-            let kind = child["kind"].as_str().unwrap_or("object");
-            let name = child["metadata"]["name"].as_str().unwrap_or_default();
-            let why = match (&rollout, planned.delete_notes.get(name)) {
-                (_, Some(note)) => note.clone(),
-                (Some(rollout), None) => why_gone(service, rollout, child, world),
-                (None, None) => why_delete(service, child, world),
-            };
-            delete.push(Delete {
-                object: child.clone(),
-                note: format!("{kind} {name} deleted: {why}"),
-                replica: super::decision::service_replica(service, child),
-            });
-        }
-    }
+    apply
+}
 
+/// The children the plan neither wants nor keeps, with why each goes; what
+/// is already being deleted is not deleted (and announced) again.
+fn deletions(
+    service: &InferenceService,
+    world: &World<'_>,
+    rollout: Option<&Rollout>,
+    planned: &Plan,
+) -> Vec<Delete> {
+    let mut kept: BTreeSet<(String, String, String)> =
+        planned.desired.iter().map(|d| key(&d.object)).collect();
+    kept.extend(planned.kept.iter().cloned());
+    let mut delete = Vec::new();
+    for child in world
+        .children
+        .iter()
+        .filter(|c| !kept.contains(&key(c)))
+        .filter(|c| c["metadata"]["deletionTimestamp"].is_null())
+    {
+        let kind = child["kind"].as_str().unwrap_or("object");
+        let name = child["metadata"]["name"].as_str().unwrap_or_default();
+        let why = match (rollout, planned.delete_notes.get(name)) {
+            (_, Some(note)) => note.clone(),
+            (Some(rollout), None) => why_gone(service, rollout, child, world),
+            (None, None) => why_delete(service, child, world),
+        };
+        delete.push(Delete {
+            object: child.clone(),
+            note: format!("{kind} {name} deleted: {why}"),
+            replica: crate::plan::shared::decision::service_replica(service, child),
+        });
+    }
+    delete
+}
+
+/// The status the world shows: the revisions that run, the revision new
+/// replicas get, the router's endpoint picker, the problems, the drains and
+/// the ScaleViews' locks that still hold.
+fn observed_status(
+    service: &InferenceService,
+    world: &World<'_>,
+    rollout: Option<&Rollout>,
+    planned: &Plan,
+    problems: &[String],
+    now: &Time,
+) -> InferenceServiceStatus {
     let spec_revision = children::revision(&service.spec);
     let role_revisions = children::role_revisions(&service.spec);
     let side_by_side = service.spec.upgrade_type().runs_revisions_side_by_side();
-    let revisions: Vec<&str> = match (service.spec.upgrade_type(), &rollout) {
+    let revisions: Vec<&str> = match (service.spec.upgrade_type(), rollout) {
         (UpgradeType::None, _) => Vec::new(),
         (UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade, Some(rollout)) => {
             rollout.revisions()
@@ -1149,7 +1284,7 @@ pub fn reconcile(
     };
     // The router's status is its endpoint picker's; with revisions side by
     // side, the active revision's.
-    let epp = match rollout.as_ref().filter(|r| r.traffic.is_some()) {
+    let epp = match rollout.filter(|r| r.traffic.is_some()) {
         Some(rollout) => rollout.runs.first().map_or_else(
             || router::epp_name(children::service_name(service)),
             |run| router::revision_epp_name(children::service_name(service), &run.naming),
@@ -1164,20 +1299,20 @@ pub fn reconcile(
         pods: world.pods,
         router: router_deployment,
         revisions: &revisions,
-        problems: &problems,
+        problems,
         update_revisions,
         draining: planned.draining.clone(),
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
-    if let Some(rollout) = &rollout {
-        report_rollout(service, rollout, &mut status, now);
-    }
-    let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
-        (r.events, r.requeue.map(|d| d.unsigned_abs()))
-    });
-    events.extend(planned.events.iter().cloned());
-    // One Event per episode of a failing replica: when Degraded turns True.
+    status
+}
+
+/// One Event per episode of a failing replica: when Degraded turns True.
+fn degraded_event(
+    service: &InferenceService,
+    status: &InferenceServiceStatus,
+) -> Option<rollout::Event> {
     let degraded = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
         conditions
             .iter()
@@ -1188,29 +1323,12 @@ pub fn reconcile(
         .status
         .as_ref()
         .and_then(|s| degraded(&s.conditions));
-    if let (None, Some(message)) = (before, degraded(&status.conditions)) {
-        events.push(rollout::Event {
+    match (before, degraded(&status.conditions)) {
+        (None, Some(message)) => Some(rollout::Event {
             reason: "Degraded",
             note: message,
-        });
-    }
-    if let Some(deadline) = planned.drain_deadline {
-        let left = now.0.duration_until(deadline).unsigned_abs();
-        requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
-    }
-    if let Some(paced) = report_paced(service, &planned.paced, &mut status, now) {
-        events.extend(paced.events);
-        requeue = match (requeue, paced.requeue) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    Pass {
-        apply,
-        delete,
-        status,
-        events,
-        requeue,
+        }),
+        _ => None,
     }
 }
 
@@ -1505,6 +1623,9 @@ fn same_quantity(have: &Value, want: &Value) -> bool {
     }
     have == want || matches!((parse(have), parse(want)), (Some(h), Some(w)) if h == w)
 }
+
+#[cfg(test)]
+mod rollouts;
 
 #[cfg(test)]
 mod tests {

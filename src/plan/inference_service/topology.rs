@@ -13,9 +13,10 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, PodTem
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
-use super::{children, drain};
+use super::drain;
 use crate::api::Findings;
 use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
+use crate::plan::shared::children;
 
 /// LeaderWorkerSet's group restart policy: any pod of a replica restarting
 /// recreates all of its pods.
@@ -58,7 +59,7 @@ pub fn leader_worker_set(
     let mut labels = children::role_labels(name, role);
     labels.insert(children::REPLICA_INDEX.to_owned(), index.to_string());
     labels.insert(children::REVISION.to_owned(), revision.to_owned());
-    // Pods start in traffic; a drain relabels them (plan::drain).
+    // Pods start in traffic; a drain relabels them (plan::inference_service::drain).
     let mut pod_labels = labels.clone();
     pod_labels.insert(drain::TRAFFIC.to_owned(), drain::SERVING.to_owned());
     let grace = drain::grace_seconds(

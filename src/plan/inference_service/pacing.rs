@@ -4,7 +4,7 @@
 //! Each replica is its own LeaderWorkerSet with `replicas: 1` (DESIGN.md
 //! §1.1), so LeaderWorkerSet's own rolling update cannot keep a role up:
 //! Tandem decides, replica by replica, which LeaderWorkerSet gets the role's
-//! new template (its revision, [`super::children::role_revision`]) and when.
+//! new template (its revision, [`crate::plan::shared::children::role_revision`]) and when.
 //! [`pace`] is that decision for one role, from what is observed
 //! ([`observe`]) and the clock; it is called by the reconcile pass
 //! ([`super::service`]) and so by `tandem render` alike.
@@ -46,9 +46,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
-use super::children::{REPLICA_INDEX, REVISION, ROLE_NAME};
-use super::victims::Candidate;
 use crate::api::inference_service::{RoleScaleDownPolicy, RollingUpdateOptions};
+use crate::plan::shared::children::{REPLICA_INDEX, REVISION, ROLE_NAME};
+use crate::plan::victims::Candidate;
 
 /// The annotation on a LeaderWorkerSet the rollout moved to a new revision:
 /// when it did (RFC 3339).
@@ -313,14 +313,14 @@ fn take_order(rollout: &RoleRollout<'_>, indices: &[&Replica]) -> Vec<u32> {
     order.into_iter().map(|r| r.index).collect()
 }
 
-/// The next step of `rollout`'s role (see the module's rules).
+/// The next step of `rollout`'s role (see the module's rules): the progress
+/// deadline first ([`progress_halt`]), then the numbered steps of
+/// [`Frame`], each moving the counts of one [`Tally`].
 pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
     let update = rollout.update_revision;
-    let role = rollout.role;
     let desired = rollout.desired as usize;
     let budget = rollout.budget;
     let live: Vec<&Replica> = rollout.replicas.iter().filter(|r| !r.terminating).collect();
-    let mut terminating = rollout.replicas.len().saturating_sub(live.len());
     let is_new = |r: &Replica| r.revision.as_deref() == Some(update);
     let new: Vec<&Replica> = live.iter().copied().filter(|r| is_new(r)).collect();
     let old: Vec<&Replica> = live.iter().copied().filter(|r| !is_new(r)).collect();
@@ -329,12 +329,6 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
         .copied()
         .partition(|r| r.index < budget.partition);
     let keep_pinned = pinned.len().min(desired);
-    let new_target = desired.saturating_sub(keep_pinned);
-    // Replicas this rollout moves carry the time they moved.
-    let stamp = (!old.is_empty()).then_some(rollout.now);
-    // Every index `take_order` gives back is a live replica's, so indexing
-    // `by_index` with it cannot fail.
-    let by_index: BTreeMap<u32, &Replica> = live.iter().map(|r| (r.index, *r)).collect();
 
     let mut paced = Paced::default();
     for r in &new {
@@ -350,9 +344,52 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
         paced.steps.insert(r.index, Step::Keep);
     }
     paced.in_progress = !replaceable.is_empty() || live.len() > desired;
+    if let Some(halted) = progress_halt(rollout, &new, &mut paced) {
+        paced.halted = Some(halted);
+        return paced;
+    }
 
-    // The progress deadline: a replica the rollout moved that is still not
-    // ready after it halts everything.
+    let ready = live.iter().filter(|r| r.ready).count();
+    // The floor: a role that serves keeps one ready replica.
+    let floor = usize::from(ready > 0);
+    let by_budget = desired.saturating_sub(budget.max_unavailable as usize);
+    let frame = Frame {
+        rollout,
+        desired,
+        min_ready: by_budget.max(floor),
+        keep_pinned,
+        new_target: desired.saturating_sub(keep_pinned),
+        // Replicas this rollout moves carry the time they moved.
+        stamp: (!old.is_empty()).then_some(rollout.now),
+        // Every index `take_order` gives back is a live replica's, so
+        // indexing `by_index` with it cannot fail.
+        by_index: live.iter().map(|r| (r.index, *r)).collect(),
+    };
+    let mut tally = Tally {
+        ready,
+        live: live.len(),
+        terminating: rollout.replicas.len().saturating_sub(live.len()),
+        acted: false,
+        taken: BTreeSet::new(),
+    };
+    frame.scale_down_old(&replaceable, &pinned, &mut tally, &mut paced);
+    frame.scale_down_new(&new, &mut tally, &mut paced);
+    let moved = frame.replace_in_place(&replaceable, &mut tally, &mut paced);
+    let occupied: BTreeSet<u32> = rollout.replicas.iter().map(|r| r.index).collect();
+    let mut free = (0u32..=u32::MAX).filter(|i| !occupied.contains(i));
+    frame.add_new(&new, moved, &mut free, &mut tally, &mut paced);
+    if floor > by_budget {
+        frame.floor_surge(&replaceable, &new, &mut free, &tally, &mut paced);
+    }
+    paced.waiting = frame.waiting(&paced, &tally);
+    paced
+}
+
+/// The progress deadline: a replica the rollout moved that is still not
+/// ready after it halts everything (the message says why) while the rollout
+/// is in progress. Records in `paced` the earliest deadline still to come.
+fn progress_halt(rollout: &RoleRollout<'_>, new: &[&Replica], paced: &mut Paced) -> Option<String> {
+    let (role, update, budget) = (rollout.role, rollout.update_revision, rollout.budget);
     let mut stuck: Option<String> = None;
     for r in new.iter().filter(|r| !r.ready) {
         let Some(at) = r.updated_at else { continue };
@@ -371,207 +408,307 @@ pub fn pace(rollout: &RoleRollout<'_>) -> Paced {
             paced.deadline = Some(paced.deadline.map_or(due, |d| d.min(due)));
         }
     }
-    if let Some(what) = stuck.filter(|_| paced.in_progress) {
-        paced.halted = Some(format!(
+    stuck.filter(|_| paced.in_progress).map(|what| {
+        format!(
             "{what}: not ready within progressDeadlineSeconds {}, so the rollout of role {role} is halted and no further replica is taken down",
             budget.progress_deadline.as_secs()
-        ));
-        return paced;
+        )
+    })
+}
+
+/// The counts one pace's steps move as they act.
+struct Tally {
+    /// Live replicas that are ready.
+    ready: usize,
+    /// Live replicas (not terminating).
+    live: usize,
+    /// Replicas terminating, those this pace deletes included.
+    terminating: usize,
+    /// Whether a step deleted, replaced or added a replica.
+    acted: bool,
+    /// Old replicas this pace deletes or replaces.
+    taken: BTreeSet<u32>,
+}
+
+/// What stays fixed through one pace.
+struct Frame<'a> {
+    rollout: &'a RoleRollout<'a>,
+    desired: usize,
+    /// Ready replicas that must stay: maxUnavailable's bound, or the floor.
+    min_ready: usize,
+    /// Pinned (below the partition) old replicas kept.
+    keep_pinned: usize,
+    /// Replicas wanted at the update revision.
+    new_target: usize,
+    /// The time a replica this pace moves carries.
+    stamp: Option<Timestamp>,
+    by_index: BTreeMap<u32, &'a Replica>,
+}
+
+impl Frame<'_> {
+    fn is_new(&self, r: &Replica) -> bool {
+        r.revision.as_deref() == Some(self.rollout.update_revision)
     }
 
-    let mut ready = live.iter().filter(|r| r.ready).count();
-    // The floor: a role that serves keeps one ready replica.
-    let floor = usize::from(ready > 0);
-    let by_budget = desired.saturating_sub(budget.max_unavailable as usize);
-    let min_ready = by_budget.max(floor);
-    let mut live_count = live.len();
-    let mut acted = false;
-    let mut taken: BTreeSet<u32> = BTreeSet::new();
-
-    // 1. More replicas than desired: old ones go (not ready first, then in
-    // the scale-down order), pinned ones only beyond the desired count, then
-    // new ones beyond their share (a scale-down).
-    let mut pinned_left = pinned.len();
-    for index in take_order(rollout, &replaceable)
-        .into_iter()
-        .chain(take_order(rollout, &pinned))
-    {
-        if live_count <= desired {
-            break;
-        }
-        let r = by_index[&index];
-        let is_pinned = r.index < budget.partition;
-        if is_pinned && pinned_left <= keep_pinned {
-            break;
-        }
-        if r.ready && ready <= min_ready {
-            continue;
-        }
-        if r.ready {
-            ready = ready.saturating_sub(1);
-        }
-        if is_pinned {
-            pinned_left = pinned_left.saturating_sub(1);
-        }
-        live_count = live_count.saturating_sub(1);
-        terminating = terminating.saturating_add(1);
-        taken.insert(index);
-        let from = r.revision.as_deref().unwrap_or("unknown");
-        let why = if r.ready {
-            format!(
-                "role {role} moves to revision {update}: replica {index} (revision {from}) goes, {live_count} replica(s) remain for {desired} desired and {ready} stay ready, at least {min_ready} must (maxUnavailable {}, maxSurge {})",
-                budget.max_unavailable, budget.max_surge
-            )
-        } else {
-            format!(
-                "role {role} moves to revision {update}: replica {index} (revision {from}) is not ready, so it serves nothing and goes first ({live_count} replica(s) remain for {desired} desired)"
-            )
-        };
-        paced.steps.insert(index, Step::Delete(why));
-        acted = true;
-    }
-    if new.len() > new_target && live_count > desired {
-        let extra = (new.len().saturating_sub(new_target)).min(live_count.saturating_sub(desired));
-        for index in take_order(rollout, &new).into_iter().take(extra) {
-            if by_index[&index].ready {
-                ready = ready.saturating_sub(1);
+    /// Step 1: more replicas than desired: old ones go (not ready first, then in
+    /// the scale-down order), pinned ones only beyond the desired count.
+    fn scale_down_old(
+        &self,
+        replaceable: &[&Replica],
+        pinned: &[&Replica],
+        tally: &mut Tally,
+        paced: &mut Paced,
+    ) {
+        let (role, update, budget) = (
+            self.rollout.role,
+            self.rollout.update_revision,
+            self.rollout.budget,
+        );
+        let (desired, min_ready) = (self.desired, self.min_ready);
+        let mut pinned_left = pinned.len();
+        for index in take_order(self.rollout, replaceable)
+            .into_iter()
+            .chain(take_order(self.rollout, pinned))
+        {
+            if tally.live <= desired {
+                break;
             }
-            live_count = live_count.saturating_sub(1);
-            terminating = terminating.saturating_add(1);
+            let r = self.by_index[&index];
+            let is_pinned = r.index < budget.partition;
+            if is_pinned && pinned_left <= self.keep_pinned {
+                break;
+            }
+            if r.ready && tally.ready <= min_ready {
+                continue;
+            }
+            if r.ready {
+                tally.ready = tally.ready.saturating_sub(1);
+            }
+            if is_pinned {
+                pinned_left = pinned_left.saturating_sub(1);
+            }
+            tally.live = tally.live.saturating_sub(1);
+            tally.terminating = tally.terminating.saturating_add(1);
+            tally.taken.insert(index);
+            let (live_count, ready) = (tally.live, tally.ready);
+            let from = r.revision.as_deref().unwrap_or("unknown");
+            let why = if r.ready {
+                format!(
+                    "role {role} moves to revision {update}: replica {index} (revision {from}) goes, {live_count} replica(s) remain for {desired} desired and {ready} stay ready, at least {min_ready} must (maxUnavailable {}, maxSurge {})",
+                    budget.max_unavailable, budget.max_surge
+                )
+            } else {
+                format!(
+                    "role {role} moves to revision {update}: replica {index} (revision {from}) is not ready, so it serves nothing and goes first ({live_count} replica(s) remain for {desired} desired)"
+                )
+            };
+            paced.steps.insert(index, Step::Delete(why));
+            tally.acted = true;
+        }
+    }
+
+    /// Step 1, continued: still more than desired: new replicas beyond their
+    /// share go (a scale-down).
+    fn scale_down_new(&self, new: &[&Replica], tally: &mut Tally, paced: &mut Paced) {
+        let (role, desired) = (self.rollout.role, self.desired);
+        if new.len() <= self.new_target || tally.live <= desired {
+            return;
+        }
+        let extra =
+            (new.len().saturating_sub(self.new_target)).min(tally.live.saturating_sub(desired));
+        for index in take_order(self.rollout, new).into_iter().take(extra) {
+            if self.by_index[&index].ready {
+                tally.ready = tally.ready.saturating_sub(1);
+            }
+            tally.live = tally.live.saturating_sub(1);
+            tally.terminating = tally.terminating.saturating_add(1);
             paced.steps.insert(
                 index,
                 Step::Delete(format!(
                     "role {role} is scaled to {desired} replica(s); replica {index} is not kept"
                 )),
             );
-            acted = true;
+            tally.acted = true;
         }
     }
 
-    // 2. In place, while no surge replica is there: not ready first (free),
-    // then ready ones as maxUnavailable and the floor allow.
-    let mut moved = 0usize;
-    if live_count <= desired {
-        for index in take_order(rollout, &replaceable) {
-            if taken.contains(&index) {
+    /// Step 2: in place, while no surge replica is there: not ready first (free),
+    /// then ready ones as maxUnavailable and the floor allow. Returns how
+    /// many were replaced.
+    fn replace_in_place(
+        &self,
+        replaceable: &[&Replica],
+        tally: &mut Tally,
+        paced: &mut Paced,
+    ) -> usize {
+        let (role, update, budget) = (
+            self.rollout.role,
+            self.rollout.update_revision,
+            self.rollout.budget,
+        );
+        let (desired, min_ready) = (self.desired, self.min_ready);
+        let mut moved = 0usize;
+        if tally.live > desired {
+            return moved;
+        }
+        for index in take_order(self.rollout, replaceable) {
+            if tally.taken.contains(&index) {
                 continue;
             }
-            let r = by_index[&index];
+            let r = self.by_index[&index];
             let from = r.revision.as_deref().unwrap_or("unknown");
             let why = if r.ready {
-                if ready <= min_ready {
+                if tally.ready <= min_ready {
                     continue;
                 }
-                ready = ready.saturating_sub(1);
+                tally.ready = tally.ready.saturating_sub(1);
                 format!(
-                    "role {role} moves to revision {update}: replica {index} (revision {from}) is replaced in place, {ready} of {desired} replicas stay ready and at least {min_ready} must (maxUnavailable {})",
-                    budget.max_unavailable
+                    "role {role} moves to revision {update}: replica {index} (revision {from}) is replaced in place, {} of {desired} replicas stay ready and at least {min_ready} must (maxUnavailable {})",
+                    tally.ready, budget.max_unavailable
                 )
             } else {
                 format!(
                     "role {role} moves to revision {update}: replica {index} (revision {from}) is not ready, so it serves nothing and is replaced in place first"
                 )
             };
-            taken.insert(index);
+            tally.taken.insert(index);
             moved = moved.saturating_add(1);
             paced.steps.insert(
                 index,
                 Step::Apply {
                     why: Some(why),
-                    updated_at: stamp,
+                    updated_at: self.stamp,
                 },
             );
-            acted = true;
+            tally.acted = true;
+        }
+        moved
+    }
+
+    /// Step 3: new replicas at the lowest `free` indices, while the role has at
+    /// most desired + maxSurge replicas, terminating ones included.
+    fn add_new(
+        &self,
+        new: &[&Replica],
+        moved: usize,
+        free: &mut impl Iterator<Item = u32>,
+        tally: &mut Tally,
+        paced: &mut Paced,
+    ) {
+        let (role, update, budget) = (
+            self.rollout.role,
+            self.rollout.update_revision,
+            self.rollout.budget,
+        );
+        let desired = self.desired;
+        let cap = desired.saturating_add(usize::try_from(budget.max_surge).unwrap_or(usize::MAX));
+        let wanted = self
+            .new_target
+            .saturating_sub(new.len().min(self.new_target).saturating_add(moved));
+        let create = wanted.min(cap.saturating_sub(tally.live.saturating_add(tally.terminating)));
+        for _ in 0..create {
+            let Some(index) = free.next() else { break };
+            let live_count = tally.live;
+            let why = if live_count >= desired {
+                format!(
+                    "role {role} moves to revision {update}: a surge replica, {} of at most {cap} (maxSurge {})",
+                    live_count.saturating_add(1),
+                    budget.max_surge
+                )
+            } else {
+                format!(
+                    "role {role} has {live_count} of {desired} replicas: a new one at revision {update}"
+                )
+            };
+            paced.steps.insert(
+                index,
+                Step::Apply {
+                    why: Some(why),
+                    updated_at: self.stamp,
+                },
+            );
+            tally.live = tally.live.saturating_add(1);
+            tally.acted = true;
         }
     }
 
-    // 3. New replicas at the lowest free indices, while the role has at most
-    // desired + maxSurge replicas, terminating ones included.
-    let occupied: BTreeSet<u32> = rollout.replicas.iter().map(|r| r.index).collect();
-    let mut free = (0u32..=u32::MAX).filter(|i| !occupied.contains(i));
-    let cap = desired.saturating_add(usize::try_from(budget.max_surge).unwrap_or(usize::MAX));
-    let wanted = new_target.saturating_sub(new.len().min(new_target).saturating_add(moved));
-    let create = wanted.min(cap.saturating_sub(live_count.saturating_add(terminating)));
-    for _ in 0..create {
-        let Some(index) = free.next() else { break };
-        let why = if live_count >= desired {
-            format!(
-                "role {role} moves to revision {update}: a surge replica, {} of at most {cap} (maxSurge {})",
-                live_count.saturating_add(1),
-                budget.max_surge
-            )
-        } else {
-            format!(
-                "role {role} has {live_count} of {desired} replicas: a new one at revision {update}"
-            )
-        };
-        paced.steps.insert(
-            index,
-            Step::Apply {
-                why: Some(why),
-                updated_at: stamp,
-            },
+    /// Step 4: nothing could move, nothing is in flight, and only the floor keeps
+    /// the role's last ready replica: one more at the new revision (called
+    /// only when the floor is above maxUnavailable's bound).
+    fn floor_surge(
+        &self,
+        replaceable: &[&Replica],
+        new: &[&Replica],
+        free: &mut impl Iterator<Item = u32>,
+        tally: &Tally,
+        paced: &mut Paced,
+    ) {
+        let (role, update, budget) = (
+            self.rollout.role,
+            self.rollout.update_revision,
+            self.rollout.budget,
         );
-        live_count = live_count.saturating_add(1);
-        acted = true;
+        let remaining: Vec<&Replica> = replaceable
+            .iter()
+            .copied()
+            .filter(|r| !tally.taken.contains(&r.index))
+            .collect();
+        let in_flight = tally.terminating > 0 || new.iter().any(|r| !r.ready);
+        let first = take_order(self.rollout, &remaining).first().copied();
+        if let Some(last) = first.filter(|_| !tally.acted && !in_flight)
+            && let Some(index) = free.next()
+        {
+            let why = format!(
+                "role {role} moves to revision {update} and has one ready replica ({last}), which maxUnavailable {} would take down: replica {index} at revision {update} is added beyond maxSurge {} so that the role keeps serving, and replica {last} goes once it is ready",
+                budget.max_unavailable, budget.max_surge
+            );
+            paced.steps.insert(
+                index,
+                Step::Apply {
+                    why: Some(why.clone()),
+                    updated_at: self.stamp,
+                },
+            );
+            paced.floor_surge = Some(why);
+        }
     }
 
-    // 4. Nothing could move, nothing is in flight, and only the floor keeps
-    // the role's last ready replica: one more at the new revision.
-    let remaining: Vec<&Replica> = replaceable
-        .iter()
-        .copied()
-        .filter(|r| !taken.contains(&r.index))
-        .collect();
-    let in_flight = terminating > 0 || new.iter().any(|r| !r.ready);
-    let first = take_order(rollout, &remaining).first().copied();
-    if let Some(last) = first.filter(|_| !acted && !in_flight && floor > by_budget)
-        && let Some(index) = free.next()
-    {
-        let why = format!(
-            "role {role} moves to revision {update} and has one ready replica ({last}), which maxUnavailable {} would take down: replica {index} at revision {update} is added beyond maxSurge {} so that the role keeps serving, and replica {last} goes once it is ready",
-            budget.max_unavailable, budget.max_surge
-        );
-        paced.steps.insert(
-            index,
-            Step::Apply {
-                why: Some(why.clone()),
-                updated_at: stamp,
-            },
-        );
-        paced.floor_surge = Some(why);
-    }
-
-    {
+    /// What the role waits for: replicas applied this pace that are not
+    /// ready at the update revision, or (while in progress) ready replicas.
+    fn waiting(&self, paced: &Paced, tally: &Tally) -> Option<String> {
+        let (role, update) = (self.rollout.role, self.rollout.update_revision);
         let waiting_for: Vec<String> = paced
             .steps
             .iter()
             .filter(|(i, s)| {
                 matches!(s, Step::Apply { .. })
-                    && by_index.get(i).is_none_or(|r| !r.ready || !is_new(r))
+                    && self
+                        .by_index
+                        .get(i)
+                        .is_none_or(|r| !r.ready || !self.is_new(r))
             })
             .map(|(i, _)| i.to_string())
             .collect();
-        paced.waiting = if !waiting_for.is_empty() {
+        if !waiting_for.is_empty() {
             Some(format!(
                 "role {role}: waiting for replica(s) {} to be ready at revision {update}",
                 waiting_for.join(", ")
             ))
         } else if paced.in_progress {
             Some(format!(
-                "role {role}: {ready} of {desired} replicas ready, at least {min_ready} must stay ready"
+                "role {role}: {} of {} replicas ready, at least {} must stay ready",
+                tally.ready, self.desired, self.min_ready
             ))
         } else {
             None
-        };
+        }
     }
-    paced
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::children::LWS_WORKER_INDEX;
+    use crate::plan::shared::children::LWS_WORKER_INDEX;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -1162,7 +1299,7 @@ mod tests {
         assert_eq!(
             current,
             Some(table.as_str()),
-            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::pacing::tests::the_rolling_update_example"
+            "docs/upgrades.md is stale: run TANDEM_WRITE_DOCS=1 cargo test --lib plan::inference_service::pacing::tests::the_rolling_update_example"
         );
     }
 

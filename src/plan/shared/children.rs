@@ -30,6 +30,37 @@ pub const TASK_SPEC_ANNOTATION: &str = "volcano.sh/task-spec";
 /// LeaderWorkerSet's label on every pod: 0 on the leader.
 pub const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 
+/// The kinds an InferenceService's children can be (the list, and which kind
+/// an object is, are `inference_service::service::{CHILD_KINDS, ChildKind::of}`):
+/// everything there is listed by label on each reconcile, and what the plan
+/// no longer wants is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChildKind {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+}
+
+pub const LEADER_WORKER_SET: ChildKind = ChildKind {
+    api_version: "leaderworkerset.x-k8s.io/v1",
+    kind: "LeaderWorkerSet",
+    plural: "leaderworkersets",
+};
+
+impl ChildKind {
+    pub fn group(&self) -> &'static str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group)
+    }
+
+    pub fn version(&self) -> &'static str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or(self.api_version, |(_, version)| version)
+    }
+}
+
 /// The LeaderWorkerSet of one replica: `{service}-{role}-{index}`.
 pub fn replica_name(service: &str, role: &str, index: u32) -> String {
     format!("{service}-{role}-{index}")
@@ -192,7 +223,7 @@ fn hash(shape: &Value) -> String {
 /// settings and the upgrade strategy do not change it: scaling never restarts
 /// pods, and a change to one role restarts only that role's pods.
 pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
-    let scheduling = super::gang::scheduling(spec);
+    let scheduling = crate::plan::inference_service::gang::scheduling(spec);
     hash(&json!({
         "name": role.name,
         "componentType": role.component_type,
@@ -200,11 +231,11 @@ pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
         "template": role.template,
         "gang": scheduling.gang,
         "schedulerName": scheduling.scheduler_name,
-        // The pods carry the traffic label (plan::drain), and a drain longer
+        // The pods carry the traffic label (plan::inference_service::drain), and a drain longer
         // than Kubernetes' default grace sets the grace: both change pods, so
         // they move replicas by the role's upgrade pace, never all at once.
-        "traffic": super::drain::TRAFFIC,
-        "grace": super::drain::grace_seconds(
+        "traffic": crate::plan::inference_service::drain::TRAFFIC,
+        "grace": crate::plan::inference_service::drain::grace_seconds(
             role.template.as_ref().is_some_and(|t| !t["spec"]["terminationGracePeriodSeconds"].is_null()),
             role.drain_seconds(),
         ),

@@ -51,7 +51,7 @@
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
-use super::children::{REPLICA_INDEX, ROLE_NAME};
+use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
 
 /// The pod label every traffic selector of Tandem requires to be [`SERVING`].
 pub const TRAFFIC: &str = "fusioninfer.io/traffic";
@@ -128,7 +128,7 @@ pub fn leave(pods: &[&Value], seconds: i64, now: Timestamp) -> Leave {
         return Leave::Delete("it has no pods to drain".to_owned());
     }
     // Endpoints and the endpoint picker send requests to ready pods only.
-    if !draining(&live) && !live.iter().any(|p| super::victims::pod_running(p)) {
+    if !draining(&live) && !live.iter().any(|p| crate::plan::victims::pod_running(p)) {
         return Leave::Delete("none of its pods is ready, so no request reaches it".to_owned());
     }
     let start = started(&live).unwrap_or(now);

@@ -38,7 +38,7 @@ use petgraph::visit::EdgeRef;
 
 use crate::api::Findings;
 use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
-use crate::plan::ratio::{BINDINGS_FIELD, Bindings, Endpoint, bindings};
+use crate::plan::resource_scaling_group::ratio::{BINDINGS_FIELD, Bindings, Endpoint, bindings};
 
 /// One binding as an edge: in the group at `group` (its position in the list
 /// the graph was built from), Target number `target` (its position in
@@ -688,11 +688,13 @@ mod tests {
         let groups = [
             (
                 "b-to-c",
-                crate::plan::ratio::bindings(&follow("b", &["c"])).expect("resolves"),
+                crate::plan::resource_scaling_group::ratio::bindings(&follow("b", &["c"]))
+                    .expect("resolves"),
             ),
             (
                 "a-to-b",
-                crate::plan::ratio::bindings(&follow("a", &["b", "d"])).expect("resolves"),
+                crate::plan::resource_scaling_group::ratio::bindings(&follow("a", &["b", "d"]))
+                    .expect("resolves"),
             ),
         ];
         let list: Vec<(&str, &Bindings)> = groups.iter().map(|(n, b)| (*n, b)).collect();

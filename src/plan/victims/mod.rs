@@ -1,6 +1,10 @@
 //! Which replicas (or groups) go when a role (or a ResourceScalingGroup)
 //! scales down, and which indices come back when it scales up again
-//! (DESIGN.md §1.4, seed 001).
+//! (DESIGN.md §1.4). Its own folder because the InferenceService's roles and
+//! the ResourceScalingGroup's groups both choose here. It implements seed 001
+//! (`001_6664727277b73439.txt`, "Binpack Scale Down"), sections "Cost
+//! Calculation for Deleting Roles and Service Groups", "Pod Sequence Number
+//! Handling" and "Impact of Binpacking on PodGroups".
 //!
 //! Under the Binpack policy a replica's score is the sum of
 //! `controller.kubernetes.io/pod-deletion-cost` over all its pods (leader and
@@ -30,10 +34,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::Timestamp;
 use serde_json::Value;
 
-use super::children::{REPLICA_INDEX, ROLE_NAME};
-use super::replicas;
 use crate::api::inference_service::RoleScaleDownPolicy;
 use crate::api::resource_scaling_group::GroupScaleDownPolicy;
+use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
+use crate::plan::shared::replicas;
 
 /// The pod annotation whose sum over a replica's pods is its Binpack score.
 pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";

@@ -1,5 +1,10 @@
-//! One reconcile of a ScaleView (DESIGN.md §1.3, seed 002): what to write to
-//! the view and to its target InferenceService, and why.
+//! The ScaleView's decisions (DESIGN.md §1.3): here, one reconcile of a view,
+//! what to write to the view and to its target InferenceService, and why;
+//! the split of a total over the view's groups by priority and constraints
+//! in [`split`]; the locks a view holds on its target's roles in [`locks`].
+//! They implement seed 002 (`002_fa92b445fea73c75.txt`), sections
+//! "`RisingWaveScaleView` CRD", "Priority and Replica Constraints",
+//! "`RisingWaveScaleView` Webhooks" and "`RisingWaveScaleView` Controller".
 //!
 //! Read top to bottom, a pass:
 //! 1. A view being deleted releases its lock (removes its entry from the
@@ -10,7 +15,7 @@
 //!    component type, or with a group locked by another view, nothing is
 //!    written to the target; the view's status says why.
 //! 4. Otherwise the total (`spec.replicas`, or the groups' current sum when
-//!    unset) is split ([`super::split`]); the lock entry (name, uid,
+//!    unset) is split ([`split`]); the lock entry (name, uid,
 //!    generation, per-role replicas) is written when it differs, then every
 //!    role whose replicas differ from the split is scaled.
 //! 5. The view's status: ready replicas of the groups, the selector of their
@@ -26,9 +31,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
-use super::{locks, split};
+pub mod locks;
+pub mod split;
+
 use crate::api::ScaleView;
-use crate::api::inference_service::{InferenceService, RoleReplicas, ScaleViewLock};
+use crate::api::inference_service::{InferenceService, Role, RoleReplicas, ScaleViewLock};
 use crate::api::scale_view::{self as api_view, GroupReplicas, ScaleViewSpec, ScaleViewStatus};
 
 /// The finalizer that holds a view until its lock is released.
@@ -155,52 +162,28 @@ pub fn role_patch(roles: &[RoleScale]) -> Result<json_patch::Patch, String> {
 }
 
 /// Decides one reconcile of `view`, whose target (by `spec.targetRef.name`,
-/// in the view's namespace) is `target`.
+/// in the view's namespace) is `target`: release on deletion
+/// ([`on_deletion`]), else hold the finalizer, refuse what cannot be applied
+/// ([`blocker`]), split and lock, scale the roles that differ
+/// ([`role_scales`]) and report ([`applied_status`]).
 pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time) -> Pass {
     let name = name_of(view);
     let uid = uid_of(view);
     let finalizers = view.metadata.finalizers.clone().unwrap_or_default();
-    let has_finalizer = finalizers.iter().any(|f| f == FINALIZER);
-    let current_locks: &[ScaleViewLock] = target
-        .and_then(|t| t.status.as_ref())
-        .map_or(&[], |s| s.scale_views.as_slice());
-    let held = current_locks
-        .iter()
-        .find(|lock| lock.name == name && lock.uid == uid);
-    let others = || -> Vec<ScaleViewLock> {
-        current_locks
-            .iter()
-            .filter(|lock| !(lock.name == name && lock.uid == uid))
-            .cloned()
-            .collect()
-    };
+    let (held, others) = locks_of(target, name, uid);
     let target_name = view.spec.target_ref.name.as_str();
-    let mut pass = Pass::default();
 
     if view.metadata.deletion_timestamp.is_some() {
-        if let Some(lock) = held {
-            pass.locks = Some(others());
-            pass.events.push(Note::normal(
-                "Released",
-                format!(
-                    "released the lock on roles {} of InferenceService {target_name}: the ScaleView is being deleted",
-                    lock_roles(lock)
-                ),
-            ));
-        }
-        if has_finalizer {
-            pass.finalizers = Some(finalizers.into_iter().filter(|f| f != FINALIZER).collect());
-        }
-        return pass;
+        return on_deletion(held, others, finalizers, target_name);
     }
-    if !has_finalizer {
+    let mut pass = Pass::default();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
         let mut next = finalizers;
         next.push(FINALIZER.to_owned());
         pass.finalizers = Some(next);
     }
 
     let previous = view.status.clone().unwrap_or_default();
-    let generation = view.metadata.generation;
     let spec = &view.spec;
     let groups: Vec<&str> = spec.groups().into_iter().collect();
     let selector = split::selector(
@@ -219,72 +202,96 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
         .fold(0i32, |sum, g| sum.saturating_add(ready_of(g)));
     let conditions = Conditions {
         previous: &previous.conditions,
-        generation,
+        generation: view.metadata.generation,
         now,
-    };
-    // The view cannot be applied: say why in status (and once in an Event).
-    let blocked = |reason: &'static str, message: String, mut pass: Pass| -> Pass {
-        let status = ScaleViewStatus {
-            observed_generation: generation,
-            conditions: vec![
-                conditions.make(
-                    "Clamped",
-                    false,
-                    "NotSplit",
-                    "the view is not applied".to_owned(),
-                ),
-                conditions.make("Locked", false, reason, message.clone()),
-                conditions.make("Ready", false, reason, message.clone()),
-            ],
-            replicas: ready_total,
-            selector: Some(selector.clone()),
-            locked: false,
-            groups: Vec::new(),
-        };
-        let was = previous.conditions.iter().find(|c| c.type_ == "Ready");
-        if was.is_none_or(|c| c.reason != reason || c.message != message) {
-            pass.events.push(Note::warning(reason, message));
-        }
-        pass.status = Some(status);
-        pass
     };
 
     let Some(target) = target else {
+        let message = format!("InferenceService {target_name} not found in this namespace");
         return blocked(
-            "TargetNotFound",
-            format!("InferenceService {target_name} not found in this namespace"),
+            &conditions,
+            ready_total,
+            selector,
+            ("TargetNotFound", message),
             pass,
         );
     };
-    let mut findings = api_view::validate(spec);
-    findings.extend(api_view::validate_target(spec, Some(target)));
-    if !findings.is_allowed() {
-        return blocked("InvalidSpec", findings.denial_message(), pass);
-    }
-    let status_now = target.status.clone().unwrap_or_default();
-    let conflicting = locks::conflicts(&status_now, name, uid, &groups);
-    if !conflicting.is_empty() {
-        let held_by: Vec<String> = conflicting
-            .iter()
-            .map(|(group, other)| format!("{group} by ScaleView {other}"))
-            .collect();
-        return blocked(
-            "Conflict",
-            format!(
-                "roles of InferenceService {target_name} are locked by another view: {}; delete that view first",
-                held_by.join(", ")
-            ),
-            pass,
-        );
+    if let Some(why) = blocker(spec, target, name, uid, &groups) {
+        return blocked(&conditions, ready_total, selector, why, pass);
     }
 
     let requested = spec.replicas.unwrap_or_else(|| current_total(spec, target));
     let split = split::split(spec, requested);
     let shares = shares(&split.groups);
-    let lock = ScaleViewLock {
-        name: name.to_owned(),
-        uid: uid.to_owned(),
-        generation: generation.unwrap_or(0),
+    let lock = view_lock(view, &split);
+    let asked = match spec.replicas {
+        Some(replicas) => format!("spec.replicas {replicas}"),
+        None => format!("the groups' current {requested} replicas (spec.replicas is unset)"),
+    };
+    if held != Some(&lock) {
+        relock(
+            &mut pass,
+            (held, others),
+            &lock,
+            (target_name, &asked, &shares),
+            split.clamped.then(|| clamp_message(spec, &split)),
+        );
+    }
+    pass.roles = role_scales(target, &split);
+    pass.events
+        .extend(scaled_note(&pass.roles, (target_name, &asked, &shares)));
+
+    let group_status: Vec<GroupReplicas> = split
+        .groups
+        .iter()
+        .map(|(group, replicas)| GroupReplicas {
+            group: group.clone(),
+            replicas: *replicas,
+            ready_replicas: ready_of(group),
+        })
+        .collect();
+    let locked = format!(
+        "roles {} of InferenceService {target_name} change only through this view",
+        groups.join(", ")
+    );
+    pass.status = Some(applied_status(
+        &conditions,
+        spec,
+        &split,
+        group_status,
+        locked,
+        (ready_total, selector),
+    ));
+    pass
+}
+
+/// The lock this view (`name`, `uid`) holds on `target`, if any, and the
+/// other views' locks.
+fn locks_of<'a>(
+    target: Option<&'a InferenceService>,
+    name: &str,
+    uid: &str,
+) -> (Option<&'a ScaleViewLock>, Vec<ScaleViewLock>) {
+    let current_locks: &[ScaleViewLock] = target
+        .and_then(|t| t.status.as_ref())
+        .map_or(&[], |s| s.scale_views.as_slice());
+    let this = |lock: &ScaleViewLock| lock.name == name && lock.uid == uid;
+    (
+        current_locks.iter().find(|lock| this(lock)),
+        current_locks
+            .iter()
+            .filter(|lock| !this(lock))
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The lock entry `view` holds on its target's roles for `split`.
+fn view_lock(view: &ScaleView, split: &split::Split) -> ScaleViewLock {
+    ScaleViewLock {
+        name: name_of(view).to_owned(),
+        uid: uid_of(view).to_owned(),
+        generation: view.metadata.generation.unwrap_or(0),
         role_replicas: split
             .groups
             .iter()
@@ -293,40 +300,167 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
                 replicas: *replicas,
             })
             .collect(),
-    };
-    let asked = match spec.replicas {
-        Some(replicas) => format!("spec.replicas {replicas}"),
-        None => format!("the groups' current {requested} replicas (spec.replicas is unset)"),
-    };
-    if held != Some(&lock) {
-        let mut next = others();
-        next.push(lock.clone());
-        next.sort_by(|a, b| a.name.cmp(&b.name).then(a.uid.cmp(&b.uid)));
-        pass.locks = Some(next);
-        let note = match held {
-            None => format!(
-                "locked roles {shares} of InferenceService {target_name}: {asked} split by priority"
-            ),
-            Some(old) => format!(
-                "updated the lock on InferenceService {target_name} to generation {} ({shares}, was {}): {asked} split by priority",
-                lock.generation,
-                lock_roles(old)
-            ),
-        };
-        pass.events.push(Note::normal(
-            if held.is_none() {
-                "Locked"
-            } else {
-                "LockUpdated"
-            },
-            note,
-        ));
-        if split.clamped {
-            pass.events
-                .push(Note::warning("Clamped", clamp_message(spec, &split)));
-        }
     }
-    let mut scaled = Vec::new();
+}
+
+/// Writes the view's new lock into the target's locks (`others` are the
+/// other views'), with an Event saying it locked or updated, and the clamp
+/// warning when the split was clamped.
+fn relock(
+    pass: &mut Pass,
+    (held, others): (Option<&ScaleViewLock>, Vec<ScaleViewLock>),
+    lock: &ScaleViewLock,
+    (target_name, asked, shares): (&str, &str, &str),
+    clamped: Option<String>,
+) {
+    let mut next = others;
+    next.push(lock.clone());
+    next.sort_by(|a, b| a.name.cmp(&b.name).then(a.uid.cmp(&b.uid)));
+    pass.locks = Some(next);
+    let note = match held {
+        None => format!(
+            "locked roles {shares} of InferenceService {target_name}: {asked} split by priority"
+        ),
+        Some(old) => format!(
+            "updated the lock on InferenceService {target_name} to generation {} ({shares}, was {}): {asked} split by priority",
+            lock.generation,
+            lock_roles(old)
+        ),
+    };
+    pass.events.push(Note::normal(
+        if held.is_none() {
+            "Locked"
+        } else {
+            "LockUpdated"
+        },
+        note,
+    ));
+    if let Some(message) = clamped {
+        pass.events.push(Note::warning("Clamped", message));
+    }
+}
+
+/// One Event for all roles scaled: the recorder folds repeats of a reason
+/// into one series, which would hide all but the first role.
+fn scaled_note(
+    roles: &[RoleScale],
+    (target_name, asked, shares): (&str, &str, &str),
+) -> Option<Note> {
+    if roles.is_empty() {
+        return None;
+    }
+    let scaled: Vec<String> = roles
+        .iter()
+        .map(|r| {
+            let from = r.from.unwrap_or(Role::DEFAULT_REPLICAS);
+            format!("{} from {from} to {}", r.role, r.to)
+        })
+        .collect();
+    Some(Note::normal(
+        "Scaled",
+        format!(
+            "scaled roles of InferenceService {target_name}: {}: {asked} split by priority ({shares})",
+            scaled.join(", ")
+        ),
+    ))
+}
+
+/// A view being deleted releases its lock (if it holds one) and then its
+/// finalizer; nothing else is written.
+fn on_deletion(
+    held: Option<&ScaleViewLock>,
+    others: Vec<ScaleViewLock>,
+    finalizers: Vec<String>,
+    target_name: &str,
+) -> Pass {
+    let mut pass = Pass::default();
+    if let Some(lock) = held {
+        pass.locks = Some(others);
+        pass.events.push(Note::normal(
+            "Released",
+            format!(
+                "released the lock on roles {} of InferenceService {target_name}: the ScaleView is being deleted",
+                lock_roles(lock)
+            ),
+        ));
+    }
+    if finalizers.iter().any(|f| f == FINALIZER) {
+        pass.finalizers = Some(finalizers.into_iter().filter(|f| f != FINALIZER).collect());
+    }
+    pass
+}
+
+/// Why the view cannot be applied to its (existing) target, if it cannot:
+/// a spec the webhook would deny, or roles another view holds.
+fn blocker(
+    spec: &ScaleViewSpec,
+    target: &InferenceService,
+    name: &str,
+    uid: &str,
+    groups: &[&str],
+) -> Option<(&'static str, String)> {
+    let mut findings = api_view::validate(spec);
+    findings.extend(api_view::validate_target(spec, Some(target)));
+    if !findings.is_allowed() {
+        return Some(("InvalidSpec", findings.denial_message()));
+    }
+    let status_now = target.status.clone().unwrap_or_default();
+    let conflicting = locks::conflicts(&status_now, name, uid, groups);
+    if conflicting.is_empty() {
+        return None;
+    }
+    let held_by: Vec<String> = conflicting
+        .iter()
+        .map(|(group, other)| format!("{group} by ScaleView {other}"))
+        .collect();
+    Some((
+        "Conflict",
+        format!(
+            "roles of InferenceService {} are locked by another view: {}; delete that view first",
+            spec.target_ref.name,
+            held_by.join(", ")
+        ),
+    ))
+}
+
+/// The view cannot be applied: say why in status (and once in an Event,
+/// when the reason or message changes).
+fn blocked(
+    conditions: &Conditions<'_>,
+    ready_total: i32,
+    selector: String,
+    (reason, message): (&'static str, String),
+    mut pass: Pass,
+) -> Pass {
+    let status = ScaleViewStatus {
+        observed_generation: conditions.generation,
+        conditions: vec![
+            conditions.make(
+                "Clamped",
+                false,
+                "NotSplit",
+                "the view is not applied".to_owned(),
+            ),
+            conditions.make("Locked", false, reason, message.clone()),
+            conditions.make("Ready", false, reason, message.clone()),
+        ],
+        replicas: ready_total,
+        selector: Some(selector),
+        locked: false,
+        groups: Vec::new(),
+    };
+    let was = conditions.previous.iter().find(|c| c.type_ == "Ready");
+    if was.is_none_or(|c| c.reason != reason || c.message != message) {
+        pass.events.push(Note::warning(reason, message));
+    }
+    pass.status = Some(status);
+    pass
+}
+
+/// The target's roles whose replicas differ from their share of `split`, in
+/// the split's (group name) order; a group that is no role is left out.
+fn role_scales(target: &InferenceService, split: &split::Split) -> Vec<RoleScale> {
+    let mut scales = Vec::new();
     for (group, replicas) in &split.groups {
         let Some((index, role)) = target
             .spec
@@ -340,42 +474,34 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
         if role.replicas() == *replicas {
             continue;
         }
-        scaled.push(format!("{group} from {} to {replicas}", role.replicas()));
-        pass.roles.push(RoleScale {
+        scales.push(RoleScale {
             index,
             role: group.clone(),
             from: role.replicas,
             to: *replicas,
         });
     }
-    // One Event for all roles: the recorder folds repeats of a reason into
-    // one series, which would hide all but the first role.
-    if !scaled.is_empty() {
-        pass.events.push(Note::normal(
-            "Scaled",
-            format!(
-                "scaled roles of InferenceService {target_name}: {}: {asked} split by priority ({shares})",
-                scaled.join(", ")
-            ),
-        ));
-    }
+    scales
+}
 
-    let group_status: Vec<GroupReplicas> = split
-        .groups
-        .iter()
-        .map(|(group, replicas)| GroupReplicas {
-            group: group.clone(),
-            replicas: *replicas,
-            ready_replicas: ready_of(group),
-        })
-        .collect();
-    let waiting: Vec<String> = group_status
+/// The status of an applied view: Clamped, Locked True (`locked` says
+/// which roles), Ready once every group has its replicas ready; the view's
+/// replicas are `ready_total`, its pods found by `selector`.
+fn applied_status(
+    conditions: &Conditions<'_>,
+    spec: &ScaleViewSpec,
+    split: &split::Split,
+    groups: Vec<GroupReplicas>,
+    locked: String,
+    (ready_total, selector): (i32, String),
+) -> ScaleViewStatus {
+    let waiting: Vec<String> = groups
         .iter()
         .filter(|g| g.ready_replicas != g.replicas)
         .map(|g| format!("{} {}/{}", g.group, g.ready_replicas, g.replicas))
         .collect();
     let clamped = if split.clamped {
-        conditions.make("Clamped", true, "Clamped", clamp_message(spec, &split))
+        conditions.make("Clamped", true, "Clamped", clamp_message(spec, split))
     } else {
         conditions.make(
             "Clamped",
@@ -403,27 +529,18 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
             ),
         )
     };
-    pass.status = Some(ScaleViewStatus {
-        observed_generation: generation,
+    ScaleViewStatus {
+        observed_generation: conditions.generation,
         conditions: vec![
             clamped,
-            conditions.make(
-                "Locked",
-                true,
-                "Held",
-                format!(
-                    "roles {} of InferenceService {target_name} change only through this view",
-                    groups.join(", ")
-                ),
-            ),
+            conditions.make("Locked", true, "Held", locked),
             ready,
         ],
         replicas: ready_total,
         selector: Some(selector),
         locked: true,
-        groups: group_status,
-    });
-    pass
+        groups,
+    }
 }
 
 /// `a=2, b=0`: replicas per group, by group name.
@@ -807,5 +924,28 @@ mod tests {
             }
             prop_assert_eq!(current_total(&view.spec, &target), total);
         }
+    }
+
+    #[test]
+    fn role_scales_lists_only_roles_whose_replicas_differ() {
+        let split = split::Split {
+            total: 5,
+            requested: 5,
+            clamped: false,
+            groups: BTreeMap::from([
+                ("decode-ondemand".to_owned(), 1),
+                ("decode-spot".to_owned(), 4),
+                ("no-such-role".to_owned(), 0),
+            ]),
+        };
+        assert_eq!(
+            role_scales(&target(json!([])), &split),
+            vec![RoleScale {
+                index: 2,
+                role: "decode-spot".to_owned(),
+                from: Some(0),
+                to: 4,
+            }]
+        );
     }
 }

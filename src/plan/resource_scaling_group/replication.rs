@@ -51,15 +51,15 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value, json};
 
-use super::decision::Replica;
-use super::service::{self, Apply, Delete};
-use super::status::condition;
-use super::victims::{self, GroupCandidate};
 use crate::api::resource_scaling_group::{
     self as rsg_api, GroupConfig, GroupScaleDownPolicy, KINDS_WITH_ROLES, ResourceScalingGroup,
-    ResourceScalingGroupStatus, ScalingStrategyType, TargetResource, clone_name, group_id,
-    group_index,
+    ResourceScalingGroupSpec, ResourceScalingGroupStatus, ScalingStrategyType, TargetResource,
+    clone_name, group_id, group_index,
 };
+use crate::plan::inference_service::service::{self, Apply, Delete};
+use crate::plan::inference_service::status::condition;
+use crate::plan::shared::decision::Replica;
+use crate::plan::victims::{self, GroupCandidate};
 
 /// The RSG a clone, an adopted original or a pod belongs to.
 pub const NAME_LABEL: &str = "resourcescalinggroup.com/name";
@@ -618,7 +618,10 @@ fn readiness(planned: &Value, current: Option<&Value>, applied: bool) -> Result<
     }
 }
 
-/// Decides one reconcile of `rsg` (GroupReplication) in `world` at `now`.
+/// Decides one reconcile of `rsg` (GroupReplication) in `world` at `now`:
+/// the problems that stall it, which groups stay ([`choose_groups`]), what
+/// to apply ([`Replication::adoptions`], [`Replication::clones`]) and delete
+/// ([`Replication::deletions`]), and the conditions that say so.
 pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> Pass {
     let mut spec = rsg.spec.clone();
     rsg_api::defaults(&mut spec);
@@ -631,8 +634,92 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         now,
     };
 
+    let mut problems = spec_problems(&spec, namespace);
+    let group = spec
+        .scaling_strategy
+        .group_config
+        .clone()
+        .unwrap_or(GroupConfig {
+            group_name_prefix: None,
+            group_name: None,
+            replicas: None,
+            scale_down: None,
+        });
+    let prefix = group.prefix().unwrap_or_default().to_owned();
+    let targets = resolve_targets(&spec.target_resources, namespace, world, &mut problems);
+
+    let groups = observe(rsg, &prefix, &spec.target_resources, world);
+    let live = groups.live();
+    let status_of = |current: usize, conditions: Vec<Condition>| ResourceScalingGroupStatus {
+        observed_generation: rsg.metadata.generation,
+        current_replicas: i32::try_from(current).unwrap_or(i32::MAX),
+        label_selector: Some(label_selector(rsg_name)),
+        conditions,
+    };
+
+    if !problems.is_empty() {
+        return Pass {
+            apply: Vec::new(),
+            delete: Vec::new(),
+            status: status_of(live.len(), stalled_conditions(&report, &problems)),
+            warnings: Vec::new(),
+        };
+    }
+
+    let desired = usize::try_from(group.replicas().max(1)).unwrap_or(1);
+    let policy = group
+        .scale_down
+        .as_ref()
+        .and_then(|s| s.policy)
+        .unwrap_or_default();
+    let choice = choose_groups(&group, &prefix, &groups, &live, desired, policy);
+    let replication = Replication {
+        rsg,
+        rsg_name,
+        prefix: &prefix,
+        targets: &targets,
+        groups: &groups,
+        desired,
+        policy,
+    };
+    let mut not_ready = Vec::new();
+    let mut apply = replication.adoptions(&mut not_ready);
+    apply.extend(replication.clones(&choice.kept, &mut not_ready));
+    let delete = replication.deletions(&choice);
+
+    let mut conditions = vec![
+        ready_condition(&report, choice.kept.len(), not_ready),
+        report.make(
+            STALLED,
+            false,
+            "AsExpected",
+            format!(
+                "{} of {desired} group(s) kept, {} being deleted",
+                choice.kept.len(),
+                groups.deleting.len()
+            ),
+        ),
+    ];
+    conditions.extend(candidates_condition(
+        &report,
+        &group,
+        &choice,
+        &previous.conditions,
+    ));
+    let conditions = report.conditions(conditions);
+    Pass {
+        apply,
+        delete,
+        status: status_of(choice.kept.len(), conditions),
+        warnings: choice.warnings,
+    }
+}
+
+/// What in the spec itself stalls a GroupReplication group: a spec the
+/// webhook would deny, or another scaling strategy.
+fn spec_problems(spec: &ResourceScalingGroupSpec, namespace: &str) -> Vec<(&'static str, String)> {
     let mut problems = Vec::new();
-    let findings = rsg_api::validate(&spec, namespace);
+    let findings = rsg_api::validate(spec, namespace);
     if !findings.is_allowed() {
         problems.push((
             "InvalidSpec",
@@ -645,19 +732,20 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
             "spec.scalingStrategy.type is not GroupReplication".to_owned(),
         ));
     }
-    let group = spec
-        .scaling_strategy
-        .group_config
-        .clone()
-        .unwrap_or(GroupConfig {
-            group_name_prefix: None,
-            group_name: None,
-            replicas: None,
-            scale_down: None,
-        });
-    let prefix = group.prefix().unwrap_or_default().to_owned();
+    problems
+}
+
+/// The target resources with their templates; a target whose API is not
+/// served or whose template does not exist is a problem (pushed in target
+/// order) instead.
+fn resolve_targets<'a>(
+    resources: &'a [TargetResource],
+    namespace: &str,
+    world: &World<'a>,
+    problems: &mut Vec<(&'static str, String)>,
+) -> Vec<Target<'a>> {
     let mut targets = Vec::new();
-    for (i, resource) in spec.target_resources.iter().enumerate() {
+    for (i, resource) in resources.iter().enumerate() {
         let Some(object) = resource.object() else {
             continue;
         };
@@ -686,207 +774,268 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
             )),
         }
     }
+    targets
+}
 
-    let groups = observe(rsg, &prefix, &spec.target_resources, world);
-    let live = groups.live();
-    let status_of = |current: usize, conditions: Vec<Condition>| ResourceScalingGroupStatus {
-        observed_generation: rsg.metadata.generation,
-        current_replicas: i32::try_from(current).unwrap_or(i32::MAX),
-        label_selector: Some(label_selector(rsg_name)),
-        conditions,
-    };
+/// Ready False and Stalled True, naming every problem (the first one's
+/// reason is Stalled's): nothing is written but status.
+fn stalled_conditions(report: &Report<'_>, problems: &[(&str, String)]) -> Vec<Condition> {
+    let reason = problems
+        .first()
+        .map_or("InvalidSpec", |(reason, _)| *reason);
+    let message = problems
+        .iter()
+        .map(|(_, m)| m.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    report.conditions(vec![
+        report.make(READY, false, "Stalled", message.clone()),
+        report.make(
+            STALLED,
+            true,
+            reason,
+            format!("{message}; nothing is created or deleted until this is fixed"),
+        ),
+    ])
+}
 
-    if let Some((reason, _)) = problems.first() {
-        let message = problems
+/// Which groups stay, and for a scale-down which go and why.
+#[derive(Debug, Default, PartialEq)]
+struct GroupChoice {
+    kept: BTreeSet<u32>,
+    /// The groups removed by this scale-down, in the order chosen.
+    victims: Vec<u32>,
+    /// `scaleDown.candidates` as existing group indices, in list order.
+    listed: Vec<u32>,
+    /// A warning per listed candidate that is no group.
+    warnings: Vec<String>,
+}
+
+/// Which groups stay: a scale-down removes `live - desired` groups chosen by
+/// the listed candidates then the policy; otherwise missing groups are
+/// refilled up to `desired`.
+fn choose_groups(
+    group: &GroupConfig,
+    prefix: &str,
+    groups: &Groups<'_>,
+    live: &BTreeSet<u32>,
+    desired: usize,
+    policy: GroupScaleDownPolicy,
+) -> GroupChoice {
+    if live.len() <= desired {
+        return GroupChoice {
+            kept: victims::refill(live, &groups.deleting, desired),
+            ..GroupChoice::default()
+        };
+    }
+    let known: BTreeSet<u32> = live.union(&groups.deleting).copied().collect();
+    let (listed, warnings) = listed_candidates(group, prefix, &known);
+    let weighed: BTreeMap<u32, GroupCandidate> =
+        live.iter().map(|&i| (i, groups.candidate(i))).collect();
+    let chosen = victims::group_victims(
+        &weighed,
+        live.len().saturating_sub(desired),
+        policy,
+        &listed,
+    );
+    GroupChoice {
+        kept: live
             .iter()
-            .map(|(_, m)| m.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let conditions = report.conditions(vec![
-            report.make(READY, false, "Stalled", message.clone()),
-            report.make(
-                STALLED,
-                true,
-                reason,
-                format!("{message}; nothing is created or deleted until this is fixed"),
-            ),
-        ]);
-        return Pass {
-            apply: Vec::new(),
-            delete: Vec::new(),
-            status: status_of(live.len(), conditions),
-            warnings: Vec::new(),
-        };
-    }
-
-    // Which groups stay: scale-down by candidates then policy, or refill.
-    let desired = usize::try_from(group.replicas().max(1)).unwrap_or(1);
-    let policy = group
-        .scale_down
-        .as_ref()
-        .and_then(|s| s.policy)
-        .unwrap_or_default();
-    let replica = Replica {
-        policy: Some(policy.into()),
-    };
-    let mut warnings = Vec::new();
-    let mut listed = Vec::new();
-    let mut victims_chosen = Vec::new();
-    let kept: BTreeSet<u32> = if live.len() > desired {
-        let known: BTreeSet<u32> = live.union(&groups.deleting).copied().collect();
-        let (indices, skipped) = listed_candidates(&group, &prefix, &known);
-        warnings = skipped;
-        let weighed: BTreeMap<u32, GroupCandidate> =
-            live.iter().map(|&i| (i, groups.candidate(i))).collect();
-        victims_chosen = victims::group_victims(
-            &weighed,
-            live.len().saturating_sub(desired),
-            policy,
-            &indices,
-        );
-        listed = indices;
-        live.iter()
             .copied()
-            .filter(|i| !victims_chosen.contains(i))
-            .collect()
-    } else {
-        victims::refill(&live, &groups.deleting, desired)
-    };
-
-    // What should be applied: the originals' labels, each kept group's
-    // clones; and which of them are not ready, as they will be after this
-    // pass (a spec this pass changes rolls out, a clone it creates has no
-    // ready replicas), so the next pass over the same world reports the same.
-    let mut apply = Vec::new();
-    let mut not_ready = Vec::new();
-    for target in &targets {
-        let adopted = adoption_of(rsg, &prefix, target.template);
-        let change = service::change_of(&adopted, Some(target.template));
-        if let Err(reason) = readiness(&adopted, Some(target.template), change.is_some()) {
-            not_ready.push(format!(
-                "{} {} ({}) {reason}",
-                target.kind,
-                name_of(target.template),
-                group_id(&prefix, 0)
-            ));
-        }
-        let Some(change) = change else {
-            continue;
-        };
-        let why = format!(
-            "labelled as group {} of ResourceScalingGroup {rsg_name} on its metadata{}, so the group's label selector finds its pods",
-            group_id(&prefix, 0),
-            if pod_template_paths(target.kind).is_empty() {
-                " (its roles' pod templates are left alone)"
-            } else {
-                " and pod template (its pods roll once)"
-            }
-        );
-        let note = change.note(target.kind, name_of(target.template), &why);
-        // The original, labelled as group 0: not a replica Tandem made.
-        apply.push(Apply {
-            object: adopted,
-            change,
-            note,
-            replica: None,
-        });
+            .filter(|i| !chosen.contains(i))
+            .collect(),
+        victims: chosen,
+        listed,
+        warnings,
     }
-    let existing_clone = |index: u32, name: &str, kind: &str| -> Option<&Value> {
-        groups
+}
+
+/// What one pass of a GroupReplication group works from.
+struct Replication<'a> {
+    rsg: &'a ResourceScalingGroup,
+    rsg_name: &'a str,
+    prefix: &'a str,
+    targets: &'a [Target<'a>],
+    groups: &'a Groups<'a>,
+    desired: usize,
+    policy: GroupScaleDownPolicy,
+}
+
+impl Replication<'_> {
+    fn replica(&self) -> Replica {
+        Replica {
+            policy: Some(self.policy.into()),
+        }
+    }
+
+    /// The originals, labelled as group 0 (not a replica Tandem made), for
+    /// those whose labels change; each original not ready after this pass
+    /// is added to `not_ready`.
+    fn adoptions(&self, not_ready: &mut Vec<String>) -> Vec<Apply> {
+        let mut apply = Vec::new();
+        for target in self.targets {
+            let adopted = adoption_of(self.rsg, self.prefix, target.template);
+            let change = service::change_of(&adopted, Some(target.template));
+            if let Err(reason) = readiness(&adopted, Some(target.template), change.is_some()) {
+                not_ready.push(format!(
+                    "{} {} ({}) {reason}",
+                    target.kind,
+                    name_of(target.template),
+                    group_id(self.prefix, 0)
+                ));
+            }
+            let Some(change) = change else {
+                continue;
+            };
+            let why = format!(
+                "labelled as group {} of ResourceScalingGroup {} on its metadata{}, so the group's label selector finds its pods",
+                group_id(self.prefix, 0),
+                self.rsg_name,
+                if pod_template_paths(target.kind).is_empty() {
+                    " (its roles' pod templates are left alone)"
+                } else {
+                    " and pod template (its pods roll once)"
+                }
+            );
+            let note = change.note(target.kind, name_of(target.template), &why);
+            apply.push(Apply {
+                object: adopted,
+                change,
+                note,
+                replica: None,
+            });
+        }
+        apply
+    }
+
+    /// Each kept group's clones that are missing or differ; each clone not
+    /// ready after this pass (a spec this pass changes rolls out, a clone it
+    /// creates has no ready replicas) is added to `not_ready`.
+    fn clones(&self, kept: &BTreeSet<u32>, not_ready: &mut Vec<String>) -> Vec<Apply> {
+        let mut apply = Vec::new();
+        for (position, &index) in kept.iter().enumerate() {
+            if index == victims::ORIGINAL_GROUP {
+                continue;
+            }
+            for target in self.targets {
+                let clone = clone_of(
+                    self.rsg,
+                    self.prefix,
+                    target.template,
+                    &target.resource.name,
+                    index,
+                );
+                let name = name_of(&clone).to_owned();
+                let current = self.existing_clone(index, &name, target.kind);
+                let change = service::change_of(&clone, current);
+                if let Err(reason) = readiness(&clone, current, change.is_some()) {
+                    not_ready.push(format!("{} {name} {reason}", target.kind));
+                }
+                let Some(change) = change else {
+                    continue;
+                };
+                let why = match change {
+                    service::Change::Update => format!(
+                        "its template {} {} changed",
+                        target.kind,
+                        name_of(target.template)
+                    ),
+                    _ => format!(
+                        "clone of {} {} for group {} ({} of {} groups)",
+                        target.kind,
+                        name_of(target.template),
+                        group_id(self.prefix, index),
+                        position.saturating_add(1),
+                        self.desired
+                    ),
+                };
+                let note = change.note(target.kind, &name, &why);
+                apply.push(Apply {
+                    object: clone,
+                    change,
+                    note,
+                    replica: Some(self.replica()),
+                });
+            }
+        }
+        apply
+    }
+
+    fn existing_clone(&self, index: u32, name: &str, kind: &str) -> Option<&Value> {
+        self.groups
             .clones
             .get(&index)?
             .iter()
             .copied()
             .find(|c| name_of(c) == name && kind_of(c) == kind)
-    };
-    for (position, &index) in kept.iter().enumerate() {
-        if index == victims::ORIGINAL_GROUP {
-            continue;
-        }
-        for target in &targets {
-            let clone = clone_of(rsg, &prefix, target.template, &target.resource.name, index);
-            let name = name_of(&clone).to_owned();
-            let current = existing_clone(index, &name, target.kind);
-            let change = service::change_of(&clone, current);
-            if let Err(reason) = readiness(&clone, current, change.is_some()) {
-                not_ready.push(format!("{} {name} {reason}", target.kind));
+    }
+
+    /// What goes: the victims' clones, the rest of groups being deleted, and
+    /// strays (none already terminating).
+    fn deletions(&self, choice: &GroupChoice) -> Vec<Delete> {
+        let groups = self.groups;
+        let replica = Some(self.replica());
+        let mut delete = Vec::new();
+        for &victim in &choice.victims {
+            let why = why_victim(
+                victim,
+                &choice.listed,
+                self.policy,
+                groups,
+                &choice.kept,
+                self.prefix,
+            );
+            for clone in groups.clones.get(&victim).into_iter().flatten() {
+                delete.push(Delete {
+                    object: (*clone).clone(),
+                    note: format!(
+                        "{} {} deleted: group {} is removed, the ResourceScalingGroup is scaled to {} group(s); {why}",
+                        kind_of(clone),
+                        name_of(clone),
+                        group_id(self.prefix, victim),
+                        self.desired
+                    ),
+                    replica,
+                });
             }
-            let Some(change) = change else {
-                continue;
-            };
-            let why = match change {
-                service::Change::Update => format!(
-                    "its template {} {} changed",
-                    target.kind,
-                    name_of(target.template)
-                ),
-                _ => format!(
-                    "clone of {} {} for group {} ({} of {desired} groups)",
-                    target.kind,
-                    name_of(target.template),
-                    group_id(&prefix, index),
-                    position.saturating_add(1)
-                ),
-            };
-            let note = change.note(target.kind, &name, &why);
-            apply.push(Apply {
-                object: clone,
-                change,
-                note,
-                replica: Some(replica),
-            });
         }
-    }
-
-    // What goes: victims' clones, the rest of groups being deleted, strays.
-    let mut delete = Vec::new();
-    for &victim in &victims_chosen {
-        let why = why_victim(victim, &listed, policy, &groups, &kept, &prefix);
-        for clone in groups.clones.get(&victim).into_iter().flatten() {
+        for &index in &groups.deleting {
+            for clone in groups
+                .clones
+                .get(&index)
+                .into_iter()
+                .flatten()
+                .filter(|c| !terminating(c))
+            {
+                delete.push(Delete {
+                    object: (*clone).clone(),
+                    note: format!(
+                        "{} {} deleted: group {} is being deleted, and a group goes as a whole",
+                        kind_of(clone),
+                        name_of(clone),
+                        group_id(self.prefix, index)
+                    ),
+                    replica,
+                });
+            }
+        }
+        for (object, why) in groups.stale.iter().filter(|(o, _)| !terminating(o)) {
             delete.push(Delete {
-                object: (*clone).clone(),
-                note: format!(
-                    "{} {} deleted: group {} is removed, the ResourceScalingGroup is scaled to {desired} group(s); {why}",
-                    kind_of(clone),
-                    name_of(clone),
-                    group_id(&prefix, victim)
-                ),
-                replica: Some(replica),
+                object: (*object).clone(),
+                note: format!("{} {} deleted: {why}", kind_of(object), name_of(object)),
+                replica,
             });
         }
+        delete
     }
-    for &index in &groups.deleting {
-        for clone in groups
-            .clones
-            .get(&index)
-            .into_iter()
-            .flatten()
-            .filter(|c| !terminating(c))
-        {
-            delete.push(Delete {
-                object: (*clone).clone(),
-                note: format!(
-                    "{} {} deleted: group {} is being deleted, and a group goes as a whole",
-                    kind_of(clone),
-                    name_of(clone),
-                    group_id(&prefix, index)
-                ),
-                replica: Some(replica),
-            });
-        }
-    }
-    for (object, why) in groups.stale.iter().filter(|(o, _)| !terminating(o)) {
-        delete.push(Delete {
-            object: (*object).clone(),
-            note: format!("{} {} deleted: {why}", kind_of(object), name_of(object)),
-            replica: Some(replica),
-        });
-    }
+}
 
-    // Status.
+/// Ready: True when every kept group's resources are ready after this pass,
+/// else False naming the first few that are not.
+fn ready_condition(report: &Report<'_>, kept: usize, not_ready: Vec<String>) -> Condition {
     let ready = not_ready.is_empty();
     let ready_message = if ready {
-        format!("every resource of the {} group(s) is ready", kept.len())
+        format!("every resource of the {kept} group(s) is ready")
     } else {
         let more = not_ready.len().saturating_sub(NAMED_IN_MESSAGE);
         let mut named: Vec<String> = not_ready.into_iter().take(NAMED_IN_MESSAGE).collect();
@@ -895,35 +1044,33 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         }
         named.join("; ")
     };
-    let mut conditions = vec![
-        report.make(
-            READY,
-            ready,
-            if ready {
-                "AllGroupsReady"
-            } else {
-                "GroupsNotReady"
-            },
-            ready_message,
-        ),
-        report.make(
-            STALLED,
-            false,
-            "AsExpected",
-            format!(
-                "{} of {desired} group(s) kept, {} being deleted",
-                kept.len(),
-                groups.deleting.len()
-            ),
-        ),
-    ];
+    report.make(
+        READY,
+        ready,
+        if ready {
+            "AllGroupsReady"
+        } else {
+            "GroupsNotReady"
+        },
+        ready_message,
+    )
+}
+
+/// CandidatesSkipped: set by a scale-down of a group that lists candidates
+/// (True when a listed name is no group), else kept as it was.
+fn candidates_condition(
+    report: &Report<'_>,
+    group: &GroupConfig,
+    choice: &GroupChoice,
+    previous: &[Condition],
+) -> Option<Condition> {
     let listed_any = group
         .scale_down
         .as_ref()
         .is_some_and(|s| !s.candidates.is_empty());
-    if !victims_chosen.is_empty() && listed_any {
-        let skipped = !warnings.is_empty();
-        conditions.push(report.make(
+    if !choice.victims.is_empty() && listed_any {
+        let skipped = !choice.warnings.is_empty();
+        Some(report.make(
             CANDIDATES_SKIPPED,
             skipped,
             if skipped {
@@ -932,25 +1079,18 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
                 "AllCandidatesKnown"
             },
             if skipped {
-                warnings.join("; ")
+                choice.warnings.join("; ")
             } else {
                 "the last scale-down found every listed candidate".to_owned()
             },
-        ));
-    } else if victims_chosen.is_empty()
-        && let Some(previous) = previous
-            .conditions
+        ))
+    } else if choice.victims.is_empty() {
+        previous
             .iter()
             .find(|c| c.type_ == CANDIDATES_SKIPPED)
-    {
-        conditions.push(previous.clone());
-    }
-    let conditions = report.conditions(conditions);
-    Pass {
-        apply,
-        delete,
-        status: status_of(kept.len(), conditions),
-        warnings,
+            .cloned()
+    } else {
+        None
     }
 }
 
@@ -1790,5 +1930,39 @@ mod tests {
                 prop_assert!(gone.is_subset(&listed_existing), "gone {:?}, listed {:?}", gone, listed_existing);
             }
         }
+    }
+
+    #[test]
+    fn choose_groups_refills_or_removes_listed_candidates_then_by_policy() {
+        let config = |replicas: i32| -> GroupConfig {
+            serde_json::from_value(json!({"groupNamePrefix": "g", "replicas": replicas,
+                "scaleDown": {"candidates": ["g-01", "nope"]}}))
+            .expect("a group config")
+        };
+        let clone = json!({"kind": "Deployment", "metadata": {"name": "c"}});
+        let mut groups = Groups::default();
+        for index in 1..=3 {
+            groups.clones.insert(index, vec![&clone]);
+        }
+        let live = groups.live();
+
+        // Four live groups, two desired: g-01 goes first (listed), then the
+        // highest index (Ordered); the unknown name is a warning.
+        let policy = GroupScaleDownPolicy::default();
+        let choice = choose_groups(&config(2), "g", &groups, &live, 2, policy);
+        assert_eq!(choice.kept, BTreeSet::from([0, 2]));
+        assert_eq!(choice.victims, vec![1, 3]);
+        assert_eq!(choice.listed, vec![1]);
+        assert_eq!(choice.warnings.len(), 1);
+        assert!(
+            choice.warnings[0].contains("candidates[1]"),
+            "{:?}",
+            choice.warnings
+        );
+
+        // Five desired: the missing index is refilled, nothing goes.
+        let choice = choose_groups(&config(5), "g", &groups, &live, 5, policy);
+        assert_eq!(choice.kept, BTreeSet::from([0, 1, 2, 3, 4]));
+        assert!(choice.victims.is_empty() && choice.warnings.is_empty());
     }
 }

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 
 use crate::api::limits::MAX_REPLICAS;
 use crate::api::scale_view::ScaleViewSpec;
-use crate::plan::children;
+use crate::plan::shared::children;
 
 /// Replicas of each group of a view for one requested total.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,11 +15,11 @@ use std::ops::{Add, Mul};
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde_json::{Value, json};
 
-use super::children::{self, GROUP_NAME_ANNOTATION, TASK_SPEC_ANNOTATION};
-use super::quantity::{Quantity, pod_requests};
 use crate::api::inference_service::{
     ComponentType, GangPolicy, InferenceService, InferenceServiceSpec, Role,
 };
+use crate::plan::shared::children::{self, GROUP_NAME_ANNOTATION, TASK_SPEC_ANNOTATION};
+use crate::plan::shared::quantity::{Quantity, pod_requests};
 
 /// The scheduler that gang-schedules Tandem's pods.
 pub const VOLCANO: &str = "volcano";

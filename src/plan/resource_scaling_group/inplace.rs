@@ -7,7 +7,7 @@
 //!    and the Sources of the groups upstream of its Source, so that a chain
 //!    (a Target of one group is the Source of another) settles in one pass.
 //! 2. [`reconcile`]: from what was read ([`Observed`]), the desired replicas
-//!    of every Target (`ratio::propagate`), and the patches of this group's
+//!    of every Target (`propagation::propagate`), and the patches of this group's
 //!    Targets whose replicas differ, each with its cause: the Source scaled,
 //!    the group is new or its spec changed, or a Target drifted (the Source
 //!    is where it was last time, yet the Target moved: someone set it by
@@ -31,11 +31,12 @@ use serde_json::Value;
 
 use super::adapter::{self, RoleReading};
 use super::dag::FollowGraph;
+use super::propagation;
 use super::ratio::{self, Bindings, Endpoint, TargetBinding};
-use super::status::condition;
 use crate::api::resource_scaling_group::{
     ResourceScalingGroup, ResourceScalingGroupSpec, ResourceScalingGroupStatus,
 };
+use crate::plan::inference_service::status::condition;
 
 /// An endpoint's replicas as read, with what a patch of them needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -259,34 +260,8 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
     let (chosen, _) = relevant(&all, me);
     let picked: Vec<(String, Bindings)> = chosen.iter().map(|&g| all[g].clone()).collect();
 
-    // A Target another group also drives, or a loop upstream: no answer.
-    for target in &mine.targets {
-        let others: Vec<&str> = all
-            .iter()
-            .enumerate()
-            .filter(|(g, (_, b))| {
-                *g != me && b.targets.iter().any(|t| t.endpoint == target.endpoint)
-            })
-            .map(|(_, (n, _))| n.as_str())
-            .collect();
-        if !others.is_empty() {
-            pass.problems.push(Problem {
-                reason: Problem::TARGET_CONFLICT,
-                message: format!(
-                    "Target {} is also the Target of ResourceScalingGroup {}; it can follow one Source only",
-                    binding_name(rsg, target.binding),
-                    others.join(", ")
-                ),
-            });
-        }
-    }
-    let named: Vec<(&str, &Bindings)> = picked.iter().map(|(n, b)| (n.as_str(), b)).collect();
-    if let Err(cycle) = FollowGraph::new(&named).topological() {
-        pass.problems.push(Problem {
-            reason: Problem::CYCLE,
-            message: format!("{cycle}: the bindings form a cycle, so no replicas satisfy them"),
-        });
-    }
+    pass.problems
+        .extend(follow_problems(rsg, &all, me, &picked));
     if !pass.problems.is_empty() {
         return finish(rsg, pass, previous.current_replicas, now);
     }
@@ -298,7 +273,7 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
             _ => None,
         })
         .collect();
-    let desired = match ratio::propagate(&current, &picked) {
+    let desired = match propagation::propagate(&current, &picked) {
         Ok(desired) => desired,
         Err(reason) => {
             pass.problems.push(Problem {
@@ -337,33 +312,12 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
         if from == want {
             continue;
         }
-        let why = why(target, source, want);
-        let (reason, note) = match cause(rsg, &previous, source) {
-            Cause::New => (
-                SCALED,
-                format!(
-                    "source {source_name} has {source} replicas: {target_name} {from} -> {want} ({why})"
-                ),
-            ),
-            Cause::SpecChanged => (
-                SCALED,
-                format!(
-                    "the bindings changed: {target_name} {from} -> {want} ({why} of {source_name}={source})"
-                ),
-            ),
-            Cause::SourceScaled { was } => (
-                SCALED,
-                format!(
-                    "source {source_name} scaled from {was} to {source}: {target_name} {from} -> {want} ({why})"
-                ),
-            ),
-            Cause::Drift => (
-                DRIFT_REPAIRED,
-                format!(
-                    "{target_name} was set to {from} by hand; set back to {want} ({why} of {source_name}={source})"
-                ),
-            ),
-        };
+        let (reason, note) = scale_note(
+            cause(rsg, &previous, source),
+            (&source_name, source),
+            (&target_name, from, want),
+            &why(target, source, want),
+        );
         pass.scales.push(TargetScale {
             binding: target.binding,
             name: target_name,
@@ -379,6 +333,81 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
     }
     let recorded = source_now.unwrap_or(previous.current_replicas);
     finish(rsg, pass, recorded, now)
+}
+
+/// A Target another group also drives, or a loop among the groups `picked`
+/// (those upstream of `all[me]`): no replicas satisfy them.
+fn follow_problems(
+    rsg: &ResourceScalingGroup,
+    all: &[(String, Bindings)],
+    me: usize,
+    picked: &[(String, Bindings)],
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for target in &all[me].1.targets {
+        let others: Vec<&str> = all
+            .iter()
+            .enumerate()
+            .filter(|(g, (_, b))| {
+                *g != me && b.targets.iter().any(|t| t.endpoint == target.endpoint)
+            })
+            .map(|(_, (n, _))| n.as_str())
+            .collect();
+        if !others.is_empty() {
+            problems.push(Problem {
+                reason: Problem::TARGET_CONFLICT,
+                message: format!(
+                    "Target {} is also the Target of ResourceScalingGroup {}; it can follow one Source only",
+                    binding_name(rsg, target.binding),
+                    others.join(", ")
+                ),
+            });
+        }
+    }
+    let named: Vec<(&str, &Bindings)> = picked.iter().map(|(n, b)| (n.as_str(), b)).collect();
+    if let Err(cycle) = FollowGraph::new(&named).topological() {
+        problems.push(Problem {
+            reason: Problem::CYCLE,
+            message: format!("{cycle}: the bindings form a cycle, so no replicas satisfy them"),
+        });
+    }
+    problems
+}
+
+/// The reason and Event note of scaling a Target from `from` to `want`
+/// replicas while its Source has `source`, by what caused it.
+fn scale_note(
+    cause: Cause,
+    (source_name, source): (&str, i32),
+    (target_name, from, want): (&str, i32, i32),
+    why: &str,
+) -> (&'static str, String) {
+    match cause {
+        Cause::New => (
+            SCALED,
+            format!(
+                "source {source_name} has {source} replicas: {target_name} {from} -> {want} ({why})"
+            ),
+        ),
+        Cause::SpecChanged => (
+            SCALED,
+            format!(
+                "the bindings changed: {target_name} {from} -> {want} ({why} of {source_name}={source})"
+            ),
+        ),
+        Cause::SourceScaled { was } => (
+            SCALED,
+            format!(
+                "source {source_name} scaled from {was} to {source}: {target_name} {from} -> {want} ({why})"
+            ),
+        ),
+        Cause::Drift => (
+            DRIFT_REPAIRED,
+            format!(
+                "{target_name} was set to {from} by hand; set back to {want} ({why} of {source_name}={source})"
+            ),
+        ),
+    }
 }
 
 /// Why a Target was changed.
@@ -1202,5 +1231,26 @@ mod tests {
             prop_assert!(again.events.is_empty());
             prop_assert_eq!(Some(&again.status), stored.status.as_ref());
         }
+    }
+
+    #[test]
+    fn scale_note_says_what_caused_the_scale() {
+        let note = |cause| scale_note(cause, ("prefill", 2), ("decode", 5, 4), "ratio 2");
+        assert_eq!(
+            note(Cause::Drift),
+            (
+                DRIFT_REPAIRED,
+                "decode was set to 5 by hand; set back to 4 (ratio 2 of prefill=2)".to_owned()
+            )
+        );
+        assert_eq!(
+            note(Cause::SourceScaled { was: 3 }),
+            (
+                SCALED,
+                "source prefill scaled from 3 to 2: decode 5 -> 4 (ratio 2)".to_owned()
+            )
+        );
+        assert_eq!(note(Cause::New).0, SCALED);
+        assert_eq!(note(Cause::SpecChanged).0, SCALED);
     }
 }

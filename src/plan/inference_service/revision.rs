@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::children::{self, Naming, REVISION, service_labels, service_name};
 use crate::api::inference_service::{
     InferenceService, InferenceServiceSpec, Role, SchedulingStrategy,
 };
+use crate::plan::shared::children::{self, Naming, REVISION, service_labels, service_name};
 
 pub const CONTROLLER_REVISION_API_VERSION: &str = "apps/v1";
 pub const CONTROLLER_REVISION_KIND: &str = "ControllerRevision";

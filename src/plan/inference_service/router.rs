@@ -42,11 +42,11 @@ use crate::api::inference_service::{
 };
 use crate::api::{Findings, Violation};
 
-use super::children::{
+use super::drain;
+use crate::plan::shared::children::{
     self, COMPONENT_TYPE, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, role_labels, service_labels,
     service_name,
 };
-use super::drain;
 
 /// The GIE endpoint picker whose flags, ports and plugins this module uses:
 /// GIE v1.6.0, the release of the InferencePool v1 CRD Tandem validates against
@@ -643,7 +643,7 @@ fn picker_objects(
     let port = serving_port(&service.spec).map_err(|v| v.to_string())?;
     let config = endpoint_picker_config(router)?;
     let mut labels = object_labels(svc);
-    // A draining replica's pods leave the pool (plan::drain).
+    // A draining replica's pods leave the pool (plan::inference_service::drain).
     let mut pool_selector = BTreeMap::from([
         (SERVICE.to_owned(), svc.to_owned()),
         (LWS_WORKER_INDEX.to_owned(), "0".to_owned()),
