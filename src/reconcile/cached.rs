@@ -3,6 +3,10 @@
 //! on), and everything else (spec, status, data) as compact JSON text,
 //! parsed only when a reconcile reads the object.
 //!
+//! The watches read list pages and events straight into this form
+//! ([`Cached`]'s `Deserialize`): a page of 500 pods is never held as 500
+//! `Value` trees with their `managedFields`, only one object's at a time.
+//!
 //! Why not kube's `DynamicObject`: its `serde_json::Value` tree costs about
 //! six times the object's JSON size in memory (every map a B-tree node of
 //! eleven slots, every string its own allocation). With 1 000 services'
@@ -18,8 +22,9 @@ use kube::Resource;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::core::DynamicResourceScope;
 use kube::runtime::watcher;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::ser::{Error as _, SerializeMap};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 /// A cached object of a kind read as JSON.
@@ -42,6 +47,16 @@ impl Cached {
         Cached {
             metadata: object.metadata,
             body: body.into_boxed_str(),
+        }
+    }
+
+    /// The object as kube's `DynamicObject`, to trim its fields.
+    pub fn into_dynamic(self) -> DynamicObject {
+        let data = Value::Object(self.fields());
+        DynamicObject {
+            types: None,
+            metadata: self.metadata,
+            data,
         }
     }
 
@@ -100,6 +115,54 @@ impl Serialize for Cached {
             map.serialize_entry(key, value)?;
         }
         map.end()
+    }
+}
+
+/// Read from an object's JSON one field at a time: the metadata without its
+/// `managedFields` (no plan reads them, and they are often the biggest part
+/// of a small object), apiVersion and kind dropped (the cache knows them),
+/// the rest kept as text once the object is read.
+impl<'de> Deserialize<'de> for Cached {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Cached;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Cached, A::Error> {
+                let mut metadata = ObjectMeta::default();
+                let mut fields = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "metadata" => {
+                            let mut meta: Map<String, Value> = map.next_value()?;
+                            meta.remove("managedFields");
+                            metadata = serde_json::from_value(Value::Object(meta))
+                                .map_err(serde::de::Error::custom)?;
+                        }
+                        "apiVersion" | "kind" => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        _ => {
+                            fields.insert(key, map.next_value::<Value>()?);
+                        }
+                    }
+                }
+                let body = if fields.is_empty() {
+                    String::new()
+                } else {
+                    serde_json::to_string(&fields).map_err(serde::de::Error::custom)?
+                };
+                Ok(Cached {
+                    metadata,
+                    body: body.into_boxed_str(),
+                })
+            }
+        }
+        deserializer.deserialize_map(Fields)
     }
 }
 
@@ -205,6 +268,21 @@ mod tests {
         let mut relabelled = pod();
         relabelled.metadata.labels = None;
         assert!(!cached.same_but_version(&Cached::new(relabelled)));
+    }
+
+    #[test]
+    fn read_from_json_it_is_the_object_less_its_managed_fields() {
+        let mut text = serde_json::to_value(pod()).expect("serialises");
+        text["metadata"]["managedFields"] =
+            json!([{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]);
+        let read: Cached = serde_json::from_str(&text.to_string()).expect("reads");
+        assert_eq!(read, Cached::new(pod()));
+        assert_eq!(read.clone().into_dynamic().data, pod().data);
+        // Inside a watch event, where serde may buffer the object first.
+        let event = json!({"object": text, "type": "ADDED"}).to_string();
+        let event: kube::core::WatchEvent<Cached> = serde_json::from_str(&event).expect("reads");
+        assert!(matches!(event, kube::core::WatchEvent::Added(o) if o == read));
+        assert!(serde_json::from_str::<Cached>("[1]").is_err());
     }
 
     #[test]

@@ -856,22 +856,26 @@ fn reflect_dynamic(
     if let Some(selector) = &selector {
         config = config.labels(selector);
     }
-    let keep = move |mut object: DynamicObject| {
+    let keep = move |mut object: Cached| {
         trim_metadata(&mut object.metadata);
         match trim {
-            Trim::Whole => {}
-            Trim::Workload => trim_workload(&mut object),
-            Trim::Pod => trim_pod(&mut object),
+            Trim::Whole => object,
+            Trim::Workload => {
+                let mut object = object.into_dynamic();
+                trim_workload(&mut object);
+                Cached::new(object)
+            }
+            Trim::Pod => {
+                let mut object = object.into_dynamic();
+                trim_pod(&mut object);
+                Cached::new(object)
+            }
         }
-        Cached::new(object)
     };
-    let stream = watcher(
-        Api::<DynamicObject>::all_with(client.clone(), resource),
-        config,
-    )
-    .default_backoff()
-    .map(move |event| event.map(|event| cached::event(event, keep)))
-    .boxed();
+    let stream = watcher(Api::<Cached>::all_with(client.clone(), resource), config)
+        .default_backoff()
+        .map(move |event| event.map(|event| cached::event(event, keep)))
+        .boxed();
     // Pods are cached in two selections: the gauge tells them apart.
     let label = match &selector {
         Some(selector) => format!("{} {selector}", resource.kind),
