@@ -1,7 +1,7 @@
 //! `tandem serve` against a big cluster: the real binary pointed at the
 //! in-memory API server of the tests (`tests/common/fake_api`), which holds
-//! COUNT InferenceServices (story 4, P/D multi-node: three
-//! LeaderWorkerSets, a PodGroup and ten ready pods each, as a previous
+//! COUNT InferenceServices (story 4, P/D multi-node, with two prefill
+//! replicas: three LeaderWorkerSets, a PodGroup and twelve ready pods each, as a previous
 //! `tandem` left them), COUNT ScaleViews (one on each service's decode
 //! role) and COUNT InplaceScaling ResourceScalingGroups (the seed's
 //! `pd-pool`, each binding workloads of its own name, which do not exist:
@@ -71,6 +71,9 @@ fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String,
         let name = format!("svc-{i}");
         let mut service = story.clone();
         service["metadata"] = json!({"name": name, "namespace": namespace});
+        // Two prefill replicas (the story has one): 2 x 2 + 2 x 4 = 12 pods
+        // a service, the 12 000 pods issue 13 sizes the cluster with.
+        service["spec"]["roles"][0]["replicas"] = json!(2);
         let stored = fake.insert(admitted(Kind::InferenceService, &namespace, &service));
         let rendered =
             tandem::render::render(vec![stored], &Default::default()).expect("story 4 renders");
