@@ -129,8 +129,8 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
     // Every request Tandem counted is one the API server saw, and the
     // other way round, by verb and kind (watches, one long request each,
     // are left out on both sides; the test's own two writes are not
-    // Tandem's). Requests still in flight (the Lease's renewals) settle
-    // within a poll or two.
+    // Tandem's). Requests still in flight (the Lease's renewals) and the
+    // third reconcile's return settle within a poll or two.
     let own = |c: &Call| {
         c.path == SERVICES_PATH && c.method == "POST"
             || c.path == format!("{SERVICES_PATH}/{SERVICE}") && c.method == "PATCH"
@@ -141,7 +141,14 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
         let text = metrics(&tandem).await;
         calls.extend(fake.take_calls());
         let tandems: Vec<Call> = calls.iter().filter(|c| !own(c)).cloned().collect();
-        if counted_requests(&text) == seen_requests(&tandems) {
+        // A reconcile is counted when it returns, which can be a moment
+        // after its last request (the repair's PATCH) was seen.
+        let finished = value(
+            &text,
+            "tandem_controller_reconciles_total",
+            r#"controller="InferenceService",result="ok""#,
+        );
+        if counted_requests(&text) == seen_requests(&tandems) && finished >= 3.0 {
             break text;
         }
         assert!(
