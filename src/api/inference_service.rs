@@ -1763,8 +1763,12 @@ mod tests {
                 "{options}: expected {expected:?}, got {message:?}"
             );
         }
-        // A role's own block overrides the service's field by field, and is
-        // denied at its own path.
+    }
+
+    /// A role's own block overrides the service's field by field, and is
+    /// denied at its own path.
+    #[test]
+    fn rolling_update_options_of_a_role() {
         let mut own = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
         own["roles"][1]["rollingUpdate"] = json!({"maxSurge": 0});
         assert!(
@@ -1815,8 +1819,11 @@ mod tests {
             denial(router)
                 .starts_with("spec.roles[2].rollingUpdate: a router role has no replicas to roll")
         );
+    }
 
-        // Another strategy ignores them, with a warning.
+    /// Another strategy ignores them, with a warning.
+    #[test]
+    fn rolling_update_options_ignored_by_another_strategy() {
         let mut other = rolling(json!({"maxUnavailable": 0, "maxSurge": 0}));
         other["upgradeStrategy"]["type"] = json!("None");
         let findings = validate(&spec(other));
