@@ -2,6 +2,7 @@
 // As in the library: no unchecked arithmetic (issue 16).
 #![warn(
     clippy::arithmetic_side_effects,
+    clippy::too_many_lines,
     clippy::cast_possible_truncation,
     clippy::cast_possible_wrap,
     clippy::cast_sign_loss
