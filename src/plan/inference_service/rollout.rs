@@ -148,7 +148,7 @@ pub fn plan(
     now: Timestamp,
 ) -> Rollout {
     let svc = children::service_name(service);
-    let spec_revision = children::revision(&service.spec);
+    let spec_revision = revision::spec_revision(&service.spec);
     let leader_worker_sets: Vec<&Value> = children
         .iter()
         .filter(|c| {
@@ -725,7 +725,7 @@ pub(crate) mod tests {
     #[test]
     fn an_active_revision_adopts_the_replicas_that_run() {
         let v2 = service("vllm:2", incremental());
-        let spec_revision = children::revision(&v2.spec);
+        let spec_revision = revision::spec_revision(&v2.spec);
         let old: Vec<Value> = (0..4)
             .map(|i| lws(&format!("qwen-inference-{i}"), i, "aaaaaaaaaa"))
             .collect();
