@@ -2,6 +2,7 @@
 // As in the library: no unchecked arithmetic (issue 16).
 #![warn(
     clippy::arithmetic_side_effects,
+    clippy::too_many_lines,
     clippy::cast_possible_truncation,
     clippy::cast_possible_wrap,
     clippy::cast_sign_loss
@@ -166,48 +167,20 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-    let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
-    let (listen, probe_listen, cert_dir) = if args.dev {
-        (
-            args.listen.unwrap_or(loopback(8443)),
-            args.probe_listen.unwrap_or(loopback(8080)),
-            args.cert_dir
-                .unwrap_or_else(|| PathBuf::from("tandem-dev-certs")),
-        )
-    } else {
-        (
-            args.listen.unwrap_or(any(8443)),
-            args.probe_listen.unwrap_or(any(8080)),
-            args.cert_dir
-                .unwrap_or_else(|| PathBuf::from("/etc/tandem/certs")),
-        )
-    };
+    let (listen, probe_listen, cert_dir) = addresses(&args);
     if args.dev {
-        for (flag, addr) in [("--listen", listen), ("--probe-listen", probe_listen)] {
-            if !addr.ip().is_loopback() {
-                return fail(format!("--dev serves on loopback only, got {flag} {addr}"));
-            }
+        if let Err(message) = dev_loopback_only(listen, probe_listen) {
+            return fail(message);
         }
-        let bundle = match certs::issue(&certs::loopback_hosts(), 30) {
-            Ok(bundle) => bundle,
-            Err(e) => return fail(e),
-        };
-        if let Err(e) = certs::write(&cert_dir, &bundle) {
+        if let Err(e) = write_dev_certs(&cert_dir) {
             return fail(e);
         }
-        println!(
-            "# dev CA and serving certificate for localhost written to {}",
-            cert_dir.display()
-        );
-        println!("caBundle: {}", bundle.ca_bundle());
     }
-    let epp_image = args.epp_image;
-    let identity = args.pod_name.unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "tandem".to_owned());
-        format!("{host}-{}", std::process::id())
-    });
-    let lease_namespace = args.pod_namespace;
+    let controllers = ControllerArgs {
+        epp_image: args.epp_image.clone(),
+        identity: identity(args.pod_name.clone()),
+        lease_namespace: args.pod_namespace.clone(),
+    };
     let options = server::ServeOptions {
         listen,
         probe_listen,
@@ -226,79 +199,195 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("could not start the async runtime: {e}")),
     };
-    runtime.block_on(async {
-        let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
-        let caches_ready = Arc::new(AtomicBool::new(true));
-        // One registry for the webhook's, the controllers' and the client's metrics.
-        let metrics = Arc::new(server::metrics::Metrics::default());
-        let controllers = match kube::Config::infer().await {
-            Ok(config) => {
-                let cluster = config.cluster_url.clone();
-                // Every request of the process (caches, controllers, Lease) is counted.
-                let counting = server::api_requests::CountRequests::new(metrics.controllers.clone());
-                match kube::client::ClientBuilder::try_from(config).map(|b| b.with_layer(&counting).build()) {
-                    Ok(client) => {
-                        caches_ready.store(false, Ordering::SeqCst);
-                        let caches = reconcile::caches::Caches::start(client.clone(), metrics.controllers.clone());
-                        {
-                            let (caches, ready) = (caches.clone(), caches_ready.clone());
-                            tokio::spawn(async move {
-                                caches.ready().await;
-                                ready.store(true, Ordering::SeqCst);
-                                tracing::info!("caches loaded");
-                            });
-                        }
-                        lookup = caches.clone();
-                        let options = plan::inference_service::service::Options {
-                            router: plan::inference_service::router::RouterOptions { epp_image },
-                        };
-                        let live = reconcile::live::Live::new(client.clone(), caches.clone(), reconcile::reporter(&identity));
-                        let ctx = Arc::new(reconcile::Context::new(Arc::new(live), options).with_metrics(metrics.controllers.clone()));
-                        tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
-                        let election = reconcile::leader::Election::new(
-                            client,
-                            &lease_namespace,
-                            &identity,
-                            plan::shared::leadership::Timing::DEFAULT,
-                        );
-                        let start = move |stopping: reconcile::leader::Stopping| {
-                            vec![
-                                tokio::spawn(reconcile::inference_service::run(ctx.clone(), caches.clone(), stopping.signal())),
-                                tokio::spawn(reconcile::scale_view::run(ctx.clone(), caches.clone(), stopping.signal())),
-                                tokio::spawn(reconcile::resource_scaling_group::run(ctx.clone(), caches.clone(), stopping.signal())),
-                            ]
-                        };
-                        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                        let leading = tokio::spawn(reconcile::leader::lead(election, start, async move {
-                            let _ = stopped.await;
-                        }));
-                        Some((leading, stop))
-                    }
-                    Err(e) => {
-                        tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
-                        None
-                    }
+    runtime.block_on(serve_and_control(options, controllers))
+}
+
+/// The webhook's and the probes' addresses and the certificate directory:
+/// the flags, else the defaults (loopback and a local directory with --dev).
+fn addresses(args: &ServeArgs) -> (SocketAddr, SocketAddr, PathBuf) {
+    let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
+    let (host, cert_dir): (fn(u16) -> SocketAddr, &str) = if args.dev {
+        (loopback, "tandem-dev-certs")
+    } else {
+        (any, "/etc/tandem/certs")
+    };
+    (
+        args.listen.unwrap_or(host(8443)),
+        args.probe_listen.unwrap_or(host(8080)),
+        args.cert_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(cert_dir)),
+    )
+}
+
+/// --dev serves on loopback only: the first address that is not is refused.
+fn dev_loopback_only(listen: SocketAddr, probe_listen: SocketAddr) -> Result<(), String> {
+    for (flag, addr) in [("--listen", listen), ("--probe-listen", probe_listen)] {
+        if !addr.ip().is_loopback() {
+            return Err(format!("--dev serves on loopback only, got {flag} {addr}"));
+        }
+    }
+    Ok(())
+}
+
+/// --dev: a CA and a loopback serving certificate in `cert_dir`, and the
+/// caBundle printed for the webhook configuration.
+fn write_dev_certs(cert_dir: &std::path::Path) -> Result<(), certs::CertsError> {
+    let bundle = certs::issue(&certs::loopback_hosts(), 30)?;
+    certs::write(cert_dir, &bundle)?;
+    println!(
+        "# dev CA and serving certificate for localhost written to {}",
+        cert_dir.display()
+    );
+    println!("caBundle: {}", bundle.ca_bundle());
+    Ok(())
+}
+
+/// This replica's name in the leader election: the pod's name, else
+/// `$HOSTNAME-PID`.
+fn identity(pod_name: Option<String>) -> String {
+    pod_name.unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "tandem".to_owned());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+/// What the controllers need from the flags.
+struct ControllerArgs {
+    epp_image: String,
+    identity: String,
+    lease_namespace: String,
+}
+
+/// The leader election task, and the sender that tells it to stop.
+type Controllers = (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::oneshot::Sender<()>,
+);
+
+/// Serve the webhooks (and, with a cluster, run the controllers while
+/// holding the Lease) until shutdown; then stop the controllers.
+async fn serve_and_control(options: server::ServeOptions, args: ControllerArgs) -> ExitCode {
+    let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
+    let caches_ready = Arc::new(AtomicBool::new(true));
+    // One registry for the webhook's, the controllers' and the client's metrics.
+    let metrics = Arc::new(server::metrics::Metrics::default());
+    let controllers = match kube::Config::infer().await {
+        Ok(config) => {
+            let cluster = config.cluster_url.clone();
+            // Every request of the process (caches, controllers, Lease) is counted.
+            let counting = server::api_requests::CountRequests::new(metrics.controllers.clone());
+            match kube::client::ClientBuilder::try_from(config)
+                .map(|b| b.with_layer(&counting).build())
+            {
+                Ok(client) => {
+                    caches_ready.store(false, Ordering::SeqCst);
+                    let caches = reconcile::caches::Caches::start(
+                        client.clone(),
+                        metrics.controllers.clone(),
+                    );
+                    lookup = caches.clone();
+                    Some(start_controllers(
+                        client,
+                        caches,
+                        caches_ready.clone(),
+                        &metrics,
+                        args,
+                        &cluster,
+                    ))
+                }
+                Err(e) => {
+                    tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
+                    None
                 }
             }
-            Err(e) => {
-                tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only");
-                None
-            }
-        };
-        let served = server::run(options, lookup, caches_ready, metrics).await;
-        if let Some((leading, stop)) = controllers {
-            // Stop the controllers and release the Lease, so the other
-            // replica takes over at once.
-            let _ = stop.send(());
-            if let Err(e) = leading.await {
-                tracing::warn!(error = %e, "the leader election task ended abnormally");
-            }
         }
-        match served {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(e),
+        Err(e) => {
+            tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only");
+            None
         }
-    })
+    };
+    let served = server::run(options, lookup, caches_ready, metrics).await;
+    if let Some((leading, stop)) = controllers {
+        // Stop the controllers and release the Lease, so the other
+        // replica takes over at once.
+        let _ = stop.send(());
+        if let Err(e) = leading.await {
+            tracing::warn!(error = %e, "the leader election task ended abnormally");
+        }
+    }
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+/// Mark the caches ready once loaded, and run the three controllers while
+/// this replica holds the leader Lease.
+fn start_controllers(
+    client: kube::Client,
+    caches: Arc<reconcile::caches::Caches>,
+    caches_ready: Arc<AtomicBool>,
+    metrics: &server::metrics::Metrics,
+    args: ControllerArgs,
+    cluster: &impl std::fmt::Display,
+) -> Controllers {
+    {
+        let caches = caches.clone();
+        tokio::spawn(async move {
+            caches.ready().await;
+            caches_ready.store(true, Ordering::SeqCst);
+            tracing::info!("caches loaded");
+        });
+    }
+    let ControllerArgs {
+        epp_image,
+        identity,
+        lease_namespace,
+    } = args;
+    let options = plan::inference_service::service::Options {
+        router: plan::inference_service::router::RouterOptions { epp_image },
+    };
+    let live = reconcile::live::Live::new(
+        client.clone(),
+        caches.clone(),
+        reconcile::reporter(&identity),
+    );
+    let ctx = Arc::new(
+        reconcile::Context::new(Arc::new(live), options).with_metrics(metrics.controllers.clone()),
+    );
+    tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
+    let election = reconcile::leader::Election::new(
+        client,
+        &lease_namespace,
+        &identity,
+        plan::shared::leadership::Timing::DEFAULT,
+    );
+    let start = move |stopping: reconcile::leader::Stopping| {
+        vec![
+            tokio::spawn(reconcile::inference_service::run(
+                ctx.clone(),
+                caches.clone(),
+                stopping.signal(),
+            )),
+            tokio::spawn(reconcile::scale_view::run(
+                ctx.clone(),
+                caches.clone(),
+                stopping.signal(),
+            )),
+            tokio::spawn(reconcile::resource_scaling_group::run(
+                ctx.clone(),
+                caches.clone(),
+                stopping.signal(),
+            )),
+        ]
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let leading = tokio::spawn(reconcile::leader::lead(election, start, async move {
+        let _ = stopped.await;
+    }));
+    (leading, stop)
 }
 
 fn run_render(args: RenderArgs) -> ExitCode {
@@ -392,4 +481,72 @@ fn make_certs(args: CertsArgs) -> ExitCode {
     );
     println!("{}", bundle.ca_bundle());
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(flags: &[&str]) -> ServeArgs {
+        let cli =
+            Cli::try_parse_from(["tandem", "serve"].iter().chain(flags)).expect("the flags parse");
+        match cli.command {
+            Command::Serve(args) => args,
+            _ => panic!("not the serve command"),
+        }
+    }
+
+    #[test]
+    fn addresses_default_to_every_interface_and_the_mounted_certificates() {
+        let (listen, probe, certs) = addresses(&serve_args(&[]));
+        assert_eq!(listen, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(probe, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(certs, PathBuf::from("/etc/tandem/certs"));
+    }
+
+    #[test]
+    fn addresses_with_dev_default_to_loopback_and_a_local_directory() {
+        let (listen, probe, certs) = addresses(&serve_args(&["--dev"]));
+        assert_eq!(listen, "127.0.0.1:8443".parse().unwrap());
+        assert_eq!(probe, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(certs, PathBuf::from("tandem-dev-certs"));
+    }
+
+    #[test]
+    fn addresses_given_as_flags_win_over_the_defaults() {
+        let args = serve_args(&[
+            "--dev",
+            "--listen",
+            "127.0.0.1:9443",
+            "--probe-listen",
+            "127.0.0.1:9080",
+            "--cert-dir",
+            "/tmp/c",
+        ]);
+        let (listen, probe, certs) = addresses(&args);
+        assert_eq!(listen, "127.0.0.1:9443".parse().unwrap());
+        assert_eq!(probe, "127.0.0.1:9080".parse().unwrap());
+        assert_eq!(certs, PathBuf::from("/tmp/c"));
+    }
+
+    #[test]
+    fn dev_refuses_an_address_off_loopback_naming_its_flag() {
+        let loopback: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(dev_loopback_only(loopback, loopback), Ok(()));
+        assert_eq!(
+            dev_loopback_only(loopback, any),
+            Err("--dev serves on loopback only, got --probe-listen 0.0.0.0:8080".to_owned())
+        );
+        assert_eq!(
+            dev_loopback_only(any, loopback),
+            Err("--dev serves on loopback only, got --listen 0.0.0.0:8080".to_owned())
+        );
+    }
+
+    #[test]
+    fn identity_is_the_pod_name_when_given() {
+        assert_eq!(identity(Some("tandem-0".to_owned())), "tandem-0");
+        assert!(identity(None).ends_with(&format!("-{}", std::process::id())));
+    }
 }

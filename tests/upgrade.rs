@@ -119,7 +119,7 @@ fn ready_pods(fake: &FakeApi) {
 fn revision_of(fake: &FakeApi) -> String {
     let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
     let service: InferenceService = serde_json::from_value(stored).unwrap();
-    tandem::plan::shared::children::revision(&service.spec)
+    tandem::plan::inference_service::revision::spec_revision(&service.spec)
 }
 
 fn weights(fake: &FakeApi) -> Vec<(String, i64)> {
@@ -516,7 +516,7 @@ fn generated_gateway_route_and_revisions_fit_the_upstream_crds() {
     let mut world = yaml_documents(&repo_path(EXAMPLE));
     let revision = |object: &Value| {
         let service: InferenceService = serde_json::from_value(object.clone()).unwrap();
-        tandem::plan::shared::children::revision(&service.spec)
+        tandem::plan::inference_service::revision::spec_revision(&service.spec)
     };
     let v1 = revision(&world[0]);
     world[0]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
@@ -585,7 +585,7 @@ fn a_router_services_pools_and_route_fit_the_upstream_crds() {
     let mut world = vec![routed_example()];
     let revision = |object: &Value| {
         let service: InferenceService = serde_json::from_value(object.clone()).unwrap();
-        tandem::plan::shared::children::revision(&service.spec)
+        tandem::plan::inference_service::revision::spec_revision(&service.spec)
     };
     let v1 = revision(&world[0]);
     world[0]["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =

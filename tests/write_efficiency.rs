@@ -230,7 +230,7 @@ async fn inference_service_reconciles_write_only_what_changed() {
     table.row(&fake, "the new replica ready: the status says so");
 
     // A new decode image: decode's revision moves, prefill's does not
-    // (`plan::shared::children::role_revision`), and RollingUpdate replaces one
+    // (`plan::inference_service::revision::role_revision`), and RollingUpdate replaces one
     // decode replica at a time (maxUnavailable 1, maxSurge 0).
     let prefill_before = role_sets(&fake, "prefill");
     let pod_group_before = fake.list("scheduling.volcano.sh/v1beta1", "PodGroup", "default");

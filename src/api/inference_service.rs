@@ -880,44 +880,77 @@ fn validate_service_pods(roles: &[Role], findings: &mut Findings) {
 }
 
 fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
-    let mut counts_within = true;
-    if let Some(replicas) = role.replicas {
-        if replicas < 0 {
-            findings.deny(
-                format!("{at}.replicas"),
-                format!("must be >= 0, got {replicas}"),
-            );
-            counts_within = false;
-        } else if replicas > MAX_REPLICAS {
-            findings.deny(
-                format!("{at}.replicas"),
-                limits::over(MAX_REPLICAS, replicas),
-            );
-            counts_within = false;
-        }
+    let replicas_within = validate_replicas(role, at, findings);
+    let node_count_within = validate_multinode(role, at, findings);
+    validate_drain_seconds(role, at, findings);
+    validate_disruption_budget(role, at, findings);
+    if replicas_within && node_count_within {
+        validate_role_pods(role, at, findings);
     }
-    if let Some(multinode) = &role.multinode {
-        if role.is_router() {
-            findings.deny(
-                format!("{at}.multinode"),
-                "only allowed on serving roles, this role is a router",
-            );
-        } else if let Some(n) = multinode.node_count {
-            if n < 1 {
-                findings.deny(
-                    format!("{at}.multinode.nodeCount"),
-                    format!("must be >= 1, got {n}"),
-                );
-                counts_within = false;
-            } else if n > MAX_NODE_COUNT {
-                findings.deny(
-                    format!("{at}.multinode.nodeCount"),
-                    limits::over(MAX_NODE_COUNT, n),
-                );
-                counts_within = false;
-            }
-        }
+    if role.is_router() {
+        validate_router_role(role, at, findings);
+    } else {
+        validate_serving_role(role, at, findings);
     }
+}
+
+/// `replicas` within 0..=MAX_REPLICAS; false when it is not (the pod count
+/// check then has nothing sensible to multiply).
+fn validate_replicas(role: &Role, at: &str, findings: &mut Findings) -> bool {
+    let Some(replicas) = role.replicas else {
+        return true;
+    };
+    if replicas < 0 {
+        findings.deny(
+            format!("{at}.replicas"),
+            format!("must be >= 0, got {replicas}"),
+        );
+        false
+    } else if replicas > MAX_REPLICAS {
+        findings.deny(
+            format!("{at}.replicas"),
+            limits::over(MAX_REPLICAS, replicas),
+        );
+        false
+    } else {
+        true
+    }
+}
+
+/// `multinode` only on serving roles, its `nodeCount` within
+/// 1..=MAX_NODE_COUNT; false when the node count is out of range.
+fn validate_multinode(role: &Role, at: &str, findings: &mut Findings) -> bool {
+    let Some(multinode) = &role.multinode else {
+        return true;
+    };
+    if role.is_router() {
+        findings.deny(
+            format!("{at}.multinode"),
+            "only allowed on serving roles, this role is a router",
+        );
+        return true;
+    }
+    let Some(n) = multinode.node_count else {
+        return true;
+    };
+    if n < 1 {
+        findings.deny(
+            format!("{at}.multinode.nodeCount"),
+            format!("must be >= 1, got {n}"),
+        );
+        false
+    } else if n > MAX_NODE_COUNT {
+        findings.deny(
+            format!("{at}.multinode.nodeCount"),
+            limits::over(MAX_NODE_COUNT, n),
+        );
+        false
+    } else {
+        true
+    }
+}
+
+fn validate_drain_seconds(role: &Role, at: &str, findings: &mut Findings) {
     if let Some(seconds) = role.drain.as_ref().and_then(|d| d.seconds)
         && !(0..=Drain::MAX_SECONDS).contains(&seconds)
     {
@@ -929,25 +962,34 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             ),
         );
     }
-    if let Some(count) = role
+}
+
+fn validate_disruption_budget(role: &Role, at: &str, findings: &mut Findings) {
+    let Some(count) = role
         .disruption_budget
         .as_ref()
         .and_then(|d| d.max_unavailable_replicas)
-    {
-        if count < 0 {
-            findings.deny(
-                format!("{at}.disruptionBudget.maxUnavailableReplicas"),
-                format!("must be >= 0, got {count}"),
-            );
-        } else if count > MAX_REPLICAS {
-            findings.deny(
-                format!("{at}.disruptionBudget.maxUnavailableReplicas"),
-                limits::over(MAX_REPLICAS, count),
-            );
-        }
+    else {
+        return;
+    };
+    if count < 0 {
+        findings.deny(
+            format!("{at}.disruptionBudget.maxUnavailableReplicas"),
+            format!("must be >= 0, got {count}"),
+        );
+    } else if count > MAX_REPLICAS {
+        findings.deny(
+            format!("{at}.disruptionBudget.maxUnavailableReplicas"),
+            limits::over(MAX_REPLICAS, count),
+        );
     }
+}
+
+/// The role's pods (replicas × nodeCount) within MAX_PODS_PER_ROLE; only
+/// asked when both factors are within their own limits.
+fn validate_role_pods(role: &Role, at: &str, findings: &mut Findings) {
     let pods = role_pods(role);
-    if counts_within && pods > MAX_PODS_PER_ROLE {
+    if pods > MAX_PODS_PER_ROLE {
         findings.deny(
             format!("{at}.replicas"),
             format!(
@@ -958,77 +1000,76 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
             ),
         );
     }
+}
 
-    if role.is_router() {
-        if role.scale_down.is_some() {
+/// A router: no serving-only fields; its HTTPRoute, endpoint picker config
+/// and base template parse.
+fn validate_router_role(role: &Role, at: &str, findings: &mut Findings) {
+    for (field, set) in [
+        ("scaleDown", role.scale_down.is_some()),
+        ("drain", role.drain.is_some()),
+        ("disruptionBudget", role.disruption_budget.is_some()),
+    ] {
+        if set {
             findings.deny(
-                format!("{at}.scaleDown"),
+                format!("{at}.{field}"),
                 "only allowed on serving roles, this role is a router",
             );
         }
-        if role.drain.is_some() {
+    }
+    if let Some(httproute) = &role.httproute {
+        let field = format!("{at}.httproute");
+        if let Err(v) =
+            parse_at::<gateway_api::apis::standard::httproutes::HttpRouteSpec>(httproute, &field)
+        {
             findings.deny(
-                format!("{at}.drain"),
-                "only allowed on serving roles, this role is a router",
+                v.field,
+                format!("not a Gateway API HTTPRouteSpec: {}", v.reason),
             );
         }
-        if role.disruption_budget.is_some() {
+    }
+    if let Some(config) = &role.endpoint_picker_config {
+        let field = format!("{at}.endpointPickerConfig");
+        match serde_norway::from_str::<serde_json::Value>(config) {
+            Ok(serde_json::Value::Object(_)) => {}
+            Ok(_) => findings.deny(field, "must be a YAML mapping (an EndpointPickerConfig)"),
+            Err(e) => findings.deny(field, format!("is not valid YAML: {e}")),
+        }
+    }
+    if let Some(template) = &role.template {
+        validate_template(template, at, TemplateOf::Router, findings);
+    }
+}
+
+/// A serving role: no router-only fields, and a pod template.
+fn validate_serving_role(role: &Role, at: &str, findings: &mut Findings) {
+    for (field, set) in [
+        ("strategy", role.strategy.is_some()),
+        ("httproute", role.httproute.is_some()),
+        (
+            "endpointPickerConfig",
+            role.endpoint_picker_config.is_some(),
+        ),
+    ] {
+        if set {
             findings.deny(
-                format!("{at}.disruptionBudget"),
-                "only allowed on serving roles, this role is a router",
-            );
-        }
-        if let Some(httproute) = &role.httproute {
-            let field = format!("{at}.httproute");
-            if let Err(v) = parse_at::<gateway_api::apis::standard::httproutes::HttpRouteSpec>(
-                httproute, &field,
-            ) {
-                findings.deny(
-                    v.field,
-                    format!("not a Gateway API HTTPRouteSpec: {}", v.reason),
-                );
-            }
-        }
-        if let Some(config) = &role.endpoint_picker_config {
-            let field = format!("{at}.endpointPickerConfig");
-            match serde_norway::from_str::<serde_json::Value>(config) {
-                Ok(serde_json::Value::Object(_)) => {}
-                Ok(_) => findings.deny(field, "must be a YAML mapping (an EndpointPickerConfig)"),
-                Err(e) => findings.deny(field, format!("is not valid YAML: {e}")),
-            }
-        }
-        if let Some(template) = &role.template {
-            validate_template(template, at, TemplateOf::Router, findings);
-        }
-    } else {
-        for (field, set) in [
-            ("strategy", role.strategy.is_some()),
-            ("httproute", role.httproute.is_some()),
-            (
-                "endpointPickerConfig",
-                role.endpoint_picker_config.is_some(),
-            ),
-        ] {
-            if set {
-                findings.deny(
-                    format!("{at}.{field}"),
-                    format!(
-                        "only allowed on a role with componentType router, this role is a {}",
-                        role.component_type
-                    ),
-                );
-            }
-        }
-        match &role.template {
-            Some(template) => validate_template(template, at, TemplateOf::Server, findings),
-            None => findings.deny(
-                format!("{at}.template"),
+                format!("{at}.{field}"),
                 format!(
-                    "required: a {} role needs a pod template with at least one container",
+                    "only allowed on a role with componentType router, this role is a {}",
                     role.component_type
                 ),
-            ),
+            );
         }
+    }
+    match &role.template {
+        Some(template) => validate_template(template, at, TemplateOf::Server, findings),
+        None => findings.deny(
+            format!("{at}.template"),
+            format!(
+                "required: a {} role needs a pod template with at least one container",
+                role.component_type
+            ),
+        ),
     }
 }
 
@@ -1722,8 +1763,12 @@ mod tests {
                 "{options}: expected {expected:?}, got {message:?}"
             );
         }
-        // A role's own block overrides the service's field by field, and is
-        // denied at its own path.
+    }
+
+    /// A role's own block overrides the service's field by field, and is
+    /// denied at its own path.
+    #[test]
+    fn rolling_update_options_of_a_role() {
         let mut own = rolling(json!({"maxUnavailable": 0, "maxSurge": 1}));
         own["roles"][1]["rollingUpdate"] = json!({"maxSurge": 0});
         assert!(
@@ -1774,8 +1819,11 @@ mod tests {
             denial(router)
                 .starts_with("spec.roles[2].rollingUpdate: a router role has no replicas to roll")
         );
+    }
 
-        // Another strategy ignores them, with a warning.
+    /// Another strategy ignores them, with a warning.
+    #[test]
+    fn rolling_update_options_ignored_by_another_strategy() {
         let mut other = rolling(json!({"maxUnavailable": 0, "maxSurge": 0}));
         other["upgradeStrategy"]["type"] = json!("None");
         let findings = validate(&spec(other));

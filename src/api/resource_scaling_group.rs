@@ -583,43 +583,7 @@ fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut 
                 format!("duplicate resource name {:?} (also {first})", target.name),
             );
         }
-        let flat = target.api_version.is_some() || target.kind.is_some();
-        if flat && target.target_ref.is_some() {
-            findings.deny(
-                at.clone(),
-                "give the object either flat (apiVersion, kind) or as targetRef, not both",
-            );
-        } else if target.target_ref.is_none()
-            && (target.api_version.is_none() || target.kind.is_none())
-        {
-            let missing = if target.kind.is_none() {
-                "kind"
-            } else {
-                "apiVersion"
-            };
-            findings.deny(
-                format!("{at}.{missing}"),
-                "required: give the object as apiVersion, kind (and name), or as targetRef",
-            );
-        }
-        if let Some(reference) = &target.target_ref {
-            if reference.kind.trim().is_empty() {
-                findings.deny(format!("{at}.targetRef.kind"), "must not be empty");
-            }
-            if reference.name.trim().is_empty() {
-                findings.deny(format!("{at}.targetRef.name"), "must not be empty");
-            }
-            if reference
-                .api_version
-                .as_deref()
-                .is_none_or(|v| v.trim().is_empty())
-            {
-                findings.deny(
-                    format!("{at}.targetRef.apiVersion"),
-                    "required: the group/version of the object (apps/v1 for a Deployment)",
-                );
-            }
-        }
+        validate_target_object(target, &at, findings);
         if let Some(ns) = &target.namespace
             && ns != namespace
         {
@@ -643,18 +607,70 @@ fn validate_targets(targets: &[TargetResource], namespace: &str, findings: &mut 
                 ),
             );
         }
-        if target.sub_resources.is_empty() {
-            claim(&mut declared, &target.name, format!("{at}.name"), findings);
+        declare_bindings(target, &at, &mut declared, findings);
+    }
+}
+
+/// The object a target names, given either flat (apiVersion, kind) or as a
+/// complete targetRef, not both.
+fn validate_target_object(target: &TargetResource, at: &str, findings: &mut Findings) {
+    let flat = target.api_version.is_some() || target.kind.is_some();
+    if flat && target.target_ref.is_some() {
+        findings.deny(
+            at.to_owned(),
+            "give the object either flat (apiVersion, kind) or as targetRef, not both",
+        );
+    } else if target.target_ref.is_none() && (target.api_version.is_none() || target.kind.is_none())
+    {
+        let missing = if target.kind.is_none() {
+            "kind"
+        } else {
+            "apiVersion"
+        };
+        findings.deny(
+            format!("{at}.{missing}"),
+            "required: give the object as apiVersion, kind (and name), or as targetRef",
+        );
+    }
+    if let Some(reference) = &target.target_ref {
+        if reference.kind.trim().is_empty() {
+            findings.deny(format!("{at}.targetRef.kind"), "must not be empty");
+        }
+        if reference.name.trim().is_empty() {
+            findings.deny(format!("{at}.targetRef.name"), "must not be empty");
+        }
+        if reference
+            .api_version
+            .as_deref()
+            .is_none_or(|v| v.trim().is_empty())
+        {
+            findings.deny(
+                format!("{at}.targetRef.apiVersion"),
+                "required: the group/version of the object (apps/v1 for a Deployment)",
+            );
+        }
+    }
+}
+
+/// The binding names a target declares: its roles' names, or its own name
+/// when it has no roles.
+fn declare_bindings<'a>(
+    target: &'a TargetResource,
+    at: &str,
+    declared: &mut BTreeMap<&'a str, String>,
+    findings: &mut Findings,
+) {
+    if target.sub_resources.is_empty() {
+        claim(declared, &target.name, format!("{at}.name"), findings);
+        return;
+    }
+    for (r, sub) in target.sub_resources.iter().enumerate() {
+        let field = format!("{at}.subResources[{r}].roleName");
+        if sub.role_name.trim().is_empty() {
+            findings.deny(field, "must not be empty");
             continue;
         }
-        for (r, sub) in target.sub_resources.iter().enumerate() {
-            let field = format!("{at}.subResources[{r}].roleName");
-            if sub.role_name.trim().is_empty() {
-                findings.deny(field, "must not be empty");
-                continue;
-            }
-            claim(&mut declared, &sub.role_name, field, findings);
-        }
+        claim(declared, &sub.role_name, field, findings);
     }
 }
 

@@ -11,13 +11,17 @@
 //! - `victims/`: which replicas or groups go on a scale-down, for roles and
 //!   groups alike (seed 001);
 //! - `shared/`: what several of them use (quantities, replica arithmetic,
-//!   leadership, child naming, decision names).
+//!   leadership, child naming, status conditions, the writes a plan asks for
+//!   and their applied-hash stamp, scale-down policies, Event reasons, and
+//!   the decision names the metrics count).
 //!
-//! `dag` and `ratio`, and `rollout` and `service`, no longer import each
-//! other; `shared/` still reaches up in places (`children` uses `gang` and
-//! `drain`, `decision` uses `service`'s and `inplace`'s names), and
-//! `resource_scaling_group::replication` uses `service`'s Apply/Delete and
-//! `status::condition`.
+//! The rule: `shared/` imports nothing from a capability folder, and no
+//! module imports one that imports it back. What two capabilities (or a
+//! capability and `shared/`) both need lives in `shared/`; a capability may
+//! re-export it under its old path (`service::Apply` is
+//! `shared::write::Apply`, `status::condition` is `shared::condition`).
+//! The capabilities still use each other one way: `inference_service`
+//! uses `scale_view` and `victims`, and so does `resource_scaling_group`.
 
 pub mod inference_service;
 pub mod resource_scaling_group;

@@ -4,7 +4,7 @@
 //! Each replica is its own LeaderWorkerSet with `replicas: 1` (DESIGN.md
 //! §1.1), so LeaderWorkerSet's own rolling update cannot keep a role up:
 //! Tandem decides, replica by replica, which LeaderWorkerSet gets the role's
-//! new template (its revision, [`crate::plan::shared::children::role_revision`]) and when.
+//! new template (its revision, [`crate::plan::inference_service::revision::role_revision`]) and when.
 //! [`pace`] is that decision for one role, from what is observed
 //! ([`observe`]) and the clock; it is called by the reconcile pass
 //! ([`super::service`]) and so by `tandem render` alike.

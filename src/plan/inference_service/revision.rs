@@ -3,7 +3,7 @@
 //! revision's pods are made of.
 //!
 //! A revision is the hash of everything that shapes the pods
-//! ([`children::revision`]). With NewRevision and IncrementalUpgrade two
+//! ([`spec_revision`]). With NewRevision and IncrementalUpgrade two
 //! revisions can run side by side, and the one the spec no longer describes
 //! may have to grow again (a rollback to it while the spec names a third
 //! revision). Its pod templates are then nowhere in the spec, so each revision
@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::{drain, gang};
 use crate::api::inference_service::{
     InferenceService, InferenceServiceSpec, Role, SchedulingStrategy,
 };
@@ -46,7 +47,7 @@ pub fn record_name(service: &str, revision: &str) -> String {
 /// (one more than any recorded before, as Deployments number theirs).
 pub fn record(service: &InferenceService, number: i64) -> Result<Value, String> {
     let svc = service_name(service);
-    let revision = children::revision(&service.spec);
+    let revision = spec_revision(&service.spec);
     let record = Record {
         roles: service
             .spec
@@ -115,7 +116,7 @@ pub fn recorded(
             scheduling_strategy: record.scheduling_strategy,
             upgrade_strategy: service.spec.upgrade_strategy.clone(),
         };
-        if children::revision(&spec) == revision {
+        if spec_revision(&spec) == revision {
             specs.insert(revision.to_owned(), spec);
         }
     }
@@ -180,6 +181,66 @@ pub fn side_by_side_namings(
     namings
 }
 
+/// The first [`children::REVISION_LEN`] hex digits of the SHA-256 of `shape`'s JSON.
+fn hash(shape: &Value) -> String {
+    // serde_json maps are sorted, so the bytes are canonical; a Value always
+    // serializes.
+    let bytes = serde_json::to_vec(shape).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    digest.as_ref()[..children::REVISION_LEN / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A short, stable hash of everything that shapes the pods of one serving
+/// role: its name, component type, node count (which decides the multi-node
+/// leader/worker wrapping) and template, and what of the scheduling strategy
+/// reaches its pods (the scheduler, and whether they carry the gang
+/// annotations), the traffic label and the grace period a drain sets.
+/// Replica counts, scale-down policies, the other roles'
+/// templates, the PodGroup's queue, priority class and gang policy, router
+/// settings and the upgrade strategy do not change it: scaling never restarts
+/// pods, and a change to one role restarts only that role's pods.
+pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
+    let scheduling = gang::scheduling(spec);
+    hash(&json!({
+        "name": role.name,
+        "componentType": role.component_type,
+        "nodeCount": role.node_count(),
+        "template": role.template,
+        "gang": scheduling.gang,
+        "schedulerName": scheduling.scheduler_name,
+        // The pods carry the traffic label (plan::inference_service::drain), and a drain longer
+        // than Kubernetes' default grace sets the grace: both change pods, so
+        // they move replicas by the role's upgrade pace, never all at once.
+        "traffic": drain::TRAFFIC,
+        "grace": drain::grace_seconds(
+            role.template.as_ref().is_some_and(|t| !t["spec"]["terminationGracePeriodSeconds"].is_null()),
+            role.drain_seconds(),
+        ),
+    }))
+}
+
+/// The revision of each serving role, by role name.
+pub fn role_revisions(spec: &InferenceServiceSpec) -> BTreeMap<String, String> {
+    spec.roles
+        .iter()
+        .filter(|r| !r.is_router())
+        .map(|r| (r.name.clone(), role_revision(spec, r)))
+        .collect()
+}
+
+/// The service's revision, composed from its serving roles' revisions
+/// ([`role_revision`]): it changes exactly when one role's pods change. The
+/// strategies that run revisions side by side (NewRevision,
+/// IncrementalUpgrade) name and label a whole set of LeaderWorkerSets with it
+/// and route to it through the Gateway; RollingUpdate and None label each
+/// replica with its role's revision.
+pub fn spec_revision(spec: &InferenceServiceSpec) -> String {
+    hash(&json!({"roles": role_revisions(spec)}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +267,7 @@ mod tests {
     fn a_record_gives_back_the_revisions_spec() {
         let v1 = service("vllm:1");
         let record = record(&v1, 3).unwrap();
-        let revision = children::revision(&v1.spec);
+        let revision = spec_revision(&v1.spec);
         assert_eq!(record["metadata"]["name"], format!("qwen-{revision}"));
         assert_eq!(record["metadata"]["labels"][REVISION], revision.as_str());
         assert_eq!(record["metadata"]["ownerReferences"][0]["uid"], "u-1");
@@ -222,7 +283,7 @@ mod tests {
         let specs = recorded(&v2, std::slice::from_ref(&record));
         assert_eq!(specs.len(), 1);
         let spec = &specs[&revision];
-        assert_eq!(children::revision(spec), revision);
+        assert_eq!(spec_revision(spec), revision);
         assert_eq!(
             spec.roles[0].name, "router",
             "the router comes from the current spec"
@@ -360,5 +421,90 @@ mod tests {
                 proptest::prop_assert!(own.contains(&namings[0]));
             }
         }
+    }
+
+    fn parsed(value: Value) -> InferenceService {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn story2() -> Value {
+        json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen", "namespace": "ai", "uid": "u-1"},
+            "spec": {"roles": [
+                {"name": "prefill", "componentType": "prefiller", "replicas": 2,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
+                {"name": "decode", "componentType": "decoder",
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
+            ]}
+        })
+    }
+
+    #[test]
+    fn revision_changes_with_templates_not_with_replicas() {
+        let base = parsed(story2());
+        let r = spec_revision(&base.spec);
+        assert_eq!(r.len(), children::REVISION_LEN);
+        assert_eq!(r, spec_revision(&base.spec), "stable");
+        let mut scaled = story2();
+        scaled["spec"]["roles"][0]["replicas"] = json!(7);
+        scaled["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+        assert_eq!(
+            spec_revision(&parsed(scaled).spec),
+            r,
+            "scaling is not a new revision"
+        );
+        let mut image = story2();
+        image["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        assert_ne!(spec_revision(&parsed(image).spec), r);
+        let mut nodes = story2();
+        nodes["spec"]["roles"][1]["multinode"] = json!({"nodeCount": 2});
+        assert_ne!(spec_revision(&parsed(nodes).spec), r);
+    }
+
+    #[test]
+    fn a_role_revision_covers_that_role_only() {
+        let base = parsed(story2());
+        let prefill = role_revision(&base.spec, &base.spec.roles[0]);
+        let decode = role_revision(&base.spec, &base.spec.roles[1]);
+        assert_ne!(prefill, decode, "the role's name is part of it");
+        assert_eq!(
+            role_revisions(&base.spec),
+            BTreeMap::from([
+                ("decode".to_owned(), decode.clone()),
+                ("prefill".to_owned(), prefill.clone())
+            ])
+        );
+
+        // Decode's image: decode's revision and the service's move, prefill's
+        // does not.
+        let mut image = story2();
+        image["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
+        let image = parsed(image);
+        assert_eq!(role_revision(&image.spec, &image.spec.roles[0]), prefill);
+        assert_ne!(role_revision(&image.spec, &image.spec.roles[1]), decode);
+        assert_ne!(spec_revision(&image.spec), spec_revision(&base.spec));
+
+        // The PodGroup's queue and priority class reach no pod.
+        let mut queue = story2();
+        queue["spec"]["schedulingStrategy"] =
+            json!({"queue": "gpu", "priorityClassName": "high", "gangPolicy": "TaskMember"});
+        assert_eq!(
+            spec_revision(&parsed(queue).spec),
+            spec_revision(&base.spec)
+        );
+
+        // Another scheduler reaches every pod: every role's revision moves.
+        let mut scheduler = story2();
+        scheduler["spec"]["schedulingStrategy"] = json!({"schedulerName": "kai"});
+        let scheduler = parsed(scheduler);
+        assert_ne!(
+            role_revision(&scheduler.spec, &scheduler.spec.roles[0]),
+            prefill
+        );
+        assert_ne!(
+            role_revision(&scheduler.spec, &scheduler.spec.roles[1]),
+            decode
+        );
     }
 }

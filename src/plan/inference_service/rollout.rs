@@ -148,7 +148,7 @@ pub fn plan(
     now: Timestamp,
 ) -> Rollout {
     let svc = children::service_name(service);
-    let spec_revision = children::revision(&service.spec);
+    let spec_revision = revision::spec_revision(&service.spec);
     let leader_worker_sets: Vec<&Value> = children
         .iter()
         .filter(|c| {
@@ -447,16 +447,40 @@ impl SideBySide<'_> {
         events: Vec<Event>,
         problems: Vec<String>,
     ) -> Rollout {
-        let svc = children::service_name(self.service);
         let upgrade = UpgradeStatus {
             active: Some(active.to_status()),
             pending: pending.as_ref().map(Revision::to_status),
         };
         let live: Vec<&Revision> = std::iter::once(&active).chain(pending.as_ref()).collect();
+        let runs = self.runs(&live);
+
+        // Where the upgrade stands now, and what the next reconcile would do.
+        let direction = upgrade::direction(self.spec_revision, Some(&upgrade));
+        let peek = self.next(direction, &active, pending.as_ref());
+        let waiting = self.waiting(peek.as_ref(), &problems, direction);
+        let conditions = self.conditions(direction, &state_of(&live), waiting.as_ref());
+        let requeue = self.requeue(peek.as_ref(), problems.is_empty() && self.gateway_api);
+        Rollout {
+            runs,
+            upgrade: Some(upgrade),
+            traffic: Some(Traffic {
+                gateway_class: self.options().gateway_class_name.unwrap_or_default(),
+                backends: upgrade::weights(&active, pending.as_ref()),
+            }),
+            events,
+            conditions,
+            requeue,
+            problems,
+            now: self.now,
+        }
+    }
+
+    /// One run per live revision, side by side, at its capacity.
+    fn runs(&self, live: &[&Revision]) -> Vec<Run> {
+        let svc = children::service_name(self.service);
         let names: Vec<&str> = live.iter().map(|r| r.name.as_str()).collect();
         let namings = revision::side_by_side_namings(svc, &names, self.leader_worker_sets);
-        let runs = live
-            .iter()
+        live.iter()
             .zip(namings)
             .map(|(r, naming)| Run {
                 revision: r.name.clone(),
@@ -465,22 +489,18 @@ impl SideBySide<'_> {
                 spec: self.specs.get(&r.name).cloned(),
                 members: Members::Labelled,
             })
-            .collect();
+            .collect()
+    }
 
-        // Where the upgrade stands now, and what the next reconcile would do.
-        let direction = upgrade::direction(self.spec_revision, Some(&upgrade));
-        let peek = self.next(direction, &active, pending.as_ref());
-        let state = live
-            .iter()
-            .map(|r| {
-                format!(
-                    "revision {}: capacity {}%, traffic {}%",
-                    r.name, r.target_capacity, r.traffic
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let waiting = match (&peek, problems.first()) {
+    /// Why the upgrade is in progress (reason, message), given the step the
+    /// next reconcile would take; `None` when there is no step to take.
+    fn waiting(
+        &self,
+        peek: Option<&Step>,
+        problems: &[String],
+        direction: Direction,
+    ) -> Option<(&'static str, String)> {
+        match (peek, problems.first()) {
             (_, Some(problem)) => Some(("Stalled", problem.clone())),
             (Some(_), None) if !self.gateway_api => Some((
                 "Stalled",
@@ -491,28 +511,31 @@ impl SideBySide<'_> {
                 format!("the upgrade to revision {} starts", self.spec_revision),
             )),
             (Some(step), None) => Some((
-                match step.moved {
-                    Moved::Nothing(Wait::GatewayNotReady) => "WaitingForGateway",
-                    Moved::Nothing(Wait::RouteNotReady) => "WaitingForRoute",
-                    Moved::Nothing(Wait::Readiness) => "WaitingForReplicas",
-                    Moved::Nothing(Wait::Interval { .. }) => "WaitingForInterval",
-                    Moved::Nothing(Wait::InvalidOptions) => "InvalidOptions",
-                    _ => "Progressing",
-                },
+                step_reason(step.moved),
                 match step.moved {
                     Moved::Nothing(_) => step.reason.clone(),
                     _ => format!("next: {}", step.reason),
                 },
             )),
             (None, None) => None,
-        };
+        }
+    }
+
+    /// The RollbackInProgress and UpgradeInProgress conditions: the one the
+    /// direction makes true says why, the other is idle.
+    fn conditions(
+        &self,
+        direction: Direction,
+        state: &str,
+        waiting: Option<&(&'static str, String)>,
+    ) -> Vec<Report> {
         let upgrading = matches!(direction, Direction::Start | Direction::Continue);
         let rolling_back = matches!(
             direction,
             Direction::RollBack | Direction::RollBackThenStart
         );
         let report =
-            |type_: &'static str, is_true: bool, idle: &'static str| match (is_true, &waiting) {
+            |type_: &'static str, is_true: bool, idle: &'static str| match (is_true, waiting) {
                 (true, Some((reason, why))) => Report {
                     type_,
                     is_true,
@@ -529,40 +552,55 @@ impl SideBySide<'_> {
                     type_,
                     is_true: false,
                     reason: idle,
-                    message: state.clone(),
+                    message: state.to_owned(),
                 },
             };
-        let conditions = vec![
+        vec![
             report(ROLLBACK_IN_PROGRESS, rolling_back, "NoRollback"),
             report(UPGRADE_IN_PROGRESS, upgrading, "NoUpgrade"),
-        ];
-        let requeue = match (&peek, problems.is_empty() && self.gateway_api) {
-            (None, _) => None,
-            (Some(_), false) => Some(GATEWAY_POLL),
-            (Some(step), true) => match step.moved {
-                Moved::Nothing(Wait::Interval { due }) => {
-                    Some(due.duration_since(self.now).max(SOON))
-                }
-                Moved::Nothing(Wait::GatewayNotReady | Wait::RouteNotReady) => Some(GATEWAY_POLL),
-                Moved::Nothing(Wait::Readiness) => Some(READINESS_POLL),
-                // Only a new spec mends the options, and specs are watched.
-                Moved::Nothing(Wait::InvalidOptions) => None,
-                _ => Some(SOON),
-            },
-        };
-        Rollout {
-            runs,
-            upgrade: Some(upgrade),
-            traffic: Some(Traffic {
-                gateway_class: self.options().gateway_class_name.unwrap_or_default(),
-                backends: upgrade::weights(&active, pending.as_ref()),
-            }),
-            events,
-            conditions,
-            requeue,
-            problems,
-            now: self.now,
+        ]
+    }
+
+    /// When to look again: at the interval's end, soon after a move, or at a
+    /// poll for what is not watched (the Gateway, the replicas' readiness).
+    fn requeue(&self, peek: Option<&Step>, can_move: bool) -> Option<SignedDuration> {
+        let step = peek?;
+        if !can_move {
+            return Some(GATEWAY_POLL);
         }
+        match step.moved {
+            Moved::Nothing(Wait::Interval { due }) => Some(due.duration_since(self.now).max(SOON)),
+            Moved::Nothing(Wait::GatewayNotReady | Wait::RouteNotReady) => Some(GATEWAY_POLL),
+            Moved::Nothing(Wait::Readiness) => Some(READINESS_POLL),
+            // Only a new spec mends the options, and specs are watched.
+            Moved::Nothing(Wait::InvalidOptions) => None,
+            _ => Some(SOON),
+        }
+    }
+}
+
+/// Each live revision's capacity and traffic, for the conditions' messages.
+fn state_of(live: &[&Revision]) -> String {
+    live.iter()
+        .map(|r| {
+            format!(
+                "revision {}: capacity {}%, traffic {}%",
+                r.name, r.target_capacity, r.traffic
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The condition reason for the step the next reconcile would take.
+fn step_reason(moved: Moved) -> &'static str {
+    match moved {
+        Moved::Nothing(Wait::GatewayNotReady) => "WaitingForGateway",
+        Moved::Nothing(Wait::RouteNotReady) => "WaitingForRoute",
+        Moved::Nothing(Wait::Readiness) => "WaitingForReplicas",
+        Moved::Nothing(Wait::Interval { .. }) => "WaitingForInterval",
+        Moved::Nothing(Wait::InvalidOptions) => "InvalidOptions",
+        _ => "Progressing",
     }
 }
 
@@ -572,6 +610,31 @@ pub(crate) mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn step_reason_names_what_the_upgrade_waits_for() {
+        let due = Timestamp::from_second(1_750_000_000).unwrap();
+        for (moved, reason) in [
+            (Moved::Nothing(Wait::GatewayNotReady), "WaitingForGateway"),
+            (Moved::Nothing(Wait::RouteNotReady), "WaitingForRoute"),
+            (Moved::Nothing(Wait::Readiness), "WaitingForReplicas"),
+            (Moved::Nothing(Wait::Interval { due }), "WaitingForInterval"),
+            (Moved::Nothing(Wait::InvalidOptions), "InvalidOptions"),
+            (Moved::Traffic, "Progressing"),
+            (Moved::Capacity, "Progressing"),
+        ] {
+            assert_eq!(step_reason(moved), reason, "{moved:?}");
+        }
+    }
+
+    #[test]
+    fn state_of_lists_each_live_revision() {
+        let (a, b) = (Revision::at("a", 100, 80), Revision::at("b", 30, 20));
+        assert_eq!(
+            state_of(&[&a, &b]),
+            "revision a: capacity 100%, traffic 80%; revision b: capacity 30%, traffic 20%"
+        );
+    }
     use crate::plan::shared::children::{REPLICA_INDEX, REVISION, SERVICE};
 
     const LWS: &str = "leaderworkerset.x-k8s.io/v1";
@@ -662,7 +725,7 @@ pub(crate) mod tests {
     #[test]
     fn an_active_revision_adopts_the_replicas_that_run() {
         let v2 = service("vllm:2", incremental());
-        let spec_revision = children::revision(&v2.spec);
+        let spec_revision = revision::spec_revision(&v2.spec);
         let old: Vec<Value> = (0..4)
             .map(|i| lws(&format!("qwen-inference-{i}"), i, "aaaaaaaaaa"))
             .collect();

@@ -16,11 +16,10 @@ use crate::api::inference_service::{
     RoleScaleDownPolicy, ScaleViewLock, UpgradeType,
 };
 use crate::plan::shared::children::{self, ChildKind, LEADER_WORKER_SET};
-use crate::plan::shared::quantity::Quantity;
+pub use crate::plan::shared::write::{
+    APPLIED_HASH, Apply, Change, Delete, change_of, contains, stamp, up_to_date,
+};
 use crate::plan::{scale_view, victims};
-
-/// The hash of what Tandem last applied to a child.
-pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
 
 pub const POD_GROUP: ChildKind = ChildKind {
     api_version: gang::POD_GROUP_API_VERSION,
@@ -380,7 +379,7 @@ impl<'a> RoleRun<'a> {
         // revision; otherwise with its role's own.
         let label = match run.members {
             Members::Labelled => run.revision.clone(),
-            Members::All | Members::AllKeepingOthers => children::role_revision(spec, role),
+            Members::All | Members::AllKeepingOthers => revision::role_revision(spec, role),
         };
         // While two revisions run side by side their capacities move at
         // the upgrade's surge, which a replica kept for its drain would
@@ -849,7 +848,7 @@ fn traffic_objects(
         },
     };
     plan.desired.push(route);
-    let spec_revision = children::revision(&service.spec);
+    let spec_revision = revision::spec_revision(&service.spec);
     for run in &rollout.runs {
         if router.is_none() {
             plan.desired.push(Desired {
@@ -993,71 +992,6 @@ pub struct World<'a> {
     /// The ScaleViews named by the service's locks (or more): lock entries of
     /// views not among them are stale and dropped (see [`live_scale_views`]).
     pub scale_views: &'a [ScaleView],
-}
-
-/// How an applied child differs from what was there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    Create,
-    /// The plan changed.
-    Update,
-    /// The plan is the same but the object was changed by hand.
-    Revert,
-}
-
-impl Change {
-    /// The Event reason.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Change::Create => "Created",
-            Change::Update => "Updated",
-            Change::Revert => "Reverted",
-        }
-    }
-
-    /// The Event's note for applying `kind` `name` because of `why`.
-    pub fn note(self, kind: &str, name: &str, why: &str) -> String {
-        match self {
-            Change::Create => format!("{kind} {name} created: {why}"),
-            Change::Update => format!("{kind} {name} updated: {why}"),
-            Change::Revert => {
-                format!("{kind} {name} was changed outside Tandem and is set back: {why}")
-            }
-        }
-    }
-}
-
-/// How applying `desired` (stamped, see [`stamp`]) changes `current`, the
-/// object as observed; None when it is [`up_to_date`] and nothing is written.
-pub fn change_of(desired: &Value, current: Option<&Value>) -> Option<Change> {
-    match current {
-        Some(c) if up_to_date(desired, c) => None,
-        Some(c) if applied_hash(c) == applied_hash(desired) => Some(Change::Revert),
-        Some(_) => Some(Change::Update),
-        None => Some(Change::Create),
-    }
-}
-
-/// A child to server-side apply (stamped with its applied hash).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Apply {
-    pub object: Value,
-    pub change: Change,
-    /// The Event's note: what and why.
-    pub note: String,
-    /// Set when the object is a replica, with its policy (counted on
-    /// /metrics, [`crate::plan::shared::decision`]).
-    pub replica: Option<crate::plan::shared::decision::Replica>,
-}
-
-/// A child to delete, and why.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Delete {
-    pub object: Value,
-    pub note: String,
-    /// Set when the object is a replica, with its policy (counted on
-    /// /metrics, [`crate::plan::shared::decision`]).
-    pub replica: Option<crate::plan::shared::decision::Replica>,
 }
 
 /// One reconcile of one service: what to write, the status to report, the
@@ -1259,8 +1193,8 @@ fn observed_status(
     problems: &[String],
     now: &Time,
 ) -> InferenceServiceStatus {
-    let spec_revision = children::revision(&service.spec);
-    let role_revisions = children::role_revisions(&service.spec);
+    let spec_revision = revision::spec_revision(&service.spec);
+    let role_revisions = revision::role_revisions(&service.spec);
     let side_by_side = service.spec.upgrade_type().runs_revisions_side_by_side();
     let revisions: Vec<&str> = match (service.spec.upgrade_type(), rollout) {
         (UpgradeType::None, _) => Vec::new(),
@@ -1474,8 +1408,7 @@ fn report_paced(
     Some(PacedReport { events, requeue })
 }
 
-/// The Progressing reason of a halted RollingUpdate.
-pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+pub use crate::plan::shared::reason::PROGRESS_DEADLINE_EXCEEDED;
 
 /// Why a child goes, for the Event: a revision's replica, Service or record
 /// in the words of the upgrade; anything else as [`why_delete`] says.
@@ -1528,100 +1461,6 @@ fn live_scale_views(
     views: &[ScaleView],
 ) -> Vec<ScaleViewLock> {
     scale_view::live_locks(children::service_name(service), locks, views)
-}
-
-fn applied_hash(object: &Value) -> Option<&str> {
-    object["metadata"]["annotations"][APPLIED_HASH].as_str()
-}
-
-/// Sets the applied-hash annotation: a hash of the object as planned.
-pub fn stamp(mut object: Value) -> Value {
-    let bytes = serde_json::to_vec(&object).unwrap_or_default();
-    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    let hash: String = digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        let annotations = metadata
-            .entry("annotations")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Some(annotations) = annotations.as_object_mut() {
-            annotations.insert(APPLIED_HASH.to_owned(), Value::String(hash));
-        }
-    }
-    object
-}
-
-/// Whether `observed` already is what `desired` (stamped) asks for: same
-/// applied hash (so a field Tandem stops wanting is applied away), and every
-/// desired field present with the desired value (so a hand edit is set back).
-/// Fields the server added are ignored.
-pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
-    applied_hash(desired) == applied_hash(observed) && contains(observed, desired)
-}
-
-/// Whether every field of `want` is in `have` with the same value (lists
-/// element by element); fields only `have` has do not matter.
-///
-/// Values are compared as the API server stores them, so that what it
-/// normalised is not taken for a hand edit:
-/// - a resource quantity (an entry of `limits`, `requests` or `overhead`, or
-///   a `sizeLimit`) is compared by value: the API server stores built-in
-///   kinds' quantities in canonical form (`cpu: 0.5` comes back as `500m`,
-///   `1024Mi` as `1Gi`, `nvidia.com/gpu: 1` as `"1"`), Kubernetes'
-///   `resource.Quantity` marshalling;
-/// - an empty list or map that `have` lacks is there: Go's `omitempty` drops
-///   empty slices and maps when the API server serialises a built-in object.
-pub fn contains(have: &Value, want: &Value) -> bool {
-    contains_within(have, want, None)
-}
-
-/// Keys whose map values are resource quantities.
-const QUANTITY_MAPS: [&str; 3] = ["limits", "requests", "overhead"];
-
-/// [`contains`], where `key` is the field that holds `want`.
-fn contains_within(have: &Value, want: &Value, key: Option<&str>) -> bool {
-    match (have, want) {
-        (Value::Object(have), Value::Object(want)) => {
-            let quantities = key.is_some_and(|k| QUANTITY_MAPS.contains(&k));
-            want.iter().all(|(k, w)| match have.get(k) {
-                Some(h) if quantities => same_quantity(h, w),
-                Some(h) if k == "sizeLimit" => same_quantity(h, w),
-                Some(h) => contains_within(h, w, Some(k)),
-                None => is_empty_collection(w),
-            })
-        }
-        (Value::Array(have), Value::Array(want)) => {
-            have.len() == want.len()
-                && have
-                    .iter()
-                    .zip(want)
-                    .all(|(h, w)| contains_within(h, w, None))
-        }
-        _ => have == want,
-    }
-}
-
-fn is_empty_collection(value: &Value) -> bool {
-    match value {
-        Value::Array(items) => items.is_empty(),
-        Value::Object(fields) => fields.is_empty(),
-        _ => false,
-    }
-}
-
-/// Whether two quantities (strings or numbers) have the same value; text that
-/// is not a quantity is compared as it is.
-fn same_quantity(have: &Value, want: &Value) -> bool {
-    fn parse(value: &Value) -> Option<Quantity> {
-        match value {
-            Value::String(text) => text.parse().ok(),
-            Value::Number(number) => number.to_string().parse().ok(),
-            _ => None,
-        }
-    }
-    have == want || matches!((parse(have), parse(want)), (Some(h), Some(w)) if h == w)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
 use crate::plan::shared::children;
+pub use crate::plan::shared::condition::condition;
 
 /// Container states that will not get better by waiting.
 const FAILING_REASONS: [&str; 6] = [
@@ -300,33 +301,6 @@ pub fn reported(status: &InferenceServiceStatus) -> Value {
         "updated": status.updated,
         "upgrade": upgrade,
     })
-}
-
-/// A condition, keeping its last transition time when its status is unchanged
-/// (so an unchanged world gives an unchanged status). `previous` are the
-/// object's conditions as stored.
-pub fn condition(
-    previous: &[Condition],
-    type_: &str,
-    is_true: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    let status = if is_true { "True" } else { "False" };
-    let since = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        last_transition_time: since,
-        observed_generation: generation,
-    }
 }
 
 fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {

@@ -450,19 +450,8 @@ fn advance(
         Ok(settings) => settings,
         Err(denial) => return hold(active, pending, Wait::InvalidOptions, denial),
     };
-    if !(gateway.accepted && gateway.programmed) {
-        let reason = format!(
-            "waiting for the Gateway: Accepted={}, Programmed={}",
-            gateway.accepted, gateway.programmed
-        );
-        return hold(active, pending, Wait::GatewayNotReady, reason);
-    }
-    if !(gateway.route_accepted && gateway.route_resolved_refs) {
-        let reason = format!(
-            "waiting for the HTTPRoute: parent Accepted={}, ResolvedRefs={}",
-            gateway.route_accepted, gateway.route_resolved_refs
-        );
-        return hold(active, pending, Wait::RouteNotReady, reason);
+    if let Some((wait, reason)) = gateway_wait(gateway) {
+        return hold(active, pending, wait, reason);
     }
 
     let last_move = pending.last_traffic_move;
@@ -471,17 +460,7 @@ fn advance(
         Way::Back => (&mut active, &mut pending),
     };
 
-    if gainer.is_whole() && loser.target_capacity == 0 {
-        let reason = match way {
-            Way::Forward => format!(
-                "upgrade to revision {} complete: it serves all traffic at full capacity; revision {} can be removed",
-                gainer.name, loser.name
-            ),
-            Way::Back => format!(
-                "rolled back to revision {}: it serves all traffic at full capacity; revision {} can be removed",
-                gainer.name, loser.name
-            ),
-        };
+    if let Some(reason) = finished(gainer, loser, way) {
         return Step {
             active,
             pending,
@@ -491,25 +470,7 @@ fn advance(
     }
 
     if gainer.traffic == gainer.target_capacity {
-        let reason = if gainer.target_capacity.saturating_add(loser.target_capacity) <= 100 {
-            let from = gainer.target_capacity;
-            gainer.target_capacity = from.saturating_add(settings.surge).min(100);
-            format!(
-                "revision {} scaled up from {from}% to {}% of the desired replicas (maxSurgePercent {})",
-                gainer.name, gainer.target_capacity, settings.surge
-            )
-        } else {
-            let floor = match way {
-                Way::Forward => 0,
-                Way::Back => loser.traffic,
-            };
-            let from = loser.target_capacity;
-            loser.target_capacity = from.saturating_sub(settings.surge).max(floor);
-            format!(
-                "revision {} scaled down from {from}% to {}% of the desired replicas (maxSurgePercent {})",
-                loser.name, loser.target_capacity, settings.surge
-            )
-        };
+        let reason = move_capacity(&settings, gainer, loser, way);
         return Step {
             active,
             pending,
@@ -518,21 +479,7 @@ fn advance(
         };
     }
 
-    let mut goal = gainer
-        .traffic
-        .saturating_add(settings.step_size)
-        .min(gainer.target_capacity);
-    if goal > gainer.traffic {
-        goal = if settings.all_at_once {
-            if gainer.ready_percent >= goal {
-                goal
-            } else {
-                gainer.traffic
-            }
-        } else {
-            goal.min(gainer.traffic.max(gainer.ready_percent))
-        };
-    }
+    let goal = traffic_goal(&settings, gainer);
     if goal == gainer.traffic {
         let reason = format!(
             "waiting for revision {}: its ready replicas cover {}% of the traffic, it carries {}% and is scaled for {}%",
@@ -540,12 +487,7 @@ fn advance(
         );
         return hold(active, pending, Wait::Readiness, reason);
     }
-    if let Some(last) = last_move
-        && now.duration_since(last) < settings.interval
-    {
-        let due = last
-            .checked_add(settings.interval)
-            .unwrap_or(Timestamp::MAX);
+    if let Some(due) = interval_due(&settings, last_move, now) {
         let reason = format!(
             "next traffic step to revision {} at {due} (intervalSeconds {})",
             gainer.name,
@@ -567,6 +509,115 @@ fn advance(
         pending,
         moved: Moved::Traffic,
         reason,
+    }
+}
+
+/// What the upgrade waits for before anything moves: the Gateway, then the
+/// HTTPRoute; `None` when both are ready.
+fn gateway_wait(gateway: &Gateway) -> Option<(Wait, String)> {
+    if !(gateway.accepted && gateway.programmed) {
+        let reason = format!(
+            "waiting for the Gateway: Accepted={}, Programmed={}",
+            gateway.accepted, gateway.programmed
+        );
+        return Some((Wait::GatewayNotReady, reason));
+    }
+    if !(gateway.route_accepted && gateway.route_resolved_refs) {
+        let reason = format!(
+            "waiting for the HTTPRoute: parent Accepted={}, ResolvedRefs={}",
+            gateway.route_accepted, gateway.route_resolved_refs
+        );
+        return Some((Wait::RouteNotReady, reason));
+    }
+    None
+}
+
+/// The reason the upgrade (or rollback) is over: the gaining revision serves
+/// all traffic at full capacity and the losing one is scaled to nothing.
+fn finished(gainer: &Revision, loser: &Revision, way: Way) -> Option<String> {
+    if !(gainer.is_whole() && loser.target_capacity == 0) {
+        return None;
+    }
+    Some(match way {
+        Way::Forward => format!(
+            "upgrade to revision {} complete: it serves all traffic at full capacity; revision {} can be removed",
+            gainer.name, loser.name
+        ),
+        Way::Back => format!(
+            "rolled back to revision {}: it serves all traffic at full capacity; revision {} can be removed",
+            gainer.name, loser.name
+        ),
+    })
+}
+
+/// The gaining revision carries all the traffic it is scaled for: scale it
+/// up by the surge while both fit in 100%, else scale the loser down (going
+/// back, never below the traffic the loser still carries). Returns the reason.
+fn move_capacity(
+    settings: &Settings,
+    gainer: &mut Revision,
+    loser: &mut Revision,
+    way: Way,
+) -> String {
+    if gainer.target_capacity.saturating_add(loser.target_capacity) <= 100 {
+        let from = gainer.target_capacity;
+        gainer.target_capacity = from.saturating_add(settings.surge).min(100);
+        format!(
+            "revision {} scaled up from {from}% to {}% of the desired replicas (maxSurgePercent {})",
+            gainer.name, gainer.target_capacity, settings.surge
+        )
+    } else {
+        let floor = match way {
+            Way::Forward => 0,
+            Way::Back => loser.traffic,
+        };
+        let from = loser.target_capacity;
+        loser.target_capacity = from.saturating_sub(settings.surge).max(floor);
+        format!(
+            "revision {} scaled down from {from}% to {}% of the desired replicas (maxSurgePercent {})",
+            loser.name, loser.target_capacity, settings.surge
+        )
+    }
+}
+
+/// The traffic the gaining revision may carry after this step: one step
+/// more, within its capacity, and as far as its ready replicas cover (all at
+/// once: only when they cover the whole step). Its current traffic when it
+/// may not move.
+fn traffic_goal(settings: &Settings, gainer: &Revision) -> i32 {
+    let goal = gainer
+        .traffic
+        .saturating_add(settings.step_size)
+        .min(gainer.target_capacity);
+    if goal <= gainer.traffic {
+        return goal;
+    }
+    if settings.all_at_once {
+        if gainer.ready_percent >= goal {
+            goal
+        } else {
+            gainer.traffic
+        }
+    } else {
+        goal.min(gainer.traffic.max(gainer.ready_percent))
+    }
+}
+
+/// When the next traffic step is due, if the interval since the last move
+/// has not passed yet.
+fn interval_due(
+    settings: &Settings,
+    last_move: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let last = last_move?;
+    if now.duration_since(last) < settings.interval {
+        Some(
+            last.checked_add(settings.interval)
+                .unwrap_or(Timestamp::MAX),
+        )
+    } else {
+        None
     }
 }
 
@@ -603,6 +654,102 @@ mod tests {
 
     fn split(step: &Step) -> (i32, i32) {
         (step.active.traffic, step.pending.traffic)
+    }
+
+    fn stepping(step_size: i32, all_at_once: bool) -> Settings {
+        Settings {
+            surge: 25,
+            step_size,
+            interval: secs(60),
+            all_at_once,
+        }
+    }
+
+    #[test]
+    fn traffic_goal_moves_one_step_as_far_as_ready_replicas_cover() {
+        let by_readiness = stepping(20, false);
+        // Ready replicas cover 30%: the step to 30% of a 20% step from 10% is
+        // cut to what is ready.
+        assert_eq!(traffic_goal(&by_readiness, &revision("b", 50, 10, 25)), 25);
+        assert_eq!(traffic_goal(&by_readiness, &revision("b", 50, 10, 90)), 30);
+        // Never beyond the capacity the revision is scaled for.
+        assert_eq!(traffic_goal(&by_readiness, &revision("b", 20, 10, 90)), 20);
+        // Nothing ready beyond what it carries: it stays.
+        assert_eq!(traffic_goal(&by_readiness, &revision("b", 50, 10, 5)), 10);
+    }
+
+    #[test]
+    fn traffic_goal_all_at_once_waits_until_the_whole_step_is_ready() {
+        let whole = stepping(100, true);
+        assert_eq!(traffic_goal(&whole, &revision("b", 100, 0, 99)), 0);
+        assert_eq!(traffic_goal(&whole, &revision("b", 100, 0, 100)), 100);
+    }
+
+    #[test]
+    fn gateway_wait_names_the_gateway_before_the_route() {
+        assert!(gateway_wait(&Gateway::READY).is_none());
+        let nothing = Gateway {
+            accepted: false,
+            programmed: true,
+            route_accepted: false,
+            route_resolved_refs: true,
+        };
+        let (wait, reason) = gateway_wait(&nothing).unwrap();
+        assert_eq!(wait, Wait::GatewayNotReady);
+        assert_eq!(
+            reason,
+            "waiting for the Gateway: Accepted=false, Programmed=true"
+        );
+        let route = Gateway {
+            route_resolved_refs: false,
+            ..Gateway::READY
+        };
+        assert_eq!(gateway_wait(&route).unwrap().0, Wait::RouteNotReady);
+    }
+
+    #[test]
+    fn interval_due_only_while_the_interval_since_the_last_move_runs() {
+        let settings = stepping(20, false);
+        assert_eq!(interval_due(&settings, None, t0()), None);
+        let due = t0().checked_add(secs(60)).unwrap();
+        assert_eq!(
+            interval_due(&settings, Some(t0()), t0().checked_add(secs(59)).unwrap()),
+            Some(due)
+        );
+        assert_eq!(interval_due(&settings, Some(t0()), due), None);
+    }
+
+    #[test]
+    fn move_capacity_surges_the_gainer_then_shrinks_the_loser() {
+        let settings = stepping(20, false);
+        let (mut gainer, mut loser) = (revision("b", 25, 25, 25), revision("a", 75, 75, 100));
+        move_capacity(&settings, &mut gainer, &mut loser, Way::Forward);
+        assert_eq!((gainer.target_capacity, loser.target_capacity), (50, 75));
+        move_capacity(&settings, &mut gainer, &mut loser, Way::Forward);
+        assert_eq!((gainer.target_capacity, loser.target_capacity), (50, 50));
+        // Going back, the loser keeps capacity for the traffic it carries.
+        let (mut gainer, mut loser) = (revision("a", 100, 60, 100), revision("b", 50, 40, 100));
+        move_capacity(&settings, &mut gainer, &mut loser, Way::Back);
+        assert_eq!(loser.target_capacity, 40);
+    }
+
+    #[test]
+    fn finished_only_when_the_gainer_is_whole_and_the_loser_scaled_to_nothing() {
+        assert!(
+            finished(
+                &revision("b", 100, 100, 100),
+                &revision("a", 10, 0, 100),
+                Way::Forward
+            )
+            .is_none()
+        );
+        let reason = finished(
+            &revision("a", 100, 100, 100),
+            &revision("b", 0, 0, 0),
+            Way::Back,
+        )
+        .unwrap();
+        assert!(reason.starts_with("rolled back to revision a"), "{reason}");
     }
 
     #[test]

@@ -36,7 +36,7 @@ use super::ratio::{self, Bindings, Endpoint, TargetBinding};
 use crate::api::resource_scaling_group::{
     ResourceScalingGroup, ResourceScalingGroupSpec, ResourceScalingGroupStatus,
 };
-use crate::plan::inference_service::status::condition;
+use crate::plan::shared::condition::condition;
 
 /// An endpoint's replicas as read, with what a patch of them needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,9 +140,7 @@ pub struct Pass {
 }
 
 /// Event reasons.
-pub const SCALED: &str = "Scaled";
-pub const DRIFT_REPAIRED: &str = "DriftRepaired";
-pub const STALLED: &str = "Stalled";
+pub use crate::plan::shared::reason::{DRIFT_REPAIRED, SCALED, STALLED};
 
 /// The InplaceScaling groups of a namespace that resolve and are not being
 /// deleted (a group being deleted drives nothing any more), by name, with

@@ -22,7 +22,7 @@
 //!   template's server-set fields, status and owners. A clone is a function
 //!   of its template: a template change updates it, a hand edit is set back,
 //!   and an unchanged world writes nothing (the applied-hash stamp of
-//!   [`service::stamp`]).
+//!   [`write::stamp`]).
 //! - A group exists while any of its clones does. It is being deleted when a
 //!   clone of it has a deletionTimestamp (its other clones are deleted too: a
 //!   group goes as a whole) or when its clones are gone and pods labelled
@@ -56,9 +56,9 @@ use crate::api::resource_scaling_group::{
     ResourceScalingGroupSpec, ResourceScalingGroupStatus, ScalingStrategyType, TargetResource,
     clone_name, group_id, group_index,
 };
-use crate::plan::inference_service::service::{self, Apply, Delete};
-use crate::plan::inference_service::status::condition;
+use crate::plan::shared::condition::condition;
 use crate::plan::shared::decision::Replica;
+use crate::plan::shared::write::{self, Apply, Delete};
 use crate::plan::victims::{self, GroupCandidate};
 
 /// The RSG a clone, an adopted original or a pod belongs to.
@@ -91,7 +91,7 @@ const TEMPLATE_ONLY_METADATA: [&str; 11] = [
 const TEMPLATE_ONLY_ANNOTATIONS: [&str; 3] = [
     "kubectl.kubernetes.io/last-applied-configuration",
     "deployment.kubernetes.io/revision",
-    service::APPLIED_HASH,
+    write::APPLIED_HASH,
 ];
 
 /// How many not-ready resources the Ready condition names before it counts.
@@ -326,7 +326,7 @@ pub fn clone_of(
     }
     label_pod_templates(&mut object, &labels);
     extend_selector(&mut object, &labels);
-    service::stamp(object)
+    write::stamp(object)
 }
 
 /// What Tandem applies to an original (group 00): only the two labels, on
@@ -359,7 +359,7 @@ pub fn adoption_of(rsg: &ResourceScalingGroup, prefix: &str, template: &Value) -
         }
         *node = json!({"metadata": {"labels": labels}});
     }
-    service::stamp(partial)
+    write::stamp(partial)
 }
 
 /// One target resource with its template.
@@ -606,7 +606,7 @@ pub fn workload_ready(object: &Value) -> Result<(), String> {
 fn readiness(planned: &Value, current: Option<&Value>, applied: bool) -> Result<(), String> {
     match current {
         None => workload_ready(planned),
-        Some(current) if applied && !service::contains(&current["spec"], &planned["spec"]) => {
+        Some(current) if applied && !write::contains(&current["spec"], &planned["spec"]) => {
             let mut next = current.clone();
             let generation = current["metadata"]["generation"].as_i64().unwrap_or(0);
             // Saturating: a generation at i64::MAX (which the API server
@@ -875,7 +875,7 @@ impl Replication<'_> {
         let mut apply = Vec::new();
         for target in self.targets {
             let adopted = adoption_of(self.rsg, self.prefix, target.template);
-            let change = service::change_of(&adopted, Some(target.template));
+            let change = write::change_of(&adopted, Some(target.template));
             if let Err(reason) = readiness(&adopted, Some(target.template), change.is_some()) {
                 not_ready.push(format!(
                     "{} {} ({}) {reason}",
@@ -927,7 +927,7 @@ impl Replication<'_> {
                 );
                 let name = name_of(&clone).to_owned();
                 let current = self.existing_clone(index, &name, target.kind);
-                let change = service::change_of(&clone, current);
+                let change = write::change_of(&clone, current);
                 if let Err(reason) = readiness(&clone, current, change.is_some()) {
                     not_ready.push(format!("{} {name} {reason}", target.kind));
                 }
@@ -935,7 +935,7 @@ impl Replication<'_> {
                     continue;
                 };
                 let why = match change {
-                    service::Change::Update => format!(
+                    write::Change::Update => format!(
                         "its template {} {} changed",
                         target.kind,
                         name_of(target.template)
@@ -1305,7 +1305,7 @@ mod tests {
         );
         assert!(p.delete.is_empty() && p.warnings.is_empty());
         let clone = &p.apply[4];
-        assert_eq!(clone.change, service::Change::Create);
+        assert_eq!(clone.change, write::Change::Create);
         assert_eq!(
             clone.note,
             "Deployment inference-unit-02-prefill created: clone of Deployment prefill for group inference-unit-02 (3 of 3 groups)"
@@ -1344,7 +1344,7 @@ mod tests {
             "the user's annotations are kept"
         );
         assert!(!annotations.contains_key("deployment.kubernetes.io/revision"));
-        assert!(annotations.contains_key(service::APPLIED_HASH));
+        assert!(annotations.contains_key(write::APPLIED_HASH));
         assert_eq!(
             o["spec"]["replicas"], 2,
             "a clone has its template's replicas"
@@ -1352,7 +1352,7 @@ mod tests {
 
         // The originals get the two labels and nothing else.
         let adopted = &p.apply[0];
-        assert_eq!(adopted.change, service::Change::Update);
+        assert_eq!(adopted.change, write::Change::Update);
         let group00 = json!({NAME_LABEL: "pd-cluster", GROUP_LABEL: "inference-unit-00"});
         assert_eq!(adopted.object["metadata"]["labels"], group00);
         assert_eq!(
@@ -1435,7 +1435,7 @@ mod tests {
             applied(&p),
             ["inference-unit-01-prefill", "inference-unit-02-prefill"]
         );
-        assert!(p.apply.iter().all(|a| a.change == service::Change::Update));
+        assert!(p.apply.iter().all(|a| a.change == write::Change::Update));
         assert_eq!(
             p.apply[0].note,
             "Deployment inference-unit-01-prefill updated: its template Deployment prefill changed"
@@ -1452,7 +1452,7 @@ mod tests {
         edited["spec"]["replicas"] = json!(9);
         let p = pass(&r, &t, &objects, &[]);
         assert_eq!(applied(&p), ["inference-unit-01-decode"]);
-        assert_eq!(p.apply[0].change, service::Change::Revert);
+        assert_eq!(p.apply[0].change, write::Change::Revert);
         // Removing a label from an original is set back too.
         carry_out(&p, &mut t, &mut objects);
         t[1].as_mut().unwrap()["spec"]["template"]["metadata"]["labels"]
@@ -1461,7 +1461,7 @@ mod tests {
             .remove(GROUP_LABEL);
         let p = pass(&r, &t, &objects, &[]);
         assert_eq!(applied(&p), ["decode"]);
-        assert_eq!(p.apply[0].change, service::Change::Revert);
+        assert_eq!(p.apply[0].change, write::Change::Revert);
     }
 
     #[test]

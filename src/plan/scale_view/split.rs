@@ -257,6 +257,20 @@ mod tests {
         ])
     }
 
+    /// Each case's total, clamp flag and per-group shares.
+    fn check_splits(cases: Vec<Case<'_>>) {
+        for (spec, requested, total, clamped, expected) in cases {
+            let got = split(spec, requested);
+            let names: Vec<_> = spec.scale_policy.iter().map(|p| &p.group).collect();
+            assert_eq!(
+                (got.total, got.clamped, shares(&got)),
+                (total, clamped, expected),
+                "{names:?} with {requested}"
+            );
+            assert_eq!(got.requested, requested);
+        }
+    }
+
     #[test]
     fn splits_table() {
         let spot = spot();
@@ -279,17 +293,7 @@ mod tests {
             group("b", 0, None, None),
             group("c", 0, None, None),
         ]);
-        let capped = view(vec![
-            group("a", 0, Some(1), Some(2)),
-            group("b", 3, Some(1), Some(3)),
-        ]);
-        let three_tiers = view(vec![
-            group("low", 0, None, None),
-            group("mid-a", 5, None, Some(3)),
-            group("mid-b", 5, Some(2), Some(4)),
-            group("top", 9, None, Some(1)),
-        ]);
-        let cases: Vec<Case<'_>> = vec![
+        check_splits(vec![
             // Seed 002, case 1: balanced zones.
             (&zones, 4, 4, false, vec![("az-1", 2), ("az-2", 2)]),
             (&zones, 3, 3, false, vec![("az-1", 2), ("az-2", 1)]),
@@ -328,6 +332,20 @@ mod tests {
             (&big_min, 12, 12, false, vec![("a", 5), ("b", 4), ("c", 3)]),
             (&big_min, 15, 15, false, vec![("a", 5), ("b", 5), ("c", 5)]),
             (&big_min, 16, 16, false, vec![("a", 6), ("b", 5), ("c", 5)]),
+        ]);
+    }
+
+    #[test]
+    fn splits_table_clamped() {
+        let zones = view(vec![
+            group("az-1", 0, None, None),
+            group("az-2", 0, None, None),
+        ]);
+        let capped = view(vec![
+            group("a", 0, Some(1), Some(2)),
+            group("b", 3, Some(1), Some(3)),
+        ]);
+        check_splits(vec![
             // Above Σmax and below Σmin: clamped and flagged.
             (&capped, 10, 5, true, vec![("a", 2), ("b", 3)]),
             (&capped, 5, 5, false, vec![("a", 2), ("b", 3)]),
@@ -339,6 +357,18 @@ mod tests {
             (&zones, 0, 0, false, vec![("az-1", 0), ("az-2", 0)]),
             (&zones, -1, 0, true, vec![("az-1", 0), ("az-2", 0)]),
             (&zones, i32::MIN, 0, true, vec![("az-1", 0), ("az-2", 0)]),
+        ]);
+    }
+
+    #[test]
+    fn splits_table_by_tier() {
+        let three_tiers = view(vec![
+            group("low", 0, None, None),
+            group("mid-a", 5, None, Some(3)),
+            group("mid-b", 5, Some(2), Some(4)),
+            group("top", 9, None, Some(1)),
+        ]);
+        check_splits(vec![
             // Tiers fill top down; mid-b's min is given before any tier fills.
             (
                 &three_tiers,
@@ -369,17 +399,7 @@ mod tests {
                 false,
                 vec![("low", 2), ("mid-a", 3), ("mid-b", 4), ("top", 1)],
             ),
-        ];
-        for (spec, requested, total, clamped, expected) in cases {
-            let got = split(spec, requested);
-            let names: Vec<_> = spec.scale_policy.iter().map(|p| &p.group).collect();
-            assert_eq!(
-                (got.total, got.clamped, shares(&got)),
-                (total, clamped, expected),
-                "{names:?} with {requested}"
-            );
-            assert_eq!(got.requested, requested);
-        }
+        ]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
+use crate::api::inference_service::{InferenceService, Role};
 
 /// `fusioninfer.io/service`: the InferenceService's name.
 pub const SERVICE: &str = "fusioninfer.io/service";
@@ -198,68 +198,9 @@ pub fn service_name(service: &InferenceService) -> &str {
     service.metadata.name.as_deref().unwrap_or_default()
 }
 
-/// The length of a revision hash ([`revision`]).
+/// The length of a revision hash
+/// ([`crate::plan::inference_service::revision::spec_revision`]).
 pub const REVISION_LEN: usize = 10;
-
-/// The first [`REVISION_LEN`] hex digits of the SHA-256 of `shape`'s JSON.
-fn hash(shape: &Value) -> String {
-    // serde_json maps are sorted, so the bytes are canonical; a Value always
-    // serializes.
-    let bytes = serde_json::to_vec(shape).unwrap_or_default();
-    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    digest.as_ref()[..REVISION_LEN / 2]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// A short, stable hash of everything that shapes the pods of one serving
-/// role: its name, component type, node count (which decides the multi-node
-/// leader/worker wrapping) and template, and what of the scheduling strategy
-/// reaches its pods (the scheduler, and whether they carry the gang
-/// annotations), the traffic label and the grace period a drain sets.
-/// Replica counts, scale-down policies, the other roles'
-/// templates, the PodGroup's queue, priority class and gang policy, router
-/// settings and the upgrade strategy do not change it: scaling never restarts
-/// pods, and a change to one role restarts only that role's pods.
-pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
-    let scheduling = crate::plan::inference_service::gang::scheduling(spec);
-    hash(&json!({
-        "name": role.name,
-        "componentType": role.component_type,
-        "nodeCount": role.node_count(),
-        "template": role.template,
-        "gang": scheduling.gang,
-        "schedulerName": scheduling.scheduler_name,
-        // The pods carry the traffic label (plan::inference_service::drain), and a drain longer
-        // than Kubernetes' default grace sets the grace: both change pods, so
-        // they move replicas by the role's upgrade pace, never all at once.
-        "traffic": crate::plan::inference_service::drain::TRAFFIC,
-        "grace": crate::plan::inference_service::drain::grace_seconds(
-            role.template.as_ref().is_some_and(|t| !t["spec"]["terminationGracePeriodSeconds"].is_null()),
-            role.drain_seconds(),
-        ),
-    }))
-}
-
-/// The revision of each serving role, by role name.
-pub fn role_revisions(spec: &InferenceServiceSpec) -> BTreeMap<String, String> {
-    spec.roles
-        .iter()
-        .filter(|r| !r.is_router())
-        .map(|r| (r.name.clone(), role_revision(spec, r)))
-        .collect()
-}
-
-/// The service's revision, composed from its serving roles' revisions
-/// ([`role_revision`]): it changes exactly when one role's pods change. The
-/// strategies that run revisions side by side (NewRevision,
-/// IncrementalUpgrade) name and label a whole set of LeaderWorkerSets with it
-/// and route to it through the Gateway; RollingUpdate and None label each
-/// replica with its role's revision.
-pub fn revision(spec: &InferenceServiceSpec) -> String {
-    hash(&json!({"roles": role_revisions(spec)}))
-}
 
 #[cfg(test)]
 mod tests {
@@ -338,71 +279,6 @@ mod tests {
             metadata(&service(unstored), "x", &labels)
                 .get("ownerReferences")
                 .is_none()
-        );
-    }
-
-    #[test]
-    fn revision_changes_with_templates_not_with_replicas() {
-        let base = service(story2());
-        let r = revision(&base.spec);
-        assert_eq!(r.len(), REVISION_LEN);
-        assert_eq!(r, revision(&base.spec), "stable");
-        let mut scaled = story2();
-        scaled["spec"]["roles"][0]["replicas"] = json!(7);
-        scaled["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
-        assert_eq!(
-            revision(&service(scaled).spec),
-            r,
-            "scaling is not a new revision"
-        );
-        let mut image = story2();
-        image["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
-        assert_ne!(revision(&service(image).spec), r);
-        let mut nodes = story2();
-        nodes["spec"]["roles"][1]["multinode"] = json!({"nodeCount": 2});
-        assert_ne!(revision(&service(nodes).spec), r);
-    }
-
-    #[test]
-    fn a_role_revision_covers_that_role_only() {
-        let base = service(story2());
-        let prefill = role_revision(&base.spec, &base.spec.roles[0]);
-        let decode = role_revision(&base.spec, &base.spec.roles[1]);
-        assert_ne!(prefill, decode, "the role's name is part of it");
-        assert_eq!(
-            role_revisions(&base.spec),
-            BTreeMap::from([
-                ("decode".to_owned(), decode.clone()),
-                ("prefill".to_owned(), prefill.clone())
-            ])
-        );
-
-        // Decode's image: decode's revision and the service's move, prefill's
-        // does not.
-        let mut image = story2();
-        image["spec"]["roles"][1]["template"]["spec"]["containers"][0]["image"] = json!("vllm:2");
-        let image = service(image);
-        assert_eq!(role_revision(&image.spec, &image.spec.roles[0]), prefill);
-        assert_ne!(role_revision(&image.spec, &image.spec.roles[1]), decode);
-        assert_ne!(revision(&image.spec), revision(&base.spec));
-
-        // The PodGroup's queue and priority class reach no pod.
-        let mut queue = story2();
-        queue["spec"]["schedulingStrategy"] =
-            json!({"queue": "gpu", "priorityClassName": "high", "gangPolicy": "TaskMember"});
-        assert_eq!(revision(&service(queue).spec), revision(&base.spec));
-
-        // Another scheduler reaches every pod: every role's revision moves.
-        let mut scheduler = story2();
-        scheduler["spec"]["schedulingStrategy"] = json!({"schedulerName": "kai"});
-        let scheduler = service(scheduler);
-        assert_ne!(
-            role_revision(&scheduler.spec, &scheduler.spec.roles[0]),
-            prefill
-        );
-        assert_ne!(
-            role_revision(&scheduler.spec, &scheduler.spec.roles[1]),
-            decode
         );
     }
 }

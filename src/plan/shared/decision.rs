@@ -8,60 +8,10 @@
 use serde_json::Value;
 
 use super::children::ROLE_NAME;
-use crate::api::inference_service::{InferenceService, RoleScaleDownPolicy};
-use crate::api::resource_scaling_group::GroupScaleDownPolicy;
-use crate::plan::inference_service::service::{Apply, Change, Delete};
-
-/// A replica a step creates, replaces or deletes: one of a role's
-/// LeaderWorkerSets, or an object of a ResourceScalingGroup's clone group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Replica {
-    /// The scale-down policy of the replica's role or group: it orders which
-    /// replicas go on a scale-down (and, for a role, which indices are kept).
-    /// None when the role or group is no longer in the spec.
-    pub policy: Option<Policy>,
-}
-
-/// A scale-down policy, of a role (Ordered, Binpack) or of a group
-/// (Ordered, Newest, Oldest, Binpack).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    Ordered,
-    Binpack,
-    Newest,
-    Oldest,
-}
-
-impl Policy {
-    pub fn label(self) -> &'static str {
-        match self {
-            Policy::Ordered => "Ordered",
-            Policy::Binpack => "Binpack",
-            Policy::Newest => "Newest",
-            Policy::Oldest => "Oldest",
-        }
-    }
-}
-
-impl From<RoleScaleDownPolicy> for Policy {
-    fn from(policy: RoleScaleDownPolicy) -> Policy {
-        match policy {
-            RoleScaleDownPolicy::Ordered => Policy::Ordered,
-            RoleScaleDownPolicy::Binpack => Policy::Binpack,
-        }
-    }
-}
-
-impl From<GroupScaleDownPolicy> for Policy {
-    fn from(policy: GroupScaleDownPolicy) -> Policy {
-        match policy {
-            GroupScaleDownPolicy::Ordered => Policy::Ordered,
-            GroupScaleDownPolicy::Newest => Policy::Newest,
-            GroupScaleDownPolicy::Oldest => Policy::Oldest,
-            GroupScaleDownPolicy::Binpack => Policy::Binpack,
-        }
-    }
-}
+use super::reason;
+pub use super::scale_down_policy::{Policy, Replica};
+use super::write::{Apply, Change, Delete};
+use crate::api::inference_service::InferenceService;
 
 /// The `policy` label of a step on no replica, or on a replica whose role or
 /// group is gone.
@@ -125,9 +75,7 @@ pub fn of_upgrade_step(reason: &str) -> Decision {
         "RollbackCapacity" => "rollback_capacity",
         "RollbackTraffic" => "rollback_traffic",
         "RollbackComplete" => "rollback_complete",
-        crate::plan::inference_service::service::PROGRESS_DEADLINE_EXCEEDED => {
-            "progress_deadline_exceeded"
-        }
+        reason::PROGRESS_DEADLINE_EXCEEDED => "progress_deadline_exceeded",
         _ => "upgrade_other",
     };
     Decision {
@@ -141,8 +89,8 @@ pub fn of_upgrade_step(reason: &str) -> Decision {
 /// edit of a Target set back (`DriftRepaired`). Stalls decide nothing.
 pub fn of_inplace_note(reason: &str) -> Option<Decision> {
     let decision = match reason {
-        crate::plan::resource_scaling_group::inplace::SCALED => "target_scaled",
-        crate::plan::resource_scaling_group::inplace::DRIFT_REPAIRED => "drift_repaired",
+        reason::SCALED => "target_scaled",
+        reason::DRIFT_REPAIRED => "drift_repaired",
         _ => return None,
     };
     Some(Decision {
@@ -286,24 +234,18 @@ mod tests {
             "upgrade_traffic"
         );
         assert_eq!(
-            of_upgrade_step(crate::plan::inference_service::service::PROGRESS_DEADLINE_EXCEEDED)
-                .decision,
+            of_upgrade_step(reason::PROGRESS_DEADLINE_EXCEEDED).decision,
             "progress_deadline_exceeded"
         );
         assert_eq!(of_upgrade_step("SomethingNew").decision, "upgrade_other");
         assert_eq!(
-            of_inplace_note(crate::plan::resource_scaling_group::inplace::DRIFT_REPAIRED)
-                .map(|d| d.decision),
+            of_inplace_note(reason::DRIFT_REPAIRED).map(|d| d.decision),
             Some("drift_repaired")
         );
         assert_eq!(
-            of_inplace_note(crate::plan::resource_scaling_group::inplace::SCALED)
-                .map(|d| d.decision),
+            of_inplace_note(reason::SCALED).map(|d| d.decision),
             Some("target_scaled")
         );
-        assert_eq!(
-            of_inplace_note(crate::plan::resource_scaling_group::inplace::STALLED),
-            None
-        );
+        assert_eq!(of_inplace_note(reason::STALLED), None);
     }
 }

@@ -13,8 +13,7 @@ use super::{Options, Pass, World};
 use crate::api::inference_service::{InferenceService, RevisionStatus, UpgradeStatus};
 use crate::plan::inference_service::rollout::tests::{incremental, lws, program, service, t0};
 use crate::plan::inference_service::rollout::{ROLLBACK_IN_PROGRESS, UPGRADE_IN_PROGRESS, plan};
-use crate::plan::inference_service::upgrade;
-use crate::plan::shared::children;
+use crate::plan::inference_service::{revision, upgrade};
 use crate::plan::shared::children::{
     LWS_WORKER_INDEX, REPLICA_INDEX, REVISION, ROLE_NAME, SERVICE,
 };
@@ -198,7 +197,7 @@ fn installed_cluster(image: &str) -> Cluster {
 #[test]
 fn a_new_service_keeps_the_seed_names_and_routes_everything_to_its_revision() {
     let cluster = installed_cluster("vllm:1");
-    let v1 = children::revision(&cluster.service.spec);
+    let v1 = revision::spec_revision(&cluster.service.spec);
     let mut names: Vec<&str> = cluster
         .of_kind("LeaderWorkerSet")
         .iter()
@@ -228,9 +227,9 @@ fn a_new_service_keeps_the_seed_names_and_routes_everything_to_its_revision() {
 #[test]
 fn a_full_upgrade_moves_capacity_and_traffic_one_way_at_the_pace_asked() {
     let mut cluster = installed_cluster("vllm:1");
-    let v1 = children::revision(&cluster.service.spec);
+    let v1 = revision::spec_revision(&cluster.service.spec);
     cluster.set_spec("vllm:2");
-    let v2 = children::revision(&cluster.service.spec);
+    let v2 = revision::spec_revision(&cluster.service.spec);
     let history = cluster.run_until(settled);
 
     let mut last = (100, 100, 0, 0);
@@ -331,9 +330,9 @@ fn a_full_upgrade_moves_capacity_and_traffic_one_way_at_the_pace_asked() {
 /// Runs an upgrade from vllm:1 to vllm:2 until half the traffic moved.
 fn halfway() -> (Cluster, String, String) {
     let mut cluster = installed_cluster("vllm:1");
-    let v1 = children::revision(&cluster.service.spec);
+    let v1 = revision::spec_revision(&cluster.service.spec);
     cluster.set_spec("vllm:2");
-    let v2 = children::revision(&cluster.service.spec);
+    let v2 = revision::spec_revision(&cluster.service.spec);
     cluster.run_until(|c| {
         c.upgrade()
             .pending
@@ -388,7 +387,7 @@ fn a_rollback_from_the_middle_returns_to_the_old_spec_even_with_a_broken_new_rev
 fn a_third_spec_rolls_back_first_then_upgrades() {
     let (mut cluster, v1, _) = halfway();
     cluster.set_spec("vllm:3");
-    let v3 = children::revision(&cluster.service.spec);
+    let v3 = revision::spec_revision(&cluster.service.spec);
     // First back to v1, which grows again from its record…
     cluster.run_until(settled);
     assert_eq!(cluster.upgrade().active.unwrap().revision, v1);
@@ -461,7 +460,7 @@ fn a_router_upgrades_through_one_pool_and_endpoint_picker_per_revision() {
             .iter()
             .all(|p| p["status"]["conditions"][0]["status"] == "True")
     });
-    let v1 = children::revision(&cluster.service.spec);
+    let v1 = revision::spec_revision(&cluster.service.spec);
     // Never upgraded: today's router names, and one route.
     assert_eq!(names_of(&cluster, "InferencePool"), ["qwen-pool"]);
     assert_eq!(names_of(&cluster, "Deployment"), ["qwen-epp"]);
@@ -477,7 +476,7 @@ fn a_router_upgrades_through_one_pool_and_endpoint_picker_per_revision() {
     assert_one_picker_per_revision_pool(&cluster);
 
     cluster.set_spec("vllm:2");
-    let v2 = children::revision(&cluster.service.spec);
+    let v2 = revision::spec_revision(&cluster.service.spec);
     let pool2 = format!("qwen-pool-{v2}");
     // run_until checks that the weights sum to 100 after every pass.
     let history = cluster.run_until(|c| {
@@ -546,7 +545,7 @@ fn new_revision_switches_all_traffic_once_the_new_revision_is_ready() {
             .all(|p| p["status"]["conditions"][0]["status"] == "True")
     });
     cluster.set_spec("vllm:2");
-    let v2 = children::revision(&cluster.service.spec);
+    let v2 = revision::spec_revision(&cluster.service.spec);
     let mut splits = Vec::new();
     let mut history = Vec::new();
     for _ in 0..20 {
@@ -705,7 +704,7 @@ fn strategy_none_leaves_running_replicas_on_their_revision() {
     assert!(pass.delete.is_empty());
     assert_eq!(
         pass.apply[0].object["metadata"]["labels"][REVISION],
-        children::role_revision(&s.spec, &s.spec.roles[0]),
+        revision::role_revision(&s.spec, &s.spec.roles[0]),
         "labelled with the role's revision"
     );
     let progressing = pass
@@ -727,7 +726,7 @@ fn strategy_none_leaves_running_replicas_on_their_revision() {
 fn worked_example() -> String {
     let mut cluster = installed_cluster("vllm:1");
     cluster.set_spec("vllm:2");
-    let v2 = children::revision(&cluster.service.spec);
+    let v2 = revision::spec_revision(&cluster.service.spec);
     let start = cluster.now;
     let history = cluster.run_until(settled);
     let mut table = "| t | step | old revision: capacity / traffic | new revision: capacity / traffic | replicas old + new |\n|---|---|---|---|---|\n".to_owned();

@@ -1,0 +1,172 @@
+//! The writes a plan asks for: a child to server-side apply ([`Apply`]) or
+//! to delete ([`Delete`]), how an apply changes what is there ([`Change`]),
+//! and the applied-hash stamp that tells whether a write is needed at all.
+//! An InferenceService's children and a ResourceScalingGroup's replicated
+//! objects are written alike.
+
+use serde_json::Value;
+
+use super::quantity::Quantity;
+use super::scale_down_policy::Replica;
+
+/// The hash of what Tandem last applied to a child.
+pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
+
+/// How an applied child differs from what was there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Create,
+    /// The plan changed.
+    Update,
+    /// The plan is the same but the object was changed by hand.
+    Revert,
+}
+
+impl Change {
+    /// The Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Change::Create => "Created",
+            Change::Update => "Updated",
+            Change::Revert => "Reverted",
+        }
+    }
+
+    /// The Event's note for applying `kind` `name` because of `why`.
+    pub fn note(self, kind: &str, name: &str, why: &str) -> String {
+        match self {
+            Change::Create => format!("{kind} {name} created: {why}"),
+            Change::Update => format!("{kind} {name} updated: {why}"),
+            Change::Revert => {
+                format!("{kind} {name} was changed outside Tandem and is set back: {why}")
+            }
+        }
+    }
+}
+
+/// How applying `desired` (stamped, see [`stamp`]) changes `current`, the
+/// object as observed; None when it is [`up_to_date`] and nothing is written.
+pub fn change_of(desired: &Value, current: Option<&Value>) -> Option<Change> {
+    match current {
+        Some(c) if up_to_date(desired, c) => None,
+        Some(c) if applied_hash(c) == applied_hash(desired) => Some(Change::Revert),
+        Some(_) => Some(Change::Update),
+        None => Some(Change::Create),
+    }
+}
+
+/// A child to server-side apply (stamped with its applied hash).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Apply {
+    pub object: Value,
+    pub change: Change,
+    /// The Event's note: what and why.
+    pub note: String,
+    /// Set when the object is a replica, with its policy (counted on
+    /// /metrics, [`super::decision`]).
+    pub replica: Option<Replica>,
+}
+
+/// A child to delete, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delete {
+    pub object: Value,
+    pub note: String,
+    /// Set when the object is a replica, with its policy (counted on
+    /// /metrics, [`super::decision`]).
+    pub replica: Option<Replica>,
+}
+
+fn applied_hash(object: &Value) -> Option<&str> {
+    object["metadata"]["annotations"][APPLIED_HASH].as_str()
+}
+
+/// Sets the applied-hash annotation: a hash of the object as planned.
+pub fn stamp(mut object: Value) -> Value {
+    let bytes = serde_json::to_vec(&object).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let hash: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(APPLIED_HASH.to_owned(), Value::String(hash));
+        }
+    }
+    object
+}
+
+/// Whether `observed` already is what `desired` (stamped) asks for: same
+/// applied hash (so a field Tandem stops wanting is applied away), and every
+/// desired field present with the desired value (so a hand edit is set back).
+/// Fields the server added are ignored.
+pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
+    applied_hash(desired) == applied_hash(observed) && contains(observed, desired)
+}
+
+/// Whether every field of `want` is in `have` with the same value (lists
+/// element by element); fields only `have` has do not matter.
+///
+/// Values are compared as the API server stores them, so that what it
+/// normalised is not taken for a hand edit:
+/// - a resource quantity (an entry of `limits`, `requests` or `overhead`, or
+///   a `sizeLimit`) is compared by value: the API server stores built-in
+///   kinds' quantities in canonical form (`cpu: 0.5` comes back as `500m`,
+///   `1024Mi` as `1Gi`, `nvidia.com/gpu: 1` as `"1"`), Kubernetes'
+///   `resource.Quantity` marshalling;
+/// - an empty list or map that `have` lacks is there: Go's `omitempty` drops
+///   empty slices and maps when the API server serialises a built-in object.
+pub fn contains(have: &Value, want: &Value) -> bool {
+    contains_within(have, want, None)
+}
+
+/// Keys whose map values are resource quantities.
+const QUANTITY_MAPS: [&str; 3] = ["limits", "requests", "overhead"];
+
+/// [`contains`], where `key` is the field that holds `want`.
+fn contains_within(have: &Value, want: &Value, key: Option<&str>) -> bool {
+    match (have, want) {
+        (Value::Object(have), Value::Object(want)) => {
+            let quantities = key.is_some_and(|k| QUANTITY_MAPS.contains(&k));
+            want.iter().all(|(k, w)| match have.get(k) {
+                Some(h) if quantities => same_quantity(h, w),
+                Some(h) if k == "sizeLimit" => same_quantity(h, w),
+                Some(h) => contains_within(h, w, Some(k)),
+                None => is_empty_collection(w),
+            })
+        }
+        (Value::Array(have), Value::Array(want)) => {
+            have.len() == want.len()
+                && have
+                    .iter()
+                    .zip(want)
+                    .all(|(h, w)| contains_within(h, w, None))
+        }
+        _ => have == want,
+    }
+}
+
+fn is_empty_collection(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.is_empty(),
+        Value::Object(fields) => fields.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether two quantities (strings or numbers) have the same value; text that
+/// is not a quantity is compared as it is.
+fn same_quantity(have: &Value, want: &Value) -> bool {
+    fn parse(value: &Value) -> Option<Quantity> {
+        match value {
+            Value::String(text) => text.parse().ok(),
+            Value::Number(number) => number.to_string().parse().ok(),
+            _ => None,
+        }
+    }
+    have == want || matches!((parse(have), parse(want)), (Some(h), Some(w)) if h == w)
+}
