@@ -583,7 +583,7 @@ impl Caches {
                     .iter()
                     .all(|(key, value)| o.labels().get(*key).map(String::as_str) == Some(*value))
             })
-            .map(|o| as_json(&o, &watched.resource))
+            .map(|o| o.to_json(&watched.resource))
             .collect();
         found.sort_by(|a, b| {
             a["metadata"]["name"]
@@ -614,12 +614,6 @@ impl Caches {
     pub fn close<K: Queue>(&self) {
         *lock(K::slot(&self.triggers)) = None;
     }
-}
-
-/// A cached object as JSON, with its apiVersion and kind (list and watch
-/// items may come without them).
-pub fn as_json(object: &Cached, resource: &ApiResource) -> Value {
-    object.to_json(resource)
 }
 
 /// Drops what no plan reads from any object's metadata.

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
 use super::cached::Cached;
-use super::caches::{Caches, PARTIAL, as_json};
+use super::caches::{Caches, PARTIAL};
 use super::cluster::{Cluster, Part, Series, Unserved, Written};
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
@@ -69,7 +69,7 @@ impl Live {
         match cached {
             Some(None) => Ok(None),
             Some(Some(object)) if !whole || !object.annotations().contains_key(PARTIAL) => {
-                Ok(Some(as_json(&object, resource)))
+                Ok(Some(object.to_json(resource)))
             }
             // Kept in part and wanted whole, or not listed yet: the API
             // server has it whole.
@@ -77,7 +77,7 @@ impl Live {
                 .api(resource, namespace)
                 .get_opt(name)
                 .await?
-                .map(|o| as_json(&Cached::new(o), resource))),
+                .map(|o| Cached::new(o).to_json(resource))),
         }
     }
 
@@ -193,7 +193,7 @@ impl Cluster for Live {
                     let object = watched
                         .store
                         .get(&ObjectRef::new_with(name, resource.clone()).within(namespace));
-                    return Ok(object.map(|o| scale_of(&as_json(&o, resource))));
+                    return Ok(object.map(|o| scale_of(&o.to_json(resource))));
                 }
             }
             // A kind found through discovery, or one whose cache has not
