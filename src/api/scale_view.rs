@@ -119,6 +119,11 @@ pub struct ScaleViewTarget {
 #[serde(rename_all = "camelCase")]
 pub struct ScalePolicy {
     /// A role of the target whose componentType is the view's.
+    // The length bound is what lets the API server accept the CRD: the CEL
+    // rule keeping the set of groups immutable compares every pair of group
+    // names, and without it the estimated cost is 64× over the budget
+    // (seen on a real kube-apiserver; role names are DNS-1123 labels).
+    #[schemars(length(max = 63))]
     pub group: String,
     /// 0-10 (default 0). Higher priorities get replicas first and lose them last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
