@@ -3,9 +3,11 @@
 //! the chain, and AdmissionReview bodies shaped like the API server's.
 #![allow(dead_code)]
 
+pub mod control_plane;
 pub mod fake_api;
 pub mod load;
 pub mod running;
+pub mod scenario;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,13 @@ use tandem::server::{DEFAULT_BODY_LIMIT_BYTES, ServeOptions, Server};
 /// Environment variable naming the directory of upstream CRDs (LWS, PodGroup,
 /// Gateway API, InferencePool); `.ci/run` sets it to `../shared/crds`.
 pub const UPSTREAM_CRDS_ENV: &str = "TANDEM_UPSTREAM_CRDS";
+
+/// The upstream CRD directory when the environment names one that exists.
+pub fn upstream_crds_dir() -> Option<PathBuf> {
+    std::env::var_os(UPSTREAM_CRDS_ENV)
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_dir())
+}
 
 /// The upstream CRD directory, or None after printing why the caller skips.
 pub fn upstream_crds(test: &str) -> Option<PathBuf> {

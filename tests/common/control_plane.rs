@@ -1,0 +1,1015 @@
+//! A real Kubernetes control plane for the end-to-end tests, on loopback:
+//! etcd, kube-apiserver (RBAC on, client-certificate users, an audit log of
+//! every write), kube-controller-manager (garbage collection, namespaces,
+//! Deployments, ReplicaSets, StatefulSets, ServiceAccounts, disruption
+//! budgets) and the LeaderWorkerSet manager with its webhooks. The binaries
+//! are built once from the upstream Go modules pinned in
+//! `tests/cluster/go.mod` by `tests/cluster/build.sh` (see its README).
+//!
+//! One control plane per test binary ([`ControlPlane::shared`]), with
+//! Tandem installed as a user would: its CRDs and the upstream ones from
+//! `../shared/crds`, the RBAC of `manifests/rbac.yaml` bound to Tandem's
+//! identity, its webhook configurations from `webhooks/` pointed at the
+//! test's `tandem serve` by URL. Each scenario works in a namespace of its
+//! own. There is no kubelet and no scheduler: pods stay unscheduled, and
+//! tests set their status through the API.
+//!
+//! Every process is started under a small supervisor that ends it when this
+//! test process goes away (its stdin, a pipe this process holds, closes), so
+//! nothing outlives the test binary, however it ends.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+};
+use serde_json::{Value, json};
+
+/// Tandem's identity: a client certificate whose subject is its service
+/// account, so RBAC bindings to the ServiceAccount apply as in a cluster.
+pub const TANDEM_USER: &str = "system:serviceaccount:tandem-system:tandem";
+const TANDEM_GROUPS: [&str; 2] = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:tandem-system",
+];
+/// The test's own user: cluster-admin through `system:masters`.
+pub const ADMIN_USER: &str = "e2e-admin";
+/// The field manager the tests write with, as `kubectl` would.
+pub const TEST_MANAGER: &str = "e2e-test";
+
+/// Why the real control plane cannot run here, or None when it can.
+/// Without Go (a user's machine) or the upstream CRDs the tests that need
+/// it print that they are skipped; with `CI=true` a missing piece fails.
+pub fn unavailable() -> Option<String> {
+    let go = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let reason = if !go {
+        Some(
+            "no Go toolchain on PATH to build the control plane (tests/cluster/README.md)"
+                .to_owned(),
+        )
+    } else if super::upstream_crds_dir().is_none() {
+        Some(format!(
+            "set {} to the upstream CRDs (CI uses ../shared/crds)",
+            super::UPSTREAM_CRDS_ENV
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = &reason {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true, yet the real control plane cannot run: {reason}"
+        );
+    }
+    reason
+}
+
+/// A process under the supervisor: ended when the pipe to it closes.
+struct Supervised {
+    name: String,
+    child: Child,
+    /// Closing it (dropping it, or this process ending) tells the
+    /// supervisor to end the process; a line `kill` kills it at once.
+    lifeline: ChildStdin,
+    log: PathBuf,
+}
+
+impl Supervised {
+    fn start(
+        name: &str,
+        dir: &Path,
+        command: &Path,
+        args: &[String],
+        env: &[(&str, String)],
+    ) -> Supervised {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("a log file");
+        // The supervisor exits with the process. Its reader ends the
+        // process when stdin closes (SIGTERM, SIGKILL after 2 s), and kills
+        // it at once on a line `kill`.
+        let script = "\"$@\" </dev/null & child=$!; \
+                      { while read -r line; do [ \"$line\" = kill ] && kill -KILL $child 2>/dev/null; done; \
+                        kill -TERM $child 2>/dev/null; sleep 2; kill -KILL $child 2>/dev/null; } <&0 & \
+                      wait $child";
+        let mut supervisor = Command::new("bash");
+        supervisor
+            .arg("-c")
+            .arg(script)
+            .arg("supervise")
+            .arg(command)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(file.try_clone().expect("the log again"))
+            .stderr(file);
+        for (key, value) in env {
+            supervisor.env(key, value);
+        }
+        let mut child = supervisor
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name} ({}): {e}", command.display()));
+        let lifeline = child.stdin.take().expect("the supervisor's stdin");
+        Supervised {
+            name: name.to_owned(),
+            child,
+            lifeline,
+            log,
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills the process at once (a crash, no graceful shutdown) and waits
+    /// for the supervisor to see it.
+    fn kill(&mut self) {
+        use std::io::Write as _;
+        let _ = self.lifeline.write_all(b"kill\n");
+        let _ = self.lifeline.flush();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A certificate authority and the certificates it signs.
+struct Authority {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A certificate and its key, as PEM.
+#[derive(Clone)]
+pub struct Identity {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl Authority {
+    fn new() -> Authority {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name = distinguished("e2e-cluster-ca", &[]);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a CA key"))
+            .expect("a self-signed CA");
+        Authority { issuer }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    fn serving(&self, hosts: &[&str]) -> Identity {
+        let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
+        let mut params = CertificateParams::new(hosts).expect("serving params");
+        params.distinguished_name = distinguished("e2e-serving", &[]);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(params)
+    }
+
+    /// A client certificate: Kubernetes takes the common name as the user
+    /// and each organisation as a group.
+    fn client(&self, user: &str, groups: &[&str]) -> Identity {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
+        params.distinguished_name = distinguished(user, groups);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
+    fn sign(&self, mut params: CertificateParams) -> Identity {
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let key = KeyPair::generate().expect("a key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("a signed certificate");
+        Identity {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}
+
+fn distinguished(common_name: &str, organisations: &[&str]) -> DistinguishedName {
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, common_name);
+    for organisation in organisations {
+        name.push(DnType::OrganizationName, *organisation);
+    }
+    name
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
+fn wait_for_port(port: u16, what: &str, process: &mut Supervised, seconds: u64) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+        assert!(
+            process.alive(),
+            "{} exited before {what} was up; its log:\n{}",
+            process.name,
+            process.log_tail()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{what} not up within {seconds} s; {}'s log:\n{}",
+            process.name,
+            process.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The control plane of this test binary.
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub server: String,
+    pub ca_pem: String,
+    admin: Identity,
+    tandem: Identity,
+    /// One JSON line per request that wrote (see [`audit_policy`]).
+    pub audit_log: PathBuf,
+    processes: Mutex<Vec<Supervised>>,
+    /// Where `tandem serve --dev` of this binary keeps its files.
+    pub tandem_dir: PathBuf,
+}
+
+static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+
+impl ControlPlane {
+    /// The control plane of this test binary, started on first use (the
+    /// binaries are built first when they are not cached yet).
+    pub fn shared() -> &'static ControlPlane {
+        SHARED.get_or_init(ControlPlane::start)
+    }
+
+    fn start() -> ControlPlane {
+        let bin = build();
+        let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the control plane's directory");
+        eprintln!("control plane in {}", dir.display());
+
+        let authority = Authority::new();
+        let ca_pem = authority.pem();
+        let serving = authority.serving(&["127.0.0.1", "localhost"]);
+        let admin = authority.client(ADMIN_USER, &["system:masters"]);
+        let tandem = authority.client(TANDEM_USER, &TANDEM_GROUPS);
+        let controller_manager = authority.client("system:kube-controller-manager", &[]);
+        let lws = authority.client(
+            "system:serviceaccount:lws-system:lws-controller-manager",
+            &["system:masters"],
+        );
+        let account_key = KeyPair::generate().expect("a service account signing key");
+        let files = [
+            ("ca.crt", ca_pem.clone()),
+            ("apiserver.crt", serving.cert_pem.clone()),
+            ("apiserver.key", serving.key_pem.clone()),
+            ("sa.key", account_key.serialize_pem()),
+            ("sa.pub", account_key.public_key_pem()),
+            ("audit-policy.yaml", audit_policy()),
+        ];
+        for (name, contents) in files {
+            std::fs::write(dir.join(name), contents).expect("a control plane file");
+        }
+
+        let mut processes = Vec::new();
+        let etcd_port = free_port();
+        let mut etcd = Supervised::start(
+            "etcd",
+            &dir,
+            &bin.join("etcd"),
+            &[
+                format!("-data-dir={}", dir.join("etcd").display()),
+                format!("-listen=http://127.0.0.1:{etcd_port}"),
+                format!("-peer=http://127.0.0.1:{}", free_port()),
+            ],
+            &[],
+        );
+        wait_for_port(etcd_port, "etcd", &mut etcd, 60);
+        processes.push(etcd);
+
+        let api_port = free_port();
+        let audit_log = dir.join("audit.log");
+        let apiserver = Supervised::start(
+            "kube-apiserver",
+            &dir,
+            &bin.join("kube-apiserver"),
+            &apiserver_args(&dir, etcd_port, api_port, &audit_log),
+            &[],
+        );
+        processes.push(apiserver);
+        let server = format!("https://127.0.0.1:{api_port}");
+        let plane = ControlPlane {
+            tandem_dir: dir.join("tandem"),
+            dir: dir.clone(),
+            server,
+            ca_pem,
+            admin,
+            tandem,
+            audit_log,
+            processes: Mutex::new(processes),
+        };
+        block_on(plane.wait_ready());
+
+        let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
+        std::fs::write(&kcm_kubeconfig, plane.kubeconfig_for(&controller_manager))
+            .expect("kubeconfig");
+        plane.spawn(
+            "kube-controller-manager",
+            &bin.join("kube-controller-manager"),
+            &controller_manager_args(&dir, &kcm_kubeconfig),
+            &[],
+        );
+
+        block_on(plane.install());
+        plane.start_leader_worker_sets(&bin, &authority, &lws);
+        plane
+    }
+
+    fn spawn(&self, name: &str, command: &Path, args: &[String], env: &[(&str, String)]) {
+        let process = Supervised::start(name, &self.dir, command, args, env);
+        self.processes.lock().expect("processes").push(process);
+    }
+
+    /// Asserts every process of the control plane is still running.
+    pub fn assert_alive(&self) {
+        for process in self.processes.lock().expect("processes").iter_mut() {
+            assert!(
+                process.alive(),
+                "{} of the control plane exited; its log:\n{}",
+                process.name,
+                process.log_tail()
+            );
+        }
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Ok(client) = self.admin().await {
+                let request = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .expect("a request");
+                if let Ok(text) = client.request_text(request).await
+                    && text.trim() == "ok"
+                {
+                    return;
+                }
+            }
+            self.assert_alive();
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready within 90 s"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// A kubeconfig for `identity` against this control plane.
+    pub fn kubeconfig_for(&self, identity: &Identity) -> String {
+        let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        serde_json::to_string(&json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {
+                "server": self.server,
+                "certificate-authority-data": b64(&self.ca_pem),
+            }}],
+            "users": [{"name": "user", "user": {
+                "client-certificate-data": b64(&identity.cert_pem),
+                "client-key-data": b64(&identity.key_pem),
+            }}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "user"}}],
+            "current-context": "e2e",
+        }))
+        .expect("a kubeconfig")
+    }
+
+    /// Tandem's kubeconfig: its service account's identity.
+    pub fn tandem_kubeconfig(&self) -> String {
+        self.kubeconfig_for(&self.tandem)
+    }
+
+    /// A client for `identity`, bound to the calling test's runtime.
+    async fn client_for(&self, identity: &Identity) -> Result<kube::Client, kube::Error> {
+        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_for(identity))
+            .map_err(|e| kube::Error::Service(e.into()))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| kube::Error::Service(e.into()))?;
+        kube::Client::try_from(config)
+    }
+
+    /// A cluster-admin client, bound to the calling test's runtime.
+    pub async fn admin(&self) -> Result<kube::Client, kube::Error> {
+        self.client_for(&self.admin).await
+    }
+
+    /// A client acting as Tandem (for checking what its RBAC allows).
+    pub async fn as_tandem(&self) -> Result<kube::Client, kube::Error> {
+        self.client_for(&self.tandem).await
+    }
+
+    /// Installs what a user installs before Tandem: the upstream CRDs
+    /// (LeaderWorkerSet, PodGroup, Gateway API, InferencePool), Tandem's
+    /// namespace, CRDs and RBAC from `manifests/`.
+    async fn install(&self) {
+        let client = self.admin().await.expect("an admin client");
+        let upstream = super::upstream_crds_dir().expect("checked by unavailable()");
+        let mut crds = Vec::new();
+        for entry in std::fs::read_dir(&upstream).expect("the upstream CRDs") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                crds.extend(super::yaml_documents(&path));
+            }
+        }
+        for name in [
+            "inferenceservices.fusioninfer.io.yaml",
+            "scaleviews.fusioninfer.io.yaml",
+            "resourcescalinggroups.resourcescalinggroup.com.yaml",
+        ] {
+            crds.extend(super::yaml_documents(&super::repo_path(&format!(
+                "manifests/crds/{name}"
+            ))));
+        }
+        // LWS's manager also runs a DisaggregatedSet controller, which
+        // needs its CRD; it comes from the same module as the manager.
+        crds.extend(super::yaml_documents(&lws_module_dir().join(
+            "config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
+        )));
+        for crd in &crds {
+            apply(&client, crd).await;
+        }
+        for crd in &crds {
+            wait_established(
+                &client,
+                crd["metadata"]["name"].as_str().expect("a CRD name"),
+            )
+            .await;
+        }
+        for object in super::yaml_documents(&super::repo_path("manifests/namespace.yaml"))
+            .into_iter()
+            .chain(super::yaml_documents(&super::repo_path(
+                "manifests/rbac.yaml",
+            )))
+        {
+            apply(&client, &object).await;
+        }
+    }
+
+    /// Starts the LeaderWorkerSet manager with its webhooks on loopback and
+    /// registers them (as its kustomization does, with the pod webhooks'
+    /// object selectors), by URL.
+    fn start_leader_worker_sets(&self, bin: &Path, authority: &Authority, identity: &Identity) {
+        let lws_dir = self.dir.join("lws");
+        std::fs::create_dir_all(&lws_dir).expect("lws dir");
+        let serving = authority.serving(&["127.0.0.1"]);
+        std::fs::write(lws_dir.join("tls.crt"), &serving.cert_pem).expect("lws cert");
+        std::fs::write(lws_dir.join("tls.key"), &serving.key_pem).expect("lws key");
+        let kubeconfig = lws_dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig_for(identity)).expect("lws kubeconfig");
+        let (webhook_port, probe_port) = (free_port(), free_port());
+        let config = lws_dir.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: config.lws.x-k8s.io/v1alpha1\nkind: Configuration\n\
+                 leaderElection:\n  leaderElect: false\n\
+                 internalCertManagement:\n  enable: false\n\
+                 webhook:\n  host: 127.0.0.1\n  port: {webhook_port}\n  certDir: {}\n\
+                 metrics:\n  bindAddress: \"0\"\n\
+                 health:\n  healthProbeBindAddress: 127.0.0.1:{probe_port}\n",
+                lws_dir.display()
+            ),
+        )
+        .expect("lws config");
+        let mut manager = Supervised::start(
+            "lws-manager",
+            &self.dir,
+            &bin.join("lws-manager"),
+            &[
+                format!("--config={}", config.display()),
+                format!("--kubeconfig={}", kubeconfig.display()),
+            ],
+            &[("KUBECONFIG", kubeconfig.display().to_string())],
+        );
+        wait_for_port(webhook_port, "the LWS webhook", &mut manager, 60);
+        self.processes.lock().expect("processes").push(manager);
+        let base = format!("https://127.0.0.1:{webhook_port}");
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        block_on(async {
+            let client = self.admin().await.expect("an admin client");
+            let path = lws_module_dir().join("config/webhook/manifests.yaml");
+            for mut configuration in super::yaml_documents(&path) {
+                configuration["metadata"]["name"] = json!(format!(
+                    "lws-{}",
+                    configuration["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                ));
+                for webhook in configuration["webhooks"]
+                    .as_array_mut()
+                    .into_iter()
+                    .flatten()
+                {
+                    let path = webhook["clientConfig"]["service"]["path"]
+                        .as_str()
+                        .unwrap_or("/")
+                        .to_owned();
+                    webhook["clientConfig"] =
+                        json!({"url": format!("{base}{path}"), "caBundle": ca});
+                    // config/webhook/{mutating,validating}-patch.yaml: the pod
+                    // webhooks see only LeaderWorkerSet pods.
+                    if webhook["name"] == "mpod.kb.io" || webhook["name"] == "vpod.kb.io" {
+                        webhook["objectSelector"] = json!({"matchExpressions": [
+                            {"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}
+                        ]});
+                    }
+                }
+                apply(&client, &configuration).await;
+            }
+        });
+    }
+
+    /// Registers Tandem's webhook configurations from `webhooks/`, pointed at
+    /// `base` (`https://127.0.0.1:PORT`) and trusting `ca_pem`.
+    pub async fn register_tandem_webhooks(&self, base: &str, ca_pem: &str) {
+        let client = self.admin().await.expect("an admin client");
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+        for file in ["webhooks/validating.yaml", "webhooks/mutating.yaml"] {
+            for mut configuration in super::yaml_documents(&super::repo_path(file)) {
+                for webhook in configuration["webhooks"]
+                    .as_array_mut()
+                    .into_iter()
+                    .flatten()
+                {
+                    let path = webhook["clientConfig"]["service"]["path"]
+                        .as_str()
+                        .unwrap_or("/")
+                        .to_owned();
+                    webhook["clientConfig"] =
+                        json!({"url": format!("{base}{path}"), "caBundle": ca});
+                }
+                apply(&client, &configuration).await;
+            }
+        }
+    }
+
+    /// Creates namespace `name` for one scenario and waits for its default
+    /// ServiceAccount (pods cannot be created before it exists).
+    pub async fn namespace(&self, name: &str) -> kube::Client {
+        let client = self.admin().await.expect("an admin client");
+        apply(
+            &client,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+        .await;
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while accounts.get_opt("default").await.ok().flatten().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "namespace {name} has no default ServiceAccount after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        client
+    }
+
+    /// The writes the API server recorded in its audit log so far.
+    pub fn writes(&self) -> Vec<Write> {
+        let Ok(file) = std::fs::File::open(&self.audit_log) else {
+            return Vec::new();
+        };
+        BufReader::new(file)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
+            .filter_map(|event| Write::of(&event))
+            .collect()
+    }
+}
+
+/// One write, from the audit log.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub user: String,
+    pub verb: String,
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub code: u16,
+    /// The stored object's resourceVersion after the write, when the
+    /// response carried the object.
+    pub resource_version: Option<String>,
+    pub request: Option<Value>,
+    pub response: Option<Value>,
+    pub time: String,
+}
+
+impl Write {
+    fn of(event: &Value) -> Option<Write> {
+        let verb = event["verb"].as_str()?;
+        if !matches!(
+            verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) {
+            return None;
+        }
+        let object = &event["objectRef"];
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        Some(Write {
+            user: event["user"]["username"].as_str()?.to_owned(),
+            verb: verb.to_owned(),
+            resource: object["resource"].as_str()?.to_owned(),
+            subresource: text(&object["subresource"]),
+            namespace: text(&object["namespace"]),
+            name: text(&object["name"]),
+            code: event["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())?,
+            resource_version: text(&event["responseObject"]["metadata"]["resourceVersion"]),
+            request: event.get("requestObject").cloned(),
+            response: event.get("responseObject").cloned(),
+            time: event["stageTimestamp"].as_str()?.to_owned(),
+        })
+    }
+
+    /// `verb resource[/subresource] namespace/name -> code`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} {} {}{} {}/{} -> {}",
+            self.user,
+            self.verb,
+            self.resource,
+            self.subresource
+                .as_ref()
+                .map(|s| format!("/{s}"))
+                .unwrap_or_default(),
+            self.namespace.as_deref().unwrap_or("-"),
+            self.name.as_deref().unwrap_or("-"),
+            self.code
+        )
+    }
+
+    pub fn by_tandem(&self) -> bool {
+        self.user == TANDEM_USER
+    }
+}
+
+/// Writes by every user, with request and response bodies (to tell a write
+/// that changed nothing); reads are not logged.
+fn audit_policy() -> String {
+    "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+     - level: None\n  resources:\n  - group: coordination.k8s.io\n    resources: [leases]\n\
+     - level: None\n  resources:\n  - group: \"\"\n    resources: [events]\n  - group: events.k8s.io\n    resources: [events]\n\
+     - level: RequestResponse\n  verbs: [create, update, patch, delete, deletecollection]\n\
+     - level: None\n"
+        .to_owned()
+}
+
+fn apiserver_args(dir: &Path, etcd_port: u16, api_port: u16, audit_log: &Path) -> Vec<String> {
+    let file = |name: &str| dir.join(name).display().to_string();
+    vec![
+        format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        format!("--secure-port={api_port}"),
+        format!("--tls-cert-file={}", file("apiserver.crt")),
+        format!("--tls-private-key-file={}", file("apiserver.key")),
+        format!("--client-ca-file={}", file("ca.crt")),
+        "--authorization-mode=RBAC".into(),
+        format!("--service-account-key-file={}", file("sa.pub")),
+        format!("--service-account-signing-key-file={}", file("sa.key")),
+        "--service-account-issuer=https://kubernetes.default.svc".into(),
+        "--service-cluster-ip-range=10.96.0.0/16".into(),
+        "--endpoint-reconciler-type=none".into(),
+        "--enable-priority-and-fairness=false".into(),
+        "--profiling=false".into(),
+        format!("--audit-policy-file={}", file("audit-policy.yaml")),
+        format!("--audit-log-path={}", audit_log.display()),
+        "--audit-log-mode=blocking".into(),
+        "--audit-log-maxsize=0".into(),
+        format!("--cert-dir={}", file("apiserver-certs")),
+    ]
+}
+
+fn controller_manager_args(dir: &Path, kubeconfig: &Path) -> Vec<String> {
+    vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--leader-elect=false".into(),
+        "--secure-port=0".into(),
+        "--use-service-account-credentials=true".into(),
+        format!("--root-ca-file={}", dir.join("ca.crt").display()),
+        format!(
+            "--service-account-private-key-file={}",
+            dir.join("sa.key").display()
+        ),
+        // What the scenarios need of Kubernetes' own controllers; the rest
+        // (nodes, volumes, jobs, certificates) have nothing to do here.
+        "--controllers=namespace-controller,garbage-collector-controller,deployment-controller,\
+         replicaset-controller,statefulset-controller,serviceaccount-controller,\
+         serviceaccount-token-controller,disruption-controller,endpointslice-controller,\
+         root-ca-certificate-publisher-controller"
+            .into(),
+        "--concurrent-gc-syncs=5".into(),
+    ]
+}
+
+/// Runs `future` to its end on a runtime of its own, on a thread of its
+/// own: callable from inside or outside a test's runtime.
+pub fn block_on<T: Send>(future: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime")
+                    .block_on(future)
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Builds (or finds cached) the control plane's binaries; their directory.
+fn build() -> PathBuf {
+    let script = super::repo_path("tests/cluster/build.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("tests/cluster/build.sh runs");
+    assert!(
+        output.status.success(),
+        "tests/cluster/build.sh failed ({}); run it by hand to see why",
+        output.status
+    );
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// Where the Go module cache holds the LeaderWorkerSet module the manager
+/// is built from (its webhook configurations and DisaggregatedSet CRD are
+/// read from there, as released).
+fn lws_module_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let output = Command::new("go")
+            .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/lws"])
+            .current_dir(super::repo_path("tests/cluster"))
+            .output()
+            .expect("go list runs");
+        assert!(
+            output.status.success(),
+            "go list -m sigs.k8s.io/lws: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+    })
+    .clone()
+}
+
+/// The API resource of `object`'s kind, found through discovery.
+pub async fn resource_of(client: &kube::Client, object: &Value) -> (ApiResource, bool) {
+    let api_version = object["apiVersion"].as_str().expect("an apiVersion");
+    let kind = object["kind"].as_str().expect("a kind");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok((resource, capabilities)) => {
+                return (
+                    resource,
+                    capabilities.scope == kube::discovery::Scope::Namespaced,
+                );
+            }
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "discovering {api_version} {kind}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// An Api for `object`'s kind in its namespace (or cluster-wide).
+pub async fn api_for(client: &kube::Client, object: &Value) -> Api<DynamicObject> {
+    let (resource, namespaced) = resource_of(client, object).await;
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) if namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
+        _ => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// Server-side applies `object` as the test's field manager.
+pub async fn apply(client: &kube::Client, object: &Value) {
+    try_apply(client, object).await.unwrap_or_else(|e| {
+        panic!(
+            "applying {} {}: {e}",
+            object["kind"], object["metadata"]["name"]
+        )
+    });
+}
+
+/// Server-side applies `object` as the test's field manager.
+pub async fn try_apply(
+    client: &kube::Client,
+    object: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let api = api_for(client, object).await;
+    let name = object["metadata"]["name"].as_str().expect("a name");
+    api.patch(
+        name,
+        &PatchParams::apply(TEST_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+}
+
+async fn wait_established(client: &kube::Client, name: &str) {
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(crd) = crds.get(name).await {
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "CRD {name} not established within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Counts of `values`, for messages.
+pub fn tally<'a>(values: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, usize> {
+    let mut counts = BTreeMap::new();
+    for value in values {
+        *counts.entry(value).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// A `tandem serve --dev` process against the control plane, as Tandem's
+/// service account, under the supervisor.
+pub struct Tandem {
+    pub name: String,
+    process: Mutex<Supervised>,
+    pub webhook: SocketAddr,
+    pub probes: SocketAddr,
+    pub dir: PathBuf,
+}
+
+static TANDEM: OnceLock<Tandem> = OnceLock::new();
+
+impl Tandem {
+    /// The Tandem of this test binary: started once, its webhooks
+    /// registered.
+    pub fn shared(plane: &'static ControlPlane) -> &'static Tandem {
+        TANDEM.get_or_init(|| {
+            let tandem = Tandem::start(plane, "tandem-0");
+            tandem.register(plane);
+            tandem
+        })
+    }
+
+    /// Starts replica `name` and waits until it is ready (its caches
+    /// loaded); its webhooks are not registered.
+    pub fn start(plane: &ControlPlane, name: &str) -> Tandem {
+        let dir = plane.tandem_dir.join(name);
+        std::fs::create_dir_all(&dir).expect("tandem's directory");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, plane.tandem_kubeconfig()).expect("tandem's kubeconfig");
+        let (webhook, probes) = (free_port(), free_port());
+        let args = [
+            "serve".to_owned(),
+            "--dev".to_owned(),
+            format!("--pod-name={name}"),
+            "--pod-namespace=tandem-system".to_owned(),
+            format!("--listen=127.0.0.1:{webhook}"),
+            format!("--probe-listen=127.0.0.1:{probes}"),
+            format!("--cert-dir={}", dir.join("certs").display()),
+        ];
+        let process = Supervised::start(
+            &format!("tandem-{name}"),
+            &dir,
+            Path::new(env!("CARGO_BIN_EXE_tandem")),
+            &args,
+            &[
+                ("KUBECONFIG", kubeconfig.display().to_string()),
+                ("RUST_LOG", "info,tandem=debug".to_owned()),
+            ],
+        );
+        let tandem = Tandem {
+            name: name.to_owned(),
+            process: Mutex::new(process),
+            webhook: SocketAddr::from(([127, 0, 0, 1], webhook)),
+            probes: SocketAddr::from(([127, 0, 0, 1], probes)),
+            dir,
+        };
+        block_on(tandem.wait_ready());
+        tandem
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((200, _)) = super::probe(self.probes, "/readyz").await {
+                return;
+            }
+            assert!(
+                self.alive(),
+                "tandem {} exited; its log:\n{}",
+                self.name,
+                self.log()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "tandem {} not ready within 60 s; its log:\n{}",
+                self.name,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Points Tandem's webhook configurations at this replica.
+    pub fn register(&self, plane: &ControlPlane) {
+        let ca = std::fs::read_to_string(self.dir.join("certs/ca.crt")).expect("the dev CA");
+        block_on(plane.register_tandem_webhooks(&format!("https://{}", self.webhook), &ca));
+    }
+
+    /// What the process logged so far.
+    pub fn log(&self) -> String {
+        let process = self.process.lock().expect("the process");
+        std::fs::read_to_string(&process.log).unwrap_or_default()
+    }
+
+    pub fn alive(&self) -> bool {
+        self.process.lock().expect("the process").alive()
+    }
+
+    /// Kills the process at once: a crash, no graceful shutdown.
+    pub fn kill(&self) {
+        self.process.lock().expect("the process").kill();
+    }
+
+    /// The sum of the `/metrics` samples named `metric` whose labels
+    /// contain every one of `labels` (`key="value"`), or None.
+    pub async fn metric(&self, metric: &str, labels: &[&str]) -> Option<f64> {
+        let (_, body) = super::probe(self.probes, "/metrics").await.ok()?;
+        body.lines()
+            .filter(|line| line.starts_with(metric) && !line.starts_with('#'))
+            .filter(|line| labels.iter().all(|l| line.contains(l)))
+            .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+            .reduce(|a, b| a + b)
+    }
+}
