@@ -13,7 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use common::scenario::{IS, LWS, Scenario};
-use serde_json::Value;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
 
 fn example(path: &str) -> Value {
     common::yaml_documents(&common::repo_path(path)).remove(0)
@@ -75,6 +76,577 @@ async fn story_4_is_deployed_by_the_real_controllers_and_becomes_ready() {
             .await,
         ["deepseek-r1-disagg"]
     );
-    scenario.assert_quiet(10, "deepseek-r1-disagg").await;
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "deepseek-r1-disagg"))
+        .await;
     scenario.assert_floor_held();
+}
+
+/// The replicas of each role of `service`, from its spec.
+async fn role_replicas(scenario: &Scenario, service: &str) -> Vec<(String, i64)> {
+    let stored = scenario
+        .get(IS, "InferenceService", service)
+        .await
+        .expect("the service");
+    stored["spec"]["roles"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                r["replicas"].as_i64().unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+/// `kubectl scale KIND/NAME --replicas=N`: a merge patch of `/scale`.
+async fn scale(
+    scenario: &Scenario,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    replicas: i64,
+) -> Result<(), kube::Error> {
+    let api = scenario.api(api_version, kind).await;
+    api.patch_scale(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+    )
+    .await
+    .map(|_| ())
+}
+
+fn examples(path: &str) -> Vec<Value> {
+    common::yaml_documents(&common::repo_path(path))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out_of_range() {
+    let Some(mut scenario) = Scenario::start("e2e-view-scale").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let objects = examples("examples/scaleview/decode-ondemand-spot.yaml");
+    for object in &objects {
+        scenario
+            .create(object)
+            .await
+            .expect("the example is admitted");
+    }
+    scenario
+        .eventually(60, "the view locks its roles", || async {
+            let stored = scenario.get(IS, "InferenceService", "spot-decode").await;
+            let locks = stored
+                .map(|s| s["status"]["scaleViews"].clone())
+                .unwrap_or_default();
+            if locks.as_array().is_some_and(|l| !l.is_empty()) {
+                Ok(())
+            } else {
+                Err(locks.to_string())
+            }
+        })
+        .await;
+
+    // `kubectl scale scaleview/spot-decode-sv --replicas=4`: 2 on demand, 2 spot.
+    scale(&scenario, IS, "ScaleView", "spot-decode-sv", 4)
+        .await
+        .expect("the scale");
+    scenario
+        .eventually(60, "decode 2 on demand, 2 spot", || async {
+            let now = role_replicas(&scenario, "spot-decode").await;
+            let want = [("prefill", 1), ("decode-ondemand", 2), ("decode-spot", 2)];
+            let want: Vec<(String, i64)> =
+                want.iter().map(|(n, r)| ((*n).to_owned(), *r)).collect();
+            if now == want {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    scenario
+        .eventually(
+            60,
+            "five decode LeaderWorkerSets and one prefill",
+            || async {
+                let sets = scenario.names(LWS, "LeaderWorkerSet").await;
+                if sets.len() == 5 {
+                    Ok(())
+                } else {
+                    Err(format!("{sets:?}"))
+                }
+            },
+        )
+        .await;
+    scenario
+        .assert_quiet(10, (IS, "ScaleView", "spot-decode-sv"))
+        .await;
+
+    // A strict view refuses a /scale beyond its range, in the API server's words.
+    let mut strict = objects.last().expect("the view").clone();
+    assert_eq!(strict["kind"], "ScaleView");
+    strict["spec"]["strict"] = json!(true);
+    strict["spec"]["scalePolicy"][1]["constraints"] = json!({"max": 3});
+    strict["spec"]["replicas"] = json!(4);
+    scenario.apply(&strict).await.expect("the view made strict");
+    let refused = scale(&scenario, IS, "ScaleView", "spot-decode-sv", 9)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = refused else {
+        panic!("expected a denial, got {refused}");
+    };
+    assert!(
+        status.message.starts_with(
+            "admission webhook \"validate.scaleviews.fusioninfer.io\" denied the request:"
+        ),
+        "{}",
+        status.message
+    );
+    let now = role_replicas(&scenario, "spot-decode").await;
+    assert_eq!(
+        now[1..],
+        [("decode-ondemand".into(), 2), ("decode-spot".into(), 2)],
+        "nothing moved"
+    );
+    scenario.assert_floor_held();
+}
+
+fn deployment(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": format!("{name}:v1")}]}}}})
+}
+
+async fn deployment_replicas(scenario: &Scenario, name: &str) -> Option<i64> {
+    scenario.get("apps/v1", "Deployment", name).await?["spec"]["replicas"].as_i64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_set_back() {
+    let Some(scenario) = Scenario::start("e2e-inplace").await else {
+        return;
+    };
+    for (name, replicas) in [("router", 1), ("prefill", 1), ("decode", 2)] {
+        scenario
+            .create(&deployment(name, replicas))
+            .await
+            .expect("a Deployment");
+    }
+    let group = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "pd-pool"},
+        "spec": {"targetResources": [
+            {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+         "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "router", "role": "Source"},
+            {"name": "prefill", "role": "Target", "ratio": 1},
+            {"name": "decode", "role": "Target", "ratio": "2"}]}}}});
+    scenario
+        .create(&group)
+        .await
+        .expect("the group is admitted");
+
+    // What an HPA does: a /scale write on the Source.
+    scale(&scenario, "apps/v1", "Deployment", "router", 3)
+        .await
+        .expect("the scale");
+    scenario
+        .eventually(60, "prefill 3, decode 6", || async {
+            let now = (
+                deployment_replicas(&scenario, "prefill").await,
+                deployment_replicas(&scenario, "decode").await,
+            );
+            if now == (Some(3), Some(6)) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+
+    // A Target changed by hand is set back.
+    let deployments = scenario.api("apps/v1", "Deployment").await;
+    deployments
+        .patch(
+            "decode",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("a hand edit");
+    scenario
+        .eventually(60, "decode back at 6", || async {
+            let now = deployment_replicas(&scenario, "decode").await;
+            if now == Some(6) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    scenario
+        .assert_quiet(
+            10,
+            (
+                "resourcescalinggroup.com/v1",
+                "ResourceScalingGroup",
+                "pd-pool",
+            ),
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_replication_goes_from_one_group_to_three_and_back_to_two() {
+    let Some(scenario) = Scenario::start("e2e-replication").await else {
+        return;
+    };
+    for (name, replicas) in [("prefill", 1), ("decode", 2)] {
+        scenario
+            .create(&deployment(name, replicas))
+            .await
+            .expect("a Deployment");
+    }
+    let group = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "pd-cluster"},
+        "spec": {"targetResources": [
+            {"name": "prefill", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+         "scalingStrategy": {"type": "GroupReplication", "groupConfig": {
+            "groupNamePrefix": "inference-unit", "replicas": 1,
+            "scaleDown": {"policy": "Ordered", "candidates": ["inference-unit-01"]}}}}});
+    scenario
+        .create(&group)
+        .await
+        .expect("the group is admitted");
+    let rsg = "resourcescalinggroup.com/v1";
+    scale(&scenario, rsg, "ResourceScalingGroup", "pd-cluster", 3)
+        .await
+        .expect("the scale");
+    let want = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let three = want(&[
+        "decode",
+        "inference-unit-01-decode",
+        "inference-unit-01-prefill",
+        "inference-unit-02-decode",
+        "inference-unit-02-prefill",
+        "prefill",
+    ]);
+    scenario
+        .eventually(60, "groups 01 and 02 cloned", || async {
+            let now = scenario.names("apps/v1", "Deployment").await;
+            if now == three {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    let clone = scenario
+        .get("apps/v1", "Deployment", "inference-unit-02-decode")
+        .await
+        .expect("a clone");
+    assert_eq!(
+        clone["metadata"]["ownerReferences"][0]["kind"],
+        "ResourceScalingGroup"
+    );
+    // The clones' pods exist: the real ReplicaSet controller made them.
+    scenario
+        .eventually(60, "the clones' pods", || async {
+            let pods = scenario.names("v1", "Pod").await;
+            let cloned = pods
+                .iter()
+                .filter(|p| p.starts_with("inference-unit-02-decode-"))
+                .count();
+            if cloned == 2 {
+                Ok(())
+            } else {
+                Err(format!("{pods:?}"))
+            }
+        })
+        .await;
+
+    // Down to two: the candidate goes first, even though it is not the newest.
+    scale(&scenario, rsg, "ResourceScalingGroup", "pd-cluster", 2)
+        .await
+        .expect("the scale");
+    let two = want(&[
+        "decode",
+        "inference-unit-02-decode",
+        "inference-unit-02-prefill",
+        "prefill",
+    ]);
+    scenario
+        .eventually(60, "group 01 removed", || async {
+            let now = scenario.names("apps/v1", "Deployment").await;
+            if now == two {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    scenario
+        .assert_quiet(10, (rsg, "ResourceScalingGroup", "pd-cluster"))
+        .await;
+}
+
+async fn set_role_replicas(scenario: &Scenario, service: &str, role: usize, replicas: i64) {
+    let services = scenario.api(IS, "InferenceService").await;
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": format!("/spec/roles/{role}/replicas"), "value": replicas}
+    ]))
+    .expect("a JSON patch");
+    services
+        .patch(service, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .expect("the role's replicas set");
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> &'a str {
+    object["metadata"]["labels"][key]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binpack_scale_down_drains_then_removes_the_replicas_cheapest_to_lose() {
+    let Some(mut scenario) = Scenario::start("e2e-binpack").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    service["spec"]["roles"][0]["replicas"] = json!(4);
+    service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+    service["spec"]["roles"][0]["drain"] = json!({"seconds": 3});
+    scenario
+        .create(&service)
+        .await
+        .expect("the service is admitted");
+    wait_ready(&scenario, &name).await;
+
+    // The pods' deletion costs, as an operator would set them: replicas 1
+    // and 2 are the cheapest to lose.
+    let pods = scenario.api("v1", "Pod").await;
+    for pod in scenario.list("v1", "Pod").await {
+        let cost = match label(&pod, "fusioninfer.io/replica-index") {
+            "0" => "100",
+            "1" => "50",
+            "2" => "0",
+            _ => "75",
+        };
+        let patch = json!({"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": cost}}});
+        let pod_name = pod["metadata"]["name"].as_str().expect("a pod name");
+        pods.patch(pod_name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("a cost");
+    }
+    set_role_replicas(&scenario, &name, 0, 2).await;
+    scenario
+        .eventually(30, "replicas 1 and 2 out of traffic first", || async {
+            let mut draining: Vec<String> = scenario
+                .list("v1", "Pod")
+                .await
+                .iter()
+                .filter(|p| label(p, "fusioninfer.io/traffic") == "draining")
+                .map(|p| label(p, "fusioninfer.io/replica-index").to_owned())
+                .collect();
+            draining.sort();
+            if draining == ["1", "2"] {
+                Ok(())
+            } else {
+                Err(format!("{draining:?}"))
+            }
+        })
+        .await;
+    let kept = vec![format!("{name}-{role}-0"), format!("{name}-{role}-3")];
+    scenario
+        .eventually(60, "replicas 0 and 3 kept", || async {
+            let now = scenario.names(LWS, "LeaderWorkerSet").await;
+            if now == kept {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+    scenario.assert_floor_held();
+}
+
+fn image_of(set: &Value) -> &str {
+    set["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefill_alone() {
+    let Some(mut scenario) = Scenario::start("e2e-rolling").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let mut service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    // A short drain: each replaced replica leaves traffic for 2 s first.
+    service["spec"]["roles"][1]["drain"] = json!({"seconds": 2});
+    scenario
+        .create(&service)
+        .await
+        .expect("story 4 is admitted");
+    wait_ready(&scenario, "deepseek-r1-disagg").await;
+    let prefill = scenario
+        .get(LWS, "LeaderWorkerSet", "deepseek-r1-disagg-prefill-0")
+        .await
+        .expect("prefill");
+
+    // A new decode image, under the default RollingUpdate (maxUnavailable 1,
+    // maxSurge 0).
+    let services = scenario.api(IS, "InferenceService").await;
+    let patch: json_patch::Patch = serde_json::from_value(json!([{"op": "replace",
+        "path": "/spec/roles/1/template/spec/containers/0/image", "value": "vllm/vllm-openai:v0.11.1"}]))
+    .expect("a JSON patch");
+    services
+        .patch(
+            "deepseek-r1-disagg",
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+        .expect("the new image");
+    scenario
+        .eventually(120, "every decode replica updated and ready", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", "deepseek-r1-disagg")
+                .await
+                .expect("the service");
+            let decode = &stored["status"]["components"]["decode"];
+            let sets = scenario.list(LWS, "LeaderWorkerSet").await;
+            let moved = sets
+                .iter()
+                .filter(|s| image_of(s) == "vllm/vllm-openai:v0.11.1")
+                .count();
+            let observed =
+                stored["status"]["observedGeneration"] == stored["metadata"]["generation"];
+            if observed && decode["updatedReadyReplicas"] == 2 && moved == 2 {
+                Ok(())
+            } else {
+                Err(format!("{moved} moved; {decode}"))
+            }
+        })
+        .await;
+    for set in scenario.list(LWS, "LeaderWorkerSet").await {
+        if label(&set, "fusioninfer.io/role-name") == "decode" {
+            assert_eq!(image_of(&set), "vllm/vllm-openai:v0.11.1");
+        }
+    }
+    // One replica out at a time: Tandem wrote each decode LeaderWorkerSet's
+    // new template only once the one before was ready again (the floor).
+    let decode_template_writes = scenario
+        .writes()
+        .iter()
+        .filter(|w| w.by_tandem() && w.resource == "leaderworkersets")
+        .filter(|w| w.name.as_deref().is_some_and(|n| n.contains("-decode-")))
+        .filter(|w| {
+            w.request
+                .as_ref()
+                .is_some_and(|r| r.to_string().contains("v0.11.1"))
+        })
+        .count();
+    assert_eq!(decode_template_writes, 2, "each decode replica moved once");
+    let prefill_after = scenario
+        .get(LWS, "LeaderWorkerSet", "deepseek-r1-disagg-prefill-0")
+        .await
+        .expect("prefill");
+    assert_eq!(
+        prefill_after["metadata"]["generation"], prefill["metadata"]["generation"],
+        "prefill's LeaderWorkerSet spec is never changed"
+    );
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "deepseek-r1-disagg"))
+        .await;
+    scenario.assert_floor_held();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves_nothing() {
+    let Some(mut scenario) = Scenario::start("e2e-namespace").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    for path in [
+        "examples/scaleview/decode-ondemand-spot.yaml",
+        "examples/resourcescalinggroup/prefill-decode-ratio.yaml",
+    ] {
+        for object in examples(path) {
+            scenario
+                .create(&object)
+                .await
+                .expect("the example is admitted");
+        }
+    }
+    scenario
+        .eventually(60, "the view holds its finalizer and its lock", || async {
+            let view = scenario
+                .get(IS, "ScaleView", "spot-decode-sv")
+                .await
+                .unwrap_or_default();
+            let service = scenario
+                .get(IS, "InferenceService", "spot-decode")
+                .await
+                .unwrap_or_default();
+            let finalized = view["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
+            let locked = service["status"]["scaleViews"]
+                .as_array()
+                .is_some_and(|l| !l.is_empty());
+            if finalized && locked {
+                Ok(())
+            } else {
+                Err(format!("{view} {service}"))
+            }
+        })
+        .await;
+    scenario
+        .eventually(60, "LeaderWorkerSets and their pods", || async {
+            let pods = scenario.names("v1", "Pod").await;
+            if pods.is_empty() {
+                Err("no pods".to_owned())
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+
+    let namespaces = scenario.api("v1", "Namespace").await;
+    namespaces
+        .delete(&scenario.namespace, &Default::default())
+        .await
+        .expect("the namespace deleted");
+    scenario
+        .eventually(120, "the namespace and everything in it gone", || async {
+            match namespaces.get_opt(&scenario.namespace).await {
+                Ok(None) => Ok(()),
+                Ok(Some(ns)) => Err(format!("{:?}", ns.data["status"])),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    scenario.assert_writes_sound();
 }

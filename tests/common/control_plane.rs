@@ -611,7 +611,15 @@ impl ControlPlane {
     }
 
     /// The writes the API server recorded in its audit log so far.
-    pub fn writes(&self) -> Vec<Write> {
+    pub fn writes(&self) -> Vec<Request> {
+        self.requests()
+            .into_iter()
+            .filter(Request::is_write)
+            .collect()
+    }
+
+    /// Every request the API server recorded in its audit log so far.
+    pub fn requests(&self) -> Vec<Request> {
         let Ok(file) = std::fs::File::open(&self.audit_log) else {
             return Vec::new();
         };
@@ -619,14 +627,14 @@ impl ControlPlane {
             .lines()
             .map_while(Result::ok)
             .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
-            .filter_map(|event| Write::of(&event))
+            .filter_map(|event| Request::of(&event))
             .collect()
     }
 }
 
-/// One write, from the audit log.
+/// One request from the audit log: a write, or a read of Tandem's.
 #[derive(Clone, Debug)]
-pub struct Write {
+pub struct Request {
     pub user: String,
     pub verb: String,
     pub resource: String,
@@ -640,10 +648,12 @@ pub struct Write {
     pub request: Option<Value>,
     pub response: Option<Value>,
     pub time: String,
+    /// The API server's reason for refusing it, if it did.
+    pub message: String,
 }
 
-impl Write {
-    fn of(event: &Value) -> Option<Write> {
+impl Request {
+    fn of(event: &Value) -> Option<Request> {
         let verb = event["verb"].as_str()?;
         if !matches!(
             verb,
@@ -653,7 +663,7 @@ impl Write {
         }
         let object = &event["objectRef"];
         let text = |v: &Value| v.as_str().map(str::to_owned);
-        Some(Write {
+        Some(Request {
             user: event["user"]["username"].as_str()?.to_owned(),
             verb: verb.to_owned(),
             resource: object["resource"].as_str()?.to_owned(),
@@ -667,6 +677,10 @@ impl Write {
             request: event.get("requestObject").cloned(),
             response: event.get("responseObject").cloned(),
             time: event["stageTimestamp"].as_str()?.to_owned(),
+            message: event["responseStatus"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         })
     }
 
@@ -687,18 +701,33 @@ impl Write {
         )
     }
 
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+
+    /// Refused by RBAC (not, say, for a namespace being deleted, which the
+    /// API server also answers with 403).
+    pub fn forbidden_by_rbac(&self) -> bool {
+        self.code == 403 && self.message.contains(" cannot ")
+    }
+
     pub fn by_tandem(&self) -> bool {
         self.user == TANDEM_USER
     }
 }
 
 /// Writes by every user, with request and response bodies (to tell a write
-/// that changed nothing); reads are not logged.
+/// that changed nothing), and every request of Tandem's (to tell one it was
+/// refused); other reads, Leases and Events are not logged.
 fn audit_policy() -> String {
     "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
      - level: None\n  resources:\n  - group: coordination.k8s.io\n    resources: [leases]\n\
      - level: None\n  resources:\n  - group: \"\"\n    resources: [events]\n  - group: events.k8s.io\n    resources: [events]\n\
      - level: RequestResponse\n  verbs: [create, update, patch, delete, deletecollection]\n\
+     - level: Metadata\n  users: [\"system:serviceaccount:tandem-system:tandem\"]\n\
      - level: None\n"
         .to_owned()
 }

@@ -22,7 +22,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::control_plane::{self, ControlPlane, Tandem, Write};
+use super::control_plane::{self, ControlPlane, Request, Tandem};
 
 pub const IS: &str = "fusioninfer.io/v1alpha1";
 pub const LWS: &str = "leaderworkerset.x-k8s.io/v1";
@@ -237,7 +237,7 @@ impl Scenario {
     }
 
     /// The writes of this namespace in the audit log.
-    pub fn writes(&self) -> Vec<Write> {
+    pub fn writes(&self) -> Vec<Request> {
         self.plane
             .writes()
             .into_iter()
@@ -248,13 +248,16 @@ impl Scenario {
     /// Asserts no request of Tandem's in this namespace was refused for
     /// want of a permission, and no write repeated what was stored.
     pub fn assert_writes_sound(&self) {
-        let writes = self.writes();
-        let forbidden: Vec<String> = writes
+        // Anywhere, not only here: Tandem's cluster-wide lists and watches.
+        let forbidden: Vec<String> = self
+            .plane
+            .requests()
             .iter()
-            .filter(|w| w.by_tandem() && w.code == 403)
-            .map(Write::line)
+            .filter(|w| w.by_tandem() && w.forbidden_by_rbac())
+            .map(|w| format!("{}: {}", w.line(), w.message))
             .collect();
         assert!(forbidden.is_empty(), "Tandem was refused: {forbidden:#?}");
+        let writes = self.writes();
         let repeated = repeated_writes(&writes);
         assert!(
             repeated.is_empty(),
@@ -265,21 +268,14 @@ impl Scenario {
     /// Asserts that Tandem writes nothing in this namespace for `seconds`,
     /// once the writes still carrying out the last change have stopped
     /// (a 2 s pause in them, within 30 s); then that it is alive and still
-    /// reconciling: a touch of `service` is reconciled, and writes nothing.
-    pub async fn assert_quiet(&self, seconds: u64, service: &str) {
-        let tandem_writes = |from: usize| -> Vec<String> {
-            self.writes()
-                .iter()
-                .skip(from)
-                .filter(|w| w.by_tandem())
-                .map(Write::line)
-                .collect()
-        };
+    /// reconciling: an annotation put on `touch` (one of Tandem's objects,
+    /// `(apiVersion, kind, name)`) is reconciled, and writes nothing.
+    pub async fn assert_quiet(&self, seconds: u64, touch: (&str, &str, &str)) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut seen = self.writes().len();
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
-            let late = tandem_writes(seen);
+            let late = self.tandem_writes_after(seen);
             seen = self.writes().len();
             if late.is_empty() {
                 break;
@@ -290,15 +286,16 @@ impl Scenario {
                 tail(&self.tandem.log(), 60)
             );
         }
-        let reconciled_before = self
-            .tandem
-            .metric(
-                "tandem_controller_reconciles_total",
-                &[r#"controller="InferenceService""#],
-            )
-            .await;
+        let (api_version, kind, name) = touch;
+        let controller = format!("controller=\"{kind}\"");
+        let labels = [controller.as_str()];
+        let reconciles = || {
+            self.tandem
+                .metric("tandem_controller_reconciles_total", &labels)
+        };
+        let before = reconciles().await;
         tokio::time::sleep(Duration::from_secs(seconds)).await;
-        let late = tandem_writes(seen);
+        let late = self.tandem_writes_after(seen);
         assert!(
             late.is_empty(),
             "writes in a settled namespace within {seconds} s: {late:#?}\ntandem's log (end):\n{}",
@@ -310,18 +307,12 @@ impl Scenario {
             tail(&self.tandem.log(), 60)
         );
         let seen = self.writes().len();
-        let touch = json!({"apiVersion": IS, "kind": "InferenceService",
-            "metadata": {"name": service, "annotations": {"e2e.tandem/touched": seconds.to_string()}}});
-        self.apply(&touch).await.expect("touching the service");
-        self.eventually(30, "the touched service reconciled", || async {
-            let now = self
-                .tandem
-                .metric(
-                    "tandem_controller_reconciles_total",
-                    &[r#"controller="InferenceService""#],
-                )
-                .await;
-            if now > reconciled_before {
+        let touched = json!({"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "annotations": {"e2e.tandem/touched": "yes"}}});
+        self.apply(&touched).await.expect("touching the object");
+        self.eventually(30, "the touched object reconciled", || async {
+            let now = reconciles().await;
+            if now > before {
                 Ok(())
             } else {
                 Err(format!("{now:?}"))
@@ -329,18 +320,28 @@ impl Scenario {
         })
         .await;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let late = tandem_writes(seen);
+        let late = self.tandem_writes_after(seen);
         assert!(
             late.is_empty(),
             "a touch that changes nothing made Tandem write: {late:#?}"
         );
         self.assert_writes_sound();
     }
+
+    /// Tandem's writes in this namespace after the first `seen` writes.
+    fn tandem_writes_after(&self, seen: usize) -> Vec<String> {
+        self.writes()
+            .iter()
+            .skip(seen)
+            .filter(|w| w.by_tandem())
+            .map(Request::line)
+            .collect()
+    }
 }
 
 /// Tandem's writes whose answer carried a resourceVersion the object had
 /// already: they changed nothing.
-pub fn repeated_writes(writes: &[Write]) -> Vec<String> {
+pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
     let mut versions: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     let mut repeated = Vec::new();
     for write in writes {
