@@ -58,7 +58,15 @@ impl Scenario {
             return None;
         }
         let plane = ControlPlane::shared();
-        let tandem = Tandem::shared(plane);
+        Some(Scenario::with_tandem(namespace, plane, Tandem::shared(plane)).await)
+    }
+
+    /// A scenario in namespace `namespace` watched through `tandem`.
+    pub async fn with_tandem(
+        namespace: &str,
+        plane: &'static ControlPlane,
+        tandem: &'static Tandem,
+    ) -> Scenario {
         let client = plane.namespace(namespace).await;
         let floor = Arc::new(Mutex::new(Floor::default()));
         let mut scenario = Scenario {
@@ -70,7 +78,7 @@ impl Scenario {
             tasks: Vec::new(),
         };
         scenario.watch_floor();
-        Some(scenario)
+        scenario
     }
 
     /// Runs a stand-in kubelet: every pod of the namespace for which
