@@ -650,3 +650,157 @@ async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves
         .await;
     scenario.assert_writes_sound();
 }
+
+/// Every kind a service creates is watched, so a child deleted by hand is
+/// back within seconds; a pod's readiness reaches the status; and neither
+/// sends a GET or LIST: the reconciles read the caches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_from_the_caches() {
+    let Some(mut scenario) = Scenario::start("e2e-repair").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    scenario
+        .create(&service)
+        .await
+        .expect("story 4 is admitted");
+    wait_ready(&scenario, "deepseek-r1-disagg").await;
+    let mark = scenario.mark();
+
+    // The PodGroup, deleted by hand.
+    let groups = scenario
+        .api("scheduling.volcano.sh/v1beta1", "PodGroup")
+        .await;
+    let before = scenario
+        .get(
+            "scheduling.volcano.sh/v1beta1",
+            "PodGroup",
+            "deepseek-r1-disagg",
+        )
+        .await
+        .expect("the PodGroup");
+    groups
+        .delete("deepseek-r1-disagg", &Default::default())
+        .await
+        .expect("deleted by hand");
+    scenario
+        .eventually(20, "the PodGroup recreated", || async {
+            let now = scenario
+                .get(
+                    "scheduling.volcano.sh/v1beta1",
+                    "PodGroup",
+                    "deepseek-r1-disagg",
+                )
+                .await;
+            match now {
+                Some(g) if g["metadata"]["uid"] != before["metadata"]["uid"] => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+
+    // A decode pod stops being ready (the stand-in kubelet would put it
+    // back, so this scenario has none from here on): the status says so.
+    scenario.stop_kubelet();
+    let pod = scenario
+        .list("v1", "Pod")
+        .await
+        .into_iter()
+        .find(|p| label(p, "fusioninfer.io/role-name") == "decode")
+        .expect("a decode pod");
+    let pod_name = pod["metadata"]["name"].as_str().expect("a name");
+    scenario
+        .set_ready(
+            &format!("statefulset.kubernetes.io/pod-name={pod_name}"),
+            false,
+        )
+        .await;
+    scenario
+        .eventually(20, "one decode replica not ready", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", "deepseek-r1-disagg")
+                .await
+                .expect("the service");
+            let ready = &stored["status"]["components"]["decode"]["readyReplicas"];
+            if *ready == 1 {
+                Ok(())
+            } else {
+                Err(ready.to_string())
+            }
+        })
+        .await;
+    let reads = scenario.tandem_reads_since(mark);
+    assert!(
+        reads.is_empty(),
+        "the reconciles read the caches: {reads:#?}"
+    );
+    scenario.assert_writes_sound();
+}
+
+/// A foreign Deployment bound by an InplaceScaling group, scaled by hand,
+/// is set back at once (Deployments are cached, trimmed to their replicas,
+/// and mapped to the groups that name them), reading nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_server() {
+    let Some(scenario) = Scenario::start("e2e-setback").await else {
+        return;
+    };
+    for (name, replicas) in [("router", 2), ("decode", 1)] {
+        scenario
+            .create(&deployment(name, replicas))
+            .await
+            .expect("a Deployment");
+    }
+    let group = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "pd-pool"},
+        "spec": {"targetResources": [
+            {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "decode", "apiVersion": "apps/v1", "kind": "Deployment"}],
+         "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "router", "role": "Source"},
+            {"name": "decode", "role": "Target", "ratio": 2}]}}}});
+    scenario
+        .create(&group)
+        .await
+        .expect("the group is admitted");
+    scenario
+        .eventually(60, "decode follows router at 2:1", || async {
+            let now = deployment_replicas(&scenario, "decode").await;
+            if now == Some(4) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    let mark = scenario.mark();
+    scale(&scenario, "apps/v1", "Deployment", "decode", 1)
+        .await
+        .expect("scaled by hand");
+    scenario
+        .eventually(20, "decode set back to 4", || async {
+            let now = deployment_replicas(&scenario, "decode").await;
+            if now == Some(4) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    let reads = scenario.tandem_reads_since(mark);
+    assert!(
+        reads.is_empty(),
+        "the reconciles read the caches: {reads:#?}"
+    );
+    scenario
+        .assert_quiet(
+            10,
+            (
+                "resourcescalinggroup.com/v1",
+                "ResourceScalingGroup",
+                "pd-pool",
+            ),
+        )
+        .await;
+}

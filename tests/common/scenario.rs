@@ -102,6 +102,14 @@ impl Scenario {
         self.tasks.push(task);
     }
 
+    /// Stops the stand-in kubelet(s): pods keep the status they have.
+    pub fn stop_kubelet(&mut self) {
+        // The first task is the floor's watch; the rest are kubelets.
+        for task in self.tasks.drain(1..) {
+            task.abort();
+        }
+    }
+
     /// Watches pods and LeaderWorkerSets, and records every moment a
     /// serving role that had a ready replica has none.
     fn watch_floor(&mut self) {
@@ -334,6 +342,26 @@ impl Scenario {
             "a touch that changes nothing made Tandem write: {late:#?}"
         );
         self.assert_writes_sound();
+    }
+
+    /// How many requests the audit log holds so far: a mark for
+    /// [`Scenario::tandem_reads_since`].
+    pub fn mark(&self) -> usize {
+        self.plane.requests().len()
+    }
+
+    /// Tandem's GETs and LISTs of this namespace since `mark` (watches
+    /// excluded): what a reconcile sends when it reads the API server
+    /// instead of its caches.
+    pub fn tandem_reads_since(&self, mark: usize) -> Vec<String> {
+        self.plane
+            .requests()
+            .iter()
+            .skip(mark)
+            .filter(|r| r.by_tandem() && matches!(r.verb.as_str(), "get" | "list"))
+            .filter(|r| r.namespace.as_deref() == Some(&self.namespace))
+            .map(Request::line)
+            .collect()
     }
 
     /// Tandem's writes in this namespace after the first `seen` writes.
