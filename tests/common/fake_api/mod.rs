@@ -24,6 +24,27 @@
 //!
 //! Every request is logged, so tests assert exactly what was written, and the
 //! next writes to a path can be made to answer 409 Conflict.
+//!
+//! It is a stand-in: the arbiter is the real control plane of
+//! `tests/cluster_end_to_end.rs` (`tests/common/control_plane.rs`), and
+//! where the two disagree the real one is right. It stays for the tests
+//! that are faster here (leader election, write counts, scale, failures
+//! the real API server cannot be made to produce on demand: 409s, 500s,
+//! refused writes, expired watches). What it still does differently:
+//! - no CRD schema is enforced: no pruning, no defaults, no OpenAPI or CEL
+//!   validation (nor CEL's cost budget: a CRD it takes may be one the real
+//!   API server refuses, as the ScaleView CRD was);
+//! - server-side apply replaces lists whole instead of merging them by
+//!   their keys, and keeps no set of fields per manager inside them;
+//! - built-in kinds are not validated; the canonical form of quantities
+//!   comes from Tandem's own `Quantity`;
+//! - no RBAC: every request is allowed;
+//! - `/scale` reads and writes where Tandem's adapter table says, not the
+//!   paths a CRD's scale subresource names;
+//! - every controller (garbage collection, namespaces, LWS) runs inside the
+//!   writing request, so nothing is ever seen half-done;
+//! - names are not checked against DNS rules, and the LeaderWorkerSet
+//!   controller has no webhook (a name LWS refuses is taken here).
 
 pub mod admission;
 pub mod lifecycle;
