@@ -70,11 +70,27 @@ impl Error {
         }
     }
 
+    /// Whether the API server refused a write because the object's namespace
+    /// is being deleted (403 with the cause `NamespaceTerminating`): a child
+    /// the namespace controller removed is not to be put back, and trying
+    /// again cannot help.
+    pub fn is_namespace_terminating(&self) -> bool {
+        let Error::Kube(kube::Error::Api(status)) = self else {
+            return false;
+        };
+        status.code == 403
+            && status
+                .details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+    }
+
     /// The error's kind, for logs and metrics: `transient`, `conflict`,
-    /// `refused`, `plan` or `unnamed`.
+    /// `namespace_terminating`, `refused`, `plan` or `unnamed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
+            _ if self.is_namespace_terminating() => "namespace_terminating",
             _ if self.is_transient() => "transient",
             Error::Kube(_) => "refused",
             Error::Plan { .. } => "plan",
@@ -319,6 +335,13 @@ fn jitter_unit(key: &str) -> f64 {
 /// What to do after a failed reconcile of `key`: wait, longer each time in a
 /// row, and log it with the error's kind.
 fn failed(ctx: &Context, key: &str, error: &Error) -> Action {
+    if error.is_namespace_terminating() {
+        // Seen on a real API server while a namespace is deleted: its
+        // content goes in no set order, so a service may outlive children
+        // the namespace controller already removed. Its own deletion ends it.
+        tracing::info!(object = key, %error, "the namespace is being deleted: not retrying");
+        return Action::await_change();
+    }
     let failures = {
         let mut failures = ctx.failures();
         let count = failures.entry(key.to_owned()).or_insert(0);
@@ -511,5 +534,33 @@ mod tests {
         assert!(is_conflict(&status(409)));
         assert!(!is_conflict(&status(422)));
         assert!(!is_conflict(&status(404)));
+    }
+
+    /// The Status a real kube-apiserver answers a create in a namespace being
+    /// deleted with (v1.36, seen in the tests' audit log), and an RBAC refusal.
+    #[test]
+    fn a_namespace_being_deleted_is_told_from_a_refusal() {
+        let terminating: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+            "message": "leaderworkersets.leaderworkerset.x-k8s.io \"a-decode-1\" is forbidden: unable to create new content in namespace e2e because it is being terminated",
+            "details": {"name": "a-decode-1", "group": "leaderworkerset.x-k8s.io", "kind": "leaderworkersets",
+                "causes": [{"reason": "NamespaceTerminating",
+                    "message": "namespace e2e is being terminated", "field": "metadata.namespace"}]}
+        }))
+        .unwrap();
+        let error = Error::Kube(kube::Error::Api(Box::new(terminating)));
+        assert!(error.is_namespace_terminating());
+        assert_eq!(error.kind(), "namespace_terminating");
+        assert!(!error.is_transient());
+
+        let rbac: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+            "message": "pods is forbidden: User \"x\" cannot patch resource \"pods\"",
+            "details": {"kind": "pods"}
+        }))
+        .unwrap();
+        let error = Error::Kube(kube::Error::Api(Box::new(rbac)));
+        assert!(!error.is_namespace_terminating());
+        assert_eq!(error.kind(), "refused");
     }
 }
