@@ -45,6 +45,8 @@
 //!   writing request, so nothing is ever seen half-done;
 //! - names are not checked against DNS rules, and the LeaderWorkerSet
 //!   controller has no webhook (a name LWS refuses is taken here).
+//! - webhooks' `matchConditions` are not evaluated: a webhook is called for
+//!   every write its rules match.
 
 pub mod admission;
 pub mod lifecycle;
