@@ -290,15 +290,27 @@ async fn an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_
             }
         })
         .await;
+    // `kubectl scale rsg/pd-pool`: an InplaceScaling group has no replicas
+    // of its own. The API server itself refuses it (the CRD's rule), since
+    // a write to /scale skips the group's webhook.
+    let rsg = "resourcescalinggroup.com/v1";
+    let refused = scale(&scenario, rsg, "ResourceScalingGroup", "pd-pool", 3)
+        .await
+        .expect_err("/scale of an InplaceScaling group is refused");
+    assert!(
+        refused.to_string().contains("is for GroupReplication only"),
+        "{refused}"
+    );
+    let stored = scenario
+        .get(rsg, "ResourceScalingGroup", "pd-pool")
+        .await
+        .expect("the group");
+    assert!(
+        stored["spec"]["scalingStrategy"]["groupConfig"].is_null(),
+        "{stored:#}"
+    );
     scenario
-        .assert_quiet(
-            10,
-            (
-                "resourcescalinggroup.com/v1",
-                "ResourceScalingGroup",
-                "pd-pool",
-            ),
-        )
+        .assert_quiet(10, (rsg, "ResourceScalingGroup", "pd-pool"))
         .await;
 }
 
@@ -656,7 +668,10 @@ async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves
         .lines()
         .filter(|l| l.contains("reconcile failed") && l.contains(&scenario.namespace))
         .collect();
-    assert!(retried.is_empty(), "retried in a namespace being deleted: {retried:#?}");
+    assert!(
+        retried.is_empty(),
+        "retried in a namespace being deleted: {retried:#?}"
+    );
     scenario.assert_writes_sound();
 }
 
@@ -812,4 +827,69 @@ async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_
             ),
         )
         .await;
+}
+
+/// A router role on the real control plane: the endpoint picker's
+/// Deployment (whose pods the real ReplicaSet controller makes), Service,
+/// ConfigMap, ServiceAccount, Role and RoleBinding (the API server lets
+/// Tandem grant only what it holds), the InferencePool and the HTTPRoute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_controllers() {
+    let Some(mut scenario) = Scenario::start("e2e-router").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let service = example("examples/inferenceservice/router.yaml");
+    scenario
+        .create(&service)
+        .await
+        .expect("the router example is admitted");
+    wait_ready(&scenario, "qwen-pd-routed").await;
+    let epp = "qwen-pd-routed-epp";
+    for (api_version, kind) in [
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ] {
+        assert!(
+            scenario.get(api_version, kind, epp).await.is_some(),
+            "{kind} {epp}: {:?}",
+            scenario.names(api_version, kind).await
+        );
+    }
+    assert!(!scenario.names("v1", "ConfigMap").await.is_empty());
+    assert_eq!(
+        scenario
+            .names("inference.networking.k8s.io/v1", "InferencePool")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(
+        scenario
+            .names("gateway.networking.k8s.io/v1", "HTTPRoute")
+            .await
+            .len(),
+        1
+    );
+    scenario
+        .eventually(
+            60,
+            "the endpoint picker's pod, from the ReplicaSet controller",
+            || async {
+                let pods = scenario.names("v1", "Pod").await;
+                if pods.iter().any(|p| p.starts_with(epp)) {
+                    Ok(())
+                } else {
+                    Err(format!("{pods:?}"))
+                }
+            },
+        )
+        .await;
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "qwen-pd-routed"))
+        .await;
+    scenario.assert_floor_held();
 }

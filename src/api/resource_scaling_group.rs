@@ -66,10 +66,20 @@ use super::{Findings, dns1123_label_error, dns1123_subdomain_error, schema};
     )
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!has(self.scalingStrategy.groupConfig) || !has(self.scalingStrategy.groupConfig.replicas) || self.scalingStrategy.groupConfig.replicas * size(self.targetResources) <= 10000",
-    "message": "the replicated objects (groupConfig.replicas × target resources) must be at most 10000",
-}]))]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.scalingStrategy.groupConfig) || !has(self.scalingStrategy.groupConfig.replicas) || self.scalingStrategy.groupConfig.replicas * size(self.targetResources) <= 10000",
+        "message": "the replicated objects (groupConfig.replicas × target resources) must be at most 10000",
+    },
+    {
+        // A write to /scale sets groupConfig.replicas (the scale
+        // subresource's specReplicasPath) and skips webhooks registered on
+        // the group itself: this rule refuses it for InplaceScaling, whose
+        // replicas follow its Source, even with the webhook down.
+        "rule": "self.scalingStrategy.type == 'GroupReplication' || !has(self.scalingStrategy.groupConfig)",
+        "message": "spec.scalingStrategy.groupConfig (and /scale) is for GroupReplication only: an InplaceScaling group follows its Source, so scale the Source instead",
+    },
+]))]
 pub struct ResourceScalingGroupSpec {
     /// The resources this group manages, each with a local name that bindings use.
     #[schemars(length(min = 1, max = MAX_TARGET_RESOURCES))]
