@@ -21,6 +21,7 @@
 pub mod admission;
 pub mod api;
 pub mod certs;
+pub mod check;
 pub mod fuzzing;
 pub mod logging;
 pub mod plan;

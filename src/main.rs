@@ -37,6 +37,11 @@ struct Cli {
 enum Command {
     /// Serve the admission webhooks over TLS, and health, readiness and metrics over plain HTTP.
     Serve(ServeArgs),
+    /// Say which of LeaderWorkerSet, Volcano, the Inference Extension and
+    /// Gateway API are installed, what Tandem will do with what is there, and
+    /// what to install. Exits 0 when InferenceServices can be deployed, 1
+    /// otherwise, 2 when the input cannot be read.
+    Check(CheckArgs),
     /// Show what Tandem would do to a world of objects, without a cluster.
     Render(RenderArgs),
     /// Print the CustomResourceDefinitions, or write them to a directory.
@@ -124,6 +129,17 @@ struct RenderArgs {
 }
 
 #[derive(clap::Args)]
+struct CheckArgs {
+    /// CustomResourceDefinition files to check (multi-document YAML or JSON;
+    /// `-` for standard input); objects of other kinds are ignored.
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = tandem::check::Format::Text)]
+    output: tandem::check::Format,
+}
+
+#[derive(clap::Args)]
 struct CertsArgs {
     /// Where to write ca.crt, tls.crt and tls.key.
     #[arg(long)]
@@ -156,6 +172,7 @@ fn main() -> ExitCode {
             serve(args)
         }
         Command::Render(args) => run_render(args),
+        Command::Check(args) => check(&args),
         Command::Crds { out_dir } => crds(out_dir),
         Command::Certs(args) => make_certs(args),
     }
@@ -421,6 +438,23 @@ fn run_render(args: RenderArgs) -> ExitCode {
             let code = e.exit_code();
             eprintln!("tandem: {e}");
             ExitCode::from(code)
+        }
+    }
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    match tandem::check::check_files(&args.files) {
+        Ok((reports, ready)) => {
+            print!("{}", tandem::check::write(&reports, ready, args.output));
+            if ready {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
         }
     }
 }

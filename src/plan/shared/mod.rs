@@ -4,7 +4,8 @@
 //! status conditions (`condition`), the writes a plan asks for and the
 //! applied-hash stamp that tells whether one is needed (`write`), which
 //! replica a write concerns and its scale-down policy (`scale_down_policy`),
-//! Event reasons the metrics name (`reason`), and the names of the decisions
+//! Event reasons the metrics name (`reason`), what is installed of the
+//! projects whose objects Tandem writes (`installed`), and the names of the decisions
 //! the metrics count (`decision`). No seed section is theirs alone: they
 //! serve seeds 000 and 003 (and the controller leadership every Tandem
 //! replica runs). Nothing here imports from a capability folder.
@@ -12,6 +13,7 @@
 pub mod children;
 pub mod condition;
 pub mod decision;
+pub mod installed;
 pub mod leadership;
 pub mod quantity;
 pub mod reason;

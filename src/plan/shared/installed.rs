@@ -1,0 +1,373 @@
+//! What is installed of the projects whose objects Tandem writes (DESIGN
+//! §5): LeaderWorkerSet, Volcano's PodGroup, the Inference Extension's
+//! InferencePool and Gateway API, read from their CustomResourceDefinitions
+//! (served versions and the fields of each schema), and the decisions that
+//! follow from it. Pure: the CRDs come from a watch, from a folder
+//! (`tandem check -f`) or from render's world.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// A project Tandem writes objects of, and the kind it reads to know it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Dependency {
+    /// What users call it.
+    pub name: &'static str,
+    pub group: &'static str,
+    pub kind: &'static str,
+    /// The version Tandem writes.
+    pub version: &'static str,
+    /// Where to get it.
+    pub install: &'static str,
+}
+
+pub const LEADER_WORKER_SET: Dependency = Dependency {
+    name: "LeaderWorkerSet",
+    group: "leaderworkerset.x-k8s.io",
+    kind: "LeaderWorkerSet",
+    version: "v1",
+    install: "install LWS >= v0.7 (kubernetes-sigs/lws releases, manifests.yaml)",
+};
+
+pub const POD_GROUP: Dependency = Dependency {
+    name: "Volcano PodGroup",
+    group: "scheduling.volcano.sh",
+    kind: "PodGroup",
+    version: "v1beta1",
+    install: "install Volcano >= v1.14 (volcano-sh/volcano releases) for subGroupPolicy",
+};
+
+pub const INFERENCE_POOL: Dependency = Dependency {
+    name: "InferencePool",
+    group: "inference.networking.k8s.io",
+    kind: "InferencePool",
+    version: "v1",
+    install: "install the Gateway API Inference Extension >= v1.0 (its CRDs give InferencePool v1)",
+};
+
+pub const GATEWAY: Dependency = Dependency {
+    name: "Gateway API Gateway",
+    group: "gateway.networking.k8s.io",
+    kind: "Gateway",
+    version: "v1",
+    install: "install Gateway API >= v1.0 (standard channel CRDs)",
+};
+
+pub const HTTP_ROUTE: Dependency = Dependency {
+    name: "Gateway API HTTPRoute",
+    group: "gateway.networking.k8s.io",
+    kind: "HTTPRoute",
+    version: "v1",
+    install: "install Gateway API >= v1.0 (standard channel CRDs)",
+};
+
+/// Every dependency, in the order `tandem check` lists them.
+pub const ALL: [Dependency; 5] = [
+    LEADER_WORKER_SET,
+    POD_GROUP,
+    INFERENCE_POOL,
+    GATEWAY,
+    HTTP_ROUTE,
+];
+
+/// The PodGroup fields whose presence decides the gang layout.
+pub const POD_GROUP_FIELDS: [&str; 3] = ["subGroupPolicy", "minTaskMember", "networkTopology"];
+
+/// One installed CRD: its served versions, the `spec` fields of each, and
+/// the bundle version its annotations name (Gateway API writes one).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Found {
+    pub served: BTreeMap<String, BTreeSet<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle_version: Option<String>,
+}
+
+impl Found {
+    /// Whether `version` is served.
+    pub fn serves(&self, version: &str) -> bool {
+        self.served.contains_key(version)
+    }
+
+    /// The `spec` fields of the served `version`.
+    pub fn spec_fields(&self, version: &str) -> Option<&BTreeSet<String>> {
+        self.served.get(version)
+    }
+}
+
+/// What a cluster (or a folder, or render's world) has installed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Installed {
+    /// Nothing is known: the versions the README lists are assumed, and
+    /// every dependency with every field is taken as there.
+    Assumed,
+    /// Read from CRDs, by (group, kind); a dependency not among them is not
+    /// installed.
+    Known(BTreeMap<(String, String), Found>),
+}
+
+impl Installed {
+    /// What the CustomResourceDefinitions among `objects` install; anything
+    /// else among them is ignored.
+    pub fn from_crds<'a>(objects: impl IntoIterator<Item = &'a Value>) -> Installed {
+        let mut found = BTreeMap::new();
+        for crd in objects {
+            if crd["kind"] != "CustomResourceDefinition" {
+                continue;
+            }
+            let spec = &crd["spec"];
+            let (Some(group), Some(kind)) =
+                (spec["group"].as_str(), spec["names"]["kind"].as_str())
+            else {
+                continue;
+            };
+            let bundle_version =
+                crd["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"]
+                    .as_str()
+                    .map(str::to_owned);
+            let served = spec["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|v| v["served"] != false)
+                .filter_map(|v| Some((v["name"].as_str()?.to_owned(), spec_fields(v))))
+                .collect();
+            found.insert(
+                (group.to_owned(), kind.to_owned()),
+                Found {
+                    served,
+                    bundle_version,
+                },
+            );
+        }
+        Installed::Known(found)
+    }
+
+    /// The CRD of `dependency`: Some(None) when it is known to be missing,
+    /// None when nothing is known (assumed there).
+    pub fn find(&self, dependency: &Dependency) -> Option<Option<&Found>> {
+        match self {
+            Installed::Assumed => None,
+            Installed::Known(found) => {
+                Some(found.get(&(dependency.group.to_owned(), dependency.kind.to_owned())))
+            }
+        }
+    }
+
+    /// Whether `dependency` is served at the version Tandem writes (assumed
+    /// so when nothing is known).
+    pub fn has(&self, dependency: &Dependency) -> bool {
+        match self.find(dependency) {
+            None => true,
+            Some(found) => found.is_some_and(|f| f.serves(dependency.version)),
+        }
+    }
+
+    /// Whether the PodGroup schema has `spec.{field}` (assumed so when
+    /// nothing is known).
+    pub fn pod_group_has(&self, field: &str) -> bool {
+        match self.find(&POD_GROUP) {
+            None => true,
+            Some(found) => found
+                .and_then(|f| f.spec_fields(POD_GROUP.version))
+                .is_some_and(|fields| fields.contains(field)),
+        }
+    }
+}
+
+/// The properties of a CRD version's `spec`; empty when it keeps unknown
+/// fields or has no schema.
+fn spec_fields(version: &Value) -> BTreeSet<String> {
+    version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// What `tandem check` says of one dependency.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub dependency: &'static str,
+    /// `group/version Kind`.
+    pub api: String,
+    /// Served versions found (and Gateway API's bundle version); empty when
+    /// missing.
+    pub found: Vec<String>,
+    /// The fields that matter and whether each is there.
+    pub fields: BTreeMap<&'static str, bool>,
+    /// What Tandem will do with what is there.
+    pub effect: String,
+    /// What to install, when something is missing; None when all is there.
+    pub install: Option<&'static str>,
+    /// Whether Tandem can deploy every InferenceService with it (false for
+    /// a missing LeaderWorkerSet; the others only limit features).
+    pub required: bool,
+}
+
+/// One report per dependency, for `tandem check`.
+pub fn report(installed: &Installed) -> Vec<Report> {
+    ALL.iter()
+        .map(|dependency| report_one(installed, dependency))
+        .collect()
+}
+
+fn report_one(installed: &Installed, dependency: &Dependency) -> Report {
+    let found = installed.find(dependency).flatten();
+    let mut versions: Vec<String> = found
+        .map(|f| f.served.keys().cloned().collect())
+        .unwrap_or_default();
+    if let Some(bundle) = found.and_then(|f| f.bundle_version.clone()) {
+        versions.push(format!("bundle {bundle}"));
+    }
+    let has = installed.has(dependency);
+    let mut fields = BTreeMap::new();
+    if *dependency == POD_GROUP && has {
+        for field in POD_GROUP_FIELDS {
+            fields.insert(field, installed.pod_group_has(field));
+        }
+    }
+    let (effect, install) = effect(installed, dependency, has);
+    Report {
+        dependency: dependency.name,
+        api: format!(
+            "{}/{} {}",
+            dependency.group, dependency.version, dependency.kind
+        ),
+        found: versions,
+        fields,
+        effect,
+        install,
+        required: *dependency == LEADER_WORKER_SET,
+    }
+}
+
+/// What follows for Tandem's objects from `dependency` being there or not,
+/// and what to install if anything. (Tandem does not yet refuse at
+/// admission what a cluster lacks: these say what would fail.)
+fn effect(
+    installed: &Installed,
+    dependency: &Dependency,
+    has: bool,
+) -> (String, Option<&'static str>) {
+    let missing = |what: &str| (what.to_owned(), Some(dependency.install));
+    match (dependency.kind, has) {
+        ("LeaderWorkerSet", true) => ("one LeaderWorkerSet per replica".to_owned(), None),
+        ("LeaderWorkerSet", false) => {
+            missing("no InferenceService can run: each replica is a LeaderWorkerSet")
+        }
+        ("PodGroup", true) if installed.pod_group_has("subGroupPolicy") => (
+            "gang scheduling with subGroupPolicy (each replica atomic, one of each gang role together)".to_owned(),
+            None,
+        ),
+        ("PodGroup", true) => (
+            "the API server prunes subGroupPolicy from the PodGroups of gangPolicy SubGroup (the default): \
+             set gangPolicy: TaskMember (all or nothing) or upgrade Volcano"
+                .to_owned(),
+            Some(dependency.install),
+        ),
+        ("PodGroup", false) => missing("a gang-scheduled service's PodGroup cannot be created"),
+        ("InferencePool", true) => ("a router role gets an InferencePool v1".to_owned(), None),
+        ("InferencePool", false) => missing("a router role's InferencePool cannot be created"),
+        (_, true) => ("NewRevision and IncrementalUpgrade route through a Gateway".to_owned(), None),
+        (_, false) => missing("NewRevision and IncrementalUpgrade cannot route through a Gateway"),
+    }
+}
+
+/// Whether everything an InferenceService always needs is there: `tandem
+/// check` exits 0 only then.
+pub fn ready(reports: &[Report]) -> bool {
+    reports
+        .iter()
+        .filter(|r| r.required)
+        .all(|r| r.install.is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn crd(group: &str, kind: &str, versions: &[(&str, &[&str])]) -> Value {
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|(name, fields)| {
+                let properties: serde_json::Map<String, Value> = fields
+                    .iter()
+                    .map(|f| ((*f).to_owned(), json!({"type": "object"})))
+                    .collect();
+                json!({"name": name, "served": true, "storage": true, "schema": {"openAPIV3Schema":
+                    {"properties": {"spec": {"properties": properties}}}}})
+            })
+            .collect();
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("x.{group}")},
+            "spec": {"group": group, "names": {"kind": kind}, "versions": versions}})
+    }
+
+    #[test]
+    fn nothing_known_assumes_everything() {
+        let installed = Installed::Assumed;
+        assert!(ALL.iter().all(|d| installed.has(d)));
+        assert!(installed.pod_group_has("subGroupPolicy"));
+        assert!(ready(&report(&installed)));
+    }
+
+    #[test]
+    fn an_older_volcano_lacks_sub_groups_and_the_report_says_what_follows() {
+        let lws = crd(
+            "leaderworkerset.x-k8s.io",
+            "LeaderWorkerSet",
+            &[("v1", &["leaderWorkerTemplate"])],
+        );
+        let volcano = crd(
+            "scheduling.volcano.sh",
+            "PodGroup",
+            &[("v1beta1", &["minMember", "minTaskMember"])],
+        );
+        let installed = Installed::from_crds([&lws, &volcano]);
+        assert!(installed.has(&LEADER_WORKER_SET));
+        assert!(installed.has(&POD_GROUP));
+        assert!(!installed.pod_group_has("subGroupPolicy"));
+        assert!(installed.pod_group_has("minTaskMember"));
+        assert!(!installed.has(&INFERENCE_POOL));
+        let reports = report(&installed);
+        let pod_group = &reports[1];
+        assert!(!pod_group.fields["subGroupPolicy"]);
+        assert!(
+            pod_group.effect.contains("prunes subGroupPolicy"),
+            "{}",
+            pod_group.effect
+        );
+        assert!(
+            ready(&reports),
+            "LWS is there: the rest only limits features"
+        );
+    }
+
+    #[test]
+    fn a_missing_leader_worker_set_is_not_ready_and_says_what_to_install() {
+        let installed = Installed::from_crds([]);
+        let reports = report(&installed);
+        assert!(!ready(&reports));
+        assert_eq!(reports[0].install, Some(LEADER_WORKER_SET.install));
+        assert!(reports[0].found.is_empty());
+    }
+
+    #[test]
+    fn a_version_not_served_is_not_there() {
+        let pool = crd(
+            "inference.networking.k8s.io",
+            "InferencePool",
+            &[("v1alpha2", &["selector"])],
+        );
+        let installed = Installed::from_crds([&pool]);
+        assert!(!installed.has(&INFERENCE_POOL));
+        let legacy = crd(
+            "inference.networking.x-k8s.io",
+            "InferencePool",
+            &[("v1alpha2", &["selector"])],
+        );
+        assert!(!Installed::from_crds([&legacy]).has(&INFERENCE_POOL));
+    }
+}
