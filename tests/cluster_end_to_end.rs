@@ -893,3 +893,77 @@ async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_con
         .await;
     scenario.assert_floor_held();
 }
+/// What a policy engine or `kubectl edit` adds to a LeaderWorkerSet Tandem
+/// owns, as another field manager: an env var, a sidecar and a template
+/// label. The API server keeps them (server-side apply merges lists by
+/// key); Tandem must leave them and write nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing_is_written() {
+    let Some(mut scenario) = Scenario::start("e2e-foreign").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let service = example("examples/inferenceservice/story1-monolithic.yaml");
+    scenario
+        .create(&service)
+        .await
+        .expect("story 1 is admitted");
+    wait_ready(&scenario, "qwen-inference").await;
+    let name = "qwen-inference-inference-0";
+    let addition = json!({"apiVersion": LWS, "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": scenario.namespace},
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": {
+            "metadata": {"labels": {"policy.example.com/team": "ml"}},
+            "spec": {"containers": [
+                {"name": "vllm", "env": [{"name": "POLICY_INJECTED", "value": "1"}]},
+                {"name": "policy-sidecar", "image": "busybox:1.36"}]}}}}});
+    let sets = scenario.api(LWS, "LeaderWorkerSet").await;
+    sets.patch(
+        name,
+        &PatchParams::apply("policy-engine"),
+        &Patch::Apply(&addition),
+    )
+    .await
+    .expect("the policy engine's fields applied");
+    // LWS rolls the replica's pods for the new template; the stand-in
+    // kubelet makes them ready again.
+    wait_ready(&scenario, "qwen-inference").await;
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "qwen-inference"))
+        .await;
+
+    let stored = scenario
+        .get(LWS, "LeaderWorkerSet", name)
+        .await
+        .expect("the replica");
+    let template = &stored["spec"]["leaderWorkerTemplate"]["workerTemplate"];
+    assert_eq!(
+        template["metadata"]["labels"]["policy.example.com/team"], "ml",
+        "{template:#}"
+    );
+    let containers = template["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert!(
+        containers.iter().any(|c| c["name"] == "policy-sidecar"),
+        "{template:#}"
+    );
+    let vllm = containers
+        .iter()
+        .find(|c| c["name"] == "vllm")
+        .expect("Tandem's container");
+    assert!(
+        vllm["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["name"] == "POLICY_INJECTED"),
+        "{vllm:#}"
+    );
+    assert_eq!(
+        vllm["image"], "vllm/vllm-openai:v0.11.0",
+        "Tandem's own fields stay"
+    );
+    // No floor check: the policy engine's template change makes LWS restart
+    // the only replica's pods, which is LWS's doing, not Tandem's.
+}

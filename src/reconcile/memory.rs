@@ -3,13 +3,19 @@
 //! functions the controllers run can run here too.
 //!
 //! Where this world and an API server could differ, the rule followed:
-//! - Server-side apply: an applied object that carries owner references is
-//!   Tandem's whole (it created it), so it replaces what was there, keeping
-//!   the status; any other applied object (labels on a GroupReplication
+//! - Server-side apply: when the stored object says which fields Tandem's
+//!   field manager applied (`metadata.managedFields`, as the API server
+//!   returns it), the apply follows server-side apply ([`apply_as_owner`]):
+//!   what Tandem sends wins, what it applied before and no longer sends
+//!   goes, and what another manager added stays (keyed lists merged by their
+//!   keys, `plan::shared::write::list_keys`). Without managedFields nothing
+//!   tells Tandem's fields from another's: an applied object that carries
+//!   owner references is taken as Tandem's whole (it created it) and
+//!   replaces what was there; any other (labels on a GroupReplication
 //!   template, the bookkeeping on a foreign object) is merged into it, maps
-//!   field by field and lists and scalars replaced. A real API server tracks
-//!   field ownership instead; both give the same object when Tandem is the
-//!   only writer of what it applies.
+//!   field by field and lists and scalars replaced. The status is kept.
+//!   Tandem writes nothing when only another manager's fields differ
+//!   (`plan::shared::write::contains`), so those stay in either case.
 //! - A Pod takes a drain's label and annotations (`plan::inference_service::drain`): the
 //!   annotations Tandem applied before and no longer applies are removed, as
 //!   server-side apply removes the fields a manager stops applying.
@@ -35,12 +41,14 @@ use kube::runtime::events::Event;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::FIELD_MANAGER;
 use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found};
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::inference_service::drain;
 use crate::plan::inference_service::service::APPLIED_HASH;
 use crate::plan::resource_scaling_group::adapter;
+use crate::plan::shared::write::{item_key, list_keys};
 
 /// An object's identity in the world.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -155,6 +163,121 @@ impl State {
                 "{kind} ({api_version}): the world has no CustomResourceDefinition for it"
             )),
         }
+    }
+}
+
+/// The managedFields entry (fieldsV1) of what Tandem's field manager
+/// applied to `object`, if the object carries one.
+fn applied_by_tandem(object: &Value) -> Option<&Value> {
+    object["metadata"]["managedFields"]
+        .as_array()?
+        .iter()
+        .find(|m| {
+            m["manager"] == FIELD_MANAGER
+                && m["operation"] == "Apply"
+                && m.get("subresource").is_none()
+        })
+        .map(|m| &m["fieldsV1"])
+}
+
+/// Server-side apply of `applied` over `existing` by a manager that owned
+/// `owned` (a fieldsV1 tree) of it: a field the manager sends takes its
+/// value; a field it owned and no longer sends is removed; any other field
+/// (another manager's) stays. Keyed lists ([`list_keys`]) are merged item by
+/// item; other lists and scalars are the manager's whole.
+fn apply_as_owner(existing: &Value, applied: &Value, owned: &Value, field: Option<&str>) -> Value {
+    match (existing, applied) {
+        (Value::Object(before), Value::Object(sent)) => {
+            let mut merged = serde_json::Map::new();
+            for (key, value) in before {
+                let owned_here = owned.get(format!("f:{key}"));
+                match sent.get(key) {
+                    Some(new) => {
+                        let next = apply_as_owner(
+                            value,
+                            new,
+                            owned_here.unwrap_or(&Value::Null),
+                            Some(key),
+                        );
+                        merged.insert(key.clone(), next);
+                    }
+                    None if owned_here.is_some() => {}
+                    None => {
+                        merged.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for (key, value) in sent {
+                merged.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+            Value::Object(merged)
+        }
+        (Value::Array(before), Value::Array(sent)) => match field.and_then(list_keys) {
+            Some(keys) => Value::Array(apply_list_as_owner(before, sent, owned, keys)),
+            None => applied.clone(),
+        },
+        _ => applied.clone(),
+    }
+}
+
+/// [`apply_as_owner`] of a keyed list: the items sent, each merged with the
+/// stored item of its key, then the stored items of other managers.
+fn apply_list_as_owner(
+    before: &[Value],
+    sent: &[Value],
+    owned: &Value,
+    keys: &[&str],
+) -> Vec<Value> {
+    // fieldsV1 names an owned item `k:{"name":"vllm"}`: its key fields.
+    let owned_items: Vec<(serde_json::Map<String, Value>, &Value)> = owned
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(entry, fields)| {
+            let key = entry.strip_prefix("k:")?;
+            Some((serde_json::from_str(key).ok()?, fields))
+        })
+        .collect();
+    let owned_item = |item: &Value| {
+        owned_items
+            .iter()
+            .find(|(key, _)| {
+                key.iter()
+                    .all(|(field, value)| item_field(item, field) == *value)
+            })
+            .map(|(_, fields)| *fields)
+    };
+    let mut merged: Vec<Value> = sent
+        .iter()
+        .map(|item| {
+            let key = item_key(item, keys);
+            match before.iter().find(|b| item_key(b, keys) == key) {
+                Some(stored) => apply_as_owner(
+                    stored,
+                    item,
+                    owned_item(stored).unwrap_or(&Value::Null),
+                    None,
+                ),
+                None => item.clone(),
+            }
+        })
+        .collect();
+    for stored in before {
+        let key = item_key(stored, keys);
+        if !sent.iter().any(|s| item_key(s, keys) == key) && owned_item(stored).is_none() {
+            merged.push(stored.clone());
+        }
+    }
+    merged
+}
+
+/// A key field of a list item as fieldsV1 writes it (`protocol` defaults
+/// to TCP).
+fn item_field(item: &Value, field: &str) -> Value {
+    match (item.get(field), field) {
+        (Some(value), _) => value.clone(),
+        (None, "protocol") => Value::String("TCP".to_owned()),
+        (None, _) => Value::Null,
     }
 }
 
@@ -373,19 +496,23 @@ impl Cluster for Memory {
         let next = match state.objects.get(&key) {
             None => object.clone(),
             Some(existing) => {
-                let mut next = if whole {
-                    object.clone()
-                } else {
-                    let mut merged = existing.clone();
-                    if key.kind == "Pod"
-                        && let Some(annotations) = merged["metadata"]["annotations"].as_object_mut()
-                    {
-                        for owned in [drain::DRAIN_STARTED, drain::DRAIN_DEADLINE, APPLIED_HASH] {
-                            annotations.remove(owned);
+                let mut next = match (applied_by_tandem(existing), whole) {
+                    (Some(owned), _) => apply_as_owner(existing, object, owned, None),
+                    (None, true) => object.clone(),
+                    (None, false) => {
+                        let mut merged = existing.clone();
+                        if key.kind == "Pod"
+                            && let Some(annotations) =
+                                merged["metadata"]["annotations"].as_object_mut()
+                        {
+                            for owned in [drain::DRAIN_STARTED, drain::DRAIN_DEADLINE, APPLIED_HASH]
+                            {
+                                annotations.remove(owned);
+                            }
                         }
+                        merge_applied(&mut merged, object);
+                        merged
                     }
-                    merge_applied(&mut merged, object);
-                    merged
                 };
                 if let Some(status) = existing.get("status") {
                     next["status"] = status.clone();
@@ -497,5 +624,59 @@ impl Cluster for Memory {
         _series: Series,
     ) -> BoxFuture<'a, ()> {
         futures::future::ready(()).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A LeaderWorkerSet's worker template as stored: Tandem applied the
+    /// `vllm` container with env A and B, another manager added env C, a
+    /// sidecar and a label; managedFields say which is whose.
+    fn stored() -> Value {
+        json!({"metadata": {"name": "s-r-0", "labels": {"app": "a", "team": "ml"},
+            "managedFields": [
+                {"manager": "tandem", "operation": "Apply", "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"vllm\"}": {"f:image": {},
+                        "f:env": {"k:{\"name\":\"A\"}": {".": {}}, "k:{\"name\":\"B\"}": {".": {}}}}}}}},
+                {"manager": "policy", "operation": "Apply", "fieldsV1": {}}]},
+            "spec": {"containers": [
+                {"name": "vllm", "image": "v1", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "C", "value": "3"}]},
+                {"name": "sidecar", "image": "busybox"}]},
+            "status": {"replicas": 1}})
+    }
+
+    #[test]
+    fn tandems_apply_keeps_another_managers_fields_and_drops_what_it_no_longer_sends() {
+        let sent = json!({"metadata": {"name": "s-r-0", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "vllm", "image": "v2", "env": [{"name": "A", "value": "1"}]}]}});
+        let existing = stored();
+        let owned = applied_by_tandem(&existing).expect("Tandem's fields");
+        let merged = apply_as_owner(&existing, &sent, owned, None);
+        assert_eq!(
+            merged["metadata"]["labels"],
+            json!({"app": "a", "team": "ml"})
+        );
+        let containers = merged["spec"]["containers"].as_array().unwrap();
+        assert_eq!(containers.len(), 2, "{merged:#}");
+        assert_eq!(containers[0]["image"], "v2");
+        // B was Tandem's and is no longer sent: gone. C was another's: kept.
+        assert_eq!(
+            containers[0]["env"],
+            json!([{"name": "A", "value": "1"}, {"name": "C", "value": "3"}])
+        );
+        assert_eq!(containers[1]["name"], "sidecar");
+        assert_eq!(merged["status"], json!({"replicas": 1}));
+    }
+
+    #[test]
+    fn without_managed_fields_nothing_is_known_to_be_tandems() {
+        let mut existing = stored();
+        existing["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        assert!(applied_by_tandem(&existing).is_none());
     }
 }

@@ -195,12 +195,22 @@ pub fn yaml_documents(path: &Path) -> Vec<Value> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Runs `tandem render -f - -o json` with `input` on standard input.
+pub fn render_json_stdin(input: &[u8]) -> std::process::Output {
+    render_stdin_with(input, &["-o", "json"])
+}
+
 /// Runs `tandem render -f -` in the repository with `input` on standard input.
 pub fn render_stdin(input: &[u8]) -> std::process::Output {
+    render_stdin_with(input, &[])
+}
+
+fn render_stdin_with(input: &[u8], extra: &[&str]) -> std::process::Output {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["render", "-f", "-"])
+        .args(extra)
         .current_dir(repo_path(""))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -108,8 +108,16 @@ pub fn up_to_date(desired: &Value, observed: &Value) -> bool {
     applied_hash(desired) == applied_hash(observed) && contains(observed, desired)
 }
 
-/// Whether every field of `want` is in `have` with the same value (lists
-/// element by element); fields only `have` has do not matter.
+/// Whether every field of `want` is in `have` with the same value; fields
+/// only `have` has do not matter, so what another field manager added (a
+/// label, an env var, a sidecar) is no drift.
+///
+/// Lists are compared as server-side apply merges them: a list with merge
+/// keys ([`list_keys`]: containers and env by `name`, ports by port and
+/// protocol, volume mounts by `mountPath`, conditions by `type`, …) matches
+/// each wanted item to the item with its key, and items only `have` has
+/// (another manager's) do not matter; any other list is atomic and compared
+/// whole, element by element.
 ///
 /// Values are compared as the API server stores them, so that what it
 /// normalised is not taken for a hand edit:
@@ -139,15 +147,77 @@ fn contains_within(have: &Value, want: &Value, key: Option<&str>) -> bool {
                 None => is_empty_collection(w),
             })
         }
-        (Value::Array(have), Value::Array(want)) => {
-            have.len() == want.len()
-                && have
-                    .iter()
-                    .zip(want)
-                    .all(|(h, w)| contains_within(h, w, None))
-        }
+        (Value::Array(have), Value::Array(want)) => match key.and_then(list_keys) {
+            Some(keys) => want.iter().all(|w| {
+                let wanted = item_key(w, keys);
+                have.iter()
+                    .find(|h| item_key(h, keys) == wanted)
+                    .is_some_and(|h| contains_within(h, w, None))
+            }),
+            None => {
+                have.len() == want.len()
+                    && have
+                        .iter()
+                        .zip(want)
+                        .all(|(h, w)| contains_within(h, w, None))
+            }
+        },
         _ => have == want,
     }
+}
+
+/// The merge keys of a list, by the field that holds it: the
+/// `x-kubernetes-list-map-keys` (and Kubernetes' `+listMapKey` markers) of
+/// the lists Tandem writes in pod templates (LeaderWorkerSet's CRD embeds
+/// them, Deployments are built in), Services, Gateways and HTTPRoutes, as
+/// the CRDs in `shared/crds` and k8s.io/api v0.36 declare them. `ports` is
+/// keyed by `containerPort` in a container and by `port` in a Service, each
+/// with `protocol`. Lists not named here (`args`, `tolerations`, an
+/// HTTPRoute's `rules`, …) are atomic. `add` and `set` are keyed in an
+/// HTTPRoute's header filters but atomic in a container's capabilities, so
+/// they are left atomic: a difference there is a write, never a miss.
+pub fn list_keys(field: &str) -> Option<&'static [&'static str]> {
+    const NAME: &[&str] = &["name"];
+    match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "claims"
+        | "schedulingGates"
+        | "listeners"
+        | "headers"
+        | "queryParams" => Some(NAME),
+        "ports" => Some(&["port", "protocol"]),
+        "volumeMounts" => Some(&["mountPath"]),
+        "volumeDevices" => Some(&["devicePath"]),
+        "hostAliases" => Some(&["ip"]),
+        "topologySpreadConstraints" => Some(&["topologyKey", "whenUnsatisfiable"]),
+        "conditions" => Some(&["type"]),
+        _ => None,
+    }
+}
+
+/// The values of an item's merge keys; a container port's `containerPort`
+/// stands for `port`, and a missing `protocol` is TCP, its default.
+pub fn item_key(item: &Value, keys: &[&str]) -> Vec<Value> {
+    keys.iter()
+        .map(|key| match *key {
+            "port" => item
+                .get("containerPort")
+                .or_else(|| item.get("port"))
+                .cloned()
+                .unwrap_or(Value::Null),
+            "protocol" => item
+                .get("protocol")
+                .cloned()
+                .unwrap_or_else(|| Value::String("TCP".to_owned())),
+            key => item.get(key).cloned().unwrap_or(Value::Null),
+        })
+        .collect()
 }
 
 fn is_empty_collection(value: &Value) -> bool {
@@ -169,4 +239,91 @@ fn same_quantity(have: &Value, want: &Value) -> bool {
         }
     }
     have == want || matches!((parse(have), parse(want)), (Some(h), Some(w)) if h == w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(containers: Value) -> Value {
+        json!({"metadata": {"labels": {"app": "a"}}, "spec": {"containers": containers}})
+    }
+
+    #[test]
+    fn what_another_manager_adds_to_keyed_lists_is_no_drift() {
+        let want = template(json!([{"name": "vllm", "image": "v1",
+            "env": [{"name": "A", "value": "1"}],
+            "ports": [{"containerPort": 8000, "name": "http"}],
+            "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}]));
+        let have = template(json!([
+            {"name": "policy-sidecar", "image": "busybox"},
+            {"name": "vllm", "image": "v1",
+             "env": [{"name": "INJECTED", "value": "x"}, {"name": "A", "value": "1"}],
+             "ports": [{"containerPort": 9090, "protocol": "TCP"}, {"containerPort": 8000, "name": "http", "protocol": "TCP"}],
+             "volumeMounts": [{"name": "other", "mountPath": "/other"}, {"name": "cache", "mountPath": "/cache"}]}]));
+        let mut labelled = have.clone();
+        labelled["metadata"]["labels"]["team"] = json!("ml");
+        assert!(contains(&have, &want));
+        assert!(contains(&labelled, &want));
+    }
+
+    #[test]
+    fn a_changed_or_missing_item_of_tandems_is_drift() {
+        let want = template(json!([{"name": "vllm", "env": [{"name": "A", "value": "1"}]}]));
+        let changed = template(json!([{"name": "vllm", "env": [{"name": "A", "value": "2"}]}]));
+        let gone = template(json!([{"name": "vllm", "env": [{"name": "B", "value": "1"}]}]));
+        let no_container = template(json!([{"name": "other"}]));
+        for have in [changed, gone, no_container] {
+            assert!(!contains(&have, &want), "{have}");
+        }
+    }
+
+    #[test]
+    fn ports_are_keyed_by_port_and_protocol_with_tcp_by_default() {
+        let want = json!({"ports": [{"containerPort": 8000}]});
+        assert!(contains(
+            &json!({"ports": [{"containerPort": 8000, "protocol": "TCP"}]}),
+            &want
+        ));
+        assert!(!contains(
+            &json!({"ports": [{"containerPort": 8000, "protocol": "UDP"}]}),
+            &want
+        ));
+        let service = json!({"ports": [{"port": 80, "targetPort": 8000}]});
+        assert!(contains(
+            &json!({"ports": [{"port": 443}, {"port": 80, "targetPort": 8000, "protocol": "TCP"}]}),
+            &service
+        ));
+    }
+
+    #[test]
+    fn an_atomic_list_is_compared_whole() {
+        let want = json!({"args": ["--model", "a"], "tolerations": [{"key": "gpu"}]});
+        assert!(contains(&want.clone(), &want));
+        assert!(!contains(
+            &json!({"args": ["--model", "a", "--extra"], "tolerations": [{"key": "gpu"}]}),
+            &want
+        ));
+        assert!(!contains(
+            &json!({"args": ["--model", "a"], "tolerations": [{"key": "gpu"}, {"key": "x"}]}),
+            &want
+        ));
+    }
+
+    #[test]
+    fn a_field_tandem_no_longer_applies_is_removed_by_the_next_apply() {
+        // The applied hash of what Tandem wants changes when the template
+        // drops a field, so the object is stale and applied again; server-side
+        // apply then removes what Tandem's manager no longer sends.
+        let before = template(json!([{"name": "vllm", "env": [{"name": "A", "value": "1"}]}]));
+        let after = template(json!([{"name": "vllm"}]));
+        assert!(
+            contains(&before, &after),
+            "every field still wanted is there"
+        );
+        let (before, after) = (stamp(before), stamp(after));
+        assert!(!up_to_date(&after, &before));
+        assert_eq!(change_of(&after, Some(&before)), Some(Change::Update));
+    }
 }
