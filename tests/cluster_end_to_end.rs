@@ -967,3 +967,43 @@ async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing
     // No floor check: the policy engine's template change makes LWS restart
     // the only replica's pods, which is LWS's doing, not Tandem's.
 }
+/// A name every child accepts is deployed; `llama-3.1-8b`, whose
+/// LeaderWorkerSet LWS's own webhook would refuse (a DNS-1035 label: no
+/// dots), is denied at admission with the field and a rename hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_denied_with_a_hint() {
+    let Some(mut scenario) = Scenario::start("e2e-names").await else {
+        return;
+    };
+    scenario.kubelet(Arc::new(|_| true));
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    service["metadata"]["name"] = json!("llama-3.1-8b");
+    let refused = scenario
+        .create(&service)
+        .await
+        .expect_err("a dotted name is denied");
+    let kube::Error::Api(status) = refused else {
+        panic!("expected a denial, got {refused}");
+    };
+    assert!(
+        status.message.contains(r#"metadata.name: "llama-3.1-8b" makes LeaderWorkerSet "llama-3.1-8b-inference-1", which must be a DNS-1035 label"#)
+            && status.message.contains(r#"use "llama-3-1-8b""#),
+        "{}",
+        status.message
+    );
+    assert!(scenario.names(IS, "InferenceService").await.is_empty());
+
+    service["metadata"]["name"] = json!("llama-3-1-8b");
+    scenario
+        .create(&service)
+        .await
+        .expect("the suggested name is admitted");
+    wait_ready(&scenario, "llama-3-1-8b").await;
+    assert_eq!(
+        scenario.names(LWS, "LeaderWorkerSet").await,
+        ["llama-3-1-8b-inference-0"]
+    );
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "llama-3-1-8b"))
+        .await;
+}

@@ -133,7 +133,7 @@ fn plan(name: &str, service: &Value, options: &RouterOptions) -> Vec<Value> {
     );
     let checked = router::check(&service.spec);
     assert!(checked.is_allowed(), "{name}: {}", checked.denial_message());
-    let named = router::check_name(
+    let named = tandem::plan::inference_service::names::check(
         service.metadata.name.as_deref().unwrap_or_default(),
         &service.spec,
     );

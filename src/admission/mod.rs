@@ -258,6 +258,17 @@ fn spec_unchanged(old: &Value, new: &Value) -> bool {
 
 /// The findings about an InferenceService named `name` in `namespace` with
 /// `spec`; on update, `old` is the stored object as it parsed.
+/// The denial of an object name the API server refuses (not a DNS-1123
+/// subdomain, as `Qwen-7B`), which it does before any webhook is called:
+/// render has no API server, so its admission says it here. An empty name
+/// is the API server's to fill (generateName) or refuse.
+fn refused_name(name: &str) -> Option<Findings> {
+    let reason = api::dns1123_subdomain_error(name).filter(|_| !name.is_empty())?;
+    let mut findings = Findings::default();
+    findings.deny("metadata.name", reason);
+    Some(findings)
+}
+
 fn service_findings(
     namespace: &str,
     name: &str,
@@ -265,6 +276,9 @@ fn service_findings(
     old: Option<Result<InferenceService, Violation>>,
     requester: Requester<'_>,
 ) -> Findings {
+    if let Some(refused) = refused_name(name) {
+        return refused;
+    }
     // The children's names depend on the service's name too.
     let mut service = InferenceService::new(name, spec);
     service.metadata.namespace = Some(namespace.to_owned());
@@ -282,6 +296,9 @@ fn group_findings(
     spec: &resource_scaling_group::ResourceScalingGroupSpec,
     lookup: &dyn Lookup,
 ) -> Findings {
+    if let Some(refused) = refused_name(name) {
+        return refused;
+    }
     let mut findings = resource_scaling_group::validate(spec, namespace);
     // Every resource of an InplaceScaling group can be scaled.
     findings.extend(plan::resource_scaling_group::adapter::check(
@@ -310,6 +327,9 @@ fn view_findings(
     old_spec: Option<Result<scale_view::ScaleViewSpec, Violation>>,
     lookup: &dyn Lookup,
 ) -> Findings {
+    if let Some(refused) = refused_name(name) {
+        return refused;
+    }
     let mut findings = scale_view::validate(new);
     match lookup.inference_service(namespace, &new.target_ref.name) {
         Some(target) => {
@@ -728,15 +748,12 @@ mod tests {
         )
         .unwrap_err();
         let message = findings.denial_message();
+        // The highest index a surge may create is 10: "-prefill-10".
         assert!(
-            message.starts_with(&format!("spec.roles[0].name: the LeaderWorkerSet \"{name}-prefill-9\" of replica 9 would be 65 characters, over Kubernetes' 63: shorten the service or role name")),
+            message.starts_with(&format!("metadata.name: \"{name}\" makes LeaderWorkerSet \"{name}-prefill-10\", which must be at most 63 characters (a DNS-1035 label): use \"{}\"", "s".repeat(52))),
             "{message}"
         );
-        assert!(
-            message.contains("spec.roles[1].name: the LeaderWorkerSet"),
-            "every role is checked: {message}"
-        );
-        // A 53-character name with 8 prefill replicas fits: "...-prefill-7" is 63.
+        // A 53-character name with 8 prefill replicas fits: "...-prefill-8" is 63.
         long["metadata"]["name"] = json!("s".repeat(53));
         long["spec"]["roles"][0]["replicas"] = json!(8);
         assert!(

@@ -935,6 +935,11 @@ pub const KINDS_NAMED_AS_LABELS: [&str; 4] = [
     "RoleBasedGroup",
 ];
 
+/// Kinds whose names must be DNS-1035 labels (a letter first): Services,
+/// and LeaderWorkerSets, since LWS names a headless Service after each
+/// (its webhook's `NameIsDNS1035Label`).
+pub const KINDS_NAMED_AS_DNS1035_LABELS: [&str; 2] = ["LeaderWorkerSet", "Service"];
+
 /// What GroupReplication needs of the target resources: none is a ScaleView,
 /// and every clone name the group's replicas can need is a name Kubernetes
 /// accepts. New groups take the lowest free index and never one above
@@ -970,6 +975,20 @@ fn validate_clones(targets: &[TargetResource], group: &GroupConfig, findings: &m
             continue;
         }
         let name = clone_name(prefix, highest, &target.name);
+        // LWS names a headless Service after each LeaderWorkerSet, and a
+        // Service's name is a DNS-1035 label: a letter first.
+        if KINDS_NAMED_AS_DNS1035_LABELS.contains(&object.kind)
+            && !prefix.starts_with(|c: char| c.is_ascii_lowercase())
+        {
+            findings.deny(
+                prefix_field,
+                format!(
+                    "{prefix:?} makes the {} {name:?} of {at}, which must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter): start the prefix with a letter",
+                    object.kind
+                ),
+            );
+            continue;
+        }
         let as_label = KINDS_NAMED_AS_LABELS.contains(&object.kind);
         let (limit, problem) = if as_label {
             (63, dns1123_label_error(&name))
@@ -1367,7 +1386,18 @@ mod tests {
                 "{at}.groupNamePrefix: the clone \"{fits}-100-prefill\" of spec.targetResources[0] (group {fits}-100) would be 64 characters, over the 63 a LeaderWorkerSet's name may have (it becomes a label value): shorten the prefix or the resource name"
             )
         );
+        // A LeaderWorkerSet's name is also a DNS-1035 label: a letter first.
+        assert_eq!(
+            denial(lws("7b", 2)),
+            format!(
+                "{at}.groupNamePrefix: \"7b\" makes the LeaderWorkerSet \"7b-01-prefill\" of spec.targetResources[0], which must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter): start the prefix with a letter"
+            )
+        );
         // A Deployment's name is a subdomain: the same name is fine.
+        let mut digit = lws("7b", 2);
+        digit["targetResources"][0]["kind"] = json!("Deployment");
+        digit["targetResources"][0]["apiVersion"] = json!("apps/v1");
+        assert!(validate(&spec(digit), "ai").is_allowed());
         let mut deployment = lws(&fits, 101);
         deployment["targetResources"][0]["kind"] = json!("Deployment");
         deployment["targetResources"][0]["apiVersion"] = json!("apps/v1");

@@ -2,7 +2,8 @@
 //! (`topology`), the shared PodGroup (`gang`), the router's objects
 //! (`router`), status (`status`), revisions and how a rollout moves between
 //! them (`revision`, `rollout`, `pacing`), a replica's drain out of traffic
-//! (`drain`), PodDisruptionBudgets (`disruption`), incremental upgrades and
+//! (`drain`), PodDisruptionBudgets (`disruption`), the names of
+//! every child and the rules they must keep (`names`), incremental upgrades and
 //! their traffic split (`upgrade`, `traffic`), and the whole plan of one
 //! reconcile (`service`). They implement seed 003
 //! (`003_7139499c8997c161.txt`), sections "Reconciliation Logic", "Gang
@@ -13,6 +14,7 @@
 pub mod disruption;
 pub mod drain;
 pub mod gang;
+pub mod names;
 pub mod pacing;
 pub mod revision;
 pub mod rollout;

@@ -176,8 +176,8 @@ pub fn serving_port(spec: &InferenceServiceSpec) -> Result<u16, Violation> {
 
 /// The router rules admission enforces beyond single fields: everything
 /// [`router_objects`] needs to build objects that deploy and route. Nothing
-/// when the service has no router. The service's name is checked by
-/// [`check_name`].
+/// when the service has no router. The names made from the service's name
+/// are checked by [`super::names`].
 pub fn check(spec: &InferenceServiceSpec) -> Findings {
     let mut findings = Findings::default();
     let Some((r, router)) = router_of(spec) else {
@@ -195,39 +195,6 @@ pub fn check(spec: &InferenceServiceSpec) -> Findings {
         check_template(template, &format!("{at}.template"), &mut findings);
     }
     findings
-}
-
-/// The service's name must fit the router objects derived from it: `{svc}-epp`
-/// is a Service name (a DNS-1035 label: a letter first, at most 63 characters)
-/// and a label value. Nothing when the service has no router.
-pub fn check_name(name: &str, spec: &InferenceServiceSpec) -> Findings {
-    let mut findings = Findings::default();
-    if router_of(spec).is_some()
-        && let Some(reason) = name_error(name)
-    {
-        findings.deny("metadata.name", reason);
-    }
-    findings
-}
-
-fn name_error(name: &str) -> Option<String> {
-    let epp = epp_name(name);
-    if epp.len() > 63 {
-        return Some(format!(
-            "must be at most {} characters for a service with a router: its endpoint picker Service {epp:?} must fit in 63",
-            63usize.saturating_sub("-epp".len())
-        ));
-    }
-    let label_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if !name.starts_with(|c: char| c.is_ascii_lowercase()) || !label_chars {
-        return Some(format!(
-            "must start with a letter and contain only lowercase letters, digits and '-' for a service with a router: \
-             its endpoint picker Service {epp:?} must be a DNS-1035 label"
-        ));
-    }
-    None
 }
 
 fn router_of(spec: &InferenceServiceSpec) -> Option<(usize, &Role)> {
@@ -596,14 +563,12 @@ pub fn revision_router_objects(
     Ok(objects)
 }
 
-/// The router role, once the service's name and ports are known to fit it.
+/// The router role, once the service's ports are known to fit it (its
+/// names are admission's: [`super::names::check`]).
 fn checked_router(service: &InferenceService) -> Result<Option<&Role>, String> {
     let Some((_, router)) = router_of(&service.spec) else {
         return Ok(None);
     };
-    if let Some(reason) = name_error(service_name(service)) {
-        return Err(format!("metadata.name: {reason}"));
-    }
     serving_port(&service.spec).map_err(|v| v.to_string())?;
     Ok(Some(router))
 }
@@ -1345,7 +1310,6 @@ mod tests {
         let spec = spec_of(value.clone());
         assert!(serving_port(&spec).is_err(), "the ports disagree");
         assert_eq!(check(&spec), Findings::default());
-        assert_eq!(check_name("9-no-router", &spec), Findings::default());
         assert_eq!(objects(value), Vec::<Value>::new());
     }
 
@@ -1441,37 +1405,6 @@ mod tests {
             ],
             "{}",
             findings.denial_message()
-        );
-    }
-
-    #[test]
-    fn service_names_must_fit_the_epp_service() {
-        let spec = spec_of(pd_service(router(json!({}))));
-        assert!(check_name(&"a".repeat(59), &spec).is_allowed());
-        let long = check_name(&"a".repeat(60), &spec);
-        assert_eq!(long.violations[0].field, "metadata.name");
-        assert!(
-            long.violations[0]
-                .reason
-                .starts_with("must be at most 59 characters"),
-            "{}",
-            long.denial_message()
-        );
-        let digit = check_name("7b", &spec);
-        assert!(
-            digit.violations[0]
-                .reason
-                .starts_with("must start with a letter"),
-            "{}",
-            digit.denial_message()
-        );
-        assert!(!check_name("qwen.v2", &spec).is_allowed(), "a dot");
-        assert!(check_name("qwen-v2", &spec).is_allowed());
-        let mut value = pd_service(router(json!({})));
-        value["metadata"]["name"] = json!("7b");
-        assert_eq!(
-            router_objects(&service(value), &RouterOptions::default()).unwrap_err(),
-            digit.denial_message()
         );
     }
 

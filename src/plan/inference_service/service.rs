@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
-use super::{disruption, drain, gang, pacing, revision, router, topology, traffic, upgrade};
+use super::{disruption, drain, gang, names, pacing, revision, router, topology, traffic, upgrade};
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
@@ -138,9 +138,8 @@ pub fn validate(service: &InferenceService) -> Findings {
     let name = children::service_name(service);
     let mut findings = inference_service::validate(&service.spec);
     findings.extend(router::check(&service.spec));
-    findings.extend(router::check_name(name, &service.spec));
-    findings.extend(topology::check_names(name, &service.spec));
-    findings.extend(traffic::check(name, &service.spec));
+    findings.extend(names::check(name, &service.spec));
+    findings.extend(traffic::check(&service.spec));
     findings
 }
 

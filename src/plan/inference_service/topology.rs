@@ -14,8 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::drain;
-use crate::api::Findings;
-use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
+use crate::api::inference_service::{InferenceService, Role};
 use crate::plan::shared::children;
 
 /// LeaderWorkerSet's group restart policy: any pod of a replica restarting
@@ -92,46 +91,6 @@ pub fn leader_worker_set(
         "metadata": children::metadata(service, &naming.replica_name(name, &role.name, index), &labels),
         "spec": {"replicas": 1, "leaderWorkerTemplate": group},
     }))
-}
-
-/// Names Kubernetes would refuse: the LeaderWorkerSet of a role's highest
-/// replica (`{service}-{role}-{i}`, with the revision suffix of
-/// [`children::Naming::Suffixed`] when the upgrade strategy runs two
-/// revisions side by side) and the service name as a label value must be DNS
-/// labels of at most 63 characters.
-pub fn check_names(service: &str, spec: &InferenceServiceSpec) -> Findings {
-    let mut findings = Findings::default();
-    if service.len() > 63 {
-        findings.deny(
-            "metadata.name",
-            format!("must be at most 63 characters (it is the value of the {} label on every child), got {}", children::SERVICE, service.len()),
-        );
-        return findings;
-    }
-    for (i, role) in spec
-        .roles
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.is_router())
-    {
-        let highest = u32::try_from(role.replicas().max(1).saturating_sub(1)).unwrap_or(0);
-        let naming = if spec.upgrade_type().runs_revisions_side_by_side() {
-            children::Naming::Suffixed("0".repeat(children::REVISION_LEN))
-        } else {
-            children::Naming::Plain
-        };
-        let name = naming.replica_name(service, &role.name, highest);
-        if name.len() > 63 {
-            findings.deny(
-                format!("spec.roles[{i}].name"),
-                format!(
-                    "the LeaderWorkerSet {name:?} of replica {highest} would be {} characters, over Kubernetes' 63: shorten the service or role name",
-                    name.len()
-                ),
-            );
-        }
-    }
-    findings
 }
 
 /// Adds Tandem's labels, the placement's annotations and scheduler to a pod
@@ -422,42 +381,6 @@ mod tests {
         assert_eq!(
             shell_join(&["it's".to_owned(), String::new()]),
             r#"'it'\''s' ''"#
-        );
-    }
-
-    #[test]
-    fn names_over_63_characters_are_refused_with_the_field() {
-        let service = story(1);
-        assert!(check_names("deepseek-r1-inference", &service.spec).is_allowed());
-        let long = "s".repeat(52);
-        // "{52}-inference-1" is 64 characters.
-        let findings = check_names(&long, &service.spec);
-        assert_eq!(
-            findings.denial_message(),
-            format!(
-                "spec.roles[0].name: the LeaderWorkerSet \"{long}-inference-1\" of replica 1 would be 64 characters, over Kubernetes' 63: shorten the service or role name"
-            )
-        );
-        assert!(
-            check_names(&"s".repeat(64), &service.spec)
-                .denial_message()
-                .starts_with("metadata.name: must be at most 63 characters")
-        );
-
-        // A revision beside another one adds "-{revision}" to its names.
-        let mut beside = service.clone();
-        beside.spec.upgrade_strategy = Some(crate::api::inference_service::UpgradeStrategy {
-            type_: Some(crate::api::inference_service::UpgradeType::IncrementalUpgrade),
-            incremental_upgrade_options: None,
-            rolling_update: None,
-        });
-        let fits = "s".repeat(41);
-        assert!(check_names(&fits, &service.spec).is_allowed());
-        assert_eq!(
-            check_names(&fits, &beside.spec).denial_message(),
-            format!(
-                "spec.roles[0].name: the LeaderWorkerSet \"{fits}-inference-1-0000000000\" of replica 1 would be 64 characters, over Kubernetes' 63: shorten the service or role name"
-            )
         );
     }
 

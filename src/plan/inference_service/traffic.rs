@@ -26,7 +26,7 @@ use super::upgrade::Gateway;
 use crate::api::Findings;
 use crate::api::inference_service::{InferenceService, InferenceServiceSpec};
 use crate::plan::shared::children::{
-    self, LWS_WORKER_INDEX, Naming, REVISION, SERVICE, service_labels, service_name,
+    self, LWS_WORKER_INDEX, REVISION, SERVICE, service_labels, service_name,
 };
 
 pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
@@ -51,44 +51,13 @@ pub fn revision_service_name(service: &str, revision: &str) -> String {
 }
 
 /// What a side-by-side upgrade needs beyond the single-object rules: the
-/// names of the Gateway and the per-revision Services (and, with a router
-/// role, the per-revision endpoint pickers) must be DNS-1035 labels of at most
-/// 63 characters, and the serving roles must listen on one port (the Services,
-/// the pools and the listener have one). Nothing for RollingUpdate and None.
-pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
+/// serving roles must listen on one port (the Services, the pools and the
+/// listener have one). Nothing for RollingUpdate and None. The names it
+/// makes are admission's ([`super::names::check`]).
+pub fn check(spec: &InferenceServiceSpec) -> Findings {
     let mut findings = Findings::default();
-    let strategy = spec.upgrade_type();
-    if !strategy.runs_revisions_side_by_side() {
+    if !spec.upgrade_type().runs_revisions_side_by_side() {
         return findings;
-    }
-    let suffix = Naming::Suffixed("0".repeat(children::REVISION_LEN));
-    let longest_epp = router::revision_epp_name(name, &suffix);
-    if spec.roles.iter().any(|r| r.is_router()) && longest_epp.len() > 63 {
-        findings.deny(
-            "metadata.name",
-            format!(
-                "must be at most {} characters for {strategy:?} with a router role: each revision's endpoint picker Service {longest_epp:?} must fit in 63",
-                63usize.saturating_sub(longest_epp.len().saturating_sub(name.len()))
-            ),
-        );
-        return findings;
-    }
-    let longest = revision_service_name(name, &"0".repeat(children::REVISION_LEN));
-    if longest.len() > 63 || gateway_name(name).len() > 63 {
-        findings.deny(
-            "metadata.name",
-            format!(
-                "must be at most {} characters for {strategy:?}: each revision's Service {longest:?} must fit in 63",
-                63usize.saturating_sub(longest.len().saturating_sub(name.len()))
-            ),
-        );
-    } else if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        findings.deny(
-            "metadata.name",
-            format!(
-                "must start with a lowercase letter for {strategy:?}: each revision's Service {longest:?} must be a DNS-1035 label"
-            ),
-        );
     }
     if let Err(violation) = router::serving_port(spec) {
         findings.violations.push(violation);
@@ -501,35 +470,17 @@ mod tests {
     }
 
     #[test]
-    fn only_side_by_side_strategies_are_checked() {
-        let rolling = service(json!({"spec": {"upgradeStrategy": {"type": "RollingUpdate"}}}));
-        assert!(check("9qwen", &rolling.spec).is_allowed());
-
-        let s = service(json!({}));
-        assert!(check("qwen", &s.spec).is_allowed());
-        assert_eq!(
-            check("9qwen", &s.spec).denial_message(),
-            "metadata.name: must start with a lowercase letter for IncrementalUpgrade: each revision's Service \"9qwen-0000000000\" must be a DNS-1035 label"
-        );
-        assert_eq!(
-            check(&"q".repeat(53), &s.spec).denial_message(),
-            "metadata.name: must be at most 52 characters for IncrementalUpgrade: each revision's Service \"qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq-0000000000\" must fit in 63"
-        );
-        // A router is upgraded with a pool and an endpoint picker per
-        // revision: their names must fit too.
-        let routed = service(json!({"spec": {"roles": [
-            {"name": "inference", "componentType": "worker",
-             "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm:1"}]}}},
-            {"name": "router", "componentType": "router"},
-        ]}}));
-        assert!(check("qwen", &routed.spec).is_allowed());
-        assert!(check(&"q".repeat(48), &routed.spec).is_allowed());
-        assert_eq!(
-            check(&"q".repeat(49), &routed.spec).denial_message(),
-            format!(
-                "metadata.name: must be at most 48 characters for IncrementalUpgrade with a router role: each revision's endpoint picker Service \"{}-epp-0000000000\" must fit in 63",
-                "q".repeat(49)
-            )
-        );
+    fn only_side_by_side_strategies_need_one_serving_port() {
+        let two_ports = json!({"spec": {"roles": [
+            {"name": "a", "componentType": "worker", "template": {"spec": {"containers": [
+                {"name": "vllm", "image": "vllm:1", "ports": [{"containerPort": 8000}]}]}}},
+            {"name": "b", "componentType": "worker", "template": {"spec": {"containers": [
+                {"name": "vllm", "image": "vllm:1", "ports": [{"containerPort": 9000}]}]}}},
+        ]}});
+        let mut rolling = two_ports.clone();
+        rolling["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate"});
+        assert!(check(&service(rolling).spec).is_allowed());
+        assert!(!check(&service(two_ports).spec).is_allowed());
+        assert!(check(&service(json!({})).spec).is_allowed());
     }
 }
