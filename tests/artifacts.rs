@@ -275,9 +275,11 @@ fn webhook_configurations_match_the_served_routes_and_crds() {
         assert_eq!(docs.len(), 1, "{file}");
         let config = &docs[0];
         assert_eq!(config["kind"], config_kind);
+        // The CA Certificate's bundle, not the serving certificate's copy of
+        // it (tests/certificate_timeline.rs).
         assert_eq!(
             config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-            "tandem-system/tandem-webhook"
+            "tandem-system/tandem-ca"
         );
         let webhooks = config["webhooks"].as_array().unwrap();
         assert_eq!(webhooks.len(), 3, "{file}: one webhook per kind");
