@@ -276,6 +276,7 @@ impl ControlPlane {
 
     fn start() -> ControlPlane {
         let bin = build();
+        remove_stale_runs();
         let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("the control plane's directory");
@@ -778,6 +779,24 @@ fn controller_manager_args(dir: &Path, kubeconfig: &Path) -> Vec<String> {
             .into(),
         "--concurrent-gc-syncs=5".into(),
     ]
+}
+
+/// Removes the directories (about 150 MB each, etcd's data mostly) of
+/// earlier test processes that are gone; a run's directory stays until the
+/// next run, to be read after a failure.
+fn remove_stale_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("tandem-e2e-")) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Runs `future` to its end on a runtime of its own, on a thread of its
