@@ -530,30 +530,22 @@ impl ControlPlane {
         wait_for_port(webhook_port, "the LWS webhook", &mut manager, 60);
         self.processes.lock().expect("processes").push(manager);
         let base = format!("https://127.0.0.1:{webhook_port}");
-        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         block_on(async {
             let client = self.admin().await.expect("an admin client");
             let path = lws_module_dir().join("config/webhook/manifests.yaml");
             for mut configuration in super::yaml_documents(&path) {
-                configuration["metadata"]["name"] = json!(format!(
-                    "lws-{}",
-                    configuration["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                ));
+                let name = configuration["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default();
+                configuration["metadata"]["name"] = json!(format!("lws-{name}"));
+                super::reach_by_url(&mut configuration, &base, &self.ca_pem);
+                // config/webhook/{mutating,validating}-patch.yaml: the pod
+                // webhooks see only LeaderWorkerSet pods.
                 for webhook in configuration["webhooks"]
                     .as_array_mut()
                     .into_iter()
                     .flatten()
                 {
-                    let path = webhook["clientConfig"]["service"]["path"]
-                        .as_str()
-                        .unwrap_or("/")
-                        .to_owned();
-                    webhook["clientConfig"] =
-                        json!({"url": format!("{base}{path}"), "caBundle": ca});
-                    // config/webhook/{mutating,validating}-patch.yaml: the pod
-                    // webhooks see only LeaderWorkerSet pods.
                     if webhook["name"] == "mpod.kb.io" || webhook["name"] == "vpod.kb.io" {
                         webhook["objectSelector"] = json!({"matchExpressions": [
                             {"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}
@@ -569,21 +561,9 @@ impl ControlPlane {
     /// `base` (`https://127.0.0.1:PORT`) and trusting `ca_pem`.
     pub async fn register_tandem_webhooks(&self, base: &str, ca_pem: &str) {
         let client = self.admin().await.expect("an admin client");
-        let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
         for file in ["webhooks/validating.yaml", "webhooks/mutating.yaml"] {
             for mut configuration in super::yaml_documents(&super::repo_path(file)) {
-                for webhook in configuration["webhooks"]
-                    .as_array_mut()
-                    .into_iter()
-                    .flatten()
-                {
-                    let path = webhook["clientConfig"]["service"]["path"]
-                        .as_str()
-                        .unwrap_or("/")
-                        .to_owned();
-                    webhook["clientConfig"] =
-                        json!({"url": format!("{base}{path}"), "caBundle": ca});
-                }
+                super::reach_by_url(&mut configuration, base, ca_pem);
                 apply(&client, &configuration).await;
             }
         }

@@ -187,6 +187,26 @@ pub fn tandem_schema(kind: &str) -> CrdSchema {
     CrdSchema::from_crd(&serde_json::to_value(crd).unwrap(), None)
 }
 
+/// Points every webhook of a Validating/MutatingWebhookConfiguration, as
+/// shipped (reached through a Service), at `base` (`https://127.0.0.1:PORT`)
+/// by URL, trusting the CA `ca_pem`: how the tests register a webhook
+/// server that runs outside any cluster.
+pub fn reach_by_url(configuration: &mut Value, base: &str, ca_pem: &str) {
+    use base64::Engine;
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    for webhook in configuration["webhooks"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let path = webhook["clientConfig"]["service"]["path"]
+            .as_str()
+            .expect("every webhook names its path")
+            .to_owned();
+        webhook["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": bundle});
+    }
+}
+
 /// Reads every document of a YAML file.
 pub fn yaml_documents(path: &Path) -> Vec<Value> {
     let text =

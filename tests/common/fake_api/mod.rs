@@ -671,23 +671,10 @@ impl FakeApi {
     /// at `base` (`https://127.0.0.1:PORT`, the server under test) with the
     /// CA that signed its certificate.
     pub fn register_webhooks(&self, base: &str, ca_pem: &str) {
-        use base64::Engine;
-        let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
         for file in ["webhooks/mutating.yaml", "webhooks/validating.yaml"] {
             for mut configuration in crate::common::yaml_documents(&crate::common::repo_path(file))
             {
-                for webhook in configuration["webhooks"]
-                    .as_array_mut()
-                    .into_iter()
-                    .flatten()
-                {
-                    let path = webhook["clientConfig"]["service"]["path"]
-                        .as_str()
-                        .expect("every Tandem webhook names its path")
-                        .to_owned();
-                    webhook["clientConfig"] =
-                        json!({"url": format!("{base}{path}"), "caBundle": bundle});
-                }
+                crate::common::reach_by_url(&mut configuration, base, ca_pem);
                 self.insert(configuration);
             }
         }
