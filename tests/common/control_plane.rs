@@ -18,7 +18,6 @@
 //! test process goes away (its stdin, a pipe this process holds, closes), so
 //! nothing outlives the test binary, however it ends.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -915,15 +914,6 @@ async fn wait_established(client: &kube::Client, name: &str) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Counts of `values`, for messages.
-pub fn tally<'a>(values: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, usize> {
-    let mut counts = BTreeMap::new();
-    for value in values {
-        *counts.entry(value).or_insert(0) += 1;
-    }
-    counts
 }
 
 /// A `tandem serve --dev` process against the control plane, as Tandem's
