@@ -494,7 +494,7 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
 
 #[test]
 fn the_kustomization_lists_files_that_exist() {
-    for dir in ["manifests", "webhooks"] {
+    for dir in ["manifests", "manifests/crds", "webhooks"] {
         let kustomization = &manifest(&format!("{dir}/kustomization.yaml"))[0];
         for resource in kustomization["resources"].as_array().unwrap() {
             let path = repo_path(dir).join(resource.as_str().unwrap());

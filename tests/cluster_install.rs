@@ -27,10 +27,7 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
     for object in common::yaml_documents(&common::repo_path(
         "examples/scaleview/decode-ondemand-spot.yaml",
     )) {
-        scenario
-            .create(&object)
-            .await
-            .expect("the example is admitted");
+        scenario.create_once_seen(&object).await;
     }
     scenario
         .eventually(60, "the view holds its finalizer", || async {
