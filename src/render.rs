@@ -21,6 +21,7 @@ use crate::admission::{self, Kind};
 use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView, Violation};
 use crate::plan::inference_service::service as service_plan;
+use crate::plan::resource_scaling_group::adapter;
 use crate::reconcile::memory::Memory;
 use crate::reconcile::{self, Context, inference_service, resource_scaling_group, scale_view};
 
@@ -63,6 +64,10 @@ pub enum RenderError {
         document: usize,
         reason: String,
     },
+    #[error("{0}: no objects in it (an empty file, or only comments and `---`)")]
+    Empty(String),
+    #[error("{0}: no .yaml, .yml or .json files in this directory")]
+    EmptyDirectory(String),
     #[error("{0} is given twice")]
     Duplicate(ObjectKey),
     #[error("{object}: {reason}")]
@@ -115,14 +120,97 @@ pub enum Format {
     Json,
 }
 
-/// Reads the world from files (`-` is standard input).
+/// Reads the world from files (`-` is standard input) and directories (their
+/// `.yaml`, `.yml` and `.json` files, sorted by name, not recursing, as
+/// `kubectl -f DIR` does). A file without any object is an error naming it.
 pub fn read_world(paths: &[PathBuf], namespace: &str) -> Result<Vec<Value>, RenderError> {
     let mut world = Vec::new();
     for path in paths {
-        let (name, text) = read_source(path)?;
-        world.extend(parse_world(&name, &text, namespace)?);
+        for file in files_of(path)? {
+            let (name, text) = read_source(&file)?;
+            let objects = parse_world(&name, &text, namespace)?;
+            if objects.is_empty() {
+                return Err(RenderError::Empty(name));
+            }
+            world.extend(objects);
+        }
     }
     Ok(world)
+}
+
+/// The files `-f path` names: the path itself, or a directory's manifests.
+fn files_of(path: &Path) -> Result<Vec<PathBuf>, RenderError> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let read_error = |source| RenderError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(read_error)? {
+        let file = entry.map_err(read_error)?.path();
+        let manifest = file
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| ["yaml", "yml", "json"].contains(&e));
+        if manifest && file.is_file() {
+            files.push(file);
+        }
+    }
+    if files.is_empty() {
+        return Err(RenderError::EmptyDirectory(path.display().to_string()));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Why `apiVersion` `kind` is refused: it is in one of Tandem's API groups
+/// but is not one of Tandem's kinds (a misspelt kind or version), with the
+/// nearest one Tandem serves. None for Tandem's kinds and for every other
+/// group (those objects are world).
+pub fn unknown_tandem_kind(api_version: &str, kind: &str) -> Option<String> {
+    let group = |v: &str| adapter::group_version(v).0.to_owned();
+    let tandem_group = Kind::ALL
+        .iter()
+        .any(|k| group(&k.api_version()) == group(api_version));
+    if !tandem_group || Kind::of(api_version, kind).is_some() {
+        return None;
+    }
+    let written = format!("{api_version} {kind}");
+    let nearest = Kind::ALL
+        .into_iter()
+        .min_by_key(|k| edit_distance(&written, &format!("{} {}", k.api_version(), k.name())))?;
+    let mut meant = Vec::new();
+    if nearest.api_version() != api_version {
+        meant.push(format!("apiVersion: {}", nearest.api_version()));
+    }
+    if nearest.name() != kind {
+        meant.push(format!("kind: {}", nearest.name()));
+    }
+    Some(format!(
+        "apiVersion {api_version}, kind {kind}: {} serves no such kind: did you mean {}?",
+        group(api_version),
+        meant.join(", ")
+    ))
+}
+
+/// The Levenshtein distance of two strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i.saturating_add(1);
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal.saturating_add(usize::from(ca != *cb));
+            let insert = row[j].saturating_add(1);
+            let remove = row[j.saturating_add(1)].saturating_add(1);
+            diagonal = row[j.saturating_add(1)];
+            row[j.saturating_add(1)] = substitute.min(insert).min(remove);
+        }
+    }
+    row[b.len()]
 }
 
 fn read_source(path: &Path) -> Result<(String, String), RenderError> {
@@ -196,6 +284,10 @@ pub fn parse_world(
                 return Err(problem("metadata.name: required"));
             }
             let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            let api_version = object["apiVersion"].as_str().unwrap_or_default();
+            if let Some(reason) = unknown_tandem_kind(api_version, &kind) {
+                return Err(problem(&reason));
+            }
             if object["metadata"]["namespace"].is_null() && !CLUSTER_SCOPED.contains(&kind.as_str())
             {
                 object["metadata"]["namespace"] = json!(namespace);
@@ -256,7 +348,7 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
                     violation,
                 }),
         );
-        match admission::admit(kind, &key.namespace, object, None, &known) {
+        match admit_one(kind, &key.namespace, object, &known) {
             Ok((admitted, found)) => {
                 warnings.extend(found.into_iter().map(|w| format!("{key}: {w}")));
                 *object = admitted;
@@ -300,6 +392,26 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         delete: deleted.intersection(&input).cloned().collect(),
         warnings,
     })
+}
+
+/// An object of the input as the API server would hold it: one being
+/// created goes through mutation and validation; one with a
+/// `deletionTimestamp` is stored already (it was admitted when it was
+/// created, and only its finalizers may still change), so it only gets the
+/// defaults a stored object has, and is never refused as a creation (a
+/// ScaleView whose InferenceService is gone is still deleted).
+fn admit_one(
+    kind: Kind,
+    namespace: &str,
+    object: &Value,
+    known: &admission::lookup::Objects,
+) -> Result<(Value, Vec<String>), crate::api::Findings> {
+    if object["metadata"]["deletionTimestamp"].is_string() {
+        admission::mutate(kind, namespace, object, Some(object), known)
+            .map(|mutation| (mutation.object, Vec::new()))
+    } else {
+        admission::admit(kind, namespace, object, None, known)
+    }
 }
 
 /// One pass of every reconciler over every object of its kind, in the

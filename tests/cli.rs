@@ -381,3 +381,140 @@ fn render_replicates_groups_and_deletes_the_binpack_victims() {
     );
     assert!(out.contains("currentReplicas: 2"), "{out}");
 }
+
+/// `tandem render ARGS -f -` with `input` on standard input.
+fn render_with(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .arg("render")
+        .args(args)
+        .args(["-f", "-"])
+        .current_dir(repo_path(""))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tandem render starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+const SERVICE: &str = "apiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\nmetadata: {name: chat}\nspec:\n  roles:\n  - {name: inference, componentType: worker, template: {spec: {containers: [{name: vllm, image: vllm}]}}}\n";
+
+/// Issue 25: a misspelt kind or version of Tandem's groups is an error with
+/// the nearest kind Tandem serves; other groups' kinds are world.
+#[test]
+fn render_refuses_misspelt_tandem_kinds_and_suggests_the_right_one() {
+    let kind = render_with(&[], &SERVICE.replace("InferenceService", "InferenceSevice"));
+    assert_eq!(kind.status.code(), Some(1));
+    assert_eq!(
+        text(&kind.stderr),
+        "tandem: stdin document 1: apiVersion fusioninfer.io/v1alpha1, kind InferenceSevice: fusioninfer.io serves no such kind: did you mean kind: InferenceService?\n"
+    );
+    let version = render_with(&[], &SERVICE.replace("v1alpha1", "v1alpah1"));
+    assert_eq!(version.status.code(), Some(1));
+    assert!(
+        text(&version.stderr).contains("did you mean apiVersion: fusioninfer.io/v1alpha1?"),
+        "{}",
+        text(&version.stderr)
+    );
+    let group = render_with(
+        &[],
+        "apiVersion: resourcescalinggroup.com/v1alpha1\nkind: ResourceScalingGroup\nmetadata: {name: g}\n",
+    );
+    assert!(
+        text(&group.stderr).contains("did you mean apiVersion: resourcescalinggroup.com/v1?"),
+        "{}",
+        text(&group.stderr)
+    );
+    let foreign = render_with(
+        &[],
+        &format!("{SERVICE}---\napiVersion: example.com/v1\nkind: Widgit\nmetadata: {{name: w}}\n"),
+    );
+    assert!(foreign.status.success(), "{}", text(&foreign.stderr));
+    assert!(
+        !text(&foreign.stdout).contains("Widgit"),
+        "another group's object is world, not output"
+    );
+}
+
+/// Issue 25: an input without objects is an error naming it; a directory is
+/// read as `kubectl -f DIR` reads it.
+#[test]
+fn render_reads_directories_and_refuses_empty_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.yaml");
+    std::fs::write(&empty, "# nothing yet\n---\n").unwrap();
+    let output = tandem(&["render", "-f", empty.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stderr),
+        format!(
+            "tandem: {}: no objects in it (an empty file, or only comments and `---`)\n",
+            empty.display()
+        )
+    );
+    let stdin = render_with(&[], "");
+    assert_eq!(stdin.status.code(), Some(1));
+    assert!(text(&stdin.stderr).starts_with("tandem: stdin: no objects"));
+
+    let world = dir.path().join("world");
+    std::fs::create_dir(&world).unwrap();
+    let none = tandem(&["render", "-f", world.to_str().unwrap()]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        text(&none.stderr).contains("no .yaml, .yml or .json files in this directory"),
+        "{}",
+        text(&none.stderr)
+    );
+    std::fs::write(world.join("b-service.yaml"), SERVICE).unwrap();
+    let view = serde_json::json!({
+        "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+        "metadata": {"name": "view"},
+        "spec": {"targetRef": {"name": "chat", "componentType": "worker"},
+                 "scalePolicy": [{"group": "inference"}]}
+    });
+    std::fs::write(world.join("a-view.json"), view.to_string()).unwrap();
+    std::fs::write(world.join("notes.txt"), "not a manifest").unwrap();
+    let output = tandem(&["render", "-o", "json", "-f", world.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let rendered: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let kinds: Vec<&str> = rendered["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"ScaleView") && kinds.contains(&"LeaderWorkerSet"),
+        "both files are read: {kinds:?}"
+    );
+}
+
+/// Issue 25: an object with a deletionTimestamp is stored, not created: a
+/// ScaleView being deleted whose InferenceService is gone is not refused.
+#[test]
+fn render_does_not_admit_an_object_being_deleted_as_a_creation() {
+    let view = "apiVersion: fusioninfer.io/v1alpha1\nkind: ScaleView\nmetadata:\n  name: view\n  deletionTimestamp: '2026-03-01T10:00:00Z'\n  finalizers: [fusioninfer.io/scale-view-lock]\nspec:\n  replicas: 2\n  targetRef: {name: gone, componentType: worker}\n  scalePolicy: [{group: inference}]\n";
+    let output = render_with(&["--now", "2026-03-01T10:05:00Z"], view);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("finalizers: []"),
+        "the view lets go of its finalizer: {}",
+        text(&output.stdout)
+    );
+    let created = render_with(
+        &["--now", "2026-03-01T10:05:00Z"],
+        &view.replace("  deletionTimestamp: '2026-03-01T10:00:00Z'\n", ""),
+    );
+    assert_eq!(
+        created.status.code(),
+        Some(2),
+        "the same view, created, is refused: {}",
+        text(&created.stderr)
+    );
+}
