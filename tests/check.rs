@@ -44,6 +44,19 @@ fn the_upstream_crds_tandem_is_tested_with_pass() {
         "{text}"
     );
 
+    // The folder itself, as `-f DIR` reads it (its .yaml files, not older/).
+    let folder = check(&[dir.as_path()], &[]);
+    assert_eq!(
+        folder.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&folder.stdout)
+    );
+    assert_eq!(
+        folder.stdout, output.stdout,
+        "the folder reads as its files"
+    );
+
     let output = check(&paths, &["-o", "json"]);
     let answer: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(answer["ready"], true);
