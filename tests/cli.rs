@@ -384,23 +384,7 @@ fn render_replicates_groups_and_deletes_the_binpack_victims() {
 
 /// `tandem render ARGS -f -` with `input` on standard input.
 fn render_with(args: &[&str], input: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .arg("render")
-        .args(args)
-        .args(["-f", "-"])
-        .current_dir(repo_path(""))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tandem render starts");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    common::render_stdin_with(input.as_bytes(), args)
 }
 
 const SERVICE: &str = "apiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\nmetadata: {name: chat}\nspec:\n  roles:\n  - {name: inference, componentType: worker, template: {spec: {containers: [{name: vllm, image: vllm}]}}}\n";

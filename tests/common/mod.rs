@@ -225,7 +225,9 @@ pub fn render_stdin(input: &[u8]) -> std::process::Output {
     render_stdin_with(input, &[])
 }
 
-fn render_stdin_with(input: &[u8], extra: &[&str]) -> std::process::Output {
+/// Runs `tandem render -f - EXTRA…` in the repository with `input` on
+/// standard input.
+pub fn render_stdin_with(input: &[u8], extra: &[&str]) -> std::process::Output {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
