@@ -122,9 +122,12 @@ struct RenderArgs {
     /// Image of the endpoint picker a router role runs.
     #[arg(long, env = "TANDEM_EPP_IMAGE", default_value = plan::inference_service::router::DEFAULT_EPP_IMAGE)]
     epp_image: String,
-    /// The clock for status times (RFC 3339) [default: the Unix epoch, so the
-    /// output is the same for the same input].
-    #[arg(long)]
+    /// The clock for the times render writes (conditions, drain annotations,
+    /// upgrade steps), in RFC 3339 (`2026-03-01T10:00:00Z`). Without it: the
+    /// newest time found in the world (creation and deletion timestamps, times
+    /// in annotations and statuses), so the same input gives the same output;
+    /// when the world holds no time, the wall clock (then two runs may differ).
+    #[arg(long, value_name = "RFC3339")]
     now: Option<jiff::Timestamp>,
 }
 
@@ -410,11 +413,14 @@ fn start_controllers(
 fn run_render(args: RenderArgs) -> ExitCode {
     let mut options = render::Options::default();
     options.plan.router.epp_image = args.epp_image;
-    if let Some(now) = args.now {
+    let result = render::read_world(&args.files, &args.namespace).and_then(|world| {
+        let now = args
+            .now
+            .or_else(|| render::newest_time(&world))
+            .unwrap_or_else(jiff::Timestamp::now);
         options.now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
-    }
-    let result = render::read_world(&args.files, &args.namespace)
-        .and_then(|world| render::render(world, &options));
+        render::render(world, &options)
+    });
     match result {
         Ok(rendered) => {
             for warning in &rendered.warnings {

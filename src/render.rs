@@ -298,10 +298,38 @@ pub fn parse_world(
     Ok(objects)
 }
 
+/// The newest time the world records: objects' `creationTimestamp` and
+/// `deletionTimestamp`, annotations that hold a time (a drain's start and
+/// deadline), and every time in a status (conditions, upgrade steps). None
+/// when the world holds no time. `tandem render` without `--now` runs at this
+/// clock, so the same input gives the same output, and times it writes
+/// are never older than those it reads.
+pub fn newest_time(world: &[Value]) -> Option<jiff::Timestamp> {
+    fn times(value: &Value, found: &mut Vec<jiff::Timestamp>) {
+        match value {
+            Value::String(text) => found.extend(text.parse::<jiff::Timestamp>().ok()),
+            Value::Array(items) => items.iter().for_each(|item| times(item, found)),
+            Value::Object(map) => map.values().for_each(|item| times(item, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for object in world {
+        let metadata = &object["metadata"];
+        times(&metadata["creationTimestamp"], &mut found);
+        times(&metadata["deletionTimestamp"], &mut found);
+        times(&metadata["annotations"], &mut found);
+        times(&object["status"], &mut found);
+    }
+    found.into_iter().max()
+}
+
 /// What render does besides reading the world.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The clock of every status time; fixed, so the output is reproducible.
+    /// The default, the epoch, is for tests; `tandem render` uses `--now`,
+    /// else [`newest_time`], else the wall clock.
     pub now: Time,
     pub plan: service_plan::Options,
 }

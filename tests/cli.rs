@@ -502,3 +502,62 @@ fn render_does_not_admit_an_object_being_deleted_as_a_creation() {
         text(&created.stderr)
     );
 }
+
+/// The `lastTransitionTime` of the rendered InferenceService's first condition.
+fn condition_time(output: &Output) -> String {
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let rendered: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let service = rendered["apply"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "InferenceService")
+        .expect("the service is rendered");
+    service["status"]["conditions"][0]["lastTransitionTime"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Issue 25: render's clock is `--now`, else the newest time in the world,
+/// else the wall clock; never the epoch.
+#[test]
+fn render_clock_is_now_else_the_newest_time_of_the_world_else_the_wall_clock() {
+    let fixed = render_with(&["-o", "json", "--now", "2026-05-04T03:02:01Z"], SERVICE);
+    assert_eq!(condition_time(&fixed), "2026-05-04T03:02:01Z");
+    assert_eq!(
+        fixed.stdout,
+        render_with(&["-o", "json", "--now", "2026-05-04T03:02:01Z"], SERVICE).stdout,
+        "same input and --now, same bytes"
+    );
+
+    let dated = SERVICE.replace(
+        "metadata: {name: chat}",
+        "metadata: {name: chat, creationTimestamp: '2026-02-01T08:00:00Z'}",
+    );
+    let world = format!(
+        "{dated}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p, creationTimestamp: '2026-02-03T09:30:00Z'}}\nstatus:\n  conditions: [{{type: Ready, status: 'True', lastTransitionTime: '2026-02-03T09:31:00Z'}}]\n"
+    );
+    let newest = render_with(&["-o", "json"], &world);
+    assert_eq!(condition_time(&newest), "2026-02-03T09:31:00Z");
+    assert_eq!(
+        newest.stdout,
+        render_with(&["-o", "json"], &world).stdout,
+        "the world's own clock: same input, same bytes"
+    );
+
+    let before = jiff::Timestamp::now();
+    let wall: jiff::Timestamp = condition_time(&render_with(&["-o", "json"], SERVICE))
+        .parse()
+        .unwrap();
+    let after = jiff::Timestamp::now();
+    assert!(
+        before.as_second() <= wall.as_second() && wall <= after,
+        "no time in the world: the wall clock, got {wall}"
+    );
+    let help = text(&tandem(&["render", "--help"]).stdout);
+    assert!(
+        help.contains("newest time found in the world") && help.contains("wall clock"),
+        "{help}"
+    );
+}
