@@ -417,7 +417,7 @@ fn run_render(args: RenderArgs) -> ExitCode {
         let now = args
             .now
             .or_else(|| render::newest_time(&world))
-            .unwrap_or_else(jiff::Timestamp::now);
+            .unwrap_or_else(wall_clock);
         options.now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
         render::render(world, &options)
     });
@@ -463,6 +463,12 @@ fn check(args: &CheckArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The wall clock to the second, as the API server writes times.
+fn wall_clock() -> jiff::Timestamp {
+    let now = jiff::Timestamp::now();
+    jiff::Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
 fn crds(out_dir: Option<PathBuf>) -> ExitCode {

@@ -7,6 +7,8 @@
 //! nothing changes. The output lists, deterministically, every object Tandem
 //! would create or change, in its full desired state.
 
+pub mod changes;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;
@@ -112,6 +114,9 @@ pub struct Rendered {
     pub delete: Vec<ObjectKey>,
     /// Admission warnings, `Kind namespace/name: warning`.
     pub warnings: Vec<String>,
+    /// Why: one per applied object, then one per deleted object, in the
+    /// order of `apply` and `delete`.
+    pub changes: Vec<changes::Change>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -355,7 +360,7 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         }
         by_key.insert(key, object);
     }
-    let input: BTreeSet<ObjectKey> = by_key.keys().cloned().collect();
+    let input = by_key.clone();
     let mut denials = Vec::new();
     let mut warnings = Vec::new();
     let mut touched = BTreeSet::new();
@@ -394,11 +399,13 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         return Err(RenderError::Denied(denials));
     }
 
+    let admitted = by_key.clone();
     let world = Arc::new(Memory::new(by_key));
     for key in touched {
         world.touch(key);
     }
-    let mut ctx = Context::new(world.clone(), options.plan.clone());
+    let recording = Arc::new(changes::Recording::new(world.clone()));
+    let mut ctx = Context::new(recording.clone(), options.plan.clone());
     let now = options.now.0;
     ctx.now = Arc::new(move || now);
     let ctx = Arc::new(ctx);
@@ -415,10 +422,16 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
         return Err(RenderError::NotConverging);
     }
     let (apply, deleted) = world.outcome();
+    let delete: Vec<ObjectKey> = deleted
+        .into_iter()
+        .filter(|key| input.contains_key(key))
+        .collect();
+    let changes = recording.changes(&input, &admitted, &apply, &delete);
     Ok(Rendered {
         apply,
-        delete: deleted.intersection(&input).cloned().collect(),
+        delete,
         warnings,
+        changes,
     })
 }
 
@@ -519,13 +532,23 @@ fn run(
 }
 
 impl Rendered {
-    /// The output: YAML documents with deletions as `# delete` lines, or one
-    /// JSON object `{"apply", "delete", "warnings"}`.
+    /// The output: YAML documents with deletions as `# delete` lines, each
+    /// after a comment line saying why (`# created: …`), or one JSON object
+    /// `{"apply", "delete", "warnings", "changes"}`.
     pub fn write(&self, format: Format) -> Result<String, serde_norway::Error> {
+        let why = |index: usize| {
+            self.changes.get(index).map_or_else(String::new, |change| {
+                format!(
+                    "# {}: {}\n",
+                    change.action,
+                    change.reason.replace(['\n', '\r'], " ")
+                )
+            })
+        };
         match format {
             Format::Json => {
-                let out =
-                    json!({"apply": self.apply, "delete": self.delete, "warnings": self.warnings});
+                let out = json!({"apply": self.apply, "delete": self.delete,
+                    "warnings": self.warnings, "changes": self.changes});
                 // A Value of strings, numbers and maps always serialises.
                 Ok(format!(
                     "{}\n",
@@ -534,11 +557,13 @@ impl Rendered {
             }
             Format::Yaml => {
                 let mut out = String::new();
-                for object in &self.apply {
+                for (index, object) in self.apply.iter().enumerate() {
                     out.push_str("---\n");
+                    out.push_str(&why(index));
                     out.push_str(&serde_norway::to_string(object)?);
                 }
-                for key in &self.delete {
+                for (index, key) in self.delete.iter().enumerate() {
+                    out.push_str(&why(self.apply.len().saturating_add(index)));
                     out.push_str(&format!(
                         "# delete {} {} {}/{}\n",
                         key.api_version, key.kind, key.namespace, key.name

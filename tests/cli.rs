@@ -33,7 +33,7 @@ fn render_of_an_example_is_deterministic_and_shows_defaults() {
     assert_eq!(first.stdout, tandem(&args).stdout, "same input, same bytes");
     let out = text(&first.stdout);
     assert!(
-        out.starts_with("---\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
+        out.starts_with("---\n# changed: admission fills in defaults: spec.roles, spec.upgradeStrategy; Tandem writes status\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
         "{out}"
     );
     assert!(
@@ -368,7 +368,7 @@ fn render_replicates_groups_and_deletes_the_binpack_victims() {
     assert!(down.status.success(), "{}", text(&down.stderr));
     assert_eq!(down.stdout, tandem(&args).stdout, "same input, same bytes");
     let out = text(&down.stdout);
-    let deletes: Vec<&str> = out.lines().filter(|l| l.starts_with("# delete")).collect();
+    let deletes: Vec<&str> = out.lines().filter(|l| l.starts_with("# delete ")).collect();
     assert_eq!(
         deletes,
         [
@@ -560,4 +560,92 @@ fn render_clock_is_now_else_the_newest_time_of_the_world_else_the_wall_clock() {
         help.contains("newest time found in the world") && help.contains("wall clock"),
         "{help}"
     );
+}
+
+/// Issue 25: render says why, in the words of the Events Tandem records:
+/// one change per applied or deleted object.
+#[test]
+fn render_says_why_each_object_is_created_changed_or_deleted() {
+    let json = tandem(&[
+        "render",
+        "-o",
+        "json",
+        "-f",
+        "examples/render/group-replication-binpack.yaml",
+    ]);
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let rendered: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let apply = rendered["apply"].as_array().unwrap();
+    let delete = rendered["delete"].as_array().unwrap();
+    let changes = rendered["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), apply.len() + delete.len(), "{changes:#?}");
+    for (object, change) in apply.iter().zip(changes) {
+        assert_eq!(change["kind"], object["kind"]);
+        assert_eq!(change["namespace"], object["metadata"]["namespace"]);
+        assert_eq!(change["name"], object["metadata"]["name"]);
+        assert!(
+            ["created", "changed"].contains(&change["action"].as_str().unwrap()),
+            "{change}"
+        );
+    }
+    for (key, change) in delete.iter().zip(&changes[apply.len()..]) {
+        assert_eq!(change["action"], "deleted");
+        assert_eq!(change["name"], key["name"]);
+    }
+    let gone = changes
+        .iter()
+        .find(|c| c["name"] == "inference-unit-02-decode")
+        .unwrap();
+    assert_eq!(
+        gone["reason"],
+        "Deployment inference-unit-02-decode deleted: group inference-unit-02 is removed, the ResourceScalingGroup is scaled to 2 group(s); Binpack removes inference-unit-02 (cost 10) before the groups it keeps: inference-unit-01 (cost 150)",
+        "the note of the Event recorded for the deletion"
+    );
+    let group = changes.iter().find(|c| c["name"] == "pd-cluster").unwrap();
+    assert_eq!(group["action"], "changed");
+    assert_eq!(group["reason"], "Tandem writes status");
+
+    let args = ["render", "-f", "examples/render/rolling-update-step.yaml"];
+    let yaml = tandem(&args);
+    assert!(yaml.status.success(), "{}", text(&yaml.stderr));
+    let out = text(&yaml.stdout);
+    assert!(
+        out.contains("---\n# created: LeaderWorkerSet qwen-rolling-inference-3 created: role inference moves to revision "),
+        "{out}"
+    );
+    assert!(
+        out.contains("---\n# changed: LeaderWorkerSet qwen-rolling-inference-2 updated: role inference moves to revision ")
+            && out.contains("(fields: metadata.annotations, metadata.labels, spec.leaderWorkerTemplate)\n"),
+        "a change says which fields: {out}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
+        if *line == "---" {
+            let why = lines[index + 1];
+            assert!(
+                why.starts_with("# created: ") || why.starts_with("# changed: "),
+                "every object says why: {why}"
+            );
+        }
+    }
+    let binpack = text(
+        &tandem(&[
+            "render",
+            "-f",
+            "examples/render/group-replication-binpack.yaml",
+        ])
+        .stdout,
+    );
+    let lines: Vec<&str> = binpack.lines().collect();
+    let deletes: Vec<usize> = (0..lines.len())
+        .filter(|i| lines[*i].starts_with("# delete "))
+        .collect();
+    assert_eq!(deletes.len(), 4);
+    for index in deletes {
+        assert!(
+            lines[index - 1].starts_with("# deleted: Deployment inference-unit-0"),
+            "{}",
+            lines[index - 1]
+        );
+    }
 }
