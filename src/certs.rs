@@ -15,6 +15,9 @@ use rcgen::{
 };
 
 pub const CA_FILE: &str = "ca.crt";
+/// The CA's key, kept so that a later `tandem certs` (or `serve --dev`) signs
+/// a new serving certificate with the same CA: the caBundle stays valid.
+pub const CA_KEY_FILE: &str = "ca.key";
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
@@ -26,11 +29,111 @@ pub enum CertsError {
     Write { path: PathBuf, source: io::Error },
     #[error("a validity of {0} days does not fit the calendar")]
     Validity(u32),
+    #[error("could not read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{path}: {reason}")]
+    Unusable { path: PathBuf, reason: String },
+}
+
+/// The longest validity `tandem certs --days` takes: ten years.
+pub const MAX_DAYS: u32 = 3650;
+
+/// Why `value` cannot be a Service or namespace name (a DNS-1123 label), if
+/// it cannot.
+pub fn label_error(value: &str) -> Option<String> {
+    crate::api::dns1123_label_error(value)
+}
+
+/// Why `value` cannot be a name in a serving certificate (an IP address, or
+/// a DNS-1123 subdomain, optionally with a leading `*.`), if it cannot.
+pub fn host_error(value: &str) -> Option<String> {
+    if value.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let name = value.strip_prefix("*.").unwrap_or(value);
+    crate::api::dns1123_subdomain_error(name)
+        .map(|reason| format!("must be an IP address or a DNS name: {reason}"))
+}
+
+/// A CA read back from a directory: its certificate, key and expiry.
+pub struct ExistingCa {
+    pub ca_pem: String,
+    pub key_pem: String,
+    pub not_after: time::OffsetDateTime,
+}
+
+/// What a directory holds of a CA: nothing, a CA that can sign (certificate
+/// and key), or a certificate alone (made elsewhere, or by a Tandem older
+/// than `ca.key`), which cannot sign.
+pub enum FoundCa {
+    None,
+    Signing(ExistingCa),
+    WithoutKey(PathBuf),
+}
+
+/// The CA in `dir`, if any.
+pub fn find_ca(dir: &Path) -> Result<FoundCa, CertsError> {
+    let ca_path = dir.join(CA_FILE);
+    let key_path = dir.join(CA_KEY_FILE);
+    let read = |path: &Path| {
+        fs::read_to_string(path).map_err(|source| CertsError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    if !ca_path.exists() {
+        return Ok(FoundCa::None);
+    }
+    if !key_path.exists() {
+        return Ok(FoundCa::WithoutKey(ca_path));
+    }
+    let ca_pem = read(&ca_path)?;
+    let key_pem = read(&key_path)?;
+    let unusable = |reason: String| CertsError::Unusable {
+        path: ca_path.clone(),
+        reason,
+    };
+    let not_after = validity(&ca_pem).map_err(unusable)?.1;
+    let key = KeyPair::from_pem(&key_pem).map_err(|e| CertsError::Unusable {
+        path: key_path.clone(),
+        reason: e.to_string(),
+    })?;
+    rcgen::Issuer::from_ca_cert_pem(&ca_pem, key).map_err(|e| unusable(e.to_string()))?;
+    Ok(FoundCa::Signing(ExistingCa {
+        ca_pem,
+        key_pem,
+        not_after,
+    }))
+}
+
+/// The first certificate of a PEM text, parsed.
+fn parse_first<T>(
+    pem_text: &str,
+    read: impl FnOnce(&x509_parser::certificate::X509Certificate<'_>) -> T,
+) -> Result<T, String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem_text.as_bytes())
+        .map_err(|e| format!("not a PEM certificate: {e}"))?;
+    let cert = pem
+        .parse_x509()
+        .map_err(|e| format!("not an X.509 certificate: {e}"))?;
+    Ok(read(&cert))
+}
+
+/// When a PEM certificate starts and stops being valid.
+pub fn validity(pem_text: &str) -> Result<(time::OffsetDateTime, time::OffsetDateTime), String> {
+    parse_first(pem_text, |cert| {
+        (
+            cert.validity().not_before.to_datetime(),
+            cert.validity().not_after.to_datetime(),
+        )
+    })
 }
 
 /// A CA certificate and a serving certificate and key signed by it, as PEM.
 pub struct Bundle {
     pub ca_pem: String,
+    /// The CA's private key (`ca.key`).
+    pub ca_key_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
 }
@@ -58,10 +161,56 @@ pub fn loopback_hosts() -> Vec<String> {
 /// A new ECDSA P-256 CA, valid for `days`, and a serving certificate for `hosts`
 /// (DNS names or IP addresses) signed by it.
 pub fn issue(hosts: &[String], days: u32) -> Result<Bundle, CertsError> {
+    issue_with(None, hosts, days)
+}
+
+/// A serving certificate for `hosts`, valid for `days` (never beyond the
+/// CA), signed by `ca`, or by a new CA when there is none.
+pub fn issue_with(
+    ca: Option<&ExistingCa>,
+    hosts: &[String],
+    days: u32,
+) -> Result<Bundle, CertsError> {
     let mut leaf = CertificateParams::new(hosts.to_vec())?;
     leaf.distinguished_name = name(hosts.first().map_or("tandem-webhook", String::as_str));
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    sign("tandem-webhook-ca", leaf, days)
+    match ca {
+        None => sign("tandem-webhook-ca", leaf, days),
+        Some(ca) => sign_with(ca, leaf, days),
+    }
+}
+
+/// Signs `leaf` with an existing CA, valid for `days` but not beyond it.
+fn sign_with(
+    ca: &ExistingCa,
+    mut leaf: CertificateParams,
+    days: u32,
+) -> Result<Bundle, CertsError> {
+    let (now, until) = window(days)?;
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca.ca_pem, KeyPair::from_pem(&ca.key_pem)?)?;
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.not_before = now;
+    leaf.not_after = until.min(ca.not_after);
+    let key = KeyPair::generate()?;
+    let cert = leaf.signed_by(&key, &issuer)?;
+    Ok(Bundle {
+        ca_pem: ca.ca_pem.clone(),
+        ca_key_pem: ca.key_pem.clone(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// From a minute ago (so a client whose clock is slightly behind accepts
+/// it) to `days` later.
+fn window(days: u32) -> Result<(time::OffsetDateTime, time::OffsetDateTime), CertsError> {
+    let now = time::OffsetDateTime::now_utc()
+        .checked_sub(time::Duration::minutes(1))
+        .ok_or(CertsError::Validity(days))?;
+    let until = now
+        .checked_add(time::Duration::days(i64::from(days)))
+        .ok_or(CertsError::Validity(days))?;
+    Ok((now, until))
 }
 
 /// A new ECDSA P-256 CA, valid for `days`, and a client certificate with
@@ -69,21 +218,27 @@ pub fn issue(hosts: &[String], days: u32) -> Result<Bundle, CertsError> {
 /// webhook (its admission kubeconfig), and `tandem serve --client-ca` takes
 /// the CA.
 pub fn issue_client(client: &str, days: u32) -> Result<Bundle, CertsError> {
+    issue_client_with(None, client, days)
+}
+
+/// [`issue_client`], signed by `ca` when there is one.
+pub fn issue_client_with(
+    ca: Option<&ExistingCa>,
+    client: &str,
+    days: u32,
+) -> Result<Bundle, CertsError> {
     let mut leaf = CertificateParams::new(Vec::<String>::new())?;
     leaf.distinguished_name = name(client);
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    sign("tandem-webhook-client-ca", leaf, days)
+    match ca {
+        None => sign("tandem-webhook-client-ca", leaf, days),
+        Some(ca) => sign_with(ca, leaf, days),
+    }
 }
 
 /// Makes a CA named `ca_name` and signs `leaf` with it, both valid for `days`.
 fn sign(ca_name: &str, mut leaf: CertificateParams, days: u32) -> Result<Bundle, CertsError> {
-    // Backdated a minute so a client whose clock is slightly behind accepts it.
-    let now = time::OffsetDateTime::now_utc()
-        .checked_sub(time::Duration::minutes(1))
-        .ok_or(CertsError::Validity(days))?;
-    let until = now
-        .checked_add(time::Duration::days(i64::from(days)))
-        .ok_or(CertsError::Validity(days))?;
+    let (now, until) = window(days)?;
 
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -91,7 +246,9 @@ fn sign(ca_name: &str, mut leaf: CertificateParams, days: u32) -> Result<Bundle,
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     ca.not_before = now;
     ca.not_after = until;
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    let ca_key = KeyPair::generate()?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let ca = CertifiedIssuer::self_signed(ca, ca_key)?;
 
     leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     leaf.not_before = now;
@@ -101,6 +258,7 @@ fn sign(ca_name: &str, mut leaf: CertificateParams, days: u32) -> Result<Bundle,
 
     Ok(Bundle {
         ca_pem: ca.pem(),
+        ca_key_pem,
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
     })
@@ -113,8 +271,8 @@ fn name(common_name: &str) -> DistinguishedName {
     name
 }
 
-/// Writes `ca.crt`, `tls.crt` and `tls.key` into `dir` (created if missing);
-/// the key is readable by its owner only.
+/// Writes `ca.crt`, `ca.key`, `tls.crt` and `tls.key` into `dir` (created
+/// if missing); the keys are readable by their owner only.
 pub fn write(dir: &Path, bundle: &Bundle) -> Result<(), CertsError> {
     let fail = |path: &Path| {
         let path = path.to_owned();
@@ -125,8 +283,14 @@ pub fn write(dir: &Path, bundle: &Bundle) -> Result<(), CertsError> {
         let path = dir.join(file);
         fs::write(&path, pem).map_err(fail(&path))?;
     }
-    let key = dir.join(KEY_FILE);
-    write_private(&key, &bundle.key_pem).map_err(fail(&key))
+    for (file, pem) in [
+        (CA_KEY_FILE, &bundle.ca_key_pem),
+        (KEY_FILE, &bundle.key_pem),
+    ] {
+        let key = dir.join(file);
+        write_private(&key, pem).map_err(fail(&key))?;
+    }
+    Ok(())
 }
 
 #[cfg(unix)]

@@ -144,17 +144,19 @@ struct CheckArgs {
 
 #[derive(clap::Args)]
 struct CertsArgs {
-    /// Where to write ca.crt, tls.crt and tls.key.
+    /// Where to write ca.crt, ca.key, tls.crt and tls.key. A CA already there
+    /// (ca.crt and ca.key) signs the new certificate, so the caBundle stays
+    /// the same; a ca.crt without its key is refused unless --force.
     #[arg(long)]
     out_dir: PathBuf,
-    /// The webhook Service's name.
-    #[arg(long, default_value = "tandem-webhook")]
+    /// The webhook Service's name (a DNS-1123 label).
+    #[arg(long, default_value = "tandem-webhook", value_parser = dns_label)]
     service: String,
-    /// The webhook Service's namespace.
-    #[arg(long, default_value = "tandem-system")]
+    /// The webhook Service's namespace (a DNS-1123 label).
+    #[arg(long, default_value = "tandem-system", value_parser = dns_label)]
     namespace: String,
     /// Further DNS names or IP addresses for the serving certificate.
-    #[arg(long = "host")]
+    #[arg(long = "host", value_parser = host_name)]
     hosts: Vec<String>,
     /// Make a client certificate with this common name instead, for the API
     /// server to present to the webhook: ca.crt is what `tandem serve
@@ -162,9 +164,24 @@ struct CertsArgs {
     /// admission kubeconfig (certs/README.md).
     #[arg(long, value_name = "NAME", conflicts_with = "hosts")]
     client: Option<String>,
-    /// Validity of the CA and the certificate, in days.
-    #[arg(long, default_value_t = 365)]
+    /// Validity of the CA and the certificate, in days, from 1 to 3650 (a
+    /// certificate signed by an existing CA never outlives it).
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=i64::from(certs::MAX_DAYS)))]
     days: u32,
+    /// Make a new CA even when --out-dir holds one (every caBundle must then
+    /// be replaced).
+    #[arg(long)]
+    force: bool,
+}
+
+/// A Service or namespace name, as `tandem certs` takes it.
+fn dns_label(value: &str) -> Result<String, String> {
+    certs::label_error(value).map_or_else(|| Ok(value.to_owned()), Err)
+}
+
+/// A serving certificate's further name, as `tandem certs --host` takes it.
+fn host_name(value: &str) -> Result<String, String> {
+    certs::host_error(value).map_or_else(|| Ok(value.to_owned()), Err)
 }
 
 fn main() -> ExitCode {
@@ -499,8 +516,22 @@ fn crds(out_dir: Option<PathBuf>) -> ExitCode {
 }
 
 fn make_certs(args: CertsArgs) -> ExitCode {
+    let ca = match existing_ca(&args.out_dir, args.force) {
+        Ok(ca) => ca,
+        Err((code, message)) => {
+            eprintln!("tandem: {message}");
+            return ExitCode::from(code);
+        }
+    };
+    if let Some(ca) = &ca {
+        eprintln!(
+            "signing with the CA already in {} (valid until {}): the caBundle is unchanged",
+            args.out_dir.display(),
+            ca.not_after
+        );
+    }
     if let Some(client) = &args.client {
-        let written = certs::issue_client(client, args.days)
+        let written = certs::issue_client_with(ca.as_ref(), client, args.days)
             .and_then(|bundle| certs::write(&args.out_dir, &bundle));
         if let Err(e) = written {
             return fail(e);
@@ -513,7 +544,7 @@ fn make_certs(args: CertsArgs) -> ExitCode {
     }
     let mut hosts = certs::service_hosts(&args.service, &args.namespace);
     hosts.extend(args.hosts);
-    let bundle = match certs::issue(&hosts, args.days) {
+    let bundle = match certs::issue_with(ca.as_ref(), &hosts, args.days) {
         Ok(bundle) => bundle,
         Err(e) => return fail(e),
     };
@@ -527,6 +558,39 @@ fn make_certs(args: CertsArgs) -> ExitCode {
     );
     println!("{}", bundle.ca_bundle());
     ExitCode::SUCCESS
+}
+
+/// The CA in `dir` that signs the new certificate: None to make a new one
+/// (there is none, or --force). A CA that cannot sign (no key, expired) is
+/// refused with exit status 2 rather than replaced without a word.
+fn existing_ca(
+    dir: &std::path::Path,
+    force: bool,
+) -> Result<Option<certs::ExistingCa>, (u8, String)> {
+    if force {
+        return Ok(None);
+    }
+    let found = certs::find_ca(dir).map_err(|e| (1, e.to_string()))?;
+    match found {
+        certs::FoundCa::None => Ok(None),
+        certs::FoundCa::WithoutKey(path) => Err((
+            2,
+            format!(
+                "{} exists but its key {} does not, so it cannot sign a new certificate: pass --force to replace the CA (then replace every caBundle made from it)",
+                path.display(),
+                dir.join(certs::CA_KEY_FILE).display()
+            ),
+        )),
+        certs::FoundCa::Signing(ca) if ca.not_after <= time::OffsetDateTime::now_utc() => Err((
+            2,
+            format!(
+                "the CA in {} expired at {}: pass --force to replace it (then replace every caBundle made from it)",
+                dir.display(),
+                ca.not_after
+            ),
+        )),
+        certs::FoundCa::Signing(ca) => Ok(Some(ca)),
+    }
 }
 
 #[cfg(test)]

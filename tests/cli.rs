@@ -649,3 +649,107 @@ fn render_says_why_each_object_is_created_changed_or_deleted() {
         );
     }
 }
+
+/// Whether `dir/tls.crt` verifies against `dir/ca.crt` for `host`.
+fn verifies(dir: &std::path::Path, host: &str) -> Result<(), rustls::Error> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(dir.join("ca.crt")).unwrap())
+        .unwrap();
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .unwrap();
+    let leaf = CertificateDer::from_pem_file(dir.join("tls.crt")).unwrap();
+    verifier
+        .verify_server_cert(
+            &leaf,
+            &[],
+            &ServerName::try_from(host.to_owned()).unwrap(),
+            &[],
+            UnixTime::now(),
+        )
+        .map(drop)
+}
+
+/// Issue 25: `tandem certs` refuses a validity out of range and names that
+/// are not DNS names or IPs, naming the flag (exit status 2).
+#[test]
+fn certs_refuses_bad_days_and_names_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    let out = out.to_str().unwrap();
+    for (flag, value) in [
+        ("--days", "0"),
+        ("--days", "3651"),
+        ("--service", "Bad_Name!"),
+        ("--namespace", "Tandem System"),
+        ("--host", "web hook.example"),
+    ] {
+        let output = tandem(&["certs", "--out-dir", out, flag, value]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains(&format!("invalid value '{value}' for '{flag}")),
+            "{stderr}"
+        );
+        assert!(
+            !std::path::Path::new(out).exists(),
+            "nothing is written for {flag} {value}"
+        );
+    }
+    for host in ["10.0.0.7", "webhook.example", "*.example"] {
+        let output = tandem(&["certs", "--out-dir", out, "--host", host, "--days", "3650"]);
+        assert!(output.status.success(), "{host}: {}", text(&output.stderr));
+    }
+}
+
+/// Issue 25: an existing CA signs the new serving certificate (the caBundle
+/// stays the same); a CA without its key is refused unless --force.
+#[test]
+fn certs_reuses_an_existing_ca_and_never_overwrites_one_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("certs");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["certs", "--out-dir", out.to_str().unwrap()];
+        args.extend(extra);
+        tandem(&args)
+    };
+    let first = run(&[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let ca = std::fs::read(out.join("ca.crt")).unwrap();
+    let leaf = std::fs::read(out.join("tls.crt")).unwrap();
+
+    let second = run(&["--host", "webhook.example"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert!(
+        text(&second.stderr).contains("signing with the CA already in"),
+        "{}",
+        text(&second.stderr)
+    );
+    assert_eq!(first.stdout, second.stdout, "the same caBundle");
+    assert_eq!(std::fs::read(out.join("ca.crt")).unwrap(), ca);
+    assert_ne!(std::fs::read(out.join("tls.crt")).unwrap(), leaf);
+    verifies(&out, "webhook.example").expect("the new certificate chains to the old CA");
+    verifies(&out, "tandem-webhook.tandem-system.svc").unwrap();
+
+    std::fs::remove_file(out.join("ca.key")).unwrap();
+    let refused = run(&[]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains("cannot sign a new certificate: pass --force"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(std::fs::read(out.join("ca.crt")).unwrap(), ca, "kept");
+
+    let forced = run(&["--force"]);
+    assert!(forced.status.success(), "{}", text(&forced.stderr));
+    assert_ne!(std::fs::read(out.join("ca.crt")).unwrap(), ca, "a new CA");
+    verifies(&out, "tandem-webhook.tandem-system.svc").unwrap();
+}

@@ -442,6 +442,7 @@ pub async fn rotate_under_load(
 fn clone_bundle(bundle: &tandem::certs::Bundle) -> tandem::certs::Bundle {
     tandem::certs::Bundle {
         ca_pem: bundle.ca_pem.clone(),
+        ca_key_pem: bundle.ca_key_pem.clone(),
         cert_pem: bundle.cert_pem.clone(),
         key_pem: bundle.key_pem.clone(),
     }
