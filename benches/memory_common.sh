@@ -11,7 +11,7 @@ serve_pid=""
 # plain-HTTP address of /readyz).
 start_serve() {
     rm -f "$work/serve.stderr"
-    KUBECONFIG="$1" RUST_LOG="${SERVE_LOG:-info}" "$binary" --log-format json serve --dev \
+    KUBECONFIG="$1" RUST_LOG="${SERVE_LOG:-info}" "$binary" serve --log-format json --dev \
         --listen 127.0.0.1:0 --probe-listen 127.0.0.1:0 --cert-dir "$work/certs" \
         >"$work/serve.stdout" 2>"$work/serve.stderr" &
     serve_pid=$!

@@ -26,9 +26,6 @@ use tandem::{admission, api, certs, plan, reconcile, render, server};
     about = "Deploys and scales LLM inference services made of roles on Kubernetes"
 )]
 struct Cli {
-    /// Log format for the server's logs.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
-    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,6 +40,7 @@ enum Command {
     /// otherwise, 2 when the input cannot be read.
     Check(CheckArgs),
     /// Show what Tandem would do to a world of objects, without a cluster.
+    #[command(after_long_help = RENDER_HELP)]
     Render(RenderArgs),
     /// Print the CustomResourceDefinitions, or write them to a directory.
     Crds {
@@ -54,8 +52,26 @@ enum Command {
     Certs(CertsArgs),
 }
 
+/// `render --help`: what the flags do not say.
+const RENDER_HELP: &str = "\
+Input: -f may be given many times; each is a file of YAML or JSON documents, `-` for
+standard input, or a directory, whose .yaml, .yml and .json files are read in name order
+(not recursing), as `kubectl -f DIR` does. A file without objects is an error.
+
+Clock: --now, else the newest time found in the world (creation and deletion
+timestamps, times in annotations and statuses), else the wall clock. With --now, or a
+world that holds a time, the same input gives the same output.
+
+Exit status: 0 rendered; 1 the input could not be read or parsed (a misspelt Tandem
+kind or version, an empty file), or the reconcilers did not settle; 2 an object was
+denied, as the webhook would deny it (each reason on stderr as
+`Kind namespace/name: field.path: reason`).";
+
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// Log format: text, or json (one object per line). RUST_LOG filters (default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
+    log_format: LogFormat,
     /// TLS address of the webhook [default: 0.0.0.0:8443, with --dev 127.0.0.1:8443].
     #[arg(long, env = "TANDEM_LISTEN")]
     listen: Option<SocketAddr>,
@@ -110,8 +126,14 @@ struct ServeArgs {
 
 #[derive(clap::Args)]
 struct RenderArgs {
-    /// Multi-document YAML files of the world (`-` for standard input).
-    #[arg(short = 'f', long = "filename", required = true)]
+    /// A file of the world: multi-document YAML or JSON, `-` for standard
+    /// input, or a directory of .yaml, .yml and .json files. Repeat for more.
+    #[arg(
+        short = 'f',
+        long = "filename",
+        required = true,
+        value_name = "FILE|DIR|-"
+    )]
     files: Vec<PathBuf>,
     /// Namespace of objects that do not name one.
     #[arg(short = 'n', long, default_value = "default")]
@@ -188,7 +210,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            tandem::logging::init(cli.log_format);
+            tandem::logging::init(args.log_format);
             serve(args)
         }
         Command::Render(args) => run_render(args),

@@ -753,3 +753,36 @@ fn certs_reuses_an_existing_ca_and_never_overwrites_one_silently() {
     assert_ne!(std::fs::read(out.join("ca.crt")).unwrap(), ca, "a new CA");
     verifies(&out, "tandem-webhook.tandem-system.svc").unwrap();
 }
+
+/// Issue 25: --log-format is a flag of `serve` only; `render --help` says
+/// how input, the clock and the exit status work.
+#[test]
+fn log_format_is_for_serve_only_and_render_help_says_how_it_works() {
+    for args in [
+        &["render", "--log-format", "json", "-f", "-"][..],
+        &["crds", "--log-format", "json"],
+        &["certs", "--log-format", "json", "--out-dir", "x"],
+        &["--log-format", "json", "crds"],
+    ] {
+        let output = tandem(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&output.stderr).contains("unexpected argument '--log-format'"),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+    let serve = text(&tandem(&["serve", "--help"]).stdout);
+    assert!(serve.contains("--log-format"), "{serve}");
+    let render = text(&tandem(&["render", "--help"]).stdout);
+    for promise in [
+        "-f may be given many times",
+        "a directory, whose .yaml, .yml and .json files are read in name order",
+        "Clock: --now, else the newest time found in the world",
+        "Exit status: 0 rendered; 1 the input could not be read",
+        "2 an object was\ndenied",
+    ] {
+        assert!(render.contains(promise), "{promise:?} in {render}");
+    }
+    assert!(!render.contains("--log-format"), "{render}");
+}

@@ -121,7 +121,7 @@ impl Binary {
         let dir = tempfile::tempdir().unwrap();
         let cert_dir = dir.path().join("certs");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["--log-format", "json", "serve", "--dev"])
+            .args(["serve", "--log-format", "json", "--dev"])
             .arg("--cert-dir")
             .arg(&cert_dir)
             .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
