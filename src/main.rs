@@ -118,10 +118,34 @@ struct ServeArgs {
     /// controllers; every replica serves the webhooks.
     #[arg(long, env = "POD_NAMESPACE", default_value = "tandem-system")]
     pod_namespace: String,
+    /// The kubeconfig file of the cluster [default: $KUBECONFIG, else
+    /// ~/.kube/config, else the in-cluster service account]. Given, it must load.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use [default: its current context].
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// Serve admission only: no controllers and no leader Lease. The cluster,
+    /// when reachable, is still watched for the webhook's cross-object checks.
+    #[arg(long, conflicts_with = "controllers")]
+    admission_only: bool,
+    /// With --dev: run the controllers too (they take the leader Lease in
+    /// --pod-namespace of the cluster the kubeconfig names). Without --dev
+    /// they run unless --admission-only.
+    #[arg(long)]
+    controllers: bool,
     /// Development: make a CA and a loopback serving certificate in --cert-dir,
-    /// print the caBundle, and serve on loopback only.
+    /// print the caBundle, and serve on loopback only. Admission only unless
+    /// --controllers.
     #[arg(long)]
     dev: bool,
+}
+
+impl ServeArgs {
+    /// Whether this process runs the controllers (and takes the Lease).
+    fn runs_controllers(&self) -> bool {
+        !self.admission_only && (!self.dev || self.controllers)
+    }
 }
 
 #[derive(clap::Args)]
@@ -236,9 +260,21 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     }
     let controllers = ControllerArgs {
+        run: args.runs_controllers(),
         epp_image: args.epp_image.clone(),
         identity: identity(args.pod_name.clone()),
         lease_namespace: args.pod_namespace.clone(),
+    };
+    if args.dev && !controllers.run {
+        tracing::info!(
+            "--dev: admission only, no controllers and no leader Lease (pass --controllers to run them)"
+        );
+    } else if !controllers.run {
+        tracing::info!("--admission-only: no controllers and no leader Lease");
+    }
+    let source = ClusterSource {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
     };
     let options = server::ServeOptions {
         listen,
@@ -258,7 +294,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("could not start the async runtime: {e}")),
     };
-    runtime.block_on(serve_and_control(options, controllers))
+    runtime.block_on(serve_and_control(options, source, controllers))
 }
 
 /// The webhook's and the probes' addresses and the certificate directory:
@@ -314,6 +350,9 @@ fn identity(pod_name: Option<String>) -> String {
 
 /// What the controllers need from the flags.
 struct ControllerArgs {
+    /// Whether to run them at all (not with --admission-only, nor with
+    /// --dev unless --controllers).
+    run: bool,
     epp_image: String,
     identity: String,
     lease_namespace: String,
@@ -325,15 +364,66 @@ type Controllers = (
     tokio::sync::oneshot::Sender<()>,
 );
 
+/// Where the cluster's kubeconfig comes from: the flags, else kube's
+/// inference ($KUBECONFIG, ~/.kube/config, in-cluster).
+struct ClusterSource {
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+}
+
+impl ClusterSource {
+    /// The cluster's client configuration: None when nothing was named and
+    /// none is reachable (admission only, logged); an error when the
+    /// kubeconfig or context the flags name does not load.
+    async fn config(&self) -> Result<Option<kube::Config>, String> {
+        let options = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let loaded = match (&self.kubeconfig, &self.context) {
+            (None, None) => {
+                return Ok(kube::Config::infer()
+                    .await
+                    .inspect_err(|e| tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only"))
+                    .ok());
+            }
+            (Some(path), _) => match kube::config::Kubeconfig::read_from(path) {
+                Ok(file) => kube::Config::from_custom_kubeconfig(file, &options).await,
+                Err(e) => return Err(format!("--kubeconfig {}: {e}", path.display())),
+            },
+            (None, Some(_)) => kube::Config::from_kubeconfig(&options).await,
+        };
+        loaded
+            .map(Some)
+            .map_err(|e| match (&self.kubeconfig, &self.context) {
+                (Some(path), Some(context)) => {
+                    format!("--kubeconfig {} --context {context}: {e}", path.display())
+                }
+                (Some(path), None) => format!("--kubeconfig {}: {e}", path.display()),
+                (None, context) => {
+                    format!("--context {}: {e}", context.as_deref().unwrap_or_default())
+                }
+            })
+    }
+}
+
 /// Serve the webhooks (and, with a cluster, run the controllers while
 /// holding the Lease) until shutdown; then stop the controllers.
-async fn serve_and_control(options: server::ServeOptions, args: ControllerArgs) -> ExitCode {
+async fn serve_and_control(
+    options: server::ServeOptions,
+    source: ClusterSource,
+    args: ControllerArgs,
+) -> ExitCode {
     let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
     let caches_ready = Arc::new(AtomicBool::new(true));
     // One registry for the webhook's, the controllers' and the client's metrics.
     let metrics = Arc::new(server::metrics::Metrics::default());
-    let controllers = match kube::Config::infer().await {
-        Ok(config) => {
+    let config = match source.config().await {
+        Ok(config) => config,
+        Err(message) => return fail(message),
+    };
+    let controllers = match config {
+        Some(config) => {
             let cluster = config.cluster_url.clone();
             // Every request of the process (caches, controllers, Lease) is counted.
             let counting = server::api_requests::CountRequests::new(metrics.controllers.clone());
@@ -341,20 +431,16 @@ async fn serve_and_control(options: server::ServeOptions, args: ControllerArgs) 
                 .map(|b| b.with_layer(&counting).build())
             {
                 Ok(client) => {
+                    tracing::info!(%cluster, controllers = args.run, "watching the cluster");
                     caches_ready.store(false, Ordering::SeqCst);
                     let caches = reconcile::caches::Caches::start(
                         client.clone(),
                         metrics.controllers.clone(),
                     );
                     lookup = caches.clone();
-                    Some(start_controllers(
-                        client,
-                        caches,
-                        caches_ready.clone(),
-                        &metrics,
-                        args,
-                        &cluster,
-                    ))
+                    mark_ready(caches.clone(), caches_ready.clone());
+                    args.run
+                        .then(|| start_controllers(client, caches, &metrics, args, &cluster))
                 }
                 Err(e) => {
                     tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
@@ -362,10 +448,7 @@ async fn serve_and_control(options: server::ServeOptions, args: ControllerArgs) 
                 }
             }
         }
-        Err(e) => {
-            tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only");
-            None
-        }
+        None => None,
     };
     let served = server::run(options, lookup, caches_ready, metrics).await;
     if let Some((leading, stop)) = controllers {
@@ -382,25 +465,25 @@ async fn serve_and_control(options: server::ServeOptions, args: ControllerArgs) 
     }
 }
 
-/// Mark the caches ready once loaded, and run the three controllers while
-/// this replica holds the leader Lease.
+/// Mark the caches ready once loaded.
+fn mark_ready(caches: Arc<reconcile::caches::Caches>, caches_ready: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        caches.ready().await;
+        caches_ready.store(true, Ordering::SeqCst);
+        tracing::info!("caches loaded");
+    });
+}
+
+/// Run the three controllers while this replica holds the leader Lease.
 fn start_controllers(
     client: kube::Client,
     caches: Arc<reconcile::caches::Caches>,
-    caches_ready: Arc<AtomicBool>,
     metrics: &server::metrics::Metrics,
     args: ControllerArgs,
     cluster: &impl std::fmt::Display,
 ) -> Controllers {
-    {
-        let caches = caches.clone();
-        tokio::spawn(async move {
-            caches.ready().await;
-            caches_ready.store(true, Ordering::SeqCst);
-            tracing::info!("caches loaded");
-        });
-    }
     let ControllerArgs {
+        run: _,
         epp_image,
         identity,
         lease_namespace,
@@ -673,6 +756,18 @@ mod tests {
         assert_eq!(
             dev_loopback_only(any, loopback),
             Err("--dev serves on loopback only, got --listen 0.0.0.0:8080".to_owned())
+        );
+    }
+
+    #[test]
+    fn controllers_run_unless_admission_only_or_dev_without_controllers() {
+        assert!(serve_args(&[]).runs_controllers());
+        assert!(serve_args(&["--controllers"]).runs_controllers());
+        assert!(!serve_args(&["--admission-only"]).runs_controllers());
+        assert!(!serve_args(&["--dev"]).runs_controllers());
+        assert!(serve_args(&["--dev", "--controllers"]).runs_controllers());
+        assert!(
+            Cli::try_parse_from(["tandem", "serve", "--admission-only", "--controllers"]).is_err()
         );
     }
 

@@ -786,3 +786,151 @@ fn log_format_is_for_serve_only_and_render_help_says_how_it_works() {
     }
     assert!(!render.contains("--log-format"), "{render}");
 }
+
+/// A kubeconfig with two contexts, `one` (current) and `two`, whose API
+/// servers are closed loopback ports.
+const TWO_CLUSTERS: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: one\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\n- name: two\n  cluster: {server: 'https://127.0.0.1:2', insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: one\n  context: {cluster: one, user: u}\n- name: two\n  context: {cluster: two, user: u}\ncurrent-context: one\n";
+
+/// A `tandem serve` on free loopback ports with `args`, and its log lines.
+struct Serving {
+    child: std::process::Child,
+    logs: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Serving {
+    fn start(args: &[&str], dir: tempfile::TempDir) -> Serving {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+            .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+            .env("HOME", dir.path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (sender, logs) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        Serving {
+            child,
+            logs,
+            seen: Vec::new(),
+            _dir: dir,
+        }
+    }
+
+    /// Waits until a line contains `text`; panics with the log after `secs`.
+    fn wait_for(&mut self, text: &str, secs: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(line) = self.seen.iter().find(|l| l.contains(text)) {
+                return line.clone();
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match self.logs.recv_timeout(remaining) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("no log line with {text:?}; logs: {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// The lines logged within `window`.
+    fn collect(&mut self, window: Duration) -> &[String] {
+        let deadline = Instant::now() + window;
+        while let Ok(line) = self
+            .logs
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.seen.push(line);
+        }
+        &self.seen
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 25: `serve --kubeconfig` and `--context` choose the cluster; --dev
+/// is admission only (no controllers, no Lease) unless --controllers.
+#[test]
+fn serve_chooses_its_cluster_and_dev_runs_no_controllers_unless_asked() {
+    let dev = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, TWO_CLUSTERS).unwrap();
+        let certs = dir.path().join("certs");
+        let mut args = vec![
+            "--dev".to_owned(),
+            "--kubeconfig".to_owned(),
+            kubeconfig.display().to_string(),
+            "--cert-dir".to_owned(),
+            certs.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Serving::start(&args, dir)
+    };
+    let mut admission = dev(&[]);
+    admission.wait_for(
+        "--dev: admission only, no controllers and no leader Lease (pass --controllers to run them)",
+        20,
+    );
+    let watching = admission.wait_for("watching the cluster", 20);
+    assert!(
+        watching.contains("https://127.0.0.1:1/") && watching.contains("controllers=false"),
+        "{watching}"
+    );
+    admission.wait_for("serving admission webhooks", 20);
+    let seen = admission.collect(Duration::from_millis(500));
+    assert!(
+        !seen
+            .iter()
+            .any(|l| l.contains("leader Lease") && l.contains("reconciling")),
+        "no controllers: {seen:#?}"
+    );
+
+    let mut controllers = dev(&["--controllers", "--context", "two"]);
+    let watching = controllers.wait_for("watching the cluster", 20);
+    assert!(
+        watching.contains("https://127.0.0.1:2/") && watching.contains("controllers=true"),
+        "--context two: {watching}"
+    );
+    controllers.wait_for("reconciling InferenceServices", 20);
+
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let output = tandem(&[
+        "serve",
+        "--dev",
+        "--cert-dir",
+        dir.path().join("certs").to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--probe-listen",
+        "127.0.0.1:0",
+        "--kubeconfig",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains(&format!("tandem: --kubeconfig {}: ", missing.display())),
+        "{}",
+        text(&output.stderr)
+    );
+    let both = tandem(&["serve", "--dev", "--admission-only", "--controllers"]);
+    assert_eq!(both.status.code(), Some(2));
+}

@@ -38,6 +38,7 @@ impl Running {
             .args([
                 "serve",
                 "--dev",
+                "--controllers",
                 "--pod-name",
                 name,
                 "--pod-namespace",
