@@ -934,3 +934,123 @@ fn serve_chooses_its_cluster_and_dev_runs_no_controllers_unless_asked() {
     let both = tandem(&["serve", "--dev", "--admission-only", "--controllers"]);
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// The address after `field=` in a log line.
+fn logged_addr(line: &str, field: &str) -> std::net::SocketAddr {
+    line.split(&format!("{field}="))
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{field} in {line}"))
+        .parse()
+        .unwrap()
+}
+
+/// Issue 25: the webhook can be watched: a denial is an INFO line with
+/// what, whose and why; 413 and 503 are logged, counted and say which flag.
+#[tokio::test]
+async fn serve_logs_denials_and_explains_and_counts_413_and_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let args = [
+        "--dev",
+        "--cert-dir",
+        certs.to_str().unwrap(),
+        "--body-limit-bytes",
+        "20000",
+        "--request-timeout-ms",
+        "300",
+    ];
+    let mut serving = Serving::start(&args, dir);
+    let line = serving.wait_for("serving admission webhooks", 20);
+    let (webhook, probes) = (
+        logged_addr(&line, "webhook_addr"),
+        logged_addr(&line, "probe_addr"),
+    );
+    let ca = std::fs::read_to_string(certs.join("ca.crt")).unwrap();
+    let tls = common::client_tls(&[&ca]);
+
+    let bad: Value = serde_json::from_str(
+        r#"{"apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "bad", "namespace": "team"},
+            "spec": {"roles": [{"name": "decode", "componentType": "worker", "replicas": -1,
+              "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm"}]}}}]}}"#,
+    )
+    .unwrap();
+    let review = common::review("CREATE", &bad, None);
+    let denied = common::post(
+        webhook,
+        tls.clone(),
+        "/validate/inferenceservices",
+        serde_json::to_vec(&review).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(denied.json()["response"]["allowed"], false);
+    let logged = serving.wait_for("admission denied", 10);
+    for part in [
+        " INFO ",
+        "kind=InferenceService",
+        "object=team/bad",
+        "operation=CREATE",
+        "user=admin",
+        "spec.roles[0].replicas: must be >= 0, got -1",
+    ] {
+        assert!(logged.contains(part), "{part:?} in {logged}");
+    }
+
+    let large = common::post(
+        webhook,
+        tls.clone(),
+        "/validate/inferenceservices",
+        vec![b' '; 20001],
+    )
+    .await
+    .unwrap();
+    assert_eq!(large.status, 413);
+    assert_eq!(
+        large.text(),
+        "the request body is larger than 20000 bytes, the limit set by --body-limit-bytes"
+    );
+    serving.wait_for("refused with 413", 10);
+
+    // A body promised and never sent: the request times out.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(webhook).await.unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    stream
+        .write_all(b"POST /validate/scaleviews HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("answered within the timeout")
+        .unwrap();
+    let answer = text(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer
+            .ends_with("the request timed out after 300 ms, the limit set by --request-timeout-ms"),
+        "{answer}"
+    );
+    let warned = serving.wait_for("not answered within --request-timeout-ms", 10);
+    assert!(
+        warned.contains(" WARN ") && warned.contains("timeout_ms=300"),
+        "{warned}"
+    );
+
+    let (_, metrics) = common::probe(probes, "/metrics").await.unwrap();
+    for line in [
+        r#"tandem_admission_requests_total{webhook="validate",kind="InferenceService",operation="CREATE",verdict="denied"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="InferenceService",operation="unknown",verdict="too_large"} 1"#,
+        r#"tandem_admission_requests_total{webhook="validate",kind="ScaleView",operation="unknown",verdict="timed_out"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+}

@@ -494,7 +494,7 @@ async fn malformed_requests_get_specific_errors_and_the_server_stays_healthy() {
             "/validate/inferenceservices",
             vec![b' '; tandem::server::DEFAULT_BODY_LIMIT_BYTES + 1],
             413,
-            "length limit exceeded",
+            "the request body is larger than 7340032 bytes, the limit set by --body-limit-bytes",
         ),
     ];
     for (name, path, body, status, message) in cases {
@@ -866,6 +866,10 @@ async fn a_request_that_stalls_past_the_timeout_gets_503() {
     // webhook's failurePolicy (validating webhooks fail closed, mutating ones
     // open), which a denial would override.
     assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        "the request timed out after 300 ms, the limit set by --request-timeout-ms"
+    );
     drop(rest);
 }
 

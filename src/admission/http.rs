@@ -52,6 +52,8 @@ pub struct State {
     /// (`system:serviceaccount:NAMESPACE:NAME`): its updates may change roles
     /// that a ScaleView locks.
     pub service_account: Arc<str>,
+    /// `--body-limit-bytes`, named in the 413 answer.
+    pub body_limit_bytes: usize,
 }
 
 /// The admission routes. Request size and time limits are layered on by the
@@ -120,27 +122,44 @@ fn serve(
 ) -> Response {
     let started = Instant::now();
     let mut outcome = match body {
-        Ok(body) => answer(
-            webhook,
-            resource,
-            &body,
-            state.lookup.as_ref(),
-            &state.service_account,
-        ),
-        Err(rejection) => {
-            let status = rejection.status();
+        Ok(body) => {
+            let outcome = answer(
+                webhook,
+                resource,
+                &body,
+                state.lookup.as_ref(),
+                &state.service_account,
+            );
+            if outcome.verdict == "denied" {
+                log_denial(webhook, &body, &outcome);
+            }
+            outcome
+        }
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let limit = state.body_limit_bytes;
+            tracing::warn!(
+                webhook = webhook.label(),
+                resource,
+                limit,
+                "admission request refused with 413: its body is larger than --body-limit-bytes"
+            );
             Answer {
-                status,
-                body: Reply::Text(rejection.body_text()),
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                body: Reply::Text(format!(
+                    "the request body is larger than {limit} bytes, the limit set by --body-limit-bytes"
+                )),
                 kind: endpoint_kind(resource),
                 operation: "unknown".to_owned(),
-                verdict: if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "too_large"
-                } else {
-                    "invalid"
-                },
+                verdict: "too_large",
             }
         }
+        Err(rejection) => Answer {
+            status: rejection.status(),
+            body: Reply::Text(rejection.body_text()),
+            kind: endpoint_kind(resource),
+            operation: "unknown".to_owned(),
+            verdict: "invalid",
+        },
     };
     let labels = AdmissionLabels {
         webhook: webhook.label(),
@@ -159,6 +178,45 @@ fn serve(
 /// webhook it was sent to.
 fn endpoint_kind(resource: &str) -> &'static str {
     Kind::from_plural(resource).map_or("other", Kind::name)
+}
+
+/// The webhook and kind labels of a request by its path alone
+/// (`/validate/scaleviews`), for an answer given before it was read.
+pub fn endpoint_labels(path: &str) -> (&'static str, &'static str) {
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let webhook = match parts.next() {
+        Some("validate") => Webhook::Validate.label(),
+        Some("mutate") => Webhook::Mutate.label(),
+        _ => "other",
+    };
+    (webhook, endpoint_kind(parts.next().unwrap_or_default()))
+}
+
+/// One INFO line per denial: what was denied (kind, namespace/name,
+/// operation), whose request it was and why.
+fn log_denial(webhook: Webhook, body: &[u8], outcome: &Answer) {
+    // Read again, only for a denial: the answer's fast path does not keep it.
+    let review: Value = serde_json::from_slice(body).unwrap_or_default();
+    let request = &review["request"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let name = request["name"]
+        .as_str()
+        .or_else(|| request["object"]["metadata"]["name"].as_str())
+        .unwrap_or_default();
+    let namespace = text(&request["namespace"]);
+    let reasons = match &outcome.body {
+        Reply::Review(reply) => text(&reply["response"]["status"]["message"]),
+        Reply::Text(reason) => reason.clone(),
+    };
+    tracing::info!(
+        webhook = %webhook.label(),
+        kind = %outcome.kind,
+        object = %format!("{namespace}/{name}"),
+        operation = %outcome.operation,
+        user = %text(&request["userInfo"]["username"]),
+        reasons = %reasons,
+        "admission denied"
+    );
 }
 
 fn bad_request(resource: &str, reason: String) -> Answer {

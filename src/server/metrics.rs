@@ -22,7 +22,8 @@ pub struct AdmissionLabels {
     pub kind: &'static str,
     /// CREATE, UPDATE, DELETE, CONNECT or `unknown`.
     pub operation: String,
-    /// allowed, patched, denied, invalid (not a readable review) or too_large.
+    /// allowed, patched, denied, invalid (not a readable review), too_large
+    /// (413) or timed_out (503).
     pub verdict: &'static str,
 }
 

@@ -21,7 +21,6 @@ use axum::routing::get;
 use hyper_util::rt::TokioTimer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tower_http::timeout::TimeoutLayer;
 
 use crate::admission::{self, Lookup};
 use metrics::Metrics;
@@ -135,11 +134,15 @@ impl Server {
             metrics: metrics.clone(),
             lookup,
             service_account: Arc::from(options.service_account.as_str()),
+            body_limit_bytes: options.body_limit_bytes,
         })
         .layer(DefaultBodyLimit::max(options.body_limit_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            options.request_timeout,
+        .layer(axum::middleware::from_fn_with_state(
+            TimeLimit {
+                timeout: options.request_timeout,
+                metrics: metrics.clone(),
+            },
+            time_limit,
         ));
         let listener =
             std::net::TcpListener::bind(options.listen).map_err(|source| ServerError::Listen {
@@ -252,6 +255,54 @@ impl Server {
                 which: "probe",
                 source,
             })
+    }
+}
+
+/// What [`time_limit`] needs: the limit and where to count.
+#[derive(Clone)]
+struct TimeLimit {
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+/// Answers 503 to a request not answered within `--request-timeout-ms`
+/// (its body read included), saying so in the body, a WARN line and
+/// `tandem_admission_requests_total{verdict="timed_out"}`; the API server
+/// then applies the webhook's failurePolicy.
+async fn time_limit(
+    axum::extract::State(limit): axum::extract::State<TimeLimit>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request.uri().path().to_owned();
+    let started = std::time::Instant::now();
+    match tokio::time::timeout(limit.timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let timeout_ms = limit.timeout.as_millis();
+            let (webhook, kind) = admission::http::endpoint_labels(&path);
+            tracing::warn!(
+                path,
+                timeout_ms,
+                "admission request not answered within --request-timeout-ms: answered 503"
+            );
+            limit.metrics.record_admission(
+                metrics::AdmissionLabels {
+                    webhook,
+                    kind,
+                    operation: "unknown".to_owned(),
+                    verdict: "timed_out",
+                },
+                started.elapsed().as_secs_f64(),
+            );
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the request timed out after {timeout_ms} ms, the limit set by --request-timeout-ms"
+                ),
+            )
+                .into_response()
+        }
     }
 }
 
