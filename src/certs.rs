@@ -106,6 +106,143 @@ pub fn find_ca(dir: &Path) -> Result<FoundCa, CertsError> {
     }))
 }
 
+/// How long `serve --dev` certificates are valid.
+pub const DEV_DAYS: u32 = 30;
+
+/// A `serve --dev` certificate with less than this left is replaced.
+pub const DEV_RENEW_BEFORE: time::Duration = time::Duration::days(7);
+
+/// What `serve --dev` found in its certificate directory and did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DevCerts {
+    /// The CA and serving certificate there are kept (valid until then).
+    Kept(time::OffsetDateTime),
+    /// The CA there is kept and signs a new serving certificate, because
+    /// the old one is unusable (why).
+    Signed(String),
+    /// A new CA and serving certificate, because the CA there is unusable
+    /// (why).
+    New(String),
+}
+
+/// Why the serving certificate `cert_pem` with key `key_pem` will not do for
+/// `hosts` at `now`: it does not parse, its key is another, it is not yet
+/// or no longer valid, it expires within [`DEV_RENEW_BEFORE`], or it lacks
+/// one of the names. None when it will.
+pub fn serving_problem(
+    cert_pem: &str,
+    key_pem: &str,
+    hosts: &[String],
+    now: time::OffsetDateTime,
+) -> Option<String> {
+    let key = match KeyPair::from_pem(key_pem) {
+        Ok(key) => key,
+        Err(e) => return Some(format!("{KEY_FILE} does not load: {e}")),
+    };
+    let read = parse_first(cert_pem, |cert| {
+        let names: Vec<String> = cert
+            .subject_alternative_name()
+            .ok()
+            .flatten()
+            .map(|san| {
+                san.value
+                    .general_names
+                    .iter()
+                    .filter_map(|name| match name {
+                        x509_parser::extensions::GeneralName::DNSName(dns) => {
+                            Some((*dns).to_owned())
+                        }
+                        x509_parser::extensions::GeneralName::IPAddress(ip) => ip_text(ip),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let same_key = cert.public_key().raw == rcgen::PublicKeyData::subject_public_key_info(&key);
+        let validity = cert.validity();
+        (
+            names,
+            same_key,
+            validity.not_before.to_datetime(),
+            validity.not_after.to_datetime(),
+        )
+    });
+    let (names, same_key, not_before, not_after) = match read {
+        Ok(read) => read,
+        Err(reason) => return Some(format!("{CERT_FILE}: {reason}")),
+    };
+    let missing: Vec<&String> = hosts.iter().filter(|h| !names.contains(h)).collect();
+    if !same_key {
+        Some(format!("{KEY_FILE} is not the key of {CERT_FILE}"))
+    } else if not_before > now {
+        Some(format!("{CERT_FILE} is valid only from {not_before}"))
+    } else if not_after <= now.saturating_add(DEV_RENEW_BEFORE) {
+        Some(format!("{CERT_FILE} expires at {not_after}"))
+    } else if !missing.is_empty() {
+        Some(format!(
+            "{CERT_FILE} is for {}, not {}",
+            names.join(", "),
+            hosts.join(", ")
+        ))
+    } else {
+        None
+    }
+}
+
+/// An IP address in a certificate (4 or 16 bytes) as text.
+fn ip_text(bytes: &[u8]) -> Option<String> {
+    match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes)
+            .ok()
+            .map(|b| std::net::IpAddr::from(b).to_string()),
+        16 => <[u8; 16]>::try_from(bytes)
+            .ok()
+            .map(|b| std::net::IpAddr::from(b).to_string()),
+        _ => None,
+    }
+}
+
+/// `serve --dev`'s certificates in `dir` for `hosts`: the CA and serving
+/// certificate there when they will do; else a new serving certificate
+/// signed by the CA there when it can sign and is not near expiry; else a
+/// new CA too. Returns what was done and the CA (for the caBundle).
+pub fn dev_certs(dir: &Path, hosts: &[String]) -> Result<(DevCerts, String), CertsError> {
+    let now = time::OffsetDateTime::now_utc();
+    let ca = match find_ca(dir) {
+        Ok(FoundCa::Signing(ca)) if ca.not_after > now.saturating_add(DEV_RENEW_BEFORE) => Ok(ca),
+        Ok(FoundCa::Signing(ca)) => Err(format!("the CA expires at {}", ca.not_after)),
+        Ok(FoundCa::WithoutKey(_)) => Err(format!("{CA_KEY_FILE} is missing")),
+        Ok(FoundCa::None) => Err(format!("{CA_FILE} is missing")),
+        Err(e) => Err(e.to_string()),
+    };
+    let ca = match ca {
+        Ok(ca) => ca,
+        Err(reason) => {
+            let bundle = issue(hosts, DEV_DAYS)?;
+            write(dir, &bundle)?;
+            return Ok((DevCerts::New(reason), bundle.ca_pem));
+        }
+    };
+    let read = |file: &str| fs::read_to_string(dir.join(file)).ok();
+    let problem = match (read(CERT_FILE), read(KEY_FILE)) {
+        (Some(cert), Some(key)) => serving_problem(&cert, &key, hosts, now),
+        _ => Some(format!("{CERT_FILE} or {KEY_FILE} is missing")),
+    };
+    match problem {
+        None => {
+            let until = read(CERT_FILE)
+                .and_then(|cert| validity(&cert).ok())
+                .map_or(ca.not_after, |(_, until)| until);
+            Ok((DevCerts::Kept(until), ca.ca_pem))
+        }
+        Some(reason) => {
+            let bundle = issue_with(Some(&ca), hosts, DEV_DAYS)?;
+            write(dir, &bundle)?;
+            Ok((DevCerts::Signed(reason), bundle.ca_pem))
+        }
+    }
+}
+
 /// The first certificate of a PEM text, parsed.
 fn parse_first<T>(
     pem_text: &str,
@@ -330,6 +467,28 @@ mod tests {
             bundle.ca_pem,
             "a new CA each time"
         );
+    }
+
+    #[test]
+    fn a_serving_certificate_will_not_do_for_other_names_another_key_or_near_expiry() {
+        let now = time::OffsetDateTime::now_utc();
+        let hosts = loopback_hosts();
+        let good = issue(&hosts, DEV_DAYS).unwrap();
+        assert_eq!(
+            serving_problem(&good.cert_pem, &good.key_pem, &hosts, now),
+            None
+        );
+        let other = issue(&["a.example".to_owned()], DEV_DAYS).unwrap();
+        let problem = serving_problem(&other.cert_pem, &other.key_pem, &hosts, now).unwrap();
+        assert!(
+            problem.contains("is for a.example, not localhost"),
+            "{problem}"
+        );
+        let problem = serving_problem(&good.cert_pem, &other.key_pem, &hosts, now).unwrap();
+        assert_eq!(problem, "tls.key is not the key of tls.crt");
+        let soon = issue(&hosts, 3).unwrap();
+        let problem = serving_problem(&soon.cert_pem, &soon.key_pem, &hosts, now).unwrap();
+        assert!(problem.starts_with("tls.crt expires at"), "{problem}");
     }
 
     #[test]

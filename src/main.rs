@@ -251,13 +251,10 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 
 fn serve(args: ServeArgs) -> ExitCode {
     let (listen, probe_listen, cert_dir) = addresses(&args);
-    if args.dev {
-        if let Err(message) = dev_loopback_only(listen, probe_listen) {
-            return fail(message);
-        }
-        if let Err(e) = write_dev_certs(&cert_dir) {
-            return fail(e);
-        }
+    if args.dev
+        && let Err(message) = dev_loopback_only(listen, probe_listen)
+    {
+        return fail(message);
     }
     let controllers = ControllerArgs {
         run: args.runs_controllers(),
@@ -287,6 +284,23 @@ fn serve(args: ServeArgs) -> ExitCode {
         client_ca: args.client_ca,
         service_account: args.service_account,
     };
+    // The ports first: --dev touches its certificates only once it holds
+    // them, so a second start on taken ports leaves the first one's be.
+    let listeners = match server::Listeners::bind(&options) {
+        Ok(listeners) => listeners,
+        Err(e) if args.dev => {
+            return fail(format!(
+                "{e}; the certificates in {} are left as they are",
+                options.cert_dir.display()
+            ));
+        }
+        Err(e) => return fail(e),
+    };
+    if args.dev
+        && let Err(e) = dev_certs(&options.cert_dir)
+    {
+        return fail(e);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -294,7 +308,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("could not start the async runtime: {e}")),
     };
-    runtime.block_on(serve_and_control(options, source, controllers))
+    runtime.block_on(serve_and_control(options, listeners, source, controllers))
 }
 
 /// The webhook's and the probes' addresses and the certificate directory:
@@ -326,16 +340,28 @@ fn dev_loopback_only(listen: SocketAddr, probe_listen: SocketAddr) -> Result<(),
     Ok(())
 }
 
-/// --dev: a CA and a loopback serving certificate in `cert_dir`, and the
-/// caBundle printed for the webhook configuration.
-fn write_dev_certs(cert_dir: &std::path::Path) -> Result<(), certs::CertsError> {
-    let bundle = certs::issue(&certs::loopback_hosts(), 30)?;
-    certs::write(cert_dir, &bundle)?;
+/// --dev: a CA and a loopback serving certificate in `cert_dir`, kept from
+/// an earlier start when they will do, and the caBundle printed for the
+/// webhook configuration.
+fn dev_certs(cert_dir: &std::path::Path) -> Result<(), certs::CertsError> {
+    let (done, ca_pem) = certs::dev_certs(cert_dir, &certs::loopback_hosts())?;
+    let dir = cert_dir.display();
+    match done {
+        certs::DevCerts::Kept(until) => println!(
+            "# dev CA and serving certificate for localhost kept in {dir} (valid until {until})"
+        ),
+        certs::DevCerts::Signed(why) => println!(
+            "# dev CA kept in {dir}, serving certificate for localhost written there ({why})"
+        ),
+        certs::DevCerts::New(why) => {
+            println!("# dev CA and serving certificate for localhost written to {dir} ({why})")
+        }
+    }
+    use base64::Engine;
     println!(
-        "# dev CA and serving certificate for localhost written to {}",
-        cert_dir.display()
+        "caBundle: {}",
+        base64::engine::general_purpose::STANDARD.encode(ca_pem)
     );
-    println!("caBundle: {}", bundle.ca_bundle());
     Ok(())
 }
 
@@ -411,6 +437,7 @@ impl ClusterSource {
 /// holding the Lease) until shutdown; then stop the controllers.
 async fn serve_and_control(
     options: server::ServeOptions,
+    listeners: server::Listeners,
     source: ClusterSource,
     args: ControllerArgs,
 ) -> ExitCode {
@@ -450,7 +477,7 @@ async fn serve_and_control(
         }
         None => None,
     };
-    let served = server::run(options, lookup, caches_ready, metrics).await;
+    let served = server::run(options, listeners, lookup, caches_ready, metrics).await;
     if let Some((leading, stop)) = controllers {
         // Stop the controllers and release the Lease, so the other
         // replica takes over at once.

@@ -810,14 +810,22 @@ impl Serving {
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBERNETES_SERVICE_PORT")
             .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
+        // Standard output and error as one stream of lines.
         let (sender, logs) = std::sync::mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let errors = sender.clone();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
+                let _ = errors.send(line);
+            }
+        });
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
                 let _ = sender.send(line);
             }
         });
@@ -1053,4 +1061,77 @@ async fn serve_logs_denials_and_explains_and_counts_413_and_503() {
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }
+}
+
+/// Issue 25: `serve --dev` keeps the CA and serving certificate in
+/// --cert-dir across restarts, signs a new serving certificate with the
+/// kept CA when it is missing, and touches nothing when its port is taken.
+#[test]
+fn serve_dev_keeps_its_ca_across_restarts_and_a_failed_bind() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let files = || {
+        ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+            .map(|f| std::fs::read(certs.join(f)).unwrap_or_default())
+    };
+    let start = |extra: &[&str]| {
+        let mut args = vec!["--dev", "--cert-dir", certs.to_str().unwrap()];
+        args.extend(extra);
+        Serving::start(&args, tempfile::tempdir().unwrap())
+    };
+    let mut first = start(&[]);
+    let written = first.wait_for("# dev CA", 20);
+    assert!(
+        written.contains("written to") && written.contains("(ca.crt is missing)"),
+        "{written}"
+    );
+    first.wait_for("serving admission webhooks", 20);
+    let made = files();
+    assert!(made.iter().all(|f| !f.is_empty()));
+
+    // Its port is taken: nothing is written, the running one is left be.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().to_string();
+    let output = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--dev", "--cert-dir", certs.to_str().unwrap()])
+        .args(["--listen", &port, "--probe-listen", "127.0.0.1:0"])
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains(&format!("tandem: could not listen on {port}: "))
+            && text(&output.stderr).contains(&format!(
+                "; the certificates in {} are left as they are",
+                certs.display()
+            )),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(
+        !text(&output.stdout).contains("# dev CA"),
+        "{}",
+        text(&output.stdout)
+    );
+    assert_eq!(files(), made, "nothing written on a failed bind");
+    drop(first);
+
+    let mut again = start(&[]);
+    let kept = again.wait_for("# dev CA", 20);
+    assert!(kept.contains("kept in"), "{kept}");
+    again.wait_for("serving admission webhooks", 20);
+    assert_eq!(files(), made, "the same CA and certificate after a restart");
+    drop(again);
+
+    std::fs::remove_file(certs.join("tls.crt")).unwrap();
+    let mut renewed = start(&[]);
+    let signed = renewed.wait_for("# dev CA", 20);
+    assert!(
+        signed.contains("dev CA kept in") && signed.contains("(tls.crt or tls.key is missing)"),
+        "{signed}"
+    );
+    renewed.wait_for("serving admission webhooks", 20);
+    let now = files();
+    assert_eq!(now[0], made[0], "the CA, so the caBundle, is kept");
+    verifies(&certs, "localhost").expect("the new certificate chains to the kept CA");
 }

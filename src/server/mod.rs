@@ -85,6 +85,28 @@ pub enum ServerError {
     },
 }
 
+/// The webhook's and the probes' sockets, bound before anything else is
+/// done (`serve --dev` writes certificates only once it holds its ports).
+pub struct Listeners {
+    webhook: std::net::TcpListener,
+    probes: std::net::TcpListener,
+}
+
+impl Listeners {
+    /// Binds both addresses of `options`.
+    pub fn bind(options: &ServeOptions) -> Result<Listeners, ServerError> {
+        let bind = |addr: SocketAddr| {
+            std::net::TcpListener::bind(addr)
+                .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+                .map_err(|source| ServerError::Listen { addr, source })
+        };
+        Ok(Listeners {
+            webhook: bind(options.listen)?,
+            probes: bind(options.probe_listen)?,
+        })
+    }
+}
+
 /// A running server. Dropping it does not stop it: call [`Server::shutdown`].
 pub struct Server {
     pub webhook_addr: SocketAddr,
@@ -119,6 +141,18 @@ impl Server {
         caches_ready: Arc<AtomicBool>,
         metrics: Arc<Metrics>,
     ) -> Result<Server, ServerError> {
+        let listeners = Listeners::bind(&options)?;
+        Server::start_bound(options, listeners, lookup, caches_ready, metrics).await
+    }
+
+    /// [`Server::start_with`] on sockets already bound.
+    pub async fn start_bound(
+        options: ServeOptions,
+        listeners: Listeners,
+        lookup: Arc<dyn Lookup>,
+        caches_ready: Arc<AtomicBool>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Server, ServerError> {
         let certificates = Arc::new(CertificateResolver::new(tls::load(&options.cert_dir)?));
         let watcher = tls::watch(&options.cert_dir, certificates.clone(), metrics.clone())?;
         let client_cas = options
@@ -144,17 +178,7 @@ impl Server {
             },
             time_limit,
         ));
-        let listener =
-            std::net::TcpListener::bind(options.listen).map_err(|source| ServerError::Listen {
-                addr: options.listen,
-                source,
-            })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|source| ServerError::Listen {
-                addr: options.listen,
-                source,
-            })?;
+        let listener = listeners.webhook;
         let webhook_addr = listener
             .local_addr()
             .map_err(|source| ServerError::Listen {
@@ -184,11 +208,12 @@ impl Server {
         let webhook_task = tokio::spawn(server.serve(app.into_make_service()));
 
         let ready = Arc::new(AtomicBool::new(false));
-        let probe_listener = tokio::net::TcpListener::bind(options.probe_listen)
-            .await
-            .map_err(|source| ServerError::Listen {
-                addr: options.probe_listen,
-                source,
+        let probe_listener =
+            tokio::net::TcpListener::from_std(listeners.probes).map_err(|source| {
+                ServerError::Listen {
+                    addr: options.probe_listen,
+                    source,
+                }
             })?;
         let probe_addr = probe_listener
             .local_addr()
@@ -362,6 +387,7 @@ fn probe_routes(
 /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
 pub async fn run(
     options: ServeOptions,
+    listeners: Listeners,
     lookup: Arc<dyn Lookup>,
     caches_ready: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
@@ -369,7 +395,7 @@ pub async fn run(
     // Listen for signals before anything says it is serving, so an early
     // SIGTERM is a graceful stop and not the default action (death).
     let stop = Termination::listen();
-    let server = Server::start_with(options, lookup, caches_ready, metrics).await?;
+    let server = Server::start_bound(options, listeners, lookup, caches_ready, metrics).await?;
     stop.wait().await;
     tracing::info!("shutting down: finishing in-flight requests");
     server.shutdown();
