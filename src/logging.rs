@@ -66,8 +66,16 @@ impl log::Log for Bridge {
 /// Installs the subscriber (filter from `RUST_LOG`, default `info`) and the
 /// `log` bridge. Called once, first thing, by the binary.
 pub fn init(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The kube client logs an ERROR per failed request: against an
+    // unreachable API server, one per watch per retry. The caches log one
+    // line per attempt instead (reconcile::health). RUST_LOG naming
+    // kube_client keeps them.
+    let named = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube_client"));
+    if !named && let Ok(directive) = "kube_client::client::builder=off".parse() {
+        filter = filter.add_directive(directive);
+    }
     let colour = use_colour(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR"),

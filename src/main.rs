@@ -459,6 +459,7 @@ async fn serve_and_control(
             {
                 Ok(client) => {
                     tracing::info!(%cluster, controllers = args.run, "watching the cluster");
+                    metrics.controllers.cluster.watching(&cluster.to_string());
                     caches_ready.store(false, Ordering::SeqCst);
                     let caches = reconcile::caches::Caches::start(
                         client.clone(),

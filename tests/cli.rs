@@ -1135,3 +1135,51 @@ fn serve_dev_keeps_its_ca_across_restarts_and_a_failed_bind() {
     assert_eq!(now[0], made[0], "the CA, so the caBundle, is kept");
     verifies(&certs, "localhost").expect("the new certificate chains to the kept CA");
 }
+
+/// Issue 25: against an unreachable API server on 127.0.0.1, one log line
+/// per attempt, naming the cluster and the error, with growing waits (it
+/// was 736 lines in 30 s: one per watch per second); `/readyz` says which
+/// cluster, what failed and since when.
+#[tokio::test]
+async fn serve_against_an_unreachable_cluster_logs_one_line_per_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, TWO_CLUSTERS).unwrap();
+    let certs = dir.path().join("certs");
+    let args = [
+        "--dev",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--cert-dir",
+        certs.to_str().unwrap(),
+    ];
+    let mut serving = Serving::start(&args, dir);
+    let line = serving.wait_for("serving admission webhooks", 20);
+    let probes = logged_addr(&line, "probe_addr");
+    let started = Instant::now();
+    serving.wait_for("cannot watch the cluster", 10);
+    let seen = serving.collect(Duration::from_secs(8).saturating_sub(started.elapsed()));
+    let attempts: Vec<&String> = seen
+        .iter()
+        .filter(|l| l.contains("cannot watch the cluster; retrying"))
+        .collect();
+    // Waits of about 1, 2 and 4 s: attempts at about 0, 1, 3 and 7 s.
+    assert!(
+        (3..=5).contains(&attempts.len()),
+        "one line per attempt, not per watch: {seen:#?}"
+    );
+    for line in &attempts {
+        assert!(
+            line.contains("cluster=https://127.0.0.1:1/") && line.contains("error="),
+            "{line}"
+        );
+    }
+    assert!(seen.len() < 20, "{} lines in 8 s: {seen:#?}", seen.len());
+    let (status, body) = common::probe(probes, "/readyz").await.unwrap();
+    assert_eq!(status, 503);
+    assert!(
+        body.starts_with("not ready: cannot watch cluster https://127.0.0.1:1/ since 20")
+            && body.contains("Connect"),
+        "{body}"
+    );
+}

@@ -37,6 +37,8 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+
+use super::health::WatchBackoff;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -819,11 +821,12 @@ where
 {
     let writer = Writer::<K>::new(());
     let store = writer.as_reader();
+    let backoff = WatchBackoff::default();
     let stream = watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(backoff.clone())
         .boxed();
     let state = run_reflector(
-        stream,
+        (stream, backoff),
         writer,
         |object: &mut K| trim_metadata(object.meta_mut()),
         on_change,
@@ -866,8 +869,9 @@ fn reflect_dynamic(
             }
         }
     };
+    let backoff = WatchBackoff::default();
     let stream = watcher(Api::<Cached>::all_with(client.clone(), resource), config)
-        .default_backoff()
+        .backoff(backoff.clone())
         .map(move |event| event.map(|event| cached::event(event, keep)))
         .boxed();
     // Pods are cached in two selections: the gauge tells them apart.
@@ -876,7 +880,7 @@ fn reflect_dynamic(
         None => resource.kind.clone(),
     };
     let state = run_reflector(
-        stream,
+        (stream, backoff),
         writer,
         |_: &mut Cached| {},
         on_change,
@@ -889,9 +893,14 @@ fn reflect_dynamic(
 
 /// Drives a watch into a store: trims each object, keeps the store, and
 /// calls `on_change(old, new)` for every object added (old None), changed
-/// or deleted (new None), re-lists included.
+/// or deleted (new None), re-lists included. A failure is reported to the
+/// cluster's health (one log line per attempt); a list done resets the
+/// watch's backoff.
 fn run_reflector<K>(
-    mut stream: futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    (mut stream, backoff): (
+        futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+        WatchBackoff,
+    ),
     mut writer: Writer<K>,
     trim: impl Fn(&mut K) + Send + 'static,
     on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
@@ -908,10 +917,22 @@ where
     let reader = writer.as_reader();
     tokio::spawn(async move {
         let mut relisted: HashSet<ObjectRef<K>> = HashSet::new();
+        // Since the last failure, nothing but the watcher's Init came.
+        let mut failing = false;
         while let Some(event) = stream.next().await {
             let event = match event {
+                // An object, or a list's end, is the cluster answering: the
+                // next failure waits the first wait again. (Init is not: the
+                // watcher sends it before every list, failing or not.)
+                Ok(event) if failing && !matches!(event, watcher::Event::Init) => {
+                    failing = false;
+                    backoff.listed();
+                    metrics.cluster.listed();
+                    event.modify(&trim)
+                }
                 Ok(event) => event.modify(&trim),
                 Err(error) => {
+                    failing = true;
                     let refused = match &error {
                         watcher::Error::InitialListFailed(kube::Error::Api(status))
                         | watcher::Error::WatchStartFailed(kube::Error::Api(status))
@@ -921,7 +942,8 @@ where
                         }
                         _ => None,
                     };
-                    tracing::warn!(%error, kind, "cache watch failed; retrying");
+                    tracing::debug!(%error, kind, "cache watch failed; retrying");
+                    metrics.cluster.failed(&kind, &error.to_string());
                     if let Some(reason) = refused {
                         state.send_if_modified(|s| {
                             let first = *s == WatchState::Listing;

@@ -17,6 +17,7 @@ pub mod cached;
 pub mod caches;
 pub mod cluster;
 pub mod group_replication;
+pub mod health;
 pub mod inference_service;
 pub mod leader;
 pub mod live;
@@ -326,7 +327,7 @@ impl FailureBackoff {
 
 /// A number in [0, 1) that differs from call to call (std's random hasher
 /// keys), for jitter; nothing here needs more randomness than that.
-fn jitter_unit(key: &str) -> f64 {
+pub(crate) fn jitter_unit(key: &str) -> f64 {
     let hash = RandomState::new().hash_one(key);
     // 53 bits fit a f64's mantissa exactly.
     (hash >> 11) as f64 / (1u64 << 53) as f64

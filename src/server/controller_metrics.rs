@@ -72,6 +72,9 @@ pub struct ControllerMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub cached_objects: Family<CacheLabels, Gauge>,
     pub decisions: Family<DecisionLabels, Counter>,
+    /// Whether the cluster answers the caches' watches (for the log and
+    /// `/readyz`).
+    pub cluster: Arc<crate::reconcile::health::ClusterHealth>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -92,6 +95,7 @@ impl Default for ControllerMetrics {
             requests: Family::default(),
             cached_objects: Family::default(),
             decisions: Family::default(),
+            cluster: Arc::default(),
         }
     }
 }

@@ -340,21 +340,24 @@ fn probe_routes(
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
-            get(move || {
-                let serving = ready.load(Ordering::SeqCst);
-                let synced = caches_ready.load(Ordering::SeqCst);
-                async move {
-                    match (serving, synced) {
-                        (true, true) => (StatusCode::OK, "ready"),
+            get({
+                let metrics = metrics.clone();
+                move || {
+                    let serving = ready.load(Ordering::SeqCst);
+                    let synced = caches_ready.load(Ordering::SeqCst);
+                    let answer = match (serving, synced) {
+                        (true, true) => (StatusCode::OK, "ready".to_owned()),
                         (false, _) => (
                             StatusCode::SERVICE_UNAVAILABLE,
-                            "not ready: starting or shutting down",
+                            "not ready: starting or shutting down".to_owned(),
                         ),
+                        // Which cluster, what failed and since when.
                         (true, false) => (
                             StatusCode::SERVICE_UNAVAILABLE,
-                            "not ready: cluster caches are still loading",
+                            metrics.controllers.cluster.not_ready(),
                         ),
-                    }
+                    };
+                    async move { answer }
                 }
             }),
         )
