@@ -1183,3 +1183,51 @@ async fn serve_against_an_unreachable_cluster_logs_one_line_per_attempt() {
         "{body}"
     );
 }
+
+/// Issue 25: before the caches have listed (here they never do: the API
+/// server is unreachable), a check that needs other objects is skipped with
+/// a warning, never answered "not found" from the empty cache.
+#[tokio::test]
+async fn serve_skips_cross_object_checks_with_a_warning_until_the_caches_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, TWO_CLUSTERS).unwrap();
+    let certs = dir.path().join("certs");
+    let args = [
+        "--dev",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--cert-dir",
+        certs.to_str().unwrap(),
+    ];
+    let mut serving = Serving::start(&args, dir);
+    let line = serving.wait_for("serving admission webhooks", 20);
+    let webhook = logged_addr(&line, "webhook_addr");
+    serving.wait_for("cannot watch the cluster", 10);
+    let ca = std::fs::read_to_string(certs.join("ca.crt")).unwrap();
+    let view = serde_json::json!({
+        "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+        "metadata": {"name": "decode", "namespace": "default"},
+        "spec": {"replicas": 3, "targetRef": {"name": "multi-az", "componentType": "decoder"},
+                 "scalePolicy": [{"group": "decode-a"}, {"group": "decode-b"}]}
+    });
+    let answer = common::post(
+        webhook,
+        common::client_tls(&[&ca]),
+        "/validate/scaleviews",
+        serde_json::to_vec(&common::review("CREATE", &view, None)).unwrap(),
+    )
+    .await
+    .unwrap()
+    .json();
+    let response = &answer["response"];
+    assert_eq!(response["allowed"], true, "{answer}");
+    let warnings = response["warnings"].to_string();
+    assert!(
+        warnings.contains(
+            "spec.targetRef: not checked against the InferenceService: this webhook has no view of the cluster"
+        ),
+        "{warnings}"
+    );
+    assert!(!answer.to_string().contains("not found"), "{answer}");
+}

@@ -24,25 +24,30 @@ fn in_namespace<K: kube::Resource<DynamicType = ()> + Clone>(
         .collect()
 }
 
+/// Before a kind's cache has listed (the API server is slow or unreachable,
+/// or the request comes before readiness), it is empty, not a view of the
+/// cluster: the lookups answer None, so admission skips the check with a
+/// warning, as without a cluster, and never says "not found" from it.
 impl Lookup for Caches {
     fn inference_service(&self, namespace: &str, name: &str) -> Option<Option<InferenceService>> {
-        Some(
+        self.services_listed().then(|| {
             self.services
                 .get(&ObjectRef::new(name).within(namespace))
-                .map(|s| (*s).clone()),
-        )
+                .map(|s| (*s).clone())
+        })
     }
 
     fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>> {
-        Some(in_namespace(&self.views, namespace))
+        self.views_listed()
+            .then(|| in_namespace(&self.views, namespace))
     }
 
     fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
-        Some(
+        self.views_listed().then(|| {
             self.views
                 .get(&ObjectRef::new(name).within(namespace))
-                .map(|v| (*v).clone()),
-        )
+                .map(|v| (*v).clone())
+        })
     }
 
     fn check_follows(
@@ -50,7 +55,8 @@ impl Lookup for Caches {
         namespace: &str,
         candidate: (&str, &ResourceScalingGroupSpec),
     ) -> Option<Findings> {
-        Some(self.follows.check(namespace, candidate))
+        self.groups_listed()
+            .then(|| self.follows.check(namespace, candidate))
     }
 
     fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {

@@ -503,6 +503,30 @@ impl Caches {
         }
     }
 
+    /// Whether the InferenceServices have been listed (admission must not
+    /// read an empty cache as "not found").
+    pub fn services_listed(&self) -> bool {
+        self.typed_listed(0)
+    }
+
+    /// Whether the ScaleViews have been listed.
+    pub fn views_listed(&self) -> bool {
+        self.typed_listed(1)
+    }
+
+    /// Whether the ResourceScalingGroups have been listed.
+    pub fn groups_listed(&self) -> bool {
+        self.typed_listed(2)
+    }
+
+    /// Whether the typed watch `index` (services, views, groups, as
+    /// [`Caches::start`] orders them) has listed.
+    fn typed_listed(&self, index: usize) -> bool {
+        self.typed
+            .get(index)
+            .is_some_and(|state| *state.borrow() == WatchState::Listed)
+    }
+
     /// Every JSON cache, for metrics and tests.
     pub fn watched(&self) -> Vec<Arc<Watched>> {
         let mut all: Vec<Arc<Watched>> = lock(&self.kinds).values().cloned().collect();
