@@ -442,6 +442,8 @@ async fn serve_and_control(
     args: ControllerArgs,
 ) -> ExitCode {
     let mut lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::Blind);
+    // Admission warns about a router its endpoint picker cannot serve.
+    let epp_image = args.epp_image.clone();
     let caches_ready = Arc::new(AtomicBool::new(true));
     // One registry for the webhook's, the controllers' and the client's metrics.
     let metrics = Arc::new(server::metrics::Metrics::default());
@@ -478,6 +480,10 @@ async fn serve_and_control(
         }
         None => None,
     };
+    let lookup: Arc<dyn admission::Lookup> = Arc::new(admission::lookup::WithEppImage {
+        inner: lookup,
+        epp_image,
+    });
     let served = server::run(options, listeners, lookup, caches_ready, metrics).await;
     if let Some((leading, stop)) = controllers {
         // Stop the controllers and release the Lease, so the other

@@ -365,7 +365,10 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     let mut warnings = Vec::new();
     let mut touched = BTreeSet::new();
     // Admission sees the world as it was given, like a webhook sees its caches.
-    let known = admission::lookup::Objects::new(by_key.values());
+    let known = admission::lookup::WithEppImage {
+        inner: Arc::new(admission::lookup::Objects::new(by_key.values())),
+        epp_image: options.plan.router.epp_image.clone(),
+    };
     for (key, object) in by_key.iter_mut() {
         let Some(kind) = Kind::of(&key.api_version, &key.kind) else {
             continue;
@@ -445,7 +448,7 @@ fn admit_one(
     kind: Kind,
     namespace: &str,
     object: &Value,
-    known: &admission::lookup::Objects,
+    known: &dyn admission::Lookup,
 ) -> Result<(Value, Vec<String>), crate::api::Findings> {
     if object["metadata"]["deletionTimestamp"].is_string() {
         admission::mutate(kind, namespace, object, Some(object), known)

@@ -1231,3 +1231,56 @@ async fn serve_skips_cross_object_checks_with_a_warning_until_the_caches_load() 
     );
     assert!(!answer.to_string().contains("not found"), "{answer}");
 }
+
+/// Issue 25: `strategy: pd-disaggregation` with GIE's endpoint picker (the
+/// default image) is warned about, alike by render and by the webhook.
+#[tokio::test]
+async fn pd_disaggregation_with_the_default_endpoint_picker_is_warned_about() {
+    let warning = "spec.roles[2].strategy: pd-disaggregation configures llm-d's prefill/decode plugins, which exist only in llm-d's endpoint picker; Tandem runs registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0, which has none of them: run Tandem with --epp-image ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2 (or a compatible llm-d release)";
+    let example = "examples/inferenceservice/router.yaml";
+    let rendered = tandem(&["render", "-o", "json", "-f", example]);
+    assert!(rendered.status.success(), "{}", text(&rendered.stderr));
+    assert!(
+        text(&rendered.stderr).contains(&format!(
+            "Warning: InferenceService default/qwen-pd-routed: {warning}"
+        )),
+        "{}",
+        text(&rendered.stderr)
+    );
+    let llm_d = tandem(&[
+        "render",
+        "--epp-image",
+        "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2",
+        "-f",
+        example,
+    ]);
+    assert!(
+        !text(&llm_d.stderr).contains("pd-disaggregation"),
+        "{}",
+        text(&llm_d.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let mut serving = Serving::start(&["--dev", "--cert-dir", certs.to_str().unwrap()], dir);
+    let line = serving.wait_for("serving admission webhooks", 20);
+    let webhook = logged_addr(&line, "webhook_addr");
+    let ca = std::fs::read_to_string(certs.join("ca.crt")).unwrap();
+    let mut service = common::yaml_documents(&repo_path(example)).remove(0);
+    service["metadata"]["namespace"] = "default".into();
+    let answer = common::post(
+        webhook,
+        common::client_tls(&[&ca]),
+        "/validate/inferenceservices",
+        serde_json::to_vec(&common::review("CREATE", &service, None)).unwrap(),
+    )
+    .await
+    .unwrap()
+    .json();
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(
+        answer["response"]["warnings"],
+        serde_json::json!([warning]),
+        "{answer}"
+    );
+}

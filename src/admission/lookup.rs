@@ -38,6 +38,44 @@ pub trait Lookup: Send + Sync {
         self.scale_views(namespace)
             .map(|views| views.into_iter().find(|v| v.name_any() == name))
     }
+
+    /// The endpoint-picker image Tandem deploys for a router role
+    /// (`--epp-image`), when known.
+    fn epp_image(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Another lookup, and the endpoint-picker image Tandem deploys: what
+/// `tandem serve` and `tandem render` admit with.
+pub struct WithEppImage {
+    pub inner: std::sync::Arc<dyn Lookup>,
+    pub epp_image: String,
+}
+
+impl Lookup for WithEppImage {
+    fn inference_service(&self, namespace: &str, name: &str) -> Option<Option<InferenceService>> {
+        self.inner.inference_service(namespace, name)
+    }
+    fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>> {
+        self.inner.scale_views(namespace)
+    }
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings> {
+        self.inner.check_follows(namespace, candidate)
+    }
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        self.inner.has_scale(api_version, kind)
+    }
+    fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
+        self.inner.scale_view(namespace, name)
+    }
+    fn epp_image(&self) -> Option<&str> {
+        Some(&self.epp_image)
+    }
 }
 
 /// No view of a cluster: `tandem serve` without a kubeconfig.

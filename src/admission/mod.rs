@@ -221,7 +221,7 @@ pub fn validate_as(
     match kind {
         Kind::InferenceService => with_spec(spec, |s: inference_service::InferenceServiceSpec| {
             let old = old.map(|old| api::parse_at::<InferenceService>(old, "oldObject"));
-            service_findings(namespace, name, s, old, requester)
+            service_findings(namespace, name, s, old, (lookup, requester))
         }),
         Kind::ResourceScalingGroup => with_spec(
             spec,
@@ -274,7 +274,7 @@ fn service_findings(
     name: &str,
     spec: inference_service::InferenceServiceSpec,
     old: Option<Result<InferenceService, Violation>>,
-    requester: Requester<'_>,
+    (lookup, requester): (&dyn Lookup, Requester<'_>),
 ) -> Findings {
     if let Some(refused) = refused_name(name) {
         return refused;
@@ -283,6 +283,12 @@ fn service_findings(
     let mut service = InferenceService::new(name, spec);
     service.metadata.namespace = Some(namespace.to_owned());
     let mut findings = crate::plan::inference_service::service::validate(&service);
+    if let Some(warning) = lookup
+        .epp_image()
+        .and_then(|image| plan::inference_service::router::epp_image_warning(&service.spec, image))
+    {
+        findings.warn(warning);
+    }
     if let Some(old) = old {
         findings.extend(locked_roles(old, &service, requester));
     }

@@ -139,7 +139,7 @@ pub(super) fn answer(
                 username: request.user_info.username.as_deref().unwrap_or_default(),
                 tandem: service_account,
             };
-            let verdict = inference_service(webhook, &namespace, object, old, requester)?;
+            let verdict = inference_service(webhook, &namespace, object, old, (lookup, requester))?;
             Some(finish(types, request, verdict, kind.name()))
         }
         Kind::ResourceScalingGroup => {
@@ -264,7 +264,7 @@ fn inference_service(
     namespace: &str,
     object: Object<InferenceServiceSpec>,
     old: Option<InferenceService>,
-    requester: Requester<'_>,
+    (lookup, requester): (&dyn Lookup, Requester<'_>),
 ) -> Option<Verdict> {
     let name = object.name().to_owned();
     let spec = object.spec?;
@@ -281,7 +281,7 @@ fn inference_service(
             &name,
             spec.value,
             old.map(Ok),
-            requester,
+            (lookup, requester),
         ))),
         Webhook::Mutate => {
             if !spec.seen.is_clean() {

@@ -197,6 +197,32 @@ pub fn check(spec: &InferenceServiceSpec) -> Findings {
     findings
 }
 
+/// GIE's endpoint-picker image, whatever its tag: it has none of llm-d's
+/// plugins.
+const GIE_EPP_REPOSITORY: &str = "registry.k8s.io/gateway-api-inference-extension/epp";
+
+/// Why the router of `spec` will not work with the endpoint picker
+/// `epp_image`: `strategy: pd-disaggregation` (without an
+/// `endpointPickerConfig` of the user's) configures llm-d's prefill/decode
+/// plugins, which GIE's image (the default, [`DEFAULT_EPP_IMAGE`]) does not
+/// have. A warning, said alike by the webhook and by `tandem render`; None
+/// for any other strategy, a config of the user's, or another image.
+pub fn epp_image_warning(spec: &InferenceServiceSpec, epp_image: &str) -> Option<String> {
+    let (index, router) = router_of(spec)?;
+    let generated_pd = router.strategy == Some(RoutingStrategy::PdDisaggregation)
+        && router.endpoint_picker_config.is_none();
+    let gie = epp_image
+        .strip_prefix(GIE_EPP_REPOSITORY)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '@']));
+    (generated_pd && gie).then(|| {
+        format!(
+            "spec.roles[{index}].strategy: pd-disaggregation configures llm-d's prefill/decode plugins, \
+             which exist only in llm-d's endpoint picker; Tandem runs {epp_image}, which has none of them: \
+             run Tandem with --epp-image {LLM_D_EPP_IMAGE} (or a compatible llm-d release)"
+        )
+    })
+}
+
 fn router_of(spec: &InferenceServiceSpec) -> Option<(usize, &Role)> {
     spec.roles.iter().enumerate().find(|(_, r)| r.is_router())
 }
@@ -1073,6 +1099,42 @@ mod tests {
 
     fn objects(value: Value) -> Vec<Value> {
         router_objects(&service(value), &RouterOptions::default()).expect("router objects")
+    }
+
+    #[test]
+    fn pd_disaggregation_is_warned_about_with_gie_s_image_only() {
+        let warned = |router_role: Value, image: &str| {
+            epp_image_warning(&service(pd_service(router_role)).spec, image)
+        };
+        let pd = router(json!({"strategy": "pd-disaggregation"}));
+        let said = warned(pd.clone(), DEFAULT_EPP_IMAGE).expect("warned");
+        assert!(
+            said.starts_with("spec.roles[2].strategy: pd-disaggregation configures llm-d's"),
+            "{said}"
+        );
+        assert!(
+            warned(
+                pd.clone(),
+                "registry.k8s.io/gateway-api-inference-extension/epp:v9"
+            )
+            .is_some()
+        );
+        assert!(
+            warned(
+                pd.clone(),
+                "registry.k8s.io/gateway-api-inference-extension/epp@sha256:ab"
+            )
+            .is_some()
+        );
+        assert_eq!(warned(pd, LLM_D_EPP_IMAGE), None);
+        let own = router(json!({"strategy": "pd-disaggregation", "endpointPickerConfig": "a: b"}));
+        assert_eq!(
+            warned(own, DEFAULT_EPP_IMAGE),
+            None,
+            "the user's config is the user's"
+        );
+        let prefix = router(json!({"strategy": "prefix-cache"}));
+        assert_eq!(warned(prefix, DEFAULT_EPP_IMAGE), None);
     }
 
     fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
