@@ -950,6 +950,7 @@ impl Tandem {
         let args = [
             "serve".to_owned(),
             "--dev".to_owned(),
+            "--controllers".to_owned(),
             format!("--pod-name={name}"),
             "--pod-namespace=tandem-system".to_owned(),
             format!("--listen=127.0.0.1:{webhook}"),
