@@ -33,6 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the admission webhooks over TLS, and health, readiness and metrics over plain HTTP.
+    #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
     /// Say which of LeaderWorkerSet, Volcano, the Inference Extension and
     /// Gateway API are installed, what Tandem will do with what is there, and
@@ -51,6 +52,19 @@ enum Command {
     /// Make a self-signed CA and a serving certificate for the webhook Service.
     Certs(CertsArgs),
 }
+
+/// `serve --help`: the environment, and the log level.
+const SERVE_HELP: &str = "\
+Environment: each flag shown with [env: NAME=] can be set by that variable instead; a
+flag given on the command line wins. The cluster comes from --kubeconfig, else
+KUBECONFIG, else ~/.kube/config, else the in-cluster service account
+(KUBERNETES_SERVICE_HOST); with none of them, Tandem serves admission only and its
+cross-object checks become warnings.
+
+Log level: RUST_LOG, default info. For example RUST_LOG=debug, or RUST_LOG=warn,tandem=debug
+to see only Tandem's own debug lines (one per admission answered). The kube client's
+per-request errors are off unless RUST_LOG names kube_client. Colour only on a terminal
+and without NO_COLOR.";
 
 /// `render --help`: what the flags do not say.
 const RENDER_HELP: &str = "\

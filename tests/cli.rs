@@ -774,6 +774,13 @@ fn log_format_is_for_serve_only_and_render_help_says_how_it_works() {
     }
     let serve = text(&tandem(&["serve", "--help"]).stdout);
     assert!(serve.contains("--log-format"), "{serve}");
+    for promise in [
+        "Environment: each flag shown with [env: NAME=] can be set by that variable",
+        "[env: TANDEM_LOG_FORMAT=]",
+        "Log level: RUST_LOG, default info",
+    ] {
+        assert!(serve.contains(promise), "{promise:?} in {serve}");
+    }
     let render = text(&tandem(&["render", "--help"]).stdout);
     for promise in [
         "-f may be given many times",
@@ -801,6 +808,10 @@ struct Serving {
 
 impl Serving {
     fn start(args: &[&str], dir: tempfile::TempDir) -> Serving {
+        Serving::start_with_env(args, dir, &[])
+    }
+
+    fn start_with_env(args: &[&str], dir: tempfile::TempDir, env: &[(&str, &str)]) -> Serving {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
             .arg("serve")
             .args(args)
@@ -810,6 +821,7 @@ impl Serving {
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env_remove("KUBERNETES_SERVICE_PORT")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -870,6 +882,64 @@ impl Drop for Serving {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Issue 25: what `serve --help` says of the environment holds: a
+/// `TANDEM_*` variable sets its flag, and RUST_LOG the level.
+#[test]
+fn serve_takes_its_flags_from_the_environment_and_its_level_from_rust_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "serve",
+            "--dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--probe-listen",
+            "127.0.0.1:0",
+        ])
+        .env("TANDEM_CERT_DIR", &certs)
+        .env("TANDEM_LOG_FORMAT", "json")
+        .env("RUST_LOG", "warn")
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env("HOME", dir.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The certificate lands in TANDEM_CERT_DIR once the ports are bound.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !certs.join("tls.crt").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no certificate in TANDEM_CERT_DIR"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let logs = text(&output.stderr);
+    // At warn, none of the INFO lines of a start (the --dev notice among them).
+    assert!(!logs.contains("admission only"), "{logs}");
+    assert!(!logs.contains("\"level\":\"INFO\""), "{logs}");
+    // What is logged is JSON, as TANDEM_LOG_FORMAT asks.
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
+        assert!(parsed.is_ok(), "not JSON: {line}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let mut json = Serving::start_with_env(
+        &["--dev", "--cert-dir", &certs.display().to_string()],
+        dir,
+        &[("TANDEM_LOG_FORMAT", "json")],
+    );
+    let line = json.wait_for("admission only", 20);
+    let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(parsed["level"], "INFO", "{line}");
 }
 
 /// Issue 25: `serve --kubeconfig` and `--context` choose the cluster; --dev

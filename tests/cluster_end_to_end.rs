@@ -131,7 +131,7 @@ async fn kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out
     scenario.kubelet(Arc::new(|_| true));
     let objects = examples("examples/scaleview/decode-ondemand-spot.yaml");
     for object in &objects {
-        scenario.create_once_seen(object).await;
+        scenario.create_or_fail(object).await;
     }
     scenario
         .eventually(60, "the view locks its roles", || async {
@@ -603,7 +603,7 @@ async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves
         "examples/resourcescalinggroup/prefill-decode-ratio.yaml",
     ] {
         for object in examples(path) {
-            scenario.create_once_seen(&object).await;
+            scenario.create_or_fail(&object).await;
         }
     }
     scenario

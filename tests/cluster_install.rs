@@ -27,7 +27,7 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
     for object in common::yaml_documents(&common::repo_path(
         "examples/scaleview/decode-ondemand-spot.yaml",
     )) {
-        scenario.create_once_seen(&object).await;
+        scenario.create_or_fail(&object).await;
     }
     scenario
         .eventually(60, "the view holds its finalizer", || async {

@@ -31,7 +31,7 @@ async fn the_documented_uninstall_leaves_nothing_terminating_and_no_replica_dele
     for object in common::yaml_documents(&common::repo_path(
         "examples/scaleview/decode-ondemand-spot.yaml",
     )) {
-        scenario.create_once_seen(&object).await;
+        scenario.create_or_fail(&object).await;
     }
     scenario
         .eventually(60, "the service's replicas and the view's lock", || async {

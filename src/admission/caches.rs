@@ -4,9 +4,15 @@
 //! ([`super::follows::WatchedFollows`]), and API discovery for kinds with a
 //! scale subresource.
 
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::Lookup;
+use super::lookup::{Found, Missing};
 use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
 use crate::api::{Findings, InferenceService, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
@@ -66,4 +72,41 @@ impl Lookup for Caches {
                 .map(|found| found.is_some_and(|d| d.has_scale))
         })
     }
+
+    /// One GET, given at most [`LIVE_READ_TIMEOUT`] so that the answer still
+    /// comes well within the webhook's own request timeout.
+    fn read_live(&self, missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {
+        let client = self.client();
+        let read = match missing.clone() {
+            Missing::InferenceService { namespace, name } => async move {
+                Api::<InferenceService>::namespaced(client, &namespace)
+                    .get_opt(&name)
+                    .await
+                    .map(|found| {
+                        found.map_or(Found::Nothing, |s| Found::InferenceService(Box::new(s)))
+                    })
+            }
+            .boxed(),
+            Missing::ScaleView { namespace, name } => async move {
+                Api::<ScaleView>::namespaced(client, &namespace)
+                    .get_opt(&name)
+                    .await
+                    .map(|found| found.map_or(Found::Nothing, |v| Found::ScaleView(Box::new(v))))
+            }
+            .boxed(),
+        };
+        Some(
+            async move {
+                match tokio::time::timeout(LIVE_READ_TIMEOUT, read).await {
+                    Ok(Ok(found)) => Ok(found),
+                    Ok(Err(error)) => Err(error.to_string()),
+                    Err(_) => Err(format!("no answer within {LIVE_READ_TIMEOUT:?}")),
+                }
+            }
+            .boxed(),
+        )
+    }
 }
+
+/// How long admission waits for the API server to confirm a cache miss.
+pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(1);

@@ -21,6 +21,7 @@ use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status};
 use serde_json::{Value, json};
 
+use super::lookup::{Amended, Found, Noting};
 use super::{Kind, Lookup, Requester, mutate, validate_as, validate_scale};
 use crate::api::Findings;
 use crate::server::metrics::{AdmissionLabels, Metrics};
@@ -66,7 +67,7 @@ pub fn router(state: State) -> Router {
                 |axum::extract::State(s): axum::extract::State<State>,
                  Path(r): Path<String>,
                  body: Result<Bytes, BytesRejection>| async move {
-                    serve(Webhook::Validate, &r, body, &s)
+                    serve(Webhook::Validate, &r, body, &s).await
                 },
             ),
         )
@@ -76,7 +77,7 @@ pub fn router(state: State) -> Router {
                 |axum::extract::State(s): axum::extract::State<State>,
                  Path(r): Path<String>,
                  body: Result<Bytes, BytesRejection>| async move {
-                    serve(Webhook::Mutate, &r, body, &s)
+                    serve(Webhook::Mutate, &r, body, &s).await
                 },
             ),
         )
@@ -114,7 +115,7 @@ impl IntoResponse for Answer {
     }
 }
 
-fn serve(
+async fn serve(
     webhook: Webhook,
     resource: &str,
     body: Result<Bytes, BytesRejection>,
@@ -123,13 +124,7 @@ fn serve(
     let started = Instant::now();
     let mut outcome = match body {
         Ok(body) => {
-            let outcome = answer(
-                webhook,
-                resource,
-                &body,
-                state.lookup.as_ref(),
-                &state.service_account,
-            );
+            let outcome = answer_confirmed(webhook, resource, &body, state).await;
             if outcome.verdict == "denied" {
                 log_denial(webhook, &body, &outcome);
             }
@@ -172,6 +167,51 @@ fn serve(
         .record_admission(labels, started.elapsed().as_secs_f64());
     tracing::debug!(status = %outcome.status, verdict = outcome.verdict, "admission answered");
     outcome.into_response()
+}
+
+/// [`answer`], except that a denial resting on an object the lookup did not
+/// find is confirmed first: the objects it missed are read from the API
+/// server ([`Lookup::read_live`]), and if any exists after all (a watch
+/// cache one event behind a creation), the request is answered again with
+/// them. A miss the API server confirms, or cannot answer, stands.
+pub async fn answer_confirmed(
+    webhook: Webhook,
+    resource: &str,
+    body: &[u8],
+    state: &State,
+) -> Answer {
+    let lookup = state.lookup.as_ref();
+    let noting = Noting::new(lookup);
+    let first = answer(webhook, resource, body, &noting, &state.service_account);
+    let missing = noting.into_missing();
+    if first.verdict != "denied" || missing.is_empty() {
+        return first;
+    }
+    let mut found = Vec::new();
+    for object in &missing {
+        let Some(read) = lookup.read_live(object) else {
+            continue;
+        };
+        match read.await {
+            Ok(Found::Nothing) => {}
+            Ok(object) => found.push(object),
+            Err(error) => {
+                tracing::warn!(?object, %error, "could not confirm a cache miss with the API server; the cache's answer stands")
+            }
+        }
+    }
+    if found.is_empty() {
+        return first;
+    }
+    tracing::debug!(
+        ?missing,
+        "the caches had not seen objects the API server has; answering with them"
+    );
+    let amended = Amended {
+        inner: lookup,
+        found,
+    };
+    answer(webhook, resource, body, &amended, &state.service_account)
 }
 
 /// The metrics label of a request that could not be read: the kind of the
@@ -570,5 +610,169 @@ mod tests {
             "kube-core now writes {}",
             wire["patch"]
         );
+    }
+
+    /// A cache one event behind: it has not seen the service, the API
+    /// server has (or has not, when `exists` is false).
+    struct Lagging {
+        cache: crate::admission::lookup::Objects,
+        service: crate::api::InferenceService,
+        exists: bool,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Lookup for Lagging {
+        fn inference_service(
+            &self,
+            namespace: &str,
+            name: &str,
+        ) -> Option<Option<crate::api::InferenceService>> {
+            self.cache.inference_service(namespace, name)
+        }
+        fn scale_views(&self, namespace: &str) -> Option<Vec<crate::api::ScaleView>> {
+            self.cache.scale_views(namespace)
+        }
+        fn check_follows(
+            &self,
+            namespace: &str,
+            candidate: (
+                &str,
+                &crate::api::resource_scaling_group::ResourceScalingGroupSpec,
+            ),
+        ) -> Option<Findings> {
+            self.cache.check_follows(namespace, candidate)
+        }
+        fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+            self.cache.has_scale(api_version, kind)
+        }
+        fn read_live(
+            &self,
+            missing: &crate::admission::lookup::Missing,
+        ) -> Option<futures::future::BoxFuture<'static, Result<Found, String>>> {
+            use futures::FutureExt;
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(
+                missing,
+                &crate::admission::lookup::Missing::InferenceService {
+                    namespace: "default".into(),
+                    name: "qwen".into()
+                }
+            );
+            let found = if self.exists {
+                Found::InferenceService(Box::new(self.service.clone()))
+            } else {
+                Found::Nothing
+            };
+            Some(async move { Ok(found) }.boxed())
+        }
+    }
+
+    fn view_review(target: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview",
+            "request": {"uid": "u",
+                "kind": {"group": "fusioninfer.io", "version": "v1alpha1", "kind": "ScaleView"},
+                "resource": {"group": "fusioninfer.io", "version": "v1alpha1", "resource": "scaleviews"},
+                "operation": "CREATE", "userInfo": {"username": "alice"},
+                "name": "v", "namespace": "default",
+                "object": {"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+                    "metadata": {"name": "v", "namespace": "default"},
+                    "spec": {"targetRef": {"name": target, "componentType": "decoder"},
+                        "scalePolicy": [{"group": "decode"}]}}}
+        }))
+        .unwrap()
+    }
+
+    fn state_with(exists: bool) -> (State, Arc<Lagging>) {
+        let service: crate::api::InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "qwen", "namespace": "default"},
+            "spec": {"roles": [
+                {"name": "prefill", "componentType": "prefiller", "template": {"spec": {"containers": [{"name": "v", "image": "vllm"}]}}},
+                {"name": "decode", "componentType": "decoder", "template": {"spec": {"containers": [{"name": "v", "image": "vllm"}]}}}]}
+        }))
+        .unwrap();
+        let lagging = Arc::new(Lagging {
+            cache: crate::admission::lookup::Objects::new([]),
+            service,
+            exists,
+            reads: Default::default(),
+        });
+        let state = State {
+            metrics: Arc::new(Metrics::default()),
+            lookup: lagging.clone(),
+            service_account: Arc::from("system:serviceaccount:tandem-system:tandem"),
+            body_limit_bytes: 1 << 20,
+        };
+        (state, lagging)
+    }
+
+    fn allowed(answer: &Answer) -> bool {
+        match &answer.body {
+            Reply::Review(review) => review["response"]["allowed"] == true,
+            Reply::Text(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_target_the_cache_has_not_seen_yet_is_read_live_before_a_denial() {
+        let (state, lagging) = state_with(true);
+        let body = view_review("qwen");
+        // What the cache alone says: not found.
+        let cached = answer(
+            Webhook::Validate,
+            "scaleviews",
+            &body,
+            state.lookup.as_ref(),
+            &state.service_account,
+        );
+        assert_eq!(cached.verdict, "denied");
+        let confirmed = answer_confirmed(Webhook::Validate, "scaleviews", &body, &state).await;
+        assert!(allowed(&confirmed), "{confirmed:?}");
+        assert_eq!(lagging.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_miss_the_api_server_confirms_is_denied() {
+        let (state, lagging) = state_with(false);
+        let body = view_review("qwen");
+        let confirmed = answer_confirmed(Webhook::Validate, "scaleviews", &body, &state).await;
+        assert_eq!(confirmed.verdict, "denied");
+        match &confirmed.body {
+            Reply::Review(review) => assert_eq!(
+                review["response"]["status"]["message"],
+                "spec.targetRef.name: InferenceService \"qwen\" not found in this namespace"
+            ),
+            Reply::Text(text) => panic!("{text}"),
+        }
+        assert_eq!(lagging.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_denial_for_the_view_s_own_spec_stands_once_the_target_is_found() {
+        let (state, lagging) = state_with(true);
+        let mut body: Value = serde_json::from_slice(&view_review("qwen")).unwrap();
+        body["request"]["object"]["spec"]["scalePolicy"][0]["priority"] = json!(11);
+        let body = serde_json::to_vec(&body).unwrap();
+        let confirmed = answer_confirmed(Webhook::Validate, "scaleviews", &body, &state).await;
+        assert_eq!(confirmed.verdict, "denied");
+        match &confirmed.body {
+            Reply::Review(review) => {
+                let message = review["response"]["status"]["message"].as_str().unwrap();
+                assert!(message.contains("priority"), "{message}");
+                assert!(!message.contains("not found"), "{message}");
+            }
+            Reply::Text(text) => panic!("{text}"),
+        }
+        assert_eq!(lagging.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn an_allowed_answer_reads_nothing_live() {
+        let (state, lagging) = state_with(true);
+        let body = view_review("qwen");
+        let mutated = answer_confirmed(Webhook::Mutate, "scaleviews", &body, &state).await;
+        assert_ne!(mutated.verdict, "denied");
+        assert_eq!(lagging.reads.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

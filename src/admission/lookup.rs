@@ -7,7 +7,9 @@
 //! warnings instead of guesses).
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
 
+use futures::future::BoxFuture;
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -44,6 +46,164 @@ pub trait Lookup: Send + Sync {
     fn epp_image(&self) -> Option<&str> {
         None
     }
+
+    /// Reads an object this lookup answered "does not exist" for from the
+    /// API server itself: a watch cache sees an object one event after it was
+    /// created, so a ScaleView applied together with its InferenceService
+    /// can come before the cache has the service. None: nothing to read
+    /// live from (render's world, a test's objects, no cluster).
+    fn read_live(&self, _missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {
+        None
+    }
+}
+
+/// An object a lookup answered "does not exist" for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Missing {
+    InferenceService { namespace: String, name: String },
+    ScaleView { namespace: String, name: String },
+}
+
+/// What a live read of a [`Missing`] object found.
+#[derive(Clone, Debug)]
+pub enum Found {
+    InferenceService(Box<InferenceService>),
+    ScaleView(Box<ScaleView>),
+    /// The API server says it does not exist either.
+    Nothing,
+}
+
+/// One request's lookup, noting each object it answered "does not exist"
+/// for, so that a denial resting on a miss can be confirmed live
+/// ([`Lookup::read_live`]) before it is sent.
+pub struct Noting<'a> {
+    inner: &'a dyn Lookup,
+    missing: Mutex<Vec<Missing>>,
+}
+
+impl<'a> Noting<'a> {
+    pub fn new(inner: &'a dyn Lookup) -> Noting<'a> {
+        Noting {
+            inner,
+            missing: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The objects answered "does not exist", in the order asked.
+    pub fn into_missing(self) -> Vec<Missing> {
+        self.missing
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn note(&self, missing: Missing) {
+        let mut noted = self.missing.lock().unwrap_or_else(PoisonError::into_inner);
+        if !noted.contains(&missing) {
+            noted.push(missing);
+        }
+    }
+}
+
+impl Lookup for Noting<'_> {
+    fn inference_service(&self, namespace: &str, name: &str) -> Option<Option<InferenceService>> {
+        let answer = self.inner.inference_service(namespace, name);
+        if matches!(answer, Some(None)) {
+            self.note(Missing::InferenceService {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        answer
+    }
+    fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>> {
+        self.inner.scale_views(namespace)
+    }
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings> {
+        self.inner.check_follows(namespace, candidate)
+    }
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        self.inner.has_scale(api_version, kind)
+    }
+    fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
+        let answer = self.inner.scale_view(namespace, name);
+        if matches!(answer, Some(None)) {
+            self.note(Missing::ScaleView {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        answer
+    }
+    fn epp_image(&self) -> Option<&str> {
+        self.inner.epp_image()
+    }
+}
+
+/// A lookup and the objects a live read found that it had missed.
+pub struct Amended<'a> {
+    pub inner: &'a dyn Lookup,
+    pub found: Vec<Found>,
+}
+
+impl Lookup for Amended<'_> {
+    fn inference_service(&self, namespace: &str, name: &str) -> Option<Option<InferenceService>> {
+        let found = self.found.iter().find_map(|found| match found {
+            Found::InferenceService(service)
+                if service.namespace().as_deref() == Some(namespace)
+                    && service.name_any() == name =>
+            {
+                Some((**service).clone())
+            }
+            _ => None,
+        });
+        match found {
+            Some(service) => Some(Some(service)),
+            None => self.inner.inference_service(namespace, name),
+        }
+    }
+    fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>> {
+        let mut views = self.inner.scale_views(namespace)?;
+        for found in &self.found {
+            if let Found::ScaleView(view) = found
+                && view.namespace().as_deref() == Some(namespace)
+                && !views.iter().any(|v| v.name_any() == view.name_any())
+            {
+                views.push((**view).clone());
+            }
+        }
+        Some(views)
+    }
+    fn check_follows(
+        &self,
+        namespace: &str,
+        candidate: (&str, &ResourceScalingGroupSpec),
+    ) -> Option<Findings> {
+        self.inner.check_follows(namespace, candidate)
+    }
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        self.inner.has_scale(api_version, kind)
+    }
+    fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
+        let found = self.found.iter().find_map(|found| match found {
+            Found::ScaleView(view)
+                if view.namespace().as_deref() == Some(namespace) && view.name_any() == name =>
+            {
+                Some((**view).clone())
+            }
+            _ => None,
+        });
+        match found {
+            Some(view) => Some(Some(view)),
+            None => self.inner.scale_view(namespace, name),
+        }
+    }
+    fn epp_image(&self) -> Option<&str> {
+        self.inner.epp_image()
+    }
 }
 
 /// Another lookup, and the endpoint-picker image Tandem deploys: what
@@ -75,6 +235,9 @@ impl Lookup for WithEppImage {
     }
     fn epp_image(&self) -> Option<&str> {
         Some(&self.epp_image)
+    }
+    fn read_live(&self, missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {
+        self.inner.read_live(missing)
     }
 }
 

@@ -503,6 +503,12 @@ impl Caches {
         }
     }
 
+    /// The client the caches watch with, for a read the caches cannot
+    /// answer yet (admission confirming a miss).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Whether the InferenceServices have been listed (admission must not
     /// read an empty cache as "not found").
     pub fn services_listed(&self) -> bool {

@@ -156,27 +156,18 @@ impl Scenario {
         .await
     }
 
-    /// [`Scenario::create`] of an object whose webhook looks up another
-    /// object just created (a ScaleView's InferenceService): the webhook
-    /// reads its cache, which sees the other a watch event later, and says
-    /// "not found" until then, to the test as to a user who applies both at
-    /// once; so retry that refusal for up to 10 s, as `kubectl` users would.
-    pub async fn create_once_seen(&self, object: &Value) -> DynamicObject {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.create(object).await {
-                Ok(created) => return created,
-                Err(e)
-                    if e.to_string().contains("not found")
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Err(e) => panic!(
-                    "creating {} {}: {e}",
-                    object["kind"], object["metadata"]["name"]
-                ),
-            }
+    /// [`Scenario::create`], failing the test on a refusal. Objects applied
+    /// together are created one right after the other, with no retry: a
+    /// ScaleView's webhook must admit it even when its cache has not yet seen
+    /// the InferenceService created a moment before (it reads the service
+    /// live before denying "not found").
+    pub async fn create_or_fail(&self, object: &Value) -> DynamicObject {
+        match self.create(object).await {
+            Ok(created) => created,
+            Err(e) => panic!(
+                "creating {} {}: {e}",
+                object["kind"], object["metadata"]["name"]
+            ),
         }
     }
 
