@@ -391,7 +391,7 @@ async fn every_configured_webhook_path_is_served() {
 
 #[test]
 fn rbac_has_no_wildcards() {
-    for doc in manifest("manifests/rbac.yaml") {
+    for doc in manifest("manifests/base/rbac.yaml") {
         for rule in doc["rules"].as_array().into_iter().flatten() {
             for field in [
                 "apiGroups",
@@ -416,7 +416,7 @@ fn rbac_has_no_wildcards() {
 
 #[test]
 fn the_deployment_is_hardened_and_uses_real_flags() {
-    let docs = manifest("manifests/deployment.yaml");
+    let docs = manifest("manifests/base/deployment.yaml");
     let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     assert!(docs.iter().any(|d| d["kind"] == "PodDisruptionBudget"));
     let spec = &deployment["spec"];
@@ -494,7 +494,13 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
 
 #[test]
 fn the_kustomization_lists_files_that_exist() {
-    for dir in ["manifests", "manifests/crds", "webhooks"] {
+    for dir in [
+        "manifests",
+        "manifests/base",
+        "manifests/without-cert-manager",
+        "manifests/crds",
+        "webhooks",
+    ] {
         let kustomization = &manifest(&format!("{dir}/kustomization.yaml"))[0];
         for resource in kustomization["resources"].as_array().unwrap() {
             let path = repo_path(dir).join(resource.as_str().unwrap());

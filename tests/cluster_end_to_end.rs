@@ -2,7 +2,7 @@
 //! (`tests/common/control_plane.rs`: etcd, kube-apiserver,
 //! kube-controller-manager and the LeaderWorkerSet manager, built from
 //! upstream Go modules), with the real `tandem serve` binary under exactly
-//! the RBAC of `manifests/rbac.yaml`. Each scenario has a namespace of its
+//! the RBAC of `manifests/base/rbac.yaml`. Each scenario has a namespace of its
 //! own and checks its end state, then the invariants of
 //! `tests/common/scenario.rs` (no permission refused, no write that changes
 //! nothing, no serving role left without a ready replica, quiet after

@@ -108,3 +108,184 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
         "{refused}"
     );
 }
+
+/// Copies `from` into `to`, recursively.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn kind_and_name(object: &serde_json::Value) -> String {
+    format!(
+        "{} {}",
+        object["kind"].as_str().unwrap_or_default(),
+        object["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// Issue 25: both installs build as `kubectl apply -k` builds them, and the
+/// one without cert-manager needs no hand edit: `tandem certs` writes into
+/// its `certs/`, kustomize mounts that certificate and puts its CA into
+/// every webhook, and the CA's key goes nowhere. The real API server accepts
+/// every object it makes (server-side apply, dry run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_install_without_cert_manager_needs_no_hand_edit() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED the_install_without_cert_manager: {reason}");
+        return;
+    }
+    let plane = ControlPlane::shared();
+    // A user's checkout: manifests/ and the webhooks/ it includes.
+    let checkout = tempfile::tempdir().unwrap();
+    copy_tree(
+        &common::repo_path("manifests"),
+        &checkout.path().join("manifests"),
+    );
+    copy_tree(
+        &common::repo_path("webhooks"),
+        &checkout.path().join("webhooks"),
+    );
+
+    // With cert-manager (the default): its Issuers and Certificates, and
+    // cainjector's annotation instead of a caBundle.
+    let with = plane
+        .kustomize(&checkout.path().join("manifests"))
+        .expect("manifests/ builds");
+    let names: Vec<String> = with.iter().map(kind_and_name).collect();
+    for expected in [
+        "Issuer tandem-selfsigned",
+        "Certificate tandem-ca",
+        "Issuer tandem-ca",
+        "Certificate tandem-webhook",
+        "Deployment tandem",
+        "ValidatingWebhookConfiguration tandem-validating",
+        "MutatingWebhookConfiguration tandem-mutating",
+    ] {
+        assert!(
+            names.contains(&expected.to_owned()),
+            "{expected} in {names:?}"
+        );
+    }
+    for configuration in with.iter().filter(|o| {
+        o["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("admissionregistration.k8s.io/"))
+    }) {
+        assert_eq!(
+            configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "tandem-system/tandem-ca"
+        );
+    }
+
+    // Without: `tandem certs` into certs/, then build. Nothing else is edited.
+    let overlay = checkout.path().join("manifests/without-cert-manager");
+    let certs = overlay.join("certs");
+    let written = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["certs", "--out-dir"])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let without = plane
+        .kustomize(&overlay)
+        .expect("manifests/without-cert-manager/ builds");
+    let ca = std::fs::read(certs.join("ca.crt")).unwrap();
+    let ca_key = std::fs::read_to_string(certs.join("ca.key")).unwrap();
+    let b64 =
+        |bytes: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+    let unwrapped = |value: &serde_json::Value| -> String {
+        value
+            .as_str()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect()
+    };
+    let mut webhooks = 0;
+    for object in &without {
+        let text = object.to_string();
+        assert!(
+            !object["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("cert-manager.io/"),
+            "{}",
+            kind_and_name(object)
+        );
+        assert!(
+            !text.contains("inject-ca-from"),
+            "{}",
+            kind_and_name(object)
+        );
+        assert!(
+            !text.contains(&b64(ca_key.as_bytes())) && !text.contains(ca_key.trim()),
+            "the CA's key is in {}",
+            kind_and_name(object)
+        );
+        if let Some(list) = object["webhooks"].as_array() {
+            for webhook in list {
+                assert_eq!(
+                    unwrapped(&webhook["clientConfig"]["caBundle"]),
+                    b64(&ca),
+                    "{} {}",
+                    kind_and_name(object),
+                    webhook["name"]
+                );
+                webhooks += 1;
+            }
+        }
+    }
+    assert_eq!(webhooks, 6, "three validating and three mutating");
+    let secret = without
+        .iter()
+        .find(|o| kind_and_name(o) == "Secret tandem-webhook-tls")
+        .expect("the Secret the Deployment mounts");
+    assert_eq!(secret["metadata"]["namespace"], "tandem-system");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let data = secret["data"].as_object().unwrap();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["tls.crt", "tls.key"],
+        "only the serving pair"
+    );
+    for key in ["tls.crt", "tls.key"] {
+        assert_eq!(
+            unwrapped(&data[key]),
+            b64(&std::fs::read(certs.join(key)).unwrap()),
+            "{key}"
+        );
+    }
+    // The same objects but cert-manager's, and the Secret.
+    let mut expected: Vec<String> = names
+        .iter()
+        .filter(|n| !n.starts_with("Issuer ") && !n.starts_with("Certificate "))
+        .cloned()
+        .chain(["Secret tandem-webhook-tls".to_owned()])
+        .collect();
+    let mut made: Vec<String> = without.iter().map(kind_and_name).collect();
+    expected.sort();
+    made.sort();
+    assert_eq!(made, expected);
+
+    // The real API server takes every one of them.
+    let admin = plane.admin().await.expect("an admin client");
+    for object in &without {
+        let api = control_plane::api_for(&admin, object).await;
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let params = PatchParams::apply("tandem-install-test").force().dry_run();
+        api.patch(name, &params, &Patch::Apply(object))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+    }
+}

@@ -3,7 +3,7 @@
 //! replica holds starts nothing, two replicas never lead at once, a leader
 //! that loses the Lease or the API server stops its controllers, and the
 //! Lease is released on shutdown, only after the controllers' reconciles in
-//! flight have finished: the old leader never writes once the new one starts. The Role in manifests/rbac.yaml grants
+//! flight have finished: the old leader never writes once the new one starts. The Role in manifests/base/rbac.yaml grants
 //! exactly the requests the election makes.
 
 mod common;
@@ -486,11 +486,11 @@ async fn the_role_grants_every_request_the_election_makes() {
         ]
     );
 
-    let text = std::fs::read_to_string(common::repo_path("manifests/rbac.yaml")).unwrap();
+    let text = std::fs::read_to_string(common::repo_path("manifests/base/rbac.yaml")).unwrap();
     let role = serde_norway::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "tandem-leader-election")
-        .expect("manifests/rbac.yaml has the Role tandem-leader-election");
+        .expect("manifests/base/rbac.yaml has the Role tandem-leader-election");
     assert_eq!(role["metadata"]["namespace"], "tandem-system");
     let rules = role["rules"].as_array().unwrap();
     for (verb, name) in &needed {

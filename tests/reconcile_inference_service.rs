@@ -419,7 +419,7 @@ fn permission(method: &str, path: &str) -> Option<(String, String, String)> {
 #[tokio::test]
 async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     use serde::Deserialize;
-    let text = std::fs::read_to_string(repo_path("manifests/rbac.yaml")).unwrap();
+    let text = std::fs::read_to_string(repo_path("manifests/base/rbac.yaml")).unwrap();
     let role = serde_norway::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .find(|d| d["kind"] == "ClusterRole")
@@ -595,7 +595,7 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
     let missing: Vec<_> = needed.iter().filter(|p| !granted(p)).collect();
     assert!(
         missing.is_empty(),
-        "manifests/rbac.yaml does not grant {missing:?}"
+        "manifests/base/rbac.yaml does not grant {missing:?}"
     );
 }
 
@@ -655,7 +655,7 @@ async fn scale_every_adapted_kind(fake: &FakeApi, ctx: &Arc<Context>) {
 #[test]
 fn tandem_holds_every_rule_it_grants_an_endpoint_picker() {
     use serde::Deserialize;
-    let text = std::fs::read_to_string(repo_path("manifests/rbac.yaml")).unwrap();
+    let text = std::fs::read_to_string(repo_path("manifests/base/rbac.yaml")).unwrap();
     let cluster_role = serde_norway::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .find(|d| d["kind"] == "ClusterRole")

@@ -99,7 +99,7 @@ pub struct Requester<'a> {
     pub tandem: &'a str,
 }
 
-/// Tandem's service account as `manifests/rbac.yaml` installs it.
+/// Tandem's service account as `manifests/base/rbac.yaml` installs it.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "system:serviceaccount:tandem-system:tandem";
 
 impl Requester<'_> {

@@ -8,7 +8,7 @@
 //!
 //! One control plane per test binary ([`ControlPlane::shared`]), with
 //! Tandem installed as a user would: its CRDs and the upstream ones from
-//! `../shared/crds`, the RBAC of `manifests/rbac.yaml` bound to Tandem's
+//! `../shared/crds`, the RBAC of `manifests/base/rbac.yaml` bound to Tandem's
 //! identity, its webhook configurations from `webhooks/` pointed at the
 //! test's `tandem serve` by URL. Each scenario works in a namespace of its
 //! own. There is no kubelet and no scheduler: pods stay unscheduled, and
@@ -262,6 +262,8 @@ pub struct ControlPlane {
     processes: Mutex<Vec<Supervised>>,
     /// Where `tandem serve --dev` of this binary keeps its files.
     pub tandem_dir: PathBuf,
+    /// The built binaries (`tests/cluster/build.sh`).
+    bin: PathBuf,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -332,6 +334,7 @@ impl ControlPlane {
         processes.push(apiserver);
         let server = format!("https://127.0.0.1:{api_port}");
         let plane = ControlPlane {
+            bin: bin.clone(),
             tandem_dir: dir.join("tandem"),
             dir: dir.clone(),
             server,
@@ -434,6 +437,24 @@ impl ControlPlane {
     }
 
     /// A cluster-admin client, bound to the calling test's runtime.
+    /// The objects `kubectl apply -k DIR` would send: DIR built by
+    /// kustomize's krusty, as kubectl embeds it (`tests/cluster/kustomize`).
+    pub fn kustomize(&self, dir: &Path) -> Result<Vec<Value>, String> {
+        let output = Command::new(self.bin.join("kustomize"))
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("running kustomize: {e}"))?;
+        if !output.status.success() {
+            return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+        }
+        use serde::Deserialize;
+        let text = String::from_utf8_lossy(&output.stdout);
+        Ok(serde_norway::Deserializer::from_str(&text)
+            .map(|document| Value::deserialize(document).expect("kustomize prints YAML"))
+            .filter(|object| !object.is_null())
+            .collect())
+    }
+
     pub async fn admin(&self) -> Result<kube::Client, kube::Error> {
         self.client_for(&self.admin).await
     }
@@ -480,10 +501,10 @@ impl ControlPlane {
             )
             .await;
         }
-        for object in super::yaml_documents(&super::repo_path("manifests/namespace.yaml"))
+        for object in super::yaml_documents(&super::repo_path("manifests/base/namespace.yaml"))
             .into_iter()
             .chain(super::yaml_documents(&super::repo_path(
-                "manifests/rbac.yaml",
+                "manifests/base/rbac.yaml",
             )))
         {
             apply(&client, &object).await;

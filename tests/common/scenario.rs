@@ -3,7 +3,7 @@
 //! serve`, a stand-in for the kubelet that marks pods ready, and the
 //! invariants every scenario checks:
 //! - no request of Tandem's is refused for want of a permission (it runs
-//!   under exactly `manifests/rbac.yaml`);
+//!   under exactly `manifests/base/rbac.yaml`);
 //! - no write of Tandem's repeats what is stored (a write whose answer
 //!   carries a resourceVersion the object already had changed nothing);
 //! - no serving role that had a ready replica is ever left without one
