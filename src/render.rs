@@ -348,6 +348,9 @@ impl Default for Options {
     }
 }
 
+/// The warning of a world without an object of Tandem's: nothing acts on it.
+pub const NOTHING_TO_DO: &str = "the input holds no InferenceService, ScaleView or ResourceScalingGroup, so Tandem has nothing to do with it: render it together with the files that hold them (-f may be repeated)";
+
 /// Admits every Tandem object of the world as the webhook would (all denials
 /// of all objects are reported together), then runs the reconcilers over the
 /// world, pass after pass, until nothing changes.
@@ -400,6 +403,12 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     }
     if !denials.is_empty() {
         return Err(RenderError::Denied(denials));
+    }
+    if !by_key
+        .keys()
+        .any(|key| Kind::of(&key.api_version, &key.kind).is_some())
+    {
+        warnings.push(NOTHING_TO_DO.to_owned());
     }
 
     let admitted = by_key.clone();

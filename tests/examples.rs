@@ -1,0 +1,169 @@
+//! Every example says, in its header, what `tandem render` makes of it: a line
+//! `# Rendered by `tandem render ARGS`` and below it one line per change
+//! (`#   created Kind name`, `changed`, `deleted`), per admission warning
+//! (`#   warning: ...`), or `#   nothing`. This test runs exactly that command
+//! on the built binary and holds its `-o json` output to the list, in order,
+//! so an example's documented outcome cannot drift from what Tandem does.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+const MARK: &str = "# Rendered by `tandem render ";
+
+/// The examples, every `.yaml` under `examples/`, sorted.
+fn examples() -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for folder in std::fs::read_dir(common::repo_path("examples")).unwrap() {
+        let folder = folder.unwrap().path();
+        for file in std::fs::read_dir(&folder).unwrap() {
+            let file = file.unwrap().path();
+            if file.extension().is_some_and(|e| e == "yaml") {
+                found.push(file);
+            }
+        }
+    }
+    found.sort();
+    assert!(found.len() >= 20, "{found:?}");
+    found
+}
+
+/// The command's arguments and the documented lines of an example's header.
+fn documented(path: &Path) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(MARK));
+    let command = lines.next().unwrap_or_else(|| {
+        panic!(
+            "{} has no line starting {MARK:?}: say what render makes of it",
+            path.display()
+        )
+    });
+    let args = command[MARK.len()..]
+        .split('`')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let outcome = lines
+        .map_while(|l| l.strip_prefix("#   "))
+        .map(str::to_owned)
+        .collect();
+    (args, outcome)
+}
+
+fn render(args: &[String]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .arg("render")
+        .args(args)
+        .args(["-o", "json"])
+        .current_dir(common::repo_path("."))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "tandem render {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn every_example_renders_as_its_header_says() {
+    let mut failures = Vec::new();
+    for path in examples() {
+        let (args, expected) = documented(&path);
+        let rendered = render(&args);
+        let mut actual: Vec<String> = rendered["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}",
+                    c["action"].as_str().unwrap(),
+                    c["kind"].as_str().unwrap(),
+                    c["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        if actual.is_empty() {
+            actual.push("nothing".to_owned());
+        }
+        actual.extend(
+            rendered["warnings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| format!("warning: {}", w.as_str().unwrap())),
+        );
+        if actual != expected {
+            failures.push(format!(
+                "{}: `tandem render {}`\n  documented: {expected:#?}\n  rendered:   {actual:#?}",
+                path.display(),
+                args.join(" ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// docs/inferenceservice.md: the binpack example's drained replicas are
+/// deleted by a render after their deadline, with the drained pods in the
+/// world, and the Event names the costs it beat.
+#[test]
+fn the_binpack_example_deletes_what_it_drained_once_the_drain_is_over() {
+    let path = common::repo_path("examples/render/binpack-scale-down.yaml");
+    let world = common::yaml_documents(&path);
+    let first = render(&[
+        "-f".to_owned(),
+        path.display().to_string(),
+        "--now".to_owned(),
+        "2026-11-21T10:00:00Z".to_owned(),
+    ]);
+    let applied: Vec<&Value> = first["apply"].as_array().unwrap().iter().collect();
+    let next: Vec<Value> = world
+        .iter()
+        .map(|object| {
+            applied
+                .iter()
+                .find(|a| {
+                    a["kind"] == object["kind"]
+                        && a["metadata"]["name"] == object["metadata"]["name"]
+                })
+                .map_or_else(|| object.clone(), |a| (*a).clone())
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let after = dir.path().join("after.json");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": next});
+    std::fs::write(&after, serde_json::to_vec(&list).unwrap()).unwrap();
+    let second = render(&[
+        "-f".to_owned(),
+        after.display().to_string(),
+        "--now".to_owned(),
+        "2026-11-21T10:00:31Z".to_owned(),
+    ]);
+    let deleted: Vec<(&str, &str)> = second["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["action"] == "deleted")
+        .map(|c| (c["name"].as_str().unwrap(), c["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        deleted.iter().map(|(name, _)| *name).collect::<Vec<_>>(),
+        ["qwen-binpack-decode-1", "qwen-binpack-decode-2"]
+    );
+    assert!(
+        deleted[1]
+            .1
+            .contains("Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"),
+        "{}",
+        deleted[1].1
+    );
+}
