@@ -99,7 +99,7 @@ impl Found {
 /// What a cluster (or a folder, or render's world) has installed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Installed {
-    /// Nothing is known: the versions the README lists are assumed, and
+    /// Nothing is known: the versions docs/getting-started.md lists are assumed, and
     /// every dependency with every field is taken as there.
     Assumed,
     /// Read from CRDs, by (group, kind); a dependency not among them is not
