@@ -469,7 +469,7 @@ async fn serve_and_control(
         Some(config) => {
             let cluster = config.cluster_url.clone();
             // Every request of the process (caches, controllers, Lease) is counted.
-            let counting = server::api_requests::CountRequests::new(metrics.controllers.clone());
+            let counting = reconcile::api_requests::CountRequests::new(metrics.controllers.clone());
             match kube::client::ClientBuilder::try_from(config)
                 .map(|b| b.with_layer(&counting).build())
             {

@@ -15,7 +15,7 @@ use common::running::{Running, eventually};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tandem::api::InferenceService;
-use tandem::server::api_requests::RequestKind;
+use tandem::reconcile::api_requests::RequestKind;
 
 const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 const SERVICE: &str = "qwen-inference";

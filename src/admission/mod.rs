@@ -5,6 +5,7 @@
 //! that is not an AdmissionReview) are the handlers' business; everything about
 //! the object itself is decided here.
 
+pub mod answer;
 pub mod caches;
 pub mod discovery;
 pub mod follows;

@@ -31,7 +31,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
-use super::http::{Answer, REVIEW_API_VERSION, Reply, Verdict, Webhook, reply, verdict_of};
+use super::answer::{Answer, REVIEW_API_VERSION, Reply, Verdict, Webhook, reply, verdict_of};
 use super::strict::{self, MapOnly, Tracked};
 use super::{Kind, Lookup, Requester, patch};
 use crate::api::InferenceService;

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use axum::http::{Method, Request};
 use tower::{Layer, Service};
 
-use super::controller_metrics::ControllerMetrics;
+use super::metrics::ControllerMetrics;
 
 /// What one request is: its verb (`get`, `list`, `watch`, `create`, `update`,
 /// `patch`, `delete`, `deletecollection`, or the method in lower case for
@@ -161,8 +161,8 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let uri = request.uri();
-        self.metrics
-            .requested(&RequestKind::of(request.method(), uri.path(), uri.query()));
+        let kind = RequestKind::of(request.method(), uri.path(), uri.query());
+        self.metrics.requested(&kind.verb, &kind.kind);
         self.inner.call(request)
     }
 }

@@ -46,6 +46,7 @@ use tokio::sync::watch;
 
 use super::cached::{self, Cached};
 use super::cluster::{Unserved, resource};
+use super::metrics::ControllerMetrics;
 use crate::admission::discovery::ScaleDiscovery;
 use crate::admission::follows::WatchedFollows;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
@@ -53,7 +54,6 @@ use crate::plan::inference_service::service::CHILD_KINDS;
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::NAME_LABEL;
 use crate::plan::shared::children::{MANAGED_BY, MANAGER, SERVICE};
-use crate::server::controller_metrics::ControllerMetrics;
 
 /// The annotation that marks a cached object kept only in part (metadata and
 /// replica counts); set in the cache only, never written.

@@ -1,5 +1,5 @@
 //! The controllers' metrics, served on `/metrics` beside the admission ones
-//! (one registry, [`super::metrics::Metrics`]): what Tandem did and what it
+//! (one registry, [`crate::server::metrics::Metrics`]): what Tandem did and what it
 //! cost the API server.
 //!
 //! - `tandem_controller_reconciles_total{controller,result}`: reconciles
@@ -30,9 +30,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::api_requests::RequestKind;
+use super::{Context, Error};
 use crate::plan::shared::decision::Decision;
-use crate::reconcile::{Context, Error};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -74,7 +73,7 @@ pub struct ControllerMetrics {
     pub decisions: Family<DecisionLabels, Counter>,
     /// Whether the cluster answers the caches' watches (for the log and
     /// `/readyz`).
-    pub cluster: Arc<crate::reconcile::health::ClusterHealth>,
+    pub cluster: Arc<super::health::ClusterHealth>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -190,11 +189,11 @@ impl ControllerMetrics {
     }
 
     /// One request was sent.
-    pub fn requested(&self, request: &RequestKind) {
+    pub fn requested(&self, verb: &str, kind: &str) {
         self.requests
             .get_or_create(&RequestLabels {
-                verb: request.verb.clone(),
-                kind: request.kind.clone(),
+                verb: verb.to_owned(),
+                kind: kind.to_owned(),
             })
             .inc();
     }
@@ -326,11 +325,7 @@ mod tests {
             Duration::from_millis(7),
             &Err::<(), _>(api_error(409)),
         );
-        metrics.requested(&RequestKind::of(
-            &axum::http::Method::PATCH,
-            "/apis/apps/v1/namespaces/d/deployments/x",
-            None,
-        ));
+        metrics.requested("patch", "deployments.apps");
         metrics.cached("Pod", 12);
         metrics.cached("Pod", 10);
         metrics.decided(

@@ -13,6 +13,7 @@
 //! jittered wait ([`FailureBackoff`]); controllers run only on the replica
 //! that holds the leader Lease ([`leader`]).
 
+pub mod api_requests;
 pub mod cached;
 pub mod caches;
 pub mod cluster;
@@ -22,6 +23,7 @@ pub mod inference_service;
 pub mod leader;
 pub mod live;
 pub mod memory;
+pub mod metrics;
 pub mod resource_scaling_group;
 pub mod scale_view;
 
@@ -45,7 +47,7 @@ use self::caches::{Caches, Queue};
 use self::cluster::{Cluster, Series};
 use crate::plan::inference_service::service::{Apply, Delete, Options};
 use crate::plan::shared::decision;
-use crate::server::controller_metrics::{ControllerMetrics, controller_of, measured};
+use metrics::{ControllerMetrics, controller_of, measured};
 
 /// The field manager of every server-side apply Tandem makes.
 pub const FIELD_MANAGER: &str = "tandem";

@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::controller_metrics::ControllerMetrics;
+use crate::reconcile::metrics::ControllerMetrics;
 
 /// One admission request, as counted: which kind, which operation, what verdict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,8 +1,6 @@
 //! `tandem serve`: the admission webhook over TLS, and health, readiness and
 //! metrics on a separate plain-HTTP port for the kubelet and Prometheus.
 
-pub mod api_requests;
-pub mod controller_metrics;
 pub mod first_byte;
 pub mod metrics;
 pub mod tls;
