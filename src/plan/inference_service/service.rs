@@ -354,6 +354,9 @@ struct RoleRun<'a> {
     /// The revision the run's replicas of this role are labelled with.
     label: String,
     drain_seconds: i64,
+    /// The role's pod templates, made on first use and shared by all its
+    /// replicas.
+    templates: std::cell::OnceCell<Result<topology::RoleTemplates, String>>,
 }
 
 impl<'a> RoleRun<'a> {
@@ -404,7 +407,25 @@ impl<'a> RoleRun<'a> {
             policy: current.scale_down_policy(),
             label,
             drain_seconds,
+            templates: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The LeaderWorkerSet of replica `index`, at the run's revision label.
+    fn leader_worker_set(&self, index: u32, label: &str) -> Result<Value, String> {
+        let templates = self
+            .templates
+            .get_or_init(|| topology::RoleTemplates::new(self.role))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        Ok(templates.leader_worker_set(
+            self.service,
+            self.role,
+            index,
+            label,
+            &self.run.naming,
+            &self.placement(index),
+        ))
     }
 
     fn of_role(&self, object: &Value) -> bool {
@@ -540,14 +561,7 @@ impl<'a> RoleRun<'a> {
                         return Ok(());
                     }
                 }
-                let mut object = topology::leader_worker_set(
-                    self.service,
-                    role,
-                    index,
-                    &self.label,
-                    &self.run.naming,
-                    &self.placement(index),
-                )?;
+                let mut object = self.leader_worker_set(index, &self.label)?;
                 if let Some(at) = updated_at {
                     object["metadata"]["annotations"] =
                         serde_json::json!({pacing::UPDATED_AT: at.to_string()});
@@ -636,14 +650,7 @@ impl<'a> RoleRun<'a> {
         } else {
             String::new()
         };
-        let mut object = topology::leader_worker_set(
-            self.service,
-            role,
-            index,
-            label,
-            &run.naming,
-            &self.placement(index),
-        )?;
+        let mut object = self.leader_worker_set(index, label)?;
         // The time a past rollout moved this replica stays as it is.
         if let Some(at) = self
             .at_index(index)

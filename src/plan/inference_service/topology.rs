@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, PodTemplateSpec, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 
 use super::drain;
 use crate::api::inference_service::{InferenceService, Role};
@@ -34,8 +34,118 @@ pub struct Placement {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// The pod templates of one role's replicas, made once for all of them: the
+/// user's template read, the grace period set, the leader's and workers'
+/// templates built (as JSON). Each replica only adds its labels and
+/// placement ([`RoleTemplates::leader_worker_set`]), so a role of many
+/// replicas costs one template build, not one per replica.
+#[derive(Clone, Debug)]
+pub struct RoleTemplates {
+    /// Multi-node roles: the Ray head's template.
+    leader: Option<Value>,
+    /// Multi-node roles: the Ray workers'; single-node roles: the user's.
+    worker: Value,
+}
+
+impl RoleTemplates {
+    pub fn new(role: &Role) -> Result<RoleTemplates, String> {
+        let template: PodTemplateSpec = match &role.template {
+            Some(t) => serde_json::from_value(t.clone()).map_err(|e| {
+                format!("role {}: template is not a PodTemplateSpec: {e}", role.name)
+            })?,
+            None => {
+                return Err(format!(
+                    "role {}: a serving role needs a template",
+                    role.name
+                ));
+            }
+        };
+        let grace = drain::grace_seconds(
+            template
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.termination_grace_period_seconds.is_some()),
+            role.drain_seconds(),
+        );
+        let written = |mut t: PodTemplateSpec| -> Result<Value, String> {
+            if let (Some(grace), Some(spec)) = (grace, t.spec.as_mut()) {
+                spec.termination_grace_period_seconds = Some(grace);
+            }
+            serde_json::to_value(t).map_err(|e| format!("could not write the pod template: {e}"))
+        };
+        if role.node_count() > 1 {
+            Ok(RoleTemplates {
+                leader: Some(written(leader_template(&template, &role.name)?)?),
+                worker: written(worker_template(&template, &role.name)?)?,
+            })
+        } else {
+            Ok(RoleTemplates {
+                leader: None,
+                worker: written(template)?,
+            })
+        }
+    }
+
+    /// The LeaderWorkerSet of replica `index` of `role` in `revision`, named
+    /// by `naming`.
+    pub fn leader_worker_set(
+        &self,
+        service: &InferenceService,
+        role: &Role,
+        index: u32,
+        revision: &str,
+        naming: &children::Naming,
+        placement: &Placement,
+    ) -> Value {
+        let name = children::service_name(service);
+        let mut labels = children::role_labels(name, role);
+        labels.insert(children::REPLICA_INDEX.to_owned(), index.to_string());
+        labels.insert(children::REVISION.to_owned(), revision.to_owned());
+        // Pods start in traffic; a drain relabels them (plan::inference_service::drain).
+        let mut pod_labels = labels.clone();
+        pod_labels.insert(drain::TRAFFIC.to_owned(), drain::SERVING.to_owned());
+
+        // Built by moving the parts in: `json!` would copy each interpolated
+        // Value through the serializer, which was most of a replica's cost.
+        let mut group = Map::new();
+        group.insert("size".to_owned(), Value::from(role.node_count()));
+        // Set explicitly (it is LWS's default): a multi-node replica whose pod
+        // restarts is recreated as a unit, never left half-broken.
+        group.insert("restartPolicy".to_owned(), Value::from(RESTART_POLICY));
+        if let Some(leader) = &self.leader {
+            group.insert(
+                "leaderTemplate".to_owned(),
+                dress(leader.clone(), &pod_labels, placement),
+            );
+        }
+        group.insert(
+            "workerTemplate".to_owned(),
+            dress(self.worker.clone(), &pod_labels, placement),
+        );
+        let mut spec = Map::new();
+        spec.insert("replicas".to_owned(), Value::from(1));
+        spec.insert("leaderWorkerTemplate".to_owned(), Value::Object(group));
+        let mut object = Map::new();
+        object.insert(
+            "apiVersion".to_owned(),
+            Value::from("leaderworkerset.x-k8s.io/v1"),
+        );
+        object.insert("kind".to_owned(), Value::from("LeaderWorkerSet"));
+        object.insert(
+            "metadata".to_owned(),
+            children::metadata(
+                service,
+                &naming.replica_name(name, &role.name, index),
+                &labels,
+            ),
+        );
+        object.insert("spec".to_owned(), Value::Object(spec));
+        Value::Object(object)
+    }
+}
+
 /// The LeaderWorkerSet of replica `index` of `role` in `revision`, named by
-/// `naming`.
+/// `naming`: [`RoleTemplates`] for one replica.
 pub fn leader_worker_set(
     service: &InferenceService,
     role: &Role,
@@ -44,77 +154,44 @@ pub fn leader_worker_set(
     naming: &children::Naming,
     placement: &Placement,
 ) -> Result<Value, String> {
-    let name = children::service_name(service);
-    let template: PodTemplateSpec = match &role.template {
-        Some(t) => serde_json::from_value(t.clone())
-            .map_err(|e| format!("role {}: template is not a PodTemplateSpec: {e}", role.name))?,
-        None => {
-            return Err(format!(
-                "role {}: a serving role needs a template",
-                role.name
-            ));
-        }
-    };
-    let mut labels = children::role_labels(name, role);
-    labels.insert(children::REPLICA_INDEX.to_owned(), index.to_string());
-    labels.insert(children::REVISION.to_owned(), revision.to_owned());
-    // Pods start in traffic; a drain relabels them (plan::inference_service::drain).
-    let mut pod_labels = labels.clone();
-    pod_labels.insert(drain::TRAFFIC.to_owned(), drain::SERVING.to_owned());
-    let grace = drain::grace_seconds(
-        template
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.termination_grace_period_seconds.is_some()),
-        role.drain_seconds(),
-    );
-    let pods = |mut t: PodTemplateSpec| {
-        if let (Some(grace), Some(spec)) = (grace, t.spec.as_mut()) {
-            spec.termination_grace_period_seconds = Some(grace);
-        }
-        dress(t, &pod_labels, placement)
-    };
-
-    let nodes = role.node_count();
-    // Set explicitly (it is LWS's default): a multi-node replica whose pod
-    // restarts is recreated as a unit, never left half-broken.
-    let mut group = json!({"size": nodes, "restartPolicy": RESTART_POLICY});
-    if nodes > 1 {
-        group["leaderTemplate"] = pods(leader_template(&template, &role.name)?)?;
-        group["workerTemplate"] = pods(worker_template(&template, &role.name)?)?;
-    } else {
-        group["workerTemplate"] = pods(template)?;
-    }
-    Ok(json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1",
-        "kind": "LeaderWorkerSet",
-        "metadata": children::metadata(service, &naming.replica_name(name, &role.name, index), &labels),
-        "spec": {"replicas": 1, "leaderWorkerTemplate": group},
-    }))
+    Ok(RoleTemplates::new(role)?
+        .leader_worker_set(service, role, index, revision, naming, placement))
 }
 
 /// Adds Tandem's labels, the placement's annotations and scheduler to a pod
-/// template; everything else stays as the user wrote it.
-fn dress(
-    mut template: PodTemplateSpec,
-    labels: &BTreeMap<String, String>,
-    placement: &Placement,
-) -> Result<Value, String> {
-    let metadata = template.metadata.get_or_insert_default();
-    metadata
-        .labels
-        .get_or_insert_default()
-        .extend(labels.clone());
+/// template (as JSON); everything else stays as the user wrote it.
+fn dress(mut template: Value, labels: &BTreeMap<String, String>, placement: &Placement) -> Value {
+    let Some(fields) = template.as_object_mut() else {
+        return template;
+    };
+    let metadata = fields
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !metadata.is_object() {
+        *metadata = Value::Object(Default::default());
+    }
+    let add = |metadata: &mut Value, key: &str, entries: &BTreeMap<String, String>| {
+        let map = &mut metadata[key];
+        if !map.is_object() {
+            *map = Value::Object(Default::default());
+        }
+        if let Some(map) = map.as_object_mut() {
+            for (k, v) in entries {
+                map.insert(k.clone(), Value::String(v.clone()));
+            }
+        }
+    };
+    add(metadata, "labels", labels);
     if !placement.annotations.is_empty() {
-        metadata
-            .annotations
-            .get_or_insert_default()
-            .extend(placement.annotations.clone());
+        add(metadata, "annotations", &placement.annotations);
     }
-    if let (Some(scheduler), Some(spec)) = (&placement.scheduler_name, template.spec.as_mut()) {
-        spec.scheduler_name = Some(scheduler.clone());
+    if let (Some(scheduler), Some(spec)) = (
+        &placement.scheduler_name,
+        fields.get_mut("spec").and_then(Value::as_object_mut),
+    ) {
+        spec.insert("schedulerName".to_owned(), Value::String(scheduler.clone()));
     }
-    serde_json::to_value(template).map_err(|e| format!("could not write the pod template: {e}"))
+    template
 }
 
 /// The model server: the template's first container.

@@ -188,7 +188,7 @@ pub fn metadata(
         "labels": labels,
     });
     if let Some(owner) = owner_reference(service) {
-        meta["ownerReferences"] = json!([owner]);
+        meta["ownerReferences"] = Value::Array(vec![owner]);
     }
     meta
 }
