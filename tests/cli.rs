@@ -942,6 +942,49 @@ fn serve_takes_its_flags_from_the_environment_and_its_level_from_rust_log() {
     assert_eq!(parsed["level"], "INFO", "{line}");
 }
 
+/// Read system calls of a process so far (`syscr` of `/proc/PID/io`).
+fn reads_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("syscr:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("syscr in /proc/PID/io")
+}
+
+/// An idle server reads nothing, even after someone read its certificate
+/// (as `cat`, a backup or a second process using the same pair would): the
+/// certificate watcher once took any read of the pair, its own included, for
+/// a change, and from the first outside read on reloaded it about 20 times a
+/// second for as long as it ran.
+#[test]
+fn an_idle_server_does_not_reload_its_certificate_over_and_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let mut serving = Serving::start(&["--dev", "--cert-dir", &certs.display().to_string()], dir);
+    serving.wait_for("serving admission webhooks", 20);
+    std::fs::read(certs.join("tls.crt")).unwrap();
+    std::fs::read(certs.join("tls.key")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = serving.child.id();
+    let before = reads_of(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = reads_of(pid);
+    assert!(
+        after - before < 10,
+        "{} read calls in 2 s of idleness",
+        after - before
+    );
+    // A real change is still picked up.
+    let written = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["certs", "--force", "--host", "localhost", "--out-dir"])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(written.status.success(), "{}", text(&written.stderr));
+    serving.wait_for("serving certificate reloaded", 10);
+}
+
 /// Issue 25: `serve --kubeconfig` and `--context` choose the cluster; --dev
 /// is admission only (no controllers, no Lease) unless --controllers.
 #[test]

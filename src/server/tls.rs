@@ -199,8 +199,8 @@ pub fn watch(
 ) -> Result<notify::RecommendedWatcher, TlsError> {
     let (changed, mut changes) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Any event in the directory may be the new pair; reading is cheap.
-        if event.is_ok() {
+        // Any change in the directory may be the new pair; reading is cheap.
+        if event.is_ok_and(|event| may_change_the_pair(&event.kind)) {
             let _ = changed.send(());
         }
     })
@@ -224,6 +224,21 @@ pub fn watch(
         }
     });
     Ok(watcher)
+}
+
+/// Whether an event in the certificate directory can mean a new pair: a
+/// file or link created, written (or closed after writing), renamed or
+/// removed. Not a file opened,
+/// read or closed unwritten: reading the pair to reload it makes exactly
+/// those, and taking them for changes made the watcher reload its own reads,
+/// about 20 times a second, for as long as the server ran.
+fn may_change_the_pair(kind: &notify::EventKind) -> bool {
+    use notify::EventKind::Access;
+    use notify::event::{AccessKind, AccessMode};
+    !matches!(
+        kind,
+        Access(AccessKind::Open(_) | AccessKind::Read | AccessKind::Close(AccessMode::Read))
+    )
 }
 
 fn reload(dir: &Path, resolver: &CertificateResolver, metrics: &Metrics) {
@@ -252,6 +267,34 @@ fn reload(dir: &Path, resolver: &CertificateResolver, metrics: &Metrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reading_the_pair_is_not_a_change_of_it() {
+        use notify::EventKind;
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode,
+        };
+        for read in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+        ] {
+            assert!(!may_change_the_pair(&read), "{read:?}");
+        }
+        for change in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Create(CreateKind::Any),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Any,
+            EventKind::Other,
+        ] {
+            assert!(may_change_the_pair(&change), "{change:?}");
+        }
+    }
     use crate::certs;
 
     #[test]
