@@ -24,6 +24,7 @@
 mod common;
 
 use common::load;
+use common::measure::stored_group;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -511,29 +512,6 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
         )?,
     ];
     Ok((Arc::new(objects), scenarios))
-}
-
-/// The `index`th of a chain of InplaceScaling groups: Deployment `step-{i}`
-/// drives `step-{i+1}` at ratio 2, so the namespace's follow graph is one
-/// long path (acyclic, each target followed once) and the candidate from the
-/// example touches none of it.
-fn stored_group(namespace: &str, index: usize) -> Value {
-    let deployment = |i: usize| {
-        json!({"name": format!("step-{i:04}"), "namespace": namespace,
-            "apiVersion": "apps/v1", "kind": "Deployment"})
-    };
-    json!({
-        "apiVersion": "resourcescalinggroup.com/v1",
-        "kind": "ResourceScalingGroup",
-        "metadata": {"name": format!("chain-{index:04}"), "namespace": namespace},
-        "spec": {
-            "targetResources": [deployment(index), deployment(index + 1)],
-            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
-                {"name": format!("step-{index:04}"), "role": "Source"},
-                {"name": format!("step-{:04}", index + 1), "role": "Target", "ratio": 2.0}
-            ]}}
-        }
-    })
 }
 
 /// The bare handler: reads the body and answers a fixed review without

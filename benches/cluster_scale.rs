@@ -32,24 +32,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::fake_api::FakeApi;
+use common::measure::{admitted, env_number, memory};
 use common::running::Running;
-use serde_json::{Value, json};
-use tandem::admission::{self, Kind};
+use serde_json::json;
+use tandem::admission::Kind;
 
 const IS: &str = "fusioninfer.io/v1alpha1";
-
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn admitted(kind: Kind, namespace: &str, object: &Value) -> Value {
-    let (admitted, _) = admission::admit(kind, namespace, object, None, &admission::lookup::Blind)
-        .unwrap_or_else(|e| panic!("{object} is admitted: {e:?}"));
-    admitted
-}
 
 /// Stores COUNT services as a previous `tandem` left them, their views and
 /// COUNT groups; returns how many objects of each kind the server holds.
@@ -138,20 +126,6 @@ fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String,
         held.insert(kind.to_owned(), total);
     }
     held
-}
-
-/// `VmHWM` and `VmRSS` of a process, in KiB.
-fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
 }
 
 fn mib(kib: u64) -> String {

@@ -26,24 +26,25 @@ fn free_port() -> SocketAddr {
 }
 
 impl Running {
-    /// Starts `tandem serve --dev` as replica `name` against `fake`, waits
-    /// until it is ready (its caches synced), and registers its webhooks.
+    /// Starts `tandem serve --dev --controllers` as replica `name` against
+    /// `fake`, waits until it is ready (its caches synced), and registers its
+    /// webhooks.
     pub async fn start(fake: &FakeApi, name: &str) -> Running {
+        Running::start_with(fake, name, &["--controllers"], "info,tandem=debug").await
+    }
+
+    /// [`Running::start`] with `args` after `serve --dev` and `RUST_LOG`
+    /// set to `log`.
+    pub async fn start_with(fake: &FakeApi, name: &str, args: &[&str], rust_log: &str) -> Running {
         let dir = tempfile::tempdir().expect("a temp directory");
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, fake.kubeconfig(SERVICE_ACCOUNT)).expect("kubeconfig written");
         let (webhook, probes) = (free_port(), free_port());
         let log = std::fs::File::create(dir.path().join("tandem.log")).expect("a log file");
         let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args([
-                "serve",
-                "--dev",
-                "--controllers",
-                "--pod-name",
-                name,
-                "--pod-namespace",
-                "tandem-system",
-            ])
+            .args(["serve", "--dev"])
+            .args(args)
+            .args(["--pod-name", name, "--pod-namespace", "tandem-system"])
             .arg("--listen")
             .arg(webhook.to_string())
             .arg("--probe-listen")
@@ -51,7 +52,7 @@ impl Running {
             .arg("--cert-dir")
             .arg(dir.path().join("certs"))
             .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "info,tandem=debug")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,58 @@
+//! What the benchmarks share: their knobs from the environment, a process's
+//! memory, objects stored as admission left them, and the stored
+//! ResourceScalingGroups of the RSG load scenarios.
+
+use serde_json::{Value, json};
+use tandem::admission::{self, Kind};
+
+/// A number from the environment variable `name`, else `default`.
+pub fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `VmHWM` and `VmRSS` of a process, in KiB (0 when unreadable).
+pub fn memory(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// `object` as the mutating webhook leaves it (its defaults filled in).
+pub fn admitted(kind: Kind, namespace: &str, object: &Value) -> Value {
+    let (admitted, _) = admission::admit(kind, namespace, object, None, &admission::lookup::Blind)
+        .unwrap_or_else(|e| panic!("{object} is admitted: {e:?}"));
+    admitted
+}
+
+/// The `index`th of a chain of InplaceScaling groups: Deployment `step-{i}`
+/// drives `step-{i+1}` at ratio 2, so the namespace's follow graph is one
+/// long path (acyclic, each target followed once) and the candidate from the
+/// seed example touches none of it.
+pub fn stored_group(namespace: &str, index: usize) -> Value {
+    let deployment = |i: usize| {
+        json!({"name": format!("step-{i:04}"), "namespace": namespace,
+            "apiVersion": "apps/v1", "kind": "Deployment"})
+    };
+    json!({
+        "apiVersion": "resourcescalinggroup.com/v1",
+        "kind": "ResourceScalingGroup",
+        "metadata": {"name": format!("chain-{index:04}"), "namespace": namespace},
+        "spec": {
+            "targetResources": [deployment(index), deployment(index + 1)],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": format!("step-{index:04}"), "role": "Source"},
+                {"name": format!("step-{:04}", index + 1), "role": "Target", "ratio": 2.0}
+            ]}}
+        }
+    })
+}
