@@ -168,6 +168,35 @@ fn admission(c: &mut Criterion) {
     }
     group.finish();
 
+    // Story 4's two webhooks apart, and the parse-only baseline for one
+    // request: where the validating answer's time goes beyond reading.
+    let (_, _, story, namespace) = &cases[0];
+    let body =
+        serde_json::to_vec(&review(Kind::InferenceService, story, namespace)).expect("review");
+    let mut group = c.benchmark_group("story4_one_request");
+    for (name, webhook) in [("mutate", Webhook::Mutate), ("validate", Webhook::Validate)] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                http::answer(
+                    webhook,
+                    Kind::InferenceService.plural(),
+                    black_box(&body),
+                    &admission::lookup::Blind,
+                    admission::DEFAULT_SERVICE_ACCOUNT,
+                )
+            })
+        });
+    }
+    group.bench_function("parse_only", |b| {
+        b.iter(|| {
+            let review: AdmissionReview<DynamicObject> =
+                serde_json::from_slice(black_box(&body)).expect("a review");
+            let request: AdmissionRequest<DynamicObject> = review.try_into().expect("a request");
+            serde_json::to_vec(&AdmissionResponse::from(&request).into_review()).expect("a reply")
+        })
+    });
+    group.finish();
+
     let mut group = c.benchmark_group("parse_only");
     for (name, kind, object, namespace) in &cases {
         let body = serde_json::to_vec(&review(*kind, object, namespace)).expect("review");

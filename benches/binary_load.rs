@@ -20,7 +20,8 @@
 //! `cargo bench --bench binary_load` runs wrk (`-t2 -c32`, installed with
 //! apt-get when missing) for TURNS turns of SECONDS seconds per server and
 //! scenario, the two servers alternating so that other work on the machine
-//! weighs on both alike, and prints each pair's ratios. Without `--bench` (as
+//! weighs on both alike, and prints each pair's ratios (`SCENARIO=text` runs
+//! only the scenarios whose name holds it). Without `--bench` (as
 //! under `cargo test --all-targets`) it starts both processes and checks
 //! every scenario's answer from each with the project's client, so CI keeps
 //! it working without wrk.
@@ -311,8 +312,13 @@ async fn run(full: bool) -> Result<(), String> {
          (release, RUST_LOG unset: info) against the in-memory API server; parse-only in a \
          process of its own\n"
     );
+    let only = std::env::var("SCENARIO").unwrap_or_default();
     let mut table = Vec::new();
-    for (index, scenario) in scenarios.iter().enumerate() {
+    for (index, scenario) in scenarios
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.name.contains(only.as_str()))
+    {
         let body = dir.path().join(format!("body-{index}.json"));
         std::fs::write(&body, &scenario.request.body).map_err(|e| e.to_string())?;
         let script = dir.path().join(format!("post-{index}.lua"));

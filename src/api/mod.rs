@@ -97,6 +97,12 @@ pub fn parse_at<T: DeserializeOwned>(
     value: &serde_json::Value,
     prefix: &str,
 ) -> Result<T, Violation> {
+    // Read without tracking the path first: the path is only wanted for an
+    // error, and tracking it costs on every field of every valid object.
+    // A value that does not read is read again, the same way, for its path.
+    if let Ok(parsed) = T::deserialize(value) {
+        return Ok(parsed);
+    }
     serde_path_to_error::deserialize(value).map_err(|error| {
         let inner = error.path().to_string();
         let field = match (prefix.is_empty(), inner.as_str()) {
