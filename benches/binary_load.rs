@@ -277,6 +277,7 @@ async fn run(full: bool) -> Result<(), String> {
     let ca = std::fs::read_to_string(cert_dir.join("ca.crt")).map_err(|e| e.to_string())?;
     let client = common::client_tls(&[&ca]);
     let servers = [("tandem", tandem.webhook), ("parse-only", baseline.addr)];
+    let pids = [tandem.pid(), baseline.child.id()];
 
     // Every scenario answered as it must be, by both.
     for scenario in &scenarios {
@@ -303,6 +304,12 @@ async fn run(full: bool) -> Result<(), String> {
     }
 
     let wrk = wrk()?;
+    let ticks_per_second: f64 = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0);
     let turns = env_number("TURNS", 3);
     let seconds = env_number("SECONDS", 5);
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -331,11 +338,20 @@ async fn run(full: bool) -> Result<(), String> {
             ),
         )
         .map_err(|e| e.to_string())?;
+        // A warm-up per server (not counted), then the turns.
+        for (_, addr) in &servers {
+            let url = format!("https://{addr}{}", scenario.request.path);
+            run_wrk(&wrk, &script, &url, 2)?;
+        }
         let mut results: Vec<Vec<Wrk>> = vec![Vec::new(), Vec::new()];
         for _ in 0..turns {
             for (server, (_, addr)) in servers.iter().enumerate() {
                 let url = format!("https://{addr}{}", scenario.request.path);
-                results[server].push(run_wrk(&wrk, &script, &url, seconds)?);
+                let before = cpu_ticks(pids[server]);
+                let mut run = run_wrk(&wrk, &script, &url, seconds)?;
+                let used = cpu_ticks(pids[server]).saturating_sub(before);
+                run.cpu_us = used as f64 * 1e6 / ticks_per_second / run.requests.max(1) as f64;
+                results[server].push(run);
             }
         }
         println!(
@@ -345,7 +361,7 @@ async fn run(full: bool) -> Result<(), String> {
             scenario.request.body.len()
         );
         println!(
-            "  server        req/s (mean of turns)   p99 µs (median of turns)   each turn's req/s"
+            "  server        req/s (mean of turns)   p99 µs (median of turns)   CPU µs per request   each turn's req/s"
         );
         let mut summary = Vec::new();
         for (server, (name, _)) in servers.iter().enumerate() {
@@ -361,26 +377,33 @@ async fn run(full: bool) -> Result<(), String> {
             let mut p99: Vec<f64> = runs.iter().map(|r| r.p99_us).collect();
             p99.sort_by(f64::total_cmp);
             let p99 = p99[p99.len() / 2];
+            let cpu = runs.iter().map(|r| r.cpu_us).sum::<f64>() / runs.len() as f64;
             let each: Vec<String> = runs
                 .iter()
                 .map(|r| format!("{:.0}", r.throughput))
                 .collect();
             println!(
-                "  {name:<12} {throughput:>12.0}          {p99:>12.0}               {}",
+                "  {name:<12} {throughput:>12.0}          {p99:>12.0}               {cpu:>8.1}            {}",
                 each.join(" ")
             );
-            summary.push((throughput, p99));
+            summary.push((throughput, p99, cpu));
         }
-        let (throughput, p99) = (summary[0].0 / summary[1].0, summary[0].1 / summary[1].1);
-        println!(
-            "  tandem/parse-only: throughput {throughput:.2}x (target >= 0.8x), p99 {p99:.2}x (target <= 1.2x)\n"
+        let (throughput, p99, cpu) = (
+            summary[0].0 / summary[1].0,
+            summary[0].1 / summary[1].1,
+            summary[0].2 / summary[1].2,
         );
-        table.push((scenario.name, throughput, p99));
+        println!(
+            "  tandem/parse-only: throughput {throughput:.2}x (target >= 0.8x), p99 {p99:.2}x (target <= 1.2x), CPU per request {cpu:.2}x\n"
+        );
+        table.push((scenario.name, throughput, p99, cpu));
     }
-    println!("| scenario | tandem / parse-only throughput (>= 0.8) | p99 (<= 1.2) |");
-    println!("|---|---|---|");
-    for (name, throughput, p99) in table {
-        println!("| {name} | {throughput:.2} | {p99:.2} |");
+    println!(
+        "| scenario | tandem / parse-only throughput (>= 0.8) | p99 (<= 1.2) | CPU per request |"
+    );
+    println!("|---|---|---|---|");
+    for (name, throughput, p99, cpu) in table {
+        println!("| {name} | {throughput:.2} | {p99:.2} | {cpu:.2} |");
     }
     let (peak, now) = memory(tandem.pid());
     println!(
@@ -391,12 +414,33 @@ async fn run(full: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// What one wrk run measured.
+/// What one wrk run measured, and the CPU time the server spent per request
+/// meanwhile (user and system, from `/proc/PID/stat`).
 struct Wrk {
+    requests: u64,
     throughput: f64,
     p99_us: f64,
     non_2xx: u64,
     errors: u64,
+    cpu_us: f64,
+}
+
+/// User and system CPU time of a process so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after it.
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
 }
 
 /// wrk on PATH, installed from Debian's packages when missing.
@@ -435,11 +479,15 @@ fn run_wrk(wrk: &str, script: &Path, url: &str, seconds: u64) -> Result<Wrk, Str
 /// Reads `Requests/sec:`, the 99% latency line of `--latency`, `Non-2xx or
 /// 3xx responses:` and `Socket errors:` from wrk's report.
 fn parse_wrk(text: &str) -> Option<Wrk> {
+    let mut requests = None;
     let mut throughput = None;
     let mut p99_us = None;
     let mut non_2xx = 0;
     let mut errors = 0;
     for line in text.lines().map(str::trim) {
+        if line.contains(" requests in ") {
+            requests = line.split_whitespace().next().and_then(|n| n.parse().ok());
+        }
         if let Some(rest) = line.strip_prefix("Requests/sec:") {
             throughput = rest.trim().parse().ok();
         } else if let Some(rest) = line.strip_prefix("99%") {
@@ -454,10 +502,12 @@ fn parse_wrk(text: &str) -> Option<Wrk> {
         }
     }
     Some(Wrk {
+        requests: requests?,
         throughput: throughput?,
         p99_us: p99_us?,
         non_2xx,
         errors,
+        cpu_us: 0.0,
     })
 }
 
