@@ -8,7 +8,7 @@
 //! outside a module's own subtree count. `#[cfg(test)]` code, comments and
 //! string literals are left out: tests may reach anywhere.
 //!
-//! This is what `src/plan`'s rule (DESIGN.md §3) says, held for the whole
+//! This is the rule `src/plan/mod.rs` states for the plans, held for the whole
 //! crate. A failure names each cycle and, for every edge in it, a line that
 //! makes it.
 
