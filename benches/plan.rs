@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use tandem::api::InferenceService;
 use tandem::api::inference_service::RoleScaleDownPolicy;
@@ -51,6 +51,46 @@ fn topology(c: &mut Criterion) {
                 &now,
             )
         })
+    });
+    group.finish();
+}
+
+/// A steady reconcile of the 64 x 4 service, end to end in memory: the
+/// world as Tandem left it (the service, its 128 LeaderWorkerSets, budgets
+/// and PodGroup) through `tandem render`'s path: admission of the service as
+/// the webhook would, then the controllers' reconcile functions over the
+/// world (observe, plan, compare with what is there), which find nothing to
+/// write.
+fn steady(c: &mut Criterion) {
+    let service = json!({
+        "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "ds", "namespace": "default", "uid": "u"},
+        "spec": {"roles": [
+            {"name": "prefill", "componentType": "prefiller", "replicas": 64, "multinode": {"nodeCount": 4}, "template": template()},
+            {"name": "decode", "componentType": "decoder", "replicas": 64, "multinode": {"nodeCount": 4}, "template": template()},
+        ]}
+    });
+    let options = tandem::render::Options::default();
+    let first = tandem::render::render(vec![service], &options).expect("the service renders");
+    let settled = first.apply.clone();
+    let again = tandem::render::render(settled.clone(), &options).expect("the world renders");
+    let writes: Vec<_> = again
+        .changes
+        .iter()
+        .filter(|c| c.kind != "InferenceService")
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "a settled world still changes: {writes:?}"
+    );
+    let mut group = c.benchmark_group("steady");
+    group.throughput(Throughput::Elements(128));
+    group.bench_function("pd_64x4_settled_world", |b| {
+        b.iter_batched(
+            || settled.clone(),
+            |world| tandem::render::render(black_box(world), &options),
+            BatchSize::LargeInput,
+        )
     });
     group.finish();
 }
@@ -183,6 +223,7 @@ fn dag_index_check(c: &mut Criterion) {
 criterion_group!(
     benches,
     topology,
+    steady,
     split_groups,
     binpack,
     propagation,
