@@ -24,7 +24,7 @@
 mod common;
 
 use common::load;
-use common::measure::stored_group;
+use common::measure::{parse_only_router, stored_group};
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -36,8 +36,6 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::header;
 use axum::routing::post;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::{Value, json};
 use tandem::admission::lookup::Objects;
 use tandem::admission::{Kind, Lookup};
@@ -520,36 +518,6 @@ fn bare_router() -> Router {
     Router::new().route(
         "/{webhook}/{resource}",
         post(|_body: Bytes| async { ([(header::CONTENT_TYPE, "application/json")], FIXED_REPLY) }),
-    )
-}
-
-/// The parse-only webhook: what a kube-rs webhook does before it decides
-/// anything. Reads the body as an `AdmissionReview<DynamicObject>` and allows
-/// the request's uid; a body that is not one gets a 400.
-fn parse_only_router() -> Router {
-    Router::new().route(
-        "/{webhook}/{resource}",
-        post(|body: Bytes| async move {
-            let request: Result<AdmissionRequest<DynamicObject>, String> =
-                serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
-                    .map_err(|e| e.to_string())
-                    .and_then(|review| review.try_into().map_err(|e| format!("{e}")));
-            match request.and_then(|request| {
-                serde_json::to_vec(&AdmissionResponse::from(&request).into_review())
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(reply) => (
-                    axum::http::StatusCode::OK,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    reply,
-                ),
-                Err(reason) => (
-                    axum::http::StatusCode::BAD_REQUEST,
-                    [(header::CONTENT_TYPE, "text/plain")],
-                    reason.into_bytes(),
-                ),
-            }
-        }),
     )
 }
 

@@ -33,16 +33,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::http::header;
-use axum::routing::post;
 use common::fake_api::FakeApi;
 use common::load;
-use common::measure::{admitted, env_number, memory, stored_group};
+use common::measure::{admitted, env_number, memory, parse_only_router, stored_group};
 use common::running::Running;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::{Value, json};
 use tandem::admission::Kind;
 
@@ -112,35 +107,6 @@ fn serve_parse_only(cert_dir: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// What any kube-rs webhook does before it decides: the body read as an
-/// `AdmissionReview<DynamicObject>`, the request's uid allowed.
-fn parse_only_router() -> Router {
-    Router::new().route(
-        "/{webhook}/{resource}",
-        post(|body: Bytes| async move {
-            let request: Result<AdmissionRequest<DynamicObject>, String> =
-                serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
-                    .map_err(|e| e.to_string())
-                    .and_then(|review| review.try_into().map_err(|e| format!("{e}")));
-            match request.and_then(|request| {
-                serde_json::to_vec(&AdmissionResponse::from(&request).into_review())
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(reply) => (
-                    axum::http::StatusCode::OK,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    reply,
-                ),
-                Err(reason) => (
-                    axum::http::StatusCode::BAD_REQUEST,
-                    [(header::CONTENT_TYPE, "text/plain")],
-                    reason.into_bytes(),
-                ),
-            }
-        }),
-    )
 }
 
 /// The parse-only process; killed when dropped.
@@ -316,7 +282,7 @@ async fn run(full: bool) -> Result<(), String> {
     println!(
         "binary load run: wrk -t2 -c32 -d{seconds}s --latency over TLS keep-alive on loopback, \
          {turns} turns per server and scenario, the servers alternating; tandem serve --dev \
-         (release, RUST_LOG unset: info) against the in-memory API server; parse-only in a \
+         (release, RUST_LOG=info, the default level) against the in-memory API server; parse-only in a \
          process of its own\n"
     );
     let only = std::env::var("SCENARIO").unwrap_or_default();

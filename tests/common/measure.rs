@@ -1,7 +1,14 @@
 //! What the benchmarks share: their knobs from the environment, a process's
-//! memory, objects stored as admission left them, and the stored
-//! ResourceScalingGroups of the RSG load scenarios.
+//! memory, objects stored as admission left them, the stored
+//! ResourceScalingGroups of the RSG load scenarios, and the parse-only
+//! webhook the load runs compare Tandem with.
 
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::header;
+use axum::routing::post;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::{Value, json};
 use tandem::admission::{self, Kind};
 
@@ -55,4 +62,34 @@ pub fn stored_group(namespace: &str, index: usize) -> Value {
             ]}}
         }
     })
+}
+
+/// The parse-only webhook: what a kube-rs webhook does before it decides
+/// anything. Reads the body as an `AdmissionReview<DynamicObject>` and allows
+/// the request's uid; a body that is not one gets a 400.
+pub fn parse_only_router() -> Router {
+    Router::new().route(
+        "/{webhook}/{resource}",
+        post(|body: Bytes| async move {
+            let request: Result<AdmissionRequest<DynamicObject>, String> =
+                serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
+                    .map_err(|e| e.to_string())
+                    .and_then(|review| review.try_into().map_err(|e| format!("{e}")));
+            match request.and_then(|request| {
+                serde_json::to_vec(&AdmissionResponse::from(&request).into_review())
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(reply) => (
+                    axum::http::StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    reply,
+                ),
+                Err(reason) => (
+                    axum::http::StatusCode::BAD_REQUEST,
+                    [(header::CONTENT_TYPE, "text/plain")],
+                    reason.into_bytes(),
+                ),
+            }
+        }),
+    )
 }
