@@ -187,20 +187,9 @@ impl Lookup for Amended<'_> {
     fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
         self.inner.has_scale(api_version, kind)
     }
-    fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
-        let found = self.found.iter().find_map(|found| match found {
-            Found::ScaleView(view)
-                if view.namespace().as_deref() == Some(namespace) && view.name_any() == name =>
-            {
-                Some((**view).clone())
-            }
-            _ => None,
-        });
-        match found {
-            Some(view) => Some(Some(view)),
-            None => self.inner.scale_view(namespace, name),
-        }
-    }
+    // `scale_view` is the trait's: a view of `scale_views` above, which
+    // holds the views found live (only asked after a denial, so the copy of
+    // the namespace's views does not matter).
     fn epp_image(&self) -> Option<&str> {
         self.inner.epp_image()
     }
@@ -352,6 +341,49 @@ impl Lookup for Objects {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn objects_read_live_are_seen_beside_the_lookup_s_own() {
+        let view: ScaleView = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "v", "namespace": "a"},
+            "spec": {"targetRef": {"name": "s", "componentType": "decoder"}, "scalePolicy": [{"group": "decode"}]}
+        }))
+        .unwrap();
+        let service: InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "s", "namespace": "a"}, "spec": {"roles": []}
+        }))
+        .unwrap();
+        let empty = Objects::new([]);
+        let amended = Amended {
+            inner: &empty,
+            found: vec![
+                Found::ScaleView(Box::new(view)),
+                Found::InferenceService(Box::new(service)),
+            ],
+        };
+        assert!(matches!(amended.scale_view("a", "v"), Some(Some(_))));
+        assert!(matches!(amended.scale_view("b", "v"), Some(None)));
+        assert!(matches!(amended.inference_service("a", "s"), Some(Some(_))));
+        assert!(matches!(amended.inference_service("a", "t"), Some(None)));
+        let noting = Noting::new(&empty);
+        assert!(matches!(noting.scale_view("a", "v"), Some(None)));
+        assert!(matches!(noting.inference_service("a", "s"), Some(None)));
+        assert_eq!(
+            noting.into_missing(),
+            [
+                Missing::ScaleView {
+                    namespace: "a".into(),
+                    name: "v".into()
+                },
+                Missing::InferenceService {
+                    namespace: "a".into(),
+                    name: "s".into()
+                },
+            ]
+        );
+    }
 
     #[test]
     fn scale_subresources_come_from_built_ins_and_the_world_s_crds() {
