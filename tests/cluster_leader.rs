@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::control_plane::{self, ControlPlane, Tandem};
 use common::scenario::{IS, LWS, Scenario};
-use kube::api::{Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 /// Refuses LeaderWorkerSets named `*-2` in `namespace`: the API server's
@@ -84,12 +84,42 @@ async fn when_the_leader_dies_mid_scale_the_other_replica_takes_over_and_finishe
     for object in refuse_third_replica(&scenario.namespace) {
         control_plane::apply(&scenario.client, &object).await;
     }
+    // The policy reaches the API server's admission a moment after it is
+    // stored: a dry-run create of a copy of the first set, named `*-2`, is
+    // refused by it once it is in force. Only then does the scale start, so
+    // that the leader cannot write the third replica before the policy holds.
+    let sets = scenario.api(LWS, "LeaderWorkerSet").await;
+    let first_set = scenario.list(LWS, "LeaderWorkerSet").await.remove(0);
+    let mut probe = json!({
+        "apiVersion": LWS, "kind": "LeaderWorkerSet",
+        "metadata": {"name": "e2e-policy-probe-2", "namespace": scenario.namespace},
+        "spec": first_set["spec"].clone(),
+    });
+    probe["spec"]["replicas"] = json!(1);
+    let probe: DynamicObject = serde_json::from_value(probe).expect("a LeaderWorkerSet");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    scenario
+        .eventually(30, "the policy in force", || async {
+            match sets.create(&dry_run, &probe).await {
+                Err(e) if e.to_string().contains("holds the third replica back") => Ok(()),
+                Err(e) => Err(e.to_string()),
+                Ok(_) => Err("a dry-run create of e2e-policy-probe-2 was admitted".to_owned()),
+            }
+        })
+        .await;
+
     let services = scenario.api(IS, "InferenceService").await;
     let patch: json_patch::Patch = serde_json::from_value(json!([
         {"op": "replace", "path": "/spec/roles/0/replicas", "value": 3}
     ]))
     .expect("a JSON patch");
-    // The policy takes a moment to reach the API server's admission.
+    services
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .expect("the scale to three admitted");
     scenario
         .eventually(30, "the third replica refused", || async {
             let refused = scenario.writes().iter().any(|w| {
@@ -100,14 +130,6 @@ async fn when_the_leader_dies_mid_scale_the_other_replica_takes_over_and_finishe
             if refused {
                 return Ok(());
             }
-            services
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::<()>::Json(patch.clone()),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
             Err(format!(
                 "{:?}",
                 scenario.names(LWS, "LeaderWorkerSet").await
