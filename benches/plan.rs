@@ -37,6 +37,7 @@ fn topology(c: &mut Criterion) {
         children: &[],
         pods: &[],
         unavailable: &none,
+        installed: &tandem::plan::shared::installed::ASSUMED,
         scale_views: &[],
     };
     let mut group = c.benchmark_group("topology");

@@ -194,9 +194,25 @@ struct RenderArgs {
 #[derive(clap::Args)]
 struct CheckArgs {
     /// CustomResourceDefinition files to check (multi-document YAML or JSON;
-    /// `-` for standard input); objects of other kinds are ignored.
-    #[arg(short = 'f', long = "filename", required = true)]
+    /// `-` for standard input); objects of other kinds are ignored. Without
+    /// it, the cluster is checked.
+    #[arg(short = 'f', long = "filename")]
     files: Vec<PathBuf>,
+    /// The kubeconfig file of the cluster to check [default: $KUBECONFIG,
+    /// else ~/.kube/config, else in-cluster].
+    #[arg(long, conflicts_with = "files")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use [default: its current context].
+    #[arg(long, conflicts_with = "files")]
+    context: Option<String>,
+    /// The namespace Tandem is installed in.
+    #[arg(
+        short = 'n',
+        long,
+        default_value = "tandem-system",
+        conflicts_with = "files"
+    )]
+    namespace: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = tandem::check::Format::Text)]
     output: tandem::check::Format,
@@ -619,9 +635,57 @@ fn run_render(args: RenderArgs) -> ExitCode {
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
+    if args.files.is_empty() {
+        return check_cluster(args);
+    }
     match tandem::check::check_files(&args.files) {
         Ok((reports, ready)) => {
-            print!("{}", tandem::check::write(&reports, ready, args.output));
+            print!(
+                "{}",
+                tandem::check::write(&reports, &[], ready, args.output)
+            );
+            if ready {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `tandem check` of the cluster the kubeconfig names.
+fn check_cluster(args: &CheckArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let source = ClusterSource {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let answer = runtime.block_on(async {
+        let config = source.config().await?.ok_or(
+            "no cluster to check: give -f CRD files, or a kubeconfig ($KUBECONFIG, --kubeconfig)",
+        )?;
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        tandem::check::check_cluster(&client, &args.namespace).await
+    });
+    match answer {
+        Ok((reports, checks, ready)) => {
+            print!(
+                "{}",
+                tandem::check::write(&reports, &checks, ready, args.output)
+            );
             if ready {
                 ExitCode::SUCCESS
             } else {

@@ -111,7 +111,7 @@ proptest! {
         let none = BTreeSet::new();
         let first = service::reconcile(
             &service,
-            &service::World { children: &[], pods: &[], unavailable: &none, scale_views: &[] },
+            &service::World { children: &[], pods: &[], unavailable: &none, installed: &tandem::plan::shared::installed::ASSUMED, scale_views: &[] },
             &service::Options::default(),
             &now(),
         );
@@ -125,7 +125,7 @@ proptest! {
             .collect();
         let second = service::reconcile(
             &service,
-            &service::World { children: &created, pods: &pods, unavailable: &none, scale_views: &[] },
+            &service::World { children: &created, pods: &pods, unavailable: &none, installed: &tandem::plan::shared::installed::ASSUMED, scale_views: &[] },
             &service::Options::default(),
             &now(),
         );

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Value, json};
 use tandem::api::inference_service::{GangPolicy, InferenceService, SchedulingStrategy};
-use tandem::plan::inference_service::gang;
+use tandem::plan::inference_service::{dependencies, gang};
 use tandem::plan::shared::children;
+use tandem::plan::shared::installed::Installed;
 use tandem::plan::shared::quantity::{Quantity, pod_requests};
 
 use common::{CrdSchema, repo_path, yaml_documents};
@@ -58,9 +59,15 @@ fn spec_replicas(service: &InferenceService) -> BTreeMap<String, BTreeSet<u32>> 
 }
 
 fn pod_group_of(service: &InferenceService) -> Value {
-    gang::pod_group(service, &spec_replicas(service))
-        .expect("the planner accepts the example")
-        .expect("the example is gang-scheduled")
+    gang::pod_group(
+        service,
+        &spec_replicas(service),
+        dependencies::decide(&service.spec, &Installed::Assumed)
+            .gang_policy
+            .unwrap_or_default(),
+    )
+    .expect("the planner accepts the example")
+    .expect("the example is gang-scheduled")
 }
 
 // ---------------------------------------------------------------------------
@@ -134,7 +141,7 @@ fn the_schema_check_rejects_what_volcano_would() {
 fn a_single_node_monolithic_service_has_no_pod_group() {
     let service = example("examples/inferenceservice/story1-monolithic.yaml");
     assert_eq!(
-        gang::pod_group(&service, &spec_replicas(&service)).unwrap(),
+        gang::pod_group(&service, &spec_replicas(&service), Default::default()).unwrap(),
         None
     );
 }

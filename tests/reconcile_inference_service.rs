@@ -284,14 +284,25 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
     let ctx = fake.context();
     let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
-    // Only the role's PodDisruptionBudget, which needs no LeaderWorkerSet API.
+    // Only the role's PodDisruptionBudget, which needs no LeaderWorkerSet
+    // API; one Event for it and one saying what is missing.
     assert_eq!(
         fake.take_writes(),
         [
             format!("PATCH {PDB_PATH}/qwen-inference-inference"),
             EVENTS.to_owned(),
+            EVENTS.to_owned(),
             status_patch(&name)
         ]
+    );
+    let events = fake.list("events.k8s.io/v1", "Event", "default");
+    assert!(
+        events.iter().any(|e| e["reason"] == "DependencyMissing"
+            && e["note"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("install LWS")),
+        "{events:#?}"
     );
     let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
     let failed = status["conditions"]
@@ -301,11 +312,49 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
         .find(|c| c["type"] == "Failed")
         .unwrap()
         .clone();
-    assert_eq!(failed["status"], "True");
-    assert_eq!(
-        failed["message"],
-        "the LeaderWorkerSet API is not installed in the cluster"
+    // Said once, by the dependency's conditions below, not also as a
+    // failure of the plan.
+    assert_eq!(failed["status"], "False", "{failed}");
+    let condition = |type_: &str| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == type_)
+            .unwrap()
+            .clone()
+    };
+    for type_ in ["Ready", "DependenciesMet"] {
+        let condition = condition(type_);
+        assert_eq!(condition["status"], "False", "{condition}");
+        assert_eq!(condition["reason"], "DependencyMissing", "{condition}");
+        let message = condition["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("spec.roles: ") && message.contains("not installed"),
+            "{message}"
+        );
+    }
+    // A second reconcile of the same world says nothing new.
+    reconcile_stored(&fake, &ctx, &name).await;
+    assert_eq!(fake.take_writes(), Vec::<String>::new());
+
+    // LWS installed: the condition clears on the next reconcile.
+    fake.install(
+        "leaderworkersets",
+        common::fake_api::dependency_crds().remove(0),
     );
+    reconcile_stored(&fake, &ctx, &name).await;
+    let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
+    let met = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DependenciesMet")
+        .unwrap()
+        .clone();
+    assert_eq!(met["status"], "True", "{met}");
+    // (The replicas follow once the LeaderWorkerSet cache, which looks an
+    // unserved kind up again every minute, watches the new API.)
 }
 
 fn pod(role: &str, index: u32, worker: u32, ready: bool, revision: &Value) -> Value {

@@ -446,11 +446,23 @@ async fn without_the_gateway_api_the_service_runs_and_the_upgrade_is_stalled() {
             .unwrap()
             .clone()
     };
-    assert_eq!(condition("Failed")["status"], "True");
-    assert_eq!(
-        condition("Failed")["message"],
-        "the Gateway API is not installed in the cluster; the HTTPRoute API is not installed in the cluster"
-    );
+    // Said by the service's dependency conditions (Ready too), naming both.
+    for type_ in ["DependenciesMet", "Ready"] {
+        let said = condition(type_);
+        assert_eq!(said["status"], "False", "{said}");
+        assert_eq!(said["reason"], "DependencyMissing", "{said}");
+        let message = said["message"].as_str().unwrap();
+        for missing in [
+            "gateway.networking.k8s.io/v1 Gateway",
+            "gateway.networking.k8s.io/v1 HTTPRoute",
+        ] {
+            assert!(message.contains(missing), "{message}");
+        }
+        assert!(
+            message.starts_with("spec.upgradeStrategy.type: "),
+            "{message}"
+        );
+    }
 
     fake.edit(IS, "InferenceService", "default", NAME, |s| {
         s["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =

@@ -73,6 +73,10 @@ impl Lookup for Caches {
         })
     }
 
+    fn installed(&self) -> crate::plan::shared::installed::Installed {
+        self.dependencies.installed()
+    }
+
     /// One GET, given at most [`LIVE_READ_TIMEOUT`] so that the answer still
     /// comes well within the webhook's own request timeout.
     fn read_live(&self, missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use futures::future::BoxFuture;
+
+use crate::plan::shared::installed::Installed;
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -45,6 +47,13 @@ pub trait Lookup: Send + Sync {
     /// (`--epp-image`), when known.
     fn epp_image(&self) -> Option<&str> {
         None
+    }
+
+    /// What the cluster has installed of LWS, Volcano, the Inference
+    /// Extension and Gateway API; [`Installed::Assumed`] when that cannot be
+    /// known (no cluster, or its CRDs not read yet).
+    fn installed(&self) -> Installed {
+        Installed::Assumed
     }
 
     /// Reads an object this lookup answered "does not exist" for from the
@@ -138,6 +147,9 @@ impl Lookup for Noting<'_> {
         }
         answer
     }
+    fn installed(&self) -> Installed {
+        self.inner.installed()
+    }
     fn epp_image(&self) -> Option<&str> {
         self.inner.epp_image()
     }
@@ -190,6 +202,9 @@ impl Lookup for Amended<'_> {
     // `scale_view` is the trait's: a view of `scale_views` above, which
     // holds the views found live (only asked after a denial, so the copy of
     // the namespace's views does not matter).
+    fn installed(&self) -> Installed {
+        self.inner.installed()
+    }
     fn epp_image(&self) -> Option<&str> {
         self.inner.epp_image()
     }
@@ -221,6 +236,9 @@ impl Lookup for WithEppImage {
     }
     fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
         self.inner.scale_view(namespace, name)
+    }
+    fn installed(&self) -> Installed {
+        self.inner.installed()
     }
     fn epp_image(&self) -> Option<&str> {
         Some(&self.epp_image)
@@ -324,6 +342,15 @@ impl Lookup for Objects {
         candidate: (&str, &ResourceScalingGroupSpec),
     ) -> Option<Findings> {
         Some(self.follows.check(namespace, candidate))
+    }
+    /// The world's CRDs, when it holds any: a dependency not among them is
+    /// not installed (as render's reconcilers see it).
+    fn installed(&self) -> Installed {
+        if self.crds.is_empty() {
+            Installed::Assumed
+        } else {
+            Installed::from_crds(&self.crds)
+        }
     }
     /// Built-in kinds, then the CRDs of the world; a kind neither knows is
     /// unknown (a world need not list its CRDs).

@@ -24,6 +24,8 @@ use crate::api::{
     inference_service, resource_scaling_group, scale_view,
 };
 use crate::plan;
+use crate::plan::inference_service::dependencies;
+use crate::plan::shared::installed::Installed;
 use kube::Resource;
 pub use lookup::Lookup;
 
@@ -284,6 +286,7 @@ fn service_findings(
     let mut service = InferenceService::new(name, spec);
     service.metadata.namespace = Some(namespace.to_owned());
     let mut findings = crate::plan::inference_service::service::validate(&service);
+    dependency_findings(&service, old.as_ref(), &lookup.installed(), &mut findings);
     if let Some(warning) = lookup
         .epp_image()
         .and_then(|image| plan::inference_service::router::epp_image_warning(&service.spec, image))
@@ -294,6 +297,36 @@ fn service_findings(
         findings.extend(locked_roles(old, &service, requester));
     }
     findings
+}
+
+/// What the service needs of the installed dependencies and the cluster
+/// lacks: denied when the service cannot work without it, a warning
+/// otherwise. An update is denied only for a lack it brings: one the stored
+/// spec had too (its dependency was removed since) is a warning, so the
+/// service can still be changed, scaled down or deleted.
+fn dependency_findings(
+    service: &InferenceService,
+    old: Option<&Result<InferenceService, Violation>>,
+    installed: &Installed,
+    findings: &mut Findings,
+) {
+    let decided = dependencies::decide(&service.spec, installed);
+    let before: Vec<_> = match old {
+        Some(Ok(old)) => dependencies::decide(&old.spec, installed)
+            .lacking
+            .into_iter()
+            .map(|n| n.lack)
+            .collect(),
+        _ => Vec::new(),
+    };
+    for needed in decided.lacking {
+        let lack = needed.lack;
+        if needed.severity == dependencies::Severity::Refuse && !before.contains(&lack) {
+            findings.deny(lack.field, lack.message);
+        } else {
+            findings.warn(format!("{}: {}", lack.field, lack.message));
+        }
+    }
 }
 
 /// The findings about a ResourceScalingGroup named `name` in `namespace`.

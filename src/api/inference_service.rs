@@ -598,9 +598,9 @@ pub fn defaults(spec: &mut InferenceServiceSpec) {
                 .get_or_insert(DisruptionBudget::DEFAULT_MAX_UNAVAILABLE_REPLICAS);
         }
     }
-    if let Some(scheduling) = spec.scheduling_strategy.as_mut() {
-        scheduling.gang_policy.get_or_insert_default();
-    }
+    // `schedulingStrategy.gangPolicy` is left unset: unset, the layout
+    // follows the installed Volcano (plan::inference_service::dependencies),
+    // and only a layout asked for is refused on a Volcano that cannot hold it.
     let upgrade = spec.upgrade_strategy.get_or_insert_default();
     upgrade.type_.get_or_insert_default();
     if let Some(options) = upgrade.incremental_upgrade_options.as_mut() {
@@ -1930,7 +1930,8 @@ mod tests {
         );
         assert_eq!(
             s.scheduling_strategy.as_ref().unwrap().gang_policy,
-            Some(GangPolicy::SubGroup)
+            None,
+            "unset, the layout follows the installed Volcano"
         );
         assert_eq!(
             s.upgrade_strategy.as_ref().unwrap().type_,

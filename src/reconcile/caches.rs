@@ -46,6 +46,7 @@ use tokio::sync::watch;
 
 use super::cached::{self, Cached};
 use super::cluster::{Unserved, resource};
+use super::dependencies::WatchedDependencies;
 use super::metrics::ControllerMetrics;
 use crate::admission::discovery::ScaleDiscovery;
 use crate::admission::follows::WatchedFollows;
@@ -292,6 +293,9 @@ pub struct Caches {
     /// How many of them API discovery has not answered for yet.
     undiscovered: watch::Sender<usize>,
     pub triggers: Arc<Triggers>,
+    /// What is installed of LWS, Volcano, the Inference Extension and
+    /// Gateway API.
+    pub dependencies: Arc<WatchedDependencies>,
     /// Where each cache's size is kept (`tandem_cached_objects`).
     metrics: Arc<ControllerMetrics>,
 }
@@ -337,6 +341,20 @@ impl Caches {
                 on_group(&triggers, old, new)
             })
         };
+        let dependencies = {
+            let (triggers, services) = (triggers.clone(), services.clone());
+            // Every service's plan reads what is installed.
+            WatchedDependencies::start(&client, metrics.clone(), move || {
+                for service in services.state() {
+                    if let (Some(namespace), Some(name)) = (
+                        service.metadata.namespace.as_deref(),
+                        service.metadata.name.as_deref(),
+                    ) {
+                        triggers.service(namespace, name);
+                    }
+                }
+            })
+        };
         let mut wanted: Vec<(String, String, String, Option<String>, Trim)> = WORKLOADS
             .iter()
             .map(|(v, k, p)| {
@@ -379,6 +397,7 @@ impl Caches {
             initial,
             undiscovered: watch::Sender::new(wanted.len()),
             triggers,
+            dependencies,
             metrics,
         });
         let pods = resource("v1", "Pod", "pods");
@@ -495,6 +514,7 @@ impl Caches {
     pub async fn ready(&self) {
         // An Err means the sender is gone with the caches: nothing to wait for.
         let _ = self.undiscovered.subscribe().wait_for(|n| *n == 0).await;
+        self.dependencies.answered().await;
         let mut states: Vec<watch::Receiver<WatchState>> = self.typed.clone();
         states.extend(lock(&self.kinds).values().map(|w| w.state.clone()));
         for mut state in states {

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
+use crate::plan::shared::installed::Installed;
 
 /// Why a kind cannot be read: the cluster does not serve it, or Tandem may
 /// not watch it (403). A plan that needs it says so in a condition; one
@@ -99,6 +100,10 @@ pub trait Cluster: Send + Sync {
         api_version: &'a str,
         kind: &'a str,
     ) -> BoxFuture<'a, Result<Option<Discovered>, String>>;
+
+    /// What the cluster has installed of the projects Tandem writes objects
+    /// of ([`Installed::Assumed`] when that cannot be known).
+    fn installed(&self) -> Installed;
 
     /// Server-side applies `object` as field manager `tandem`, forced.
     fn apply<'a>(&'a self, resource: &'a ApiResource, object: &'a Value) -> Written<'a>;

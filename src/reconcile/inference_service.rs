@@ -90,11 +90,14 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         .map(|view| (*view).clone())
         .collect();
 
+    let installed = cluster.installed();
+
     // Plan.
     let world = World {
         children: &owned,
         pods: &pods,
         unavailable: &unavailable,
+        installed: &installed,
         scale_views: &scale_views,
     };
     let pass = service_plan::reconcile(&service, &world, &ctx.options, &Time((ctx.now)()));

@@ -26,6 +26,7 @@ use super::cluster::{Cluster, Part, Series, Unserved, Written};
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
+use crate::plan::shared::installed::Installed;
 
 /// kube-rs writes and cached reads.
 pub struct Live {
@@ -116,6 +117,10 @@ fn scale_of(object: &Value) -> Value {
 }
 
 impl Cluster for Live {
+    fn installed(&self) -> Installed {
+        self.caches.dependencies.installed()
+    }
+
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<InferenceService>> {
         self.caches
             .services

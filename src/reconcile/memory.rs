@@ -48,6 +48,7 @@ use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::inference_service::drain;
 use crate::plan::inference_service::service::APPLIED_HASH;
 use crate::plan::resource_scaling_group::adapter;
+use crate::plan::shared::installed::Installed;
 use crate::plan::shared::write::{item_key, list_keys};
 
 /// An object's identity in the world.
@@ -365,6 +366,18 @@ impl Memory {
 }
 
 impl Cluster for Memory {
+    /// The CRDs of the world, when it holds any: a dependency not among them
+    /// is not installed. Without CRDs, everything is assumed installed.
+    fn installed(&self) -> Installed {
+        let state = self.state();
+        let crds: Vec<&Value> = state.crds().collect();
+        if crds.is_empty() {
+            Installed::Assumed
+        } else {
+            Installed::from_crds(crds)
+        }
+    }
+
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<InferenceService>> {
         self.state()
             .typed("fusioninfer.io", "InferenceService", namespace, name)

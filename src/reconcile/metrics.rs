@@ -9,6 +9,8 @@
 //! - `tandem_kube_requests_total{verb,kind}`: every request sent to the API
 //!   server ([`super::api_requests`]);
 //! - `tandem_cached_objects{kind}`: objects held in each watch cache;
+//! - `tandem_dependency_info{dependency,version,installed}`: what the
+//!   cluster has of LWS, Volcano, the Inference Extension and Gateway API;
 //! - `tandem_decisions_total{controller,decision,policy}`: each step carried
 //!   out ([`crate::plan::shared::decision`]).
 //!
@@ -58,6 +60,16 @@ pub struct CacheLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DependencyLabels {
+    /// The dependency, as `tandem check` names it.
+    pub dependency: &'static str,
+    /// The versions its CRD serves, comma-separated; empty when missing.
+    pub version: String,
+    /// Whether the version Tandem writes is served.
+    pub installed: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     pub controller: &'static str,
     pub decision: &'static str,
@@ -71,6 +83,7 @@ pub struct ControllerMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub cached_objects: Family<CacheLabels, Gauge>,
     pub decisions: Family<DecisionLabels, Counter>,
+    pub dependencies: Family<DependencyLabels, Gauge>,
     /// Whether the cluster answers the caches' watches (for the log and
     /// `/readyz`).
     pub cluster: Arc<super::health::ClusterHealth>,
@@ -94,6 +107,7 @@ impl Default for ControllerMetrics {
             requests: Family::default(),
             cached_objects: Family::default(),
             decisions: Family::default(),
+            dependencies: Family::default(),
             cluster: Arc::default(),
         }
     }
@@ -166,7 +180,27 @@ impl ControllerMetrics {
             "Steps the controllers carried out, by controller, decision and the scale-down policy that chose the replica (none for other steps)",
             metrics.decisions.clone(),
         );
+        registry.register(
+            "dependency_info",
+            "The projects Tandem writes objects of, as their CustomResourceDefinitions say: 1 per dependency, with the versions served and whether the one Tandem writes is installed",
+            metrics.dependencies.clone(),
+        );
         metrics
+    }
+
+    /// What is installed now, as `(dependency, versions, installed)`: the
+    /// gauge holds exactly these.
+    pub fn dependencies(&self, info: &[(&'static str, String, bool)]) {
+        self.dependencies.clear();
+        for (dependency, version, installed) in info {
+            self.dependencies
+                .get_or_create(&DependencyLabels {
+                    dependency,
+                    version: version.clone(),
+                    installed: if *installed { "true" } else { "false" },
+                })
+                .set(1);
+        }
     }
 
     /// A reconcile of `controller` finished after `elapsed` with `result`.

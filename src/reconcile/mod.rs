@@ -17,6 +17,7 @@ pub mod api_requests;
 pub mod cached;
 pub mod caches;
 pub mod cluster;
+pub mod dependencies;
 pub mod group_replication;
 pub mod health;
 pub mod inference_service;

@@ -213,6 +213,10 @@ impl Cluster for Recording {
         self.world.groups(namespace)
     }
 
+    fn installed(&self) -> crate::plan::shared::installed::Installed {
+        self.world.installed()
+    }
+
     fn list(
         &self,
         resource: &ApiResource,

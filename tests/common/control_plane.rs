@@ -436,7 +436,11 @@ impl ControlPlane {
         kube::Client::try_from(config)
     }
 
-    /// A cluster-admin client, bound to the calling test's runtime.
+    /// A cluster-admin's kubeconfig, as a user running `tandem check` has.
+    pub fn admin_kubeconfig(&self) -> String {
+        self.kubeconfig_for(&self.admin)
+    }
+
     /// The objects `kubectl apply -k DIR` would send: DIR built by
     /// kustomize's krusty, as kubectl embeds it (`tests/cluster/kustomize`).
     pub fn kustomize(&self, dir: &Path) -> Result<Vec<Value>, String> {
@@ -455,6 +459,7 @@ impl ControlPlane {
             .collect())
     }
 
+    /// A cluster-admin client, bound to the calling test's runtime.
     pub async fn admin(&self) -> Result<kube::Client, kube::Error> {
         self.client_for(&self.admin).await
     }

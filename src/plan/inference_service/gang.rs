@@ -106,7 +106,9 @@ struct GangRole<'a> {
 /// or will exist; a role that is absent or maps to no index has no replica.
 /// Names that are not serving roles of the spec are ignored.
 ///
-/// The PodGroup follows `schedulingStrategy.gangPolicy`:
+/// The PodGroup has the layout `policy` (what
+/// [`super::dependencies::decide`] chose from `schedulingStrategy.gangPolicy`
+/// and the installed Volcano):
 ///
 /// - [`GangPolicy::SubGroup`] (default; Volcano ≥ 1.14): one `subGroupPolicy`
 ///   entry per serving role with a replica, selecting the role's pods and
@@ -128,6 +130,7 @@ struct GangRole<'a> {
 pub fn pod_group(
     service: &InferenceService,
     replicas: &BTreeMap<String, BTreeSet<u32>>,
+    policy: GangPolicy,
 ) -> Result<Option<Value>, String> {
     if !scheduling(&service.spec).gang {
         return Ok(None);
@@ -135,7 +138,6 @@ pub fn pod_group(
     let roles = gang_roles(&service.spec, replicas)?;
     let name = children::service_name(service);
     let strategy = service.spec.scheduling_strategy.as_ref();
-    let policy = strategy.and_then(|s| s.gang_policy).unwrap_or_default();
 
     let mut spec = match policy {
         GangPolicy::SubGroup => sub_group_spec(name, &roles)?,
@@ -289,6 +291,16 @@ fn insert_resources(spec: &mut Value, parts: &[(&GangRole<'_>, u32)]) -> Result<
 mod tests {
     use super::*;
 
+    /// The layout the spec names, or the default (Volcano assumed current).
+    fn requested(service: &InferenceService) -> GangPolicy {
+        service
+            .spec
+            .scheduling_strategy
+            .as_ref()
+            .and_then(|s| s.gang_policy)
+            .unwrap_or_default()
+    }
+
     fn template(gpus: &str) -> Value {
         json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
             "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}})
@@ -338,7 +350,7 @@ mod tests {
     }
 
     fn spec_of(service: &InferenceService) -> Value {
-        pod_group(service, &all_replicas(service))
+        pod_group(service, &all_replicas(service), requested(service))
             .unwrap()
             .expect("gang-scheduled")["spec"]
             .clone()
@@ -368,7 +380,10 @@ mod tests {
                 scheduler_name: None
             }
         );
-        assert_eq!(pod_group(&s, &all_replicas(&s)).unwrap(), None);
+        assert_eq!(
+            pod_group(&s, &all_replicas(&s), requested(&s)).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -455,7 +470,10 @@ mod tests {
                 scheduler_name: Some("kai-scheduler".into())
             }
         );
-        assert_eq!(pod_group(&s, &all_replicas(&s)).unwrap(), None);
+        assert_eq!(
+            pod_group(&s, &all_replicas(&s), requested(&s)).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -475,7 +493,9 @@ mod tests {
     #[test]
     fn story4_task_member_is_the_seed_layout() {
         let s = story4(Some("TaskMember"));
-        let pod_group = pod_group(&s, &all_replicas(&s)).unwrap().unwrap();
+        let pod_group = pod_group(&s, &all_replicas(&s), requested(&s))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             pod_group,
             json!({
@@ -583,7 +603,9 @@ mod tests {
     fn a_service_with_no_replica_requires_nothing() {
         let s = story4(None);
         assert_eq!(
-            pod_group(&s, &BTreeMap::new()).unwrap().unwrap()["spec"],
+            pod_group(&s, &BTreeMap::new(), requested(&s))
+                .unwrap()
+                .unwrap()["spec"],
             json!({"minMember": 0, "subGroupPolicy": []})
         );
     }
@@ -612,7 +634,7 @@ mod tests {
             ("prefill".to_owned(), BTreeSet::from([0])),
             ("decode".to_owned(), BTreeSet::from([0, 3])),
         ]);
-        let spec = pod_group(&s, &replicas).unwrap().unwrap()["spec"].clone();
+        let spec = pod_group(&s, &replicas, requested(&s)).unwrap().unwrap()["spec"].clone();
         assert_eq!(
             spec["minTaskMember"],
             json!({"prefill-0": 2, "decode-0": 4, "decode-3": 4})
@@ -620,7 +642,7 @@ mod tests {
         assert_eq!(spec["minMember"], 10);
 
         let s = story4(None);
-        let spec = pod_group(&s, &replicas).unwrap().unwrap()["spec"].clone();
+        let spec = pod_group(&s, &replicas, requested(&s)).unwrap().unwrap()["spec"].clone();
         assert_eq!(spec["minMember"], 6, "sub-groups follow the index label");
     }
 
@@ -641,7 +663,7 @@ mod tests {
     fn broken_templates_are_errors_naming_the_role() {
         let mut s = story4(None);
         s.spec.roles[1].template = Some(json!({"spec": {"containers": "vllm"}}));
-        let err = pod_group(&s, &all_replicas(&s)).unwrap_err();
+        let err = pod_group(&s, &all_replicas(&s), requested(&s)).unwrap_err();
         assert!(
             err.starts_with("role \"decode\": not a PodTemplateSpec: template.spec.containers: "),
             "{err}"
@@ -649,20 +671,20 @@ mod tests {
 
         s.spec.roles[1].template = None;
         assert_eq!(
-            pod_group(&s, &all_replicas(&s)).unwrap_err(),
+            pod_group(&s, &all_replicas(&s), requested(&s)).unwrap_err(),
             "role \"decode\": has no pod template"
         );
 
         s.spec.roles[1].template = Some(json!({"metadata": {}}));
         assert_eq!(
-            pod_group(&s, &all_replicas(&s)).unwrap_err(),
+            pod_group(&s, &all_replicas(&s), requested(&s)).unwrap_err(),
             "role \"decode\": template has no pod spec"
         );
 
         s.spec.roles[1].template = Some(json!({"spec": {"containers": [
             {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "eight"}}}]}}));
         assert_eq!(
-            pod_group(&s, &all_replicas(&s)).unwrap_err(),
+            pod_group(&s, &all_replicas(&s), requested(&s)).unwrap_err(),
             "role \"decode\": container \"vllm\": limits: nvidia.com/gpu: invalid quantity \"eight\": expected a number"
         );
     }

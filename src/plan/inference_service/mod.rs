@@ -11,6 +11,7 @@
 //! (`004_9c98a1cdfac31be9.txt`), sections "Example Upgrade Process" and
 //! "Rollback Support".
 
+pub mod dependencies;
 pub mod disruption;
 pub mod drain;
 pub mod gang;

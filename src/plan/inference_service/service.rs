@@ -8,7 +8,10 @@ use serde_json::Value;
 
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
-use super::{disruption, drain, gang, names, pacing, revision, router, topology, traffic, upgrade};
+use super::{
+    dependencies, disruption, drain, gang, names, pacing, revision, router, topology, traffic,
+    upgrade,
+};
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
@@ -16,6 +19,7 @@ use crate::api::inference_service::{
     RoleScaleDownPolicy, ScaleViewLock, UpgradeType,
 };
 use crate::plan::shared::children::{self, ChildKind, LEADER_WORKER_SET};
+use crate::plan::shared::installed::Installed;
 pub use crate::plan::shared::write::{
     APPLIED_HASH, Apply, Change, Delete, change_of, contains, stamp, up_to_date,
 };
@@ -227,6 +231,9 @@ pub struct Plan {
     pub drain_deadline: Option<jiff::Timestamp>,
     /// Replicas put back into traffic instead of new ones being made.
     pub events: Vec<rollout::Event>,
+    /// What the service needs of the installed dependencies and lacks, and
+    /// the gang layout it gets.
+    pub dependencies: Option<dependencies::Dependencies>,
 }
 
 fn key(object: &Value) -> (String, String, String) {
@@ -264,6 +271,7 @@ pub fn plan(
     rollout: &Rollout,
 ) -> Result<Plan, String> {
     let mut plan = Plan::default();
+    let decided = dependencies::decide(&service.spec, world.installed);
     let mut gang_members: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     for run in &rollout.runs {
         let spec = run.spec.as_ref().unwrap_or(&service.spec);
@@ -322,7 +330,24 @@ pub fn plan(
     // The PodGroup goes first: a new replica's entry (a surge replica of a
     // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
     // pods that name it.
-    if let Some(pod_group) = gang::pod_group(service, &gang_members)? {
+    let pod_group = match decided.gang_policy {
+        Some(policy) => gang::pod_group(service, &gang_members, policy)?,
+        None if !gang::scheduling(&service.spec).gang => None,
+        None => {
+            // A layout the installed Volcano cannot hold: the PodGroup there
+            // is left as it is, not deleted under running pods.
+            let name = children::service_name(service);
+            plan.kept.extend(
+                world
+                    .children
+                    .iter()
+                    .filter(|c| c["kind"] == gang::POD_GROUP_KIND && c["metadata"]["name"] == name)
+                    .map(key),
+            );
+            None
+        }
+    };
+    if let Some(pod_group) = pod_group {
         plan.desired.insert(
             0,
             Desired {
@@ -331,6 +356,12 @@ pub fn plan(
             },
         );
     }
+    // What the cluster lacks is not written (the API server would refuse
+    // it, or prune the fields it does not know).
+    let missing = world.installed.missing_kinds();
+    plan.desired
+        .retain(|d| !missing.contains(d.object["kind"].as_str().unwrap_or_default()));
+    plan.dependencies = Some(decided);
     Ok(plan)
 }
 
@@ -995,6 +1026,8 @@ pub struct World<'a> {
     pub pods: &'a [Value],
     /// Kinds whose API is not installed in the cluster.
     pub unavailable: &'a BTreeSet<String>,
+    /// What the cluster has of the projects Tandem writes objects of.
+    pub installed: &'a Installed,
     /// The ScaleViews named by the service's locks (or more): lock entries of
     /// views not among them are stale and dropped (see [`live_scale_views`]).
     pub scale_views: &'a [ScaleView],
@@ -1046,11 +1079,16 @@ pub fn reconcile(
     if let Some(rollout) = &rollout {
         report_rollout(service, rollout, &mut status, now);
     }
+    let dependency_event = planned
+        .dependencies
+        .as_ref()
+        .and_then(|decided| dependencies::report(service, decided, &mut status, now));
     let (mut events, mut requeue) = rollout.map_or_else(Default::default, |r| {
         (r.events, r.requeue.map(|d| d.unsigned_abs()))
     });
     events.extend(planned.events.iter().cloned());
     events.extend(degraded_event(service, &status));
+    events.extend(dependency_event);
     if let Some(deadline) = planned.drain_deadline {
         let left = now.0.duration_until(deadline).unsigned_abs();
         requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
@@ -1496,6 +1534,7 @@ mod tests {
             children,
             pods,
             unavailable: &NONE,
+            installed: &crate::plan::shared::installed::ASSUMED,
             scale_views: &[],
         }
     }
@@ -2015,6 +2054,7 @@ mod tests {
                 children: &[],
                 pods: &[],
                 unavailable: &none,
+                installed: &crate::plan::shared::installed::ASSUMED,
                 scale_views: &[],
             },
             &Options::default(),
@@ -2033,6 +2073,7 @@ mod tests {
                 children: &world,
                 pods: &[],
                 unavailable: &none,
+                installed: &crate::plan::shared::installed::ASSUMED,
                 scale_views: &[],
             },
             &Options::default(),
@@ -2047,6 +2088,7 @@ mod tests {
                 children: &world,
                 pods: &[],
                 unavailable: &none,
+                installed: &crate::plan::shared::installed::ASSUMED,
                 scale_views: &[],
             },
             &Options::default(),
@@ -2063,6 +2105,7 @@ mod tests {
                 children: &world,
                 pods: &[],
                 unavailable: &none,
+                installed: &crate::plan::shared::installed::ASSUMED,
                 scale_views: &[],
             },
             &Options::default(),
@@ -2081,6 +2124,7 @@ mod tests {
                 children: &[],
                 pods: &[],
                 unavailable: &missing,
+                installed: &crate::plan::shared::installed::ASSUMED,
                 scale_views: &[],
             },
             &Options::default(),

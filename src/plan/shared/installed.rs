@@ -63,6 +63,31 @@ pub const HTTP_ROUTE: Dependency = Dependency {
     install: "install Gateway API >= v1.0 (standard channel CRDs)",
 };
 
+/// The Inference Extension's pre-GA InferencePool (v0.x, and served beside
+/// v1 until v1.2): Tandem does not write it, but says when it is what a
+/// cluster has.
+pub const LEGACY_INFERENCE_POOL: Dependency = Dependency {
+    name: "InferencePool (pre-GA)",
+    group: "inference.networking.x-k8s.io",
+    kind: "InferencePool",
+    version: "v1alpha2",
+    install: INFERENCE_POOL.install,
+};
+
+/// The CustomResourceDefinition of `dependency` (its `metadata.name`, which
+/// is `{plural}.{group}`): what Tandem watches to know it.
+pub fn crd_name(dependency: &Dependency) -> String {
+    let plural = match dependency.kind {
+        "LeaderWorkerSet" => "leaderworkersets",
+        "PodGroup" => "podgroups",
+        "InferencePool" => "inferencepools",
+        "Gateway" => "gateways",
+        "HTTPRoute" => "httproutes",
+        other => return format!("{}s.{}", other.to_lowercase(), dependency.group),
+    };
+    format!("{plural}.{}", dependency.group)
+}
+
 /// Every dependency, in the order `tandem check` lists them.
 pub const ALL: [Dependency; 5] = [
     LEADER_WORKER_SET,
@@ -85,6 +110,35 @@ pub struct Found {
 }
 
 impl Found {
+    /// What one CustomResourceDefinition installs, by (group, kind); None
+    /// for anything else.
+    pub fn from_crd(crd: &Value) -> Option<((String, String), Found)> {
+        if crd["kind"] != "CustomResourceDefinition" {
+            return None;
+        }
+        let spec = &crd["spec"];
+        let group = spec["group"].as_str()?;
+        let kind = spec["names"]["kind"].as_str()?;
+        let bundle_version =
+            crd["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"]
+                .as_str()
+                .map(str::to_owned);
+        let served = spec["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["served"] != false)
+            .filter_map(|v| Some((v["name"].as_str()?.to_owned(), spec_fields(v))))
+            .collect();
+        Some((
+            (group.to_owned(), kind.to_owned()),
+            Found {
+                served,
+                bundle_version,
+            },
+        ))
+    }
+
     /// Whether `version` is served.
     pub fn serves(&self, version: &str) -> bool {
         self.served.contains_key(version)
@@ -107,41 +161,14 @@ pub enum Installed {
     Known(BTreeMap<(String, String), Found>),
 }
 
+/// Nothing known, as a value to borrow for as long as needed.
+pub static ASSUMED: Installed = Installed::Assumed;
+
 impl Installed {
     /// What the CustomResourceDefinitions among `objects` install; anything
     /// else among them is ignored.
     pub fn from_crds<'a>(objects: impl IntoIterator<Item = &'a Value>) -> Installed {
-        let mut found = BTreeMap::new();
-        for crd in objects {
-            if crd["kind"] != "CustomResourceDefinition" {
-                continue;
-            }
-            let spec = &crd["spec"];
-            let (Some(group), Some(kind)) =
-                (spec["group"].as_str(), spec["names"]["kind"].as_str())
-            else {
-                continue;
-            };
-            let bundle_version =
-                crd["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"]
-                    .as_str()
-                    .map(str::to_owned);
-            let served = spec["versions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|v| v["served"] != false)
-                .filter_map(|v| Some((v["name"].as_str()?.to_owned(), spec_fields(v))))
-                .collect();
-            found.insert(
-                (group.to_owned(), kind.to_owned()),
-                Found {
-                    served,
-                    bundle_version,
-                },
-            );
-        }
-        Installed::Known(found)
+        Installed::Known(objects.into_iter().filter_map(Found::from_crd).collect())
     }
 
     /// The CRD of `dependency`: Some(None) when it is known to be missing,
@@ -164,6 +191,15 @@ impl Installed {
         }
     }
 
+    /// The kinds Tandem writes whose version it writes is not served: what
+    /// a plan leaves out. Empty when nothing is known.
+    pub fn missing_kinds(&self) -> BTreeSet<&'static str> {
+        ALL.iter()
+            .filter(|d| !self.has(d))
+            .map(|d| d.kind)
+            .collect()
+    }
+
     /// Whether the PodGroup schema has `spec.{field}` (assumed so when
     /// nothing is known).
     pub fn pod_group_has(&self, field: &str) -> bool {
@@ -173,6 +209,69 @@ impl Installed {
                 .and_then(|f| f.spec_fields(POD_GROUP.version))
                 .is_some_and(|fields| fields.contains(field)),
         }
+    }
+}
+
+/// Why something a service needs is not there: the condition reason
+/// (`DependencyMissing`, `DependencyTooOld`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Shortfall {
+    /// The CRD is not installed, or does not serve the version Tandem writes.
+    Missing,
+    /// It is installed, but its schema lacks a field the service needs.
+    TooOld,
+}
+
+impl Shortfall {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Shortfall::Missing => "DependencyMissing",
+            Shortfall::TooOld => "DependencyTooOld",
+        }
+    }
+}
+
+/// One thing a service needs that the cluster lacks.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Lack {
+    /// The field of the InferenceService that needs it (`spec.roles[0]`).
+    pub field: String,
+    pub dependency: &'static str,
+    pub shortfall: Shortfall,
+    /// What needs it, what was found and what to install, in a sentence.
+    pub message: String,
+}
+
+impl Installed {
+    /// What was found of `dependency`, in words: `not installed`, or the
+    /// versions served (and, for the pre-GA InferencePool, that it is there).
+    pub fn found_text(&self, dependency: &Dependency) -> String {
+        match self.find(dependency) {
+            None => "assumed installed".to_owned(),
+            Some(None) => "not installed".to_owned(),
+            Some(Some(found)) => {
+                let versions: Vec<&str> = found.served.keys().map(String::as_str).collect();
+                format!("serving {}", versions.join(", "))
+            }
+        }
+    }
+
+    /// Every dependency as `(name, versions found, installed)`: the gauge
+    /// `tandem_dependency_info`. Nothing when nothing is known.
+    pub fn info(&self) -> Vec<(&'static str, String, bool)> {
+        let Installed::Known(_) = self else {
+            return Vec::new();
+        };
+        ALL.iter()
+            .chain([&LEGACY_INFERENCE_POOL])
+            .map(|dependency| {
+                let found = self.find(dependency).flatten();
+                let versions = found
+                    .map(|f| f.served.keys().cloned().collect::<Vec<_>>().join(","))
+                    .unwrap_or_default();
+                (dependency.name, versions, self.has(dependency))
+            })
+            .collect()
     }
 }
 
@@ -243,8 +342,8 @@ fn report_one(installed: &Installed, dependency: &Dependency) -> Report {
 }
 
 /// What follows for Tandem's objects from `dependency` being there or not,
-/// and what to install if anything. (Tandem does not yet refuse at
-/// admission what a cluster lacks: these say what would fail.)
+/// and what to install if anything (the decisions are
+/// `plan::inference_service::dependencies`').
 fn effect(
     installed: &Installed,
     dependency: &Dependency,
@@ -254,23 +353,26 @@ fn effect(
     match (dependency.kind, has) {
         ("LeaderWorkerSet", true) => ("one LeaderWorkerSet per replica".to_owned(), None),
         ("LeaderWorkerSet", false) => {
-            missing("no InferenceService can run: each replica is a LeaderWorkerSet")
+            missing("every InferenceService is refused: each replica is a LeaderWorkerSet")
         }
         ("PodGroup", true) if installed.pod_group_has("subGroupPolicy") => (
             "gang scheduling with subGroupPolicy (each replica atomic, one of each gang role together)".to_owned(),
             None,
         ),
         ("PodGroup", true) => (
-            "the API server prunes subGroupPolicy from the PodGroups of gangPolicy SubGroup (the default): \
-             set gangPolicy: TaskMember (all or nothing) or upgrade Volcano"
+            "no subGroupPolicy: a gang-scheduled service without gangPolicy gets the minTaskMember \
+             layout (it starts only when every replica fits), and gangPolicy: SubGroup is refused"
                 .to_owned(),
             Some(dependency.install),
         ),
-        ("PodGroup", false) => missing("a gang-scheduled service's PodGroup cannot be created"),
+        ("PodGroup", false) => missing(
+            "a gang-scheduled service is admitted with a warning and reports DependencyMissing: \
+             no PodGroup is written and its pods wait for Volcano",
+        ),
         ("InferencePool", true) => ("a router role gets an InferencePool v1".to_owned(), None),
-        ("InferencePool", false) => missing("a router role's InferencePool cannot be created"),
+        ("InferencePool", false) => missing("a service with a router role is refused"),
         (_, true) => ("NewRevision and IncrementalUpgrade route through a Gateway".to_owned(), None),
-        (_, false) => missing("NewRevision and IncrementalUpgrade cannot route through a Gateway"),
+        (_, false) => missing("NewRevision and IncrementalUpgrade are refused"),
     }
 }
 
@@ -335,7 +437,7 @@ mod tests {
         let pod_group = &reports[1];
         assert!(!pod_group.fields["subGroupPolicy"]);
         assert!(
-            pod_group.effect.contains("prunes subGroupPolicy"),
+            pod_group.effect.contains("gets the minTaskMember"),
             "{}",
             pod_group.effect
         );

@@ -620,7 +620,7 @@ impl FakeApi {
             history_limit: 100_000,
             ..State::default()
         };
-        FakeApi {
+        let fake = FakeApi {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 caches: Mutex::default(),
@@ -628,7 +628,11 @@ impl FakeApi {
                 address: Mutex::new(None),
                 bookmark_every,
             }),
+        };
+        for crd in dependency_crds() {
+            fake.insert(crd);
         }
+        fake
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -852,9 +856,32 @@ impl FakeApi {
         );
     }
 
-    /// Marks an API as not installed (its CRD is missing).
+    /// Marks an API as not installed: it is not served, and its CRD, when
+    /// it is one of [`dependency_crds`], is gone.
     pub fn uninstall(&self, plural: &str) {
-        self.lock().missing.insert(plural.to_owned());
+        self.change(|state| {
+            state.missing.insert(plural.to_owned());
+            let crds = Resource::of(
+                &json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition"}),
+            );
+            let names: Vec<(String, String)> = state
+                .objects
+                .get(&crds)
+                .into_iter()
+                .flat_map(|objects| objects.keys())
+                .filter(|(_, name)| name.split_once('.').is_some_and(|(p, _)| p == plural))
+                .cloned()
+                .collect();
+            for key in names {
+                state.remove(&crds, &key);
+            }
+        });
+    }
+
+    /// Serves an API again, storing its CRD.
+    pub fn install(&self, plural: &str, crd: Value) {
+        self.lock().missing.remove(plural);
+        self.insert(crd);
     }
 
     /// Refuses every write to a plural with `code` from now on.
@@ -1105,6 +1132,21 @@ impl FakeApi {
             if cached != self.versions(api_version, plural, None) {
                 return Some(plural.to_owned());
             }
+        }
+        let seen = caches.dependencies.versions();
+        let stored: BTreeMap<String, String> = self
+            .versions("apiextensions.k8s.io/v1", "customresourcedefinitions", None)
+            .into_iter()
+            .filter(|(_, name, _)| {
+                tandem::plan::shared::installed::ALL
+                    .iter()
+                    .chain([&tandem::plan::shared::installed::LEGACY_INFERENCE_POOL])
+                    .any(|d| tandem::plan::shared::installed::crd_name(d) == *name)
+            })
+            .map(|(_, name, version)| (name, version))
+            .collect();
+        if seen != stored {
+            return Some(format!("the dependencies' CRDs: {seen:?} != {stored:?}"));
         }
         for watched in caches.watched() {
             if watched.state() != tandem::reconcile::caches::WatchState::Listed {
@@ -1432,6 +1474,82 @@ const KINDS: [&str; 32] = [
     "PodDisruptionBudget",
 ];
 
+/// The CRDs of the projects Tandem writes objects of, at their newest
+/// (LWS v1, Volcano's PodGroup with `subGroupPolicy`, InferencePool v1,
+/// Gateway API v1), as a cluster that has them holds them: what Tandem reads
+/// to know what is installed. Only `spec`'s field names matter to it.
+pub fn dependency_crds() -> Vec<Value> {
+    let crd = |group: &str, kind: &str, plural: &str, version: &str, fields: &[&str]| {
+        let properties: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| {
+                (
+                    (*f).to_owned(),
+                    json!({"x-kubernetes-preserve-unknown-fields": true}),
+                )
+            })
+            .collect();
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                "versions": [{"name": version, "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": properties}}}}}]}})
+    };
+    vec![
+        crd(
+            "leaderworkerset.x-k8s.io",
+            "LeaderWorkerSet",
+            "leaderworkersets",
+            "v1",
+            &[
+                "replicas",
+                "leaderWorkerTemplate",
+                "rolloutStrategy",
+                "startupPolicy",
+                "networkConfig",
+            ],
+        ),
+        crd(
+            "scheduling.volcano.sh",
+            "PodGroup",
+            "podgroups",
+            "v1beta1",
+            &[
+                "minMember",
+                "minTaskMember",
+                "minResources",
+                "queue",
+                "priorityClassName",
+                "networkTopology",
+                "subGroupPolicy",
+            ],
+        ),
+        crd(
+            "inference.networking.k8s.io",
+            "InferencePool",
+            "inferencepools",
+            "v1",
+            &["selector", "targetPorts", "endpointPickerRef"],
+        ),
+        crd(
+            "gateway.networking.k8s.io",
+            "Gateway",
+            "gateways",
+            "v1",
+            &["gatewayClassName", "listeners"],
+        ),
+        crd(
+            "gateway.networking.k8s.io",
+            "HTTPRoute",
+            "httproutes",
+            "v1",
+            &["parentRefs", "rules", "hostnames"],
+        ),
+    ]
+}
+
 /// API discovery (`GET /api/v1`, `GET /apis/{group}/{version}`): every kind
 /// this server stores is served in every group/version (it keeps any object
 /// it is given), less the APIs a test uninstalled, with a `/scale` for the
@@ -1474,7 +1592,11 @@ fn discovery(state: &State, path: &str) -> Option<(StatusCode, Value)> {
         else {
             continue;
         };
-        if spec["group"] == group {
+        // The kinds above are served already (the dependencies' CRDs are
+        // stored for what they say, not to serve their kinds twice).
+        if spec["group"] == group
+            && !KINDS.contains(&spec["names"]["kind"].as_str().unwrap_or_default())
+        {
             add(
                 spec["names"]["kind"].as_str().unwrap_or_default(),
                 spec["names"]["plural"].as_str().unwrap_or_default(),

@@ -74,6 +74,7 @@ impl Cluster {
             children: &children,
             pods: &pods,
             unavailable: &none,
+            installed: &crate::plan::shared::installed::ASSUMED,
             scale_views: &[],
         };
         let pass = super::reconcile(&self.service, &world, &Options::default(), &Time(self.now));
@@ -617,6 +618,7 @@ fn without_the_gateway_api_the_service_runs_and_the_upgrade_says_why_it_waits() 
             children: &[],
             pods: &[],
             unavailable: &unavailable,
+            installed: &crate::plan::shared::installed::ASSUMED,
             scale_views: &[],
         },
         &Options::default(),
@@ -685,6 +687,7 @@ fn strategy_none_leaves_running_replicas_on_their_revision() {
             children: &old,
             pods: &[],
             unavailable: &none,
+            installed: &crate::plan::shared::installed::ASSUMED,
             scale_views: &[],
         },
         &Options::default(),

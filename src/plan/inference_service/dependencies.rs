@@ -1,0 +1,534 @@
+//! What an InferenceService needs of the projects Tandem writes objects of,
+//! against what the cluster has installed ([`Installed`]): the one decision
+//! the webhook (refuse or warn), the reconciler (a condition, and nothing
+//! written that the API server would prune) and `render` share.
+//!
+//! - Every service is LeaderWorkerSets: without LWS `v1` it is refused.
+//! - A gang-scheduled service (DESIGN §1.1) needs Volcano's PodGroup. Without
+//!   it the pods would wait for a scheduler that is not there: a warning at
+//!   admission, `DependencyMissing` in the status.
+//! - The gang layout: `gangPolicy` left unset takes `SubGroup` when the
+//!   PodGroup schema has `subGroupPolicy` (Volcano ≥ 1.14) and `TaskMember`
+//!   (seed 003's `minTaskMember` table) otherwise. `SubGroup` asked for
+//!   explicitly on an older Volcano is refused, naming what was found: the
+//!   API server would prune it, and the gang would silently be something
+//!   else.
+//! - A router role needs InferencePool `v1`. A cluster with only the
+//!   pre-GA `v1alpha2` (`inference.networking.x-k8s.io`) is refused too, not
+//!   served through it: that API has other fields (`targetPortNumber`, no
+//!   `endpointPickerRef`), its endpoint picker images are the pre-GA ones,
+//!   and the project has deprecated it. The refusal says what was found.
+//! - NewRevision and IncrementalUpgrade route through Gateway API's Gateway
+//!   and HTTPRoute `v1`: refused without them.
+//!
+//! When nothing is known ([`Installed::Assumed`]) everything is taken as
+//! there, so the decision never refuses on a guess.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::inference_service::{
+    GangPolicy, InferenceService, InferenceServiceSpec, InferenceServiceStatus, UpgradeType,
+};
+use crate::plan::inference_service::{gang, rollout};
+use crate::plan::shared::condition::condition;
+use crate::plan::shared::installed::{
+    Dependency, GATEWAY, HTTP_ROUTE, INFERENCE_POOL, Installed, LEADER_WORKER_SET,
+    LEGACY_INFERENCE_POOL, Lack, POD_GROUP, Shortfall,
+};
+
+/// How a lack is answered at admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// The service cannot work: denied.
+    Refuse,
+    /// It works in part, or once the piece is installed: a warning.
+    Warn,
+}
+
+/// What a service needs and the cluster lacks, with how admission answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Needed {
+    pub lack: Lack,
+    pub severity: Severity,
+}
+
+/// The decision for one service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dependencies {
+    /// What it needs and lacks, in spec order.
+    pub lacking: Vec<Needed>,
+    /// The PodGroup layout when the service is gang-scheduled and one can be
+    /// written; None when it is not gang-scheduled or the layout it asks for
+    /// cannot be (its lack is in `lacking`).
+    pub gang_policy: Option<GangPolicy>,
+    /// Why the layout is not the one the spec names or defaults to, for the
+    /// status; None when it is.
+    pub gang_note: Option<String>,
+}
+
+impl Dependencies {
+    pub fn lacks(&self) -> impl Iterator<Item = &Lack> {
+        self.lacking.iter().map(|n| &n.lack)
+    }
+}
+
+fn lack(
+    field: String,
+    dependency: &Dependency,
+    shortfall: Shortfall,
+    severity: Severity,
+    message: String,
+) -> Needed {
+    Needed {
+        lack: Lack {
+            field,
+            dependency: dependency.name,
+            shortfall,
+            message,
+        },
+        severity,
+    }
+}
+
+fn missing(installed: &Installed, dependency: &Dependency, what_needs_it: &str) -> String {
+    let found = match installed.find(dependency).flatten() {
+        Some(found) => format!(
+            "the cluster serves it only at {}",
+            found.served.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        None => "it is not installed".to_owned(),
+    };
+    format!(
+        "{what_needs_it} needs {}/{} {}; {found}: {}",
+        dependency.group, dependency.version, dependency.kind, dependency.install
+    )
+}
+
+/// What `spec` needs of the cluster's dependencies and lacks, and the gang
+/// layout it gets.
+pub fn decide(spec: &InferenceServiceSpec, installed: &Installed) -> Dependencies {
+    let mut lacking = Vec::new();
+    if !installed.has(&LEADER_WORKER_SET) {
+        lacking.push(lack(
+            "spec.roles".to_owned(),
+            &LEADER_WORKER_SET,
+            Shortfall::Missing,
+            Severity::Refuse,
+            missing(
+                installed,
+                &LEADER_WORKER_SET,
+                "each replica of a serving role is a LeaderWorkerSet, which",
+            ),
+        ));
+    }
+
+    let (gang_policy, gang_note) = gang_layout(spec, installed, &mut lacking);
+
+    for (index, role) in spec.roles.iter().enumerate() {
+        if role.is_router() && !installed.has(&INFERENCE_POOL) {
+            let mut message = missing(
+                installed,
+                &INFERENCE_POOL,
+                &format!(
+                    "router role {:?} is served through an InferencePool, which",
+                    role.name
+                ),
+            );
+            let legacy = installed.find(&LEGACY_INFERENCE_POOL).flatten();
+            if legacy.is_some_and(|f| f.serves(LEGACY_INFERENCE_POOL.version)) {
+                message.push_str(
+                    "; the pre-GA inference.networking.x-k8s.io/v1alpha2 InferencePool is \
+                     installed, and Tandem does not write it",
+                );
+            }
+            lacking.push(lack(
+                format!("spec.roles[{index}]"),
+                &INFERENCE_POOL,
+                Shortfall::Missing,
+                Severity::Refuse,
+                message,
+            ));
+        }
+    }
+
+    let routed = spec
+        .upgrade_strategy
+        .as_ref()
+        .and_then(|u| u.type_)
+        .filter(|t| {
+            matches!(
+                t,
+                UpgradeType::NewRevision | UpgradeType::IncrementalUpgrade
+            )
+        });
+    if let Some(upgrade) = routed {
+        for dependency in [&GATEWAY, &HTTP_ROUTE] {
+            if !installed.has(dependency) {
+                lacking.push(lack(
+                    "spec.upgradeStrategy.type".to_owned(),
+                    dependency,
+                    Shortfall::Missing,
+                    Severity::Refuse,
+                    missing(
+                        installed,
+                        dependency,
+                        &format!(
+                            "upgradeStrategy {upgrade:?} moves traffic through a Gateway, which"
+                        ),
+                    ),
+                ));
+            }
+        }
+    }
+    Dependencies {
+        lacking,
+        gang_policy,
+        gang_note,
+    }
+}
+
+/// The PodGroup layout of a gang-scheduled service, and why it differs from
+/// the default when it does.
+fn gang_layout(
+    spec: &InferenceServiceSpec,
+    installed: &Installed,
+    lacking: &mut Vec<Needed>,
+) -> (Option<GangPolicy>, Option<String>) {
+    if !gang::scheduling(spec).gang {
+        return (None, None);
+    }
+    let field = "spec.schedulingStrategy.schedulerName";
+    if !installed.has(&POD_GROUP) {
+        let explicit = spec
+            .scheduling_strategy
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .is_some();
+        let what = if explicit {
+            "schedulerName volcano gang-schedules the pods through a PodGroup, which".to_owned()
+        } else {
+            "a prefill/decode or multi-node service is gang-scheduled through a PodGroup \
+             (set schedulingStrategy.schedulerName to another scheduler to opt out), which"
+                .to_owned()
+        };
+        lacking.push(lack(
+            field.to_owned(),
+            &POD_GROUP,
+            Shortfall::Missing,
+            Severity::Warn,
+            missing(installed, &POD_GROUP, &what),
+        ));
+        return (None, None);
+    }
+    let requested = spec
+        .scheduling_strategy
+        .as_ref()
+        .and_then(|s| s.gang_policy);
+    let sub_groups = installed.pod_group_has("subGroupPolicy");
+    let task_members = installed.pod_group_has("minTaskMember");
+    let field = "spec.schedulingStrategy.gangPolicy";
+    let too_old = |policy: &str, needs: &str| {
+        lack(
+            field.to_owned(),
+            &POD_GROUP,
+            Shortfall::TooOld,
+            Severity::Refuse,
+            format!(
+                "gangPolicy {policy} needs the PodGroup field spec.{needs}, which the installed \
+                 {}/{} PodGroup ({}) does not have, so the API server would drop it: {}",
+                POD_GROUP.group,
+                POD_GROUP.version,
+                installed.found_text(&POD_GROUP),
+                POD_GROUP.install
+            ),
+        )
+    };
+    match requested {
+        Some(GangPolicy::SubGroup) if !sub_groups => {
+            lacking.push(too_old("SubGroup", "subGroupPolicy"));
+            (None, None)
+        }
+        Some(GangPolicy::TaskMember) | None if !task_members && !sub_groups => {
+            lacking.push(too_old("TaskMember", "minTaskMember"));
+            (None, None)
+        }
+        Some(GangPolicy::TaskMember) if !task_members => {
+            lacking.push(too_old("TaskMember", "minTaskMember"));
+            (None, None)
+        }
+        Some(policy) => (Some(policy), None),
+        None if sub_groups => (Some(GangPolicy::SubGroup), None),
+        None => (
+            Some(GangPolicy::TaskMember),
+            Some(format!(
+                "the installed PodGroup ({}) has no spec.subGroupPolicy (Volcano < 1.14): the \
+                 gang uses the minTaskMember layout, where the service starts only when every \
+                 replica fits; {}",
+                installed.found_text(&POD_GROUP),
+                POD_GROUP.install
+            )),
+        ),
+    }
+}
+
+/// The condition that says what the service lacks of the cluster's
+/// dependencies, or that it lacks nothing (and which gang layout it got).
+pub const CONDITION: &str = "DependenciesMet";
+
+/// The Event reason of a gang layout chosen because of the installed
+/// Volcano, and the condition's reason while it holds.
+pub const TASK_MEMBER_LAYOUT: &str = "TaskMemberLayout";
+
+/// Puts `decided` into `status`: the condition [`CONDITION`], and while
+/// anything is lacking `Ready=False` with reason `DependencyMissing` or
+/// `DependencyTooOld` naming each lack. The Event says the same once per
+/// episode: when the lack starts or changes, or the layout falls back.
+pub fn report(
+    service: &InferenceService,
+    decided: &Dependencies,
+    status: &mut InferenceServiceStatus,
+    now: &Time,
+) -> Option<rollout::Event> {
+    let previous = service
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let generation = service.metadata.generation;
+    let lacks: Vec<&Lack> = decided.lacks().collect();
+    let (met, reason, message) = match lacks.first() {
+        Some(first) => {
+            let reason = if lacks.iter().any(|l| l.shortfall == Shortfall::TooOld) {
+                Shortfall::TooOld.reason()
+            } else {
+                first.shortfall.reason()
+            };
+            let message = lacks
+                .iter()
+                .map(|l| format!("{}: {}", l.field, l.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            (false, reason, message)
+        }
+        None => match &decided.gang_note {
+            Some(note) => (true, TASK_MEMBER_LAYOUT, note.clone()),
+            None => (
+                true,
+                "Installed",
+                "everything the spec needs is installed".to_owned(),
+            ),
+        },
+    };
+    let before = previous.iter().find(|c| c.type_ == CONDITION).cloned();
+    let now_condition = condition(
+        &previous,
+        CONDITION,
+        met,
+        reason,
+        message.clone(),
+        generation,
+        now,
+    );
+    status.conditions.retain(|c| c.type_ != CONDITION);
+    status.conditions.push(now_condition);
+    if !met {
+        status.conditions.retain(|c| c.type_ != "Ready");
+        status.conditions.push(condition(
+            &previous,
+            "Ready",
+            false,
+            reason,
+            message.clone(),
+            generation,
+            now,
+        ));
+    }
+    status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let news = before
+        .as_ref()
+        .is_none_or(|c| c.reason != reason || c.message != message);
+    (news && reason != "Installed").then_some(rollout::Event {
+        reason,
+        note: message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::inference_service::InferenceService;
+    use serde_json::{Value, json};
+
+    fn crd(group: &str, kind: &str, version: &str, fields: &[&str]) -> Value {
+        let properties: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| ((*f).to_owned(), json!({"type": "object"})))
+            .collect();
+        json!({"kind": "CustomResourceDefinition",
+            "spec": {"group": group, "names": {"kind": kind}, "versions": [
+                {"name": version, "served": true, "schema": {"openAPIV3Schema":
+                    {"properties": {"spec": {"properties": properties}}}}}]}})
+    }
+
+    fn lws() -> Value {
+        crd(
+            "leaderworkerset.x-k8s.io",
+            "LeaderWorkerSet",
+            "v1",
+            &["replicas"],
+        )
+    }
+
+    fn volcano(fields: &[&str]) -> Value {
+        crd("scheduling.volcano.sh", "PodGroup", "v1beta1", fields)
+    }
+
+    fn service(extra: Value) -> InferenceServiceSpec {
+        let mut spec = json!({"roles": [
+            {"name": "prefill", "componentType": "prefiller", "replicas": 1,
+             "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            {"name": "decode", "componentType": "decoder", "replicas": 1,
+             "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}]});
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        let service: InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "s", "namespace": "n"}, "spec": spec}))
+        .expect("a service");
+        service.spec
+    }
+
+    #[test]
+    fn nothing_known_lacks_nothing_and_keeps_the_default_layout() {
+        let decided = decide(&service(json!({})), &Installed::Assumed);
+        assert!(decided.lacking.is_empty());
+        assert_eq!(decided.gang_policy, Some(GangPolicy::SubGroup));
+        assert_eq!(decided.gang_note, None);
+    }
+
+    #[test]
+    fn an_older_volcano_takes_the_task_member_layout_when_the_policy_is_unset() {
+        let installed = Installed::from_crds([&lws(), &volcano(&["minMember", "minTaskMember"])]);
+        let decided = decide(&service(json!({})), &installed);
+        assert!(decided.lacking.is_empty(), "{:?}", decided.lacking);
+        assert_eq!(decided.gang_policy, Some(GangPolicy::TaskMember));
+        let note = decided.gang_note.expect("a note");
+        assert!(note.contains("no spec.subGroupPolicy"), "{note}");
+    }
+
+    #[test]
+    fn sub_group_asked_for_on_an_older_volcano_is_refused_naming_what_is_installed() {
+        let installed = Installed::from_crds([&lws(), &volcano(&["minMember", "minTaskMember"])]);
+        let spec = service(json!({"schedulingStrategy": {"gangPolicy": "SubGroup"}}));
+        let decided = decide(&spec, &installed);
+        assert_eq!(decided.gang_policy, None);
+        let [needed] = decided.lacking.as_slice() else {
+            panic!("one lack: {:?}", decided.lacking)
+        };
+        assert_eq!(needed.severity, Severity::Refuse);
+        assert_eq!(needed.lack.shortfall, Shortfall::TooOld);
+        assert_eq!(needed.lack.field, "spec.schedulingStrategy.gangPolicy");
+        assert!(
+            needed.lack.message.contains("serving v1beta1"),
+            "{}",
+            needed.lack.message
+        );
+        assert!(needed.lack.message.contains("subGroupPolicy"));
+    }
+
+    #[test]
+    fn a_newer_volcano_keeps_sub_groups_and_task_member_stays_available() {
+        let installed = Installed::from_crds([
+            &lws(),
+            &volcano(&["minMember", "minTaskMember", "subGroupPolicy"]),
+        ]);
+        assert_eq!(
+            decide(&service(json!({})), &installed).gang_policy,
+            Some(GangPolicy::SubGroup)
+        );
+        let spec = service(json!({"schedulingStrategy": {"gangPolicy": "TaskMember"}}));
+        assert_eq!(
+            decide(&spec, &installed).gang_policy,
+            Some(GangPolicy::TaskMember)
+        );
+    }
+
+    #[test]
+    fn no_volcano_warns_and_no_leader_worker_set_refuses() {
+        let decided = decide(&service(json!({})), &Installed::from_crds([]));
+        let found: Vec<_> = decided
+            .lacking
+            .iter()
+            .map(|n| (n.lack.dependency, n.severity, n.lack.field.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("LeaderWorkerSet", Severity::Refuse, "spec.roles"),
+                (
+                    "Volcano PodGroup",
+                    Severity::Warn,
+                    "spec.schedulingStrategy.schedulerName"
+                ),
+            ]
+        );
+        assert!(decided.lacking[0].lack.message.contains("install LWS"));
+        assert_eq!(decided.gang_policy, None);
+    }
+
+    #[test]
+    fn a_router_needs_inference_pool_v1_and_says_when_only_the_pre_ga_one_is_there() {
+        let mut spec = service(json!({}));
+        let router: crate::api::inference_service::Role = serde_json::from_value(json!({
+            "name": "router", "componentType": "router", "strategy": "prefix-cache"}))
+        .expect("a router role");
+        spec.roles.insert(0, router);
+        let legacy = crd(
+            "inference.networking.x-k8s.io",
+            "InferencePool",
+            "v1alpha2",
+            &["selector"],
+        );
+        let installed = Installed::from_crds([
+            &lws(),
+            &volcano(&["minTaskMember", "subGroupPolicy"]),
+            &legacy,
+        ]);
+        let decided = decide(&spec, &installed);
+        let [needed] = decided.lacking.as_slice() else {
+            panic!("one lack: {:?}", decided.lacking)
+        };
+        assert_eq!(needed.lack.field, "spec.roles[0]");
+        assert!(
+            needed.lack.message.contains("pre-GA"),
+            "{}",
+            needed.lack.message
+        );
+    }
+
+    #[test]
+    fn a_routed_upgrade_needs_gateway_api() {
+        let installed =
+            Installed::from_crds([&lws(), &volcano(&["minTaskMember", "subGroupPolicy"])]);
+        for (upgrade, lacks) in [
+            ("NewRevision", 2),
+            ("IncrementalUpgrade", 2),
+            ("RollingUpdate", 0),
+        ] {
+            let spec = service(json!({"upgradeStrategy": {"type": upgrade}}));
+            let decided = decide(&spec, &installed);
+            assert_eq!(
+                decided.lacking.len(),
+                lacks,
+                "{upgrade}: {:?}",
+                decided.lacking
+            );
+            assert!(
+                decided
+                    .lacks()
+                    .all(|l| l.field == "spec.upgradeStrategy.type")
+            );
+        }
+    }
+}

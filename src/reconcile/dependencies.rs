@@ -1,0 +1,200 @@
+//! What the cluster has installed of the projects Tandem writes objects of,
+//! kept from watching their CustomResourceDefinitions: one watch per CRD,
+//! by name (`metadata.name={plural}.{group}`), so that Tandem reads only
+//! those (RBAC: get, list and watch on them by name) and an install, an
+//! upgrade or a removal while it runs is seen at once. A change
+//! re-reconciles every InferenceService (their plans read it) and sets the
+//! gauge `tandem_dependency_info`.
+//!
+//! Until every watch has listed, or when one cannot (the ClusterRole of an
+//! older install does not grant CRDs), nothing is known: [`Installed::Assumed`],
+//! as before Tandem read them, and a warning says so.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+use super::metrics::ControllerMetrics;
+use crate::plan::shared::installed::{self, Found, Installed};
+
+/// How long after a CRD changed its dependents are re-reconciled. The API
+/// server replaces its handler of a CRD whose schema changed and ends the
+/// watches of its kind about a second later; a write in between is not seen
+/// until the watch is back, and a reconcile then would read the cache from
+/// before it and write again. Measured against the tests' real control
+/// plane (tests/cluster_dependencies.rs): the PodGroup watch ended 1.0 s
+/// after the CRD's patch.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The CRDs read, by name.
+fn watched_names() -> Vec<String> {
+    installed::ALL
+        .iter()
+        .chain([&installed::LEGACY_INFERENCE_POOL])
+        .map(installed::crd_name)
+        .collect()
+}
+
+#[derive(Default)]
+struct State {
+    /// What each watched CRD installs, by CRD name; absent when not there.
+    found: BTreeMap<String, ((String, String), Found)>,
+    /// Watches that have listed (or could not), by CRD name.
+    answered: BTreeMap<String, bool>,
+    /// The resourceVersion of each CRD seen, by name.
+    versions: BTreeMap<String, String>,
+}
+
+/// The installed dependencies, as the watches last saw them.
+pub struct WatchedDependencies {
+    state: Mutex<State>,
+    /// How many watches have not answered yet.
+    pending: watch::Sender<usize>,
+    metrics: Arc<ControllerMetrics>,
+    on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // Every change replaces one entry whole: a panic elsewhere cannot leave
+    // it half-written.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl WatchedDependencies {
+    /// Starts the watches (in the current tokio runtime); `on_change` runs
+    /// after anything installed changed.
+    pub fn start(
+        client: &Client,
+        metrics: Arc<ControllerMetrics>,
+        on_change: impl Fn() + Send + Sync + 'static,
+    ) -> Arc<WatchedDependencies> {
+        let names = watched_names();
+        let watched = Arc::new(WatchedDependencies {
+            state: Mutex::default(),
+            pending: watch::Sender::new(names.len()),
+            metrics,
+            on_change: Box::new(on_change),
+        });
+        for name in names {
+            let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+            let watched = watched.clone();
+            tokio::spawn(async move { watched.follow(api, name).await });
+        }
+        watched
+    }
+
+    /// What is installed; [`Installed::Assumed`] while a watch has not
+    /// listed or cannot.
+    pub fn installed(&self) -> Installed {
+        let state = lock(&self.state);
+        if *self.pending.borrow() > 0 || state.answered.values().any(|listed| !listed) {
+            return Installed::Assumed;
+        }
+        Installed::Known(state.found.values().cloned().collect())
+    }
+
+    /// Waits until every watch has listed or found it cannot.
+    pub async fn answered(&self) {
+        // An Err means the sender is gone with self: nothing to wait for.
+        let _ = self.pending.subscribe().wait_for(|n| *n == 0).await;
+    }
+
+    /// The CRDs seen, as (name, resourceVersion): what a test compares
+    /// with what is stored to know the watches have caught up.
+    pub fn versions(&self) -> BTreeMap<String, String> {
+        lock(&self.state).versions.clone()
+    }
+
+    async fn follow(self: &Arc<Self>, api: Api<CustomResourceDefinition>, name: String) {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut events = watcher(api, config).default_backoff().boxed();
+        let mut seen_in_list = false;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Init) => seen_in_list = false,
+                Ok(watcher::Event::InitApply(crd)) => {
+                    seen_in_list = true;
+                    self.set(&name, Some(&crd));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if !seen_in_list {
+                        self.set(&name, None);
+                    }
+                    self.answer(&name, true);
+                }
+                Ok(watcher::Event::Apply(crd)) => self.set(&name, Some(&crd)),
+                Ok(watcher::Event::Delete(_)) => self.set(&name, None),
+                Err(error) => {
+                    if !lock(&self.state).answered.contains_key(&name) {
+                        tracing::warn!(crd = %name, %error,
+                            "cannot read a dependency's CustomResourceDefinition: Tandem assumes every dependency is installed at its newest version until it can");
+                        self.answer(&name, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records that the watch of `name` answered (`listed`, or could not).
+    fn answer(self: &Arc<Self>, name: &str, listed: bool) {
+        let first = {
+            let mut state = lock(&self.state);
+            state.answered.insert(name.to_owned(), listed).is_none()
+        };
+        if first {
+            self.pending.send_modify(|n| *n = n.saturating_sub(1));
+            if *self.pending.borrow() == 0 {
+                self.changed();
+            }
+        }
+    }
+
+    /// Records what the CRD `name` installs now (None: it is gone).
+    fn set(self: &Arc<Self>, name: &str, crd: Option<&CustomResourceDefinition>) {
+        let found = crd
+            .and_then(|crd| serde_json::to_value(crd).ok())
+            .and_then(|crd| {
+                // The typed CRD serialises without its kind.
+                let mut crd = crd;
+                crd["kind"] = "CustomResourceDefinition".into();
+                Found::from_crd(&crd)
+            });
+        let changed = {
+            let mut state = lock(&self.state);
+            match crd.and_then(|crd| crd.metadata.resource_version.clone()) {
+                Some(version) => state.versions.insert(name.to_owned(), version),
+                None => state.versions.remove(name),
+            };
+            let before = state.found.get(name).cloned();
+            match &found {
+                Some(found) => state.found.insert(name.to_owned(), found.clone()),
+                None => state.found.remove(name),
+            };
+            before != found
+        };
+        if changed && *self.pending.borrow() == 0 {
+            self.changed();
+        }
+    }
+
+    /// Sets the gauge and, after [`SETTLE`], re-reconciles what reads the
+    /// dependencies.
+    fn changed(self: &Arc<Self>) {
+        let installed = self.installed();
+        if matches!(installed, Installed::Assumed) {
+            return;
+        }
+        self.metrics.dependencies(&installed.info());
+        tracing::info!(installed = ?installed.info(), "the cluster's dependencies");
+        let watched = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(SETTLE).await;
+            (watched.on_change)();
+        });
+    }
+}
