@@ -555,7 +555,10 @@ async fn probes_answer_on_the_plain_port() {
     admit(&test, "/validate/inferenceservices", &body).await;
     assert_eq!(
         probe(test.server.probe_addr, "/healthz").await.unwrap(),
-        (200, "ok".to_owned())
+        (
+            200,
+            "ok: the webhook and probe listeners are serving".to_owned()
+        )
     );
     assert_eq!(
         probe(test.server.probe_addr, "/readyz").await.unwrap(),
@@ -1146,5 +1149,26 @@ async fn a_client_ca_file_that_does_not_load_stops_the_server_with_its_path() {
             .to_string()
             .starts_with(&format!("could not read {}", missing.display())),
         "{error}"
+    );
+}
+
+/// A webhook listener that stops while the process runs is seen: `/healthz`
+/// answers 503 naming it (so a liveness probe restarts the pod), and
+/// [`Server::listener_ended`], which `serve` waits on beside the signals,
+/// returns at once, so the process exits instead of staying up half-serving.
+#[tokio::test]
+async fn a_webhook_listener_that_stops_fails_liveness_and_ends_the_server() {
+    let test = start_server(|_| {}).await;
+    test.server.webhook_handle().shutdown();
+    let which = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        test.server.listener_ended(),
+    )
+    .await
+    .expect("the end is seen within 5 s");
+    assert_eq!(which, "webhook");
+    assert_eq!(
+        probe(test.server.probe_addr, "/healthz").await.unwrap(),
+        (503, "the webhook listener has stopped".to_owned())
     );
 }

@@ -76,6 +76,8 @@ pub enum ServerError {
         which: &'static str,
         source: std::io::Error,
     },
+    #[error("the {which} listener stopped while serving")]
+    Stopped { which: &'static str },
     #[error("the {which} server task ended abnormally: {source}")]
     Task {
         which: &'static str,
@@ -117,7 +119,81 @@ pub struct Server {
     stop_probes: watch::Sender<bool>,
     webhook_task: JoinHandle<std::io::Result<()>>,
     probe_task: JoinHandle<std::io::Result<()>>,
+    /// Which listeners are still serving.
+    listening: Arc<Listening>,
     _watcher: notify::RecommendedWatcher,
+}
+
+/// Whether each listener's task still runs: what `/healthz` answers from,
+/// and what [`Server::listener_ended`] waits on.
+#[derive(Debug)]
+pub struct Listening {
+    webhook: AtomicBool,
+    probes: AtomicBool,
+    ended: watch::Sender<Option<&'static str>>,
+}
+
+impl Listening {
+    fn new() -> Listening {
+        Listening {
+            webhook: AtomicBool::new(true),
+            probes: AtomicBool::new(true),
+            ended: watch::Sender::new(None),
+        }
+    }
+
+    /// Runs the `which` listener's `serving` as a task that notes when it
+    /// ends.
+    fn spawn(
+        self: &Arc<Self>,
+        which: &'static str,
+        serving: impl Future<Output = std::io::Result<()>> + Send + 'static,
+    ) -> JoinHandle<std::io::Result<()>> {
+        let listening = self.clone();
+        tokio::spawn(async move {
+            let served = serving.await;
+            listening.end(which);
+            served
+        })
+    }
+
+    /// Notes that the `which` listener's task ended.
+    fn end(&self, which: &'static str) {
+        match which {
+            "webhook" => self.webhook.store(false, Ordering::SeqCst),
+            _ => self.probes.store(false, Ordering::SeqCst),
+        }
+        self.ended.send_if_modified(|ended| {
+            let first = ended.is_none();
+            if first {
+                *ended = Some(which);
+            }
+            first
+        });
+    }
+
+    /// `/healthz`: 200 while both listeners serve, 503 naming the one that
+    /// stopped otherwise (a stopped probe listener cannot answer at all,
+    /// which a liveness probe sees as well).
+    fn health(&self) -> (StatusCode, String) {
+        match (
+            self.webhook.load(Ordering::SeqCst),
+            self.probes.load(Ordering::SeqCst),
+        ) {
+            (true, true) => (
+                StatusCode::OK,
+                "ok: the webhook and probe listeners are serving".to_owned(),
+            ),
+            (false, _) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the webhook listener has stopped".to_owned(),
+            ),
+            (true, false) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the probe listener has stopped".to_owned(),
+            ),
+        }
+    }
 }
 
 impl Server {
@@ -203,7 +279,8 @@ impl Server {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(options.idle_timeout);
-        let webhook_task = tokio::spawn(server.serve(app.into_make_service()));
+        let listening = Arc::new(Listening::new());
+        let webhook_task = listening.spawn("webhook", server.serve(app.into_make_service()));
 
         let ready = Arc::new(AtomicBool::new(false));
         let probe_listener =
@@ -220,14 +297,20 @@ impl Server {
                 source,
             })?;
         let (stop_probes, mut stopped) = watch::channel(false);
-        let probes = probe_routes(ready.clone(), caches_ready, metrics.clone());
-        let probe_task = tokio::spawn(async move {
+        let probes = probe_routes(
+            ready.clone(),
+            caches_ready,
+            listening.clone(),
+            metrics.clone(),
+        );
+        let probe_task = listening.spawn(
+            "probe",
             axum::serve(probe_listener, probes)
                 .with_graceful_shutdown(async move {
                     let _ = stopped.wait_for(|stop| *stop).await;
                 })
-                .await
-        });
+                .into_future(),
+        );
 
         // Ready once the webhook socket accepts connections.
         webhook.listening().await;
@@ -244,8 +327,27 @@ impl Server {
             stop_probes,
             webhook_task,
             probe_task,
+            listening,
             _watcher: watcher,
         })
+    }
+
+    /// The webhook listener's handle: what stops it (a graceful shutdown,
+    /// or an embedding program's own reasons).
+    pub fn webhook_handle(&self) -> axum_server::Handle<SocketAddr> {
+        self.webhook.clone()
+    }
+
+    /// Waits until a listener's task ends, and names it (`webhook` or
+    /// `probe`). Outside a shutdown that is a failure: the process must
+    /// exit so that it is restarted, not stay up half-serving.
+    pub async fn listener_ended(&self) -> &'static str {
+        let mut ended = self.listening.ended.subscribe();
+        match ended.wait_for(Option::is_some).await {
+            Ok(which) => which.unwrap_or("webhook"),
+            // The sender lives in self: it cannot be gone while self is.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Stops accepting connections, turns /readyz to 503 and lets in-flight
@@ -332,10 +434,17 @@ async fn time_limit(
 fn probe_routes(
     ready: Arc<AtomicBool>,
     caches_ready: Arc<AtomicBool>,
+    listening: Arc<Listening>,
     metrics: Arc<Metrics>,
 ) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(move || {
+                let answer = listening.health();
+                async move { answer }
+            }),
+        )
         .route(
             "/readyz",
             get({
@@ -397,7 +506,16 @@ pub async fn run(
     // SIGTERM is a graceful stop and not the default action (death).
     let stop = Termination::listen();
     let server = Server::start_bound(options, listeners, lookup, caches_ready, metrics).await?;
-    stop.wait().await;
+    tokio::select! {
+        () = stop.wait() => {}
+        which = server.listener_ended() => {
+            tracing::error!(listener = which, "a listener stopped while serving: exiting so that the pod is restarted");
+            server.shutdown();
+            // Its own error, if it had one, says more.
+            server.finished().await?;
+            return Err(ServerError::Stopped { which });
+        }
+    }
     tracing::info!("shutting down: finishing in-flight requests");
     server.shutdown();
     server.finished().await
