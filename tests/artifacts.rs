@@ -335,7 +335,10 @@ fn webhook_configurations_match_the_served_routes_and_crds() {
                     .iter()
                     .map(|r| r.as_str().unwrap())
                     .collect();
-                let expected: Vec<String> = if kind == Kind::ScaleView && prefix == "/validate/" {
+                // Both kinds with a scale subresource have their /scale
+                // validated (a write there skips the main resource's rule).
+                let scaled = matches!(kind, Kind::ScaleView | Kind::ResourceScalingGroup);
+                let expected: Vec<String> = if scaled && prefix == "/validate/" {
                     vec![plural.to_owned(), format!("{plural}/scale")]
                 } else {
                     vec![plural.to_owned()]

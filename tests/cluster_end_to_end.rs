@@ -288,8 +288,9 @@ async fn an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_
         })
         .await;
     // `kubectl scale rsg/pd-pool`: an InplaceScaling group has no replicas
-    // of its own. The API server itself refuses it (the CRD's rule), since
-    // a write to /scale skips the group's webhook.
+    // of its own. The API server refuses it by the CRD's rule, which runs
+    // before the validating webhooks (whose /scale rule refuses it too, for
+    // a CRD installed without the rule).
     let rsg = "resourcescalinggroup.com/v1";
     let refused = scale(&scenario, rsg, "ResourceScalingGroup", "pd-pool", 3)
         .await

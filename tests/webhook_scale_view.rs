@@ -216,3 +216,59 @@ async fn a_view_on_a_locked_group_is_a_conflict() {
     .await;
     assert_eq!(response["allowed"], true, "{response}");
 }
+
+/// `kubectl scale rsg/NAME` over TLS: the API server sends the group
+/// webhook an autoscaling/v1 Scale (the rule lists
+/// `resourcescalinggroups/scale`). A GroupReplication group's new replicas
+/// are held to its own rules; an InplaceScaling group is refused.
+#[tokio::test]
+async fn a_group_scale_is_answered_by_the_group_webhook() {
+    let group = |file: &str| {
+        let mut group =
+            yaml_documents(&repo_path(&format!("examples/resourcescalinggroup/{file}")))
+                .into_iter()
+                .find(|o| o["kind"] == "ResourceScalingGroup")
+                .expect("a group");
+        group["metadata"]["namespace"] = json!("ai");
+        group
+    };
+    let (replicated, inplace) = (
+        group("group-replication.yaml"),
+        group("inplace-scaling.yaml"),
+    );
+    let lookup = Arc::new(lookup::Objects::new([&replicated, &inplace]));
+    let test = start_server_seeing(|_| {}, lookup).await;
+    let group_scale = |group: &Value, replicas: i64| {
+        let mut review = scale_review(
+            group["metadata"]["name"].as_str().unwrap(),
+            "ai",
+            replicas,
+            1,
+        );
+        for field in ["resource", "requestResource"] {
+            review["request"][field] = json!({"group": "resourcescalinggroup.com", "version": "v1", "resource": "resourcescalinggroups"});
+        }
+        review
+    };
+    let path = "/validate/resourcescalinggroups";
+    let response = admit(&test, path, &group_scale(&replicated, 3)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let response = admit(&test, path, &group_scale(&replicated, 0)).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.replicas: must be >= 1"),
+        "{response}"
+    );
+    let response = admit(&test, path, &group_scale(&inplace, 2)).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is InplaceScaling"),
+        "{response}"
+    );
+}

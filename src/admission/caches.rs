@@ -65,6 +65,18 @@ impl Lookup for Caches {
             .then(|| self.follows.check(namespace, candidate))
     }
 
+    fn resource_scaling_group(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<crate::api::ResourceScalingGroup>> {
+        self.groups_listed().then(|| {
+            self.groups
+                .get(&ObjectRef::new(name).within(namespace))
+                .map(|g| (*g).clone())
+        })
+    }
+
     fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
         adapter::builtin_has_scale(api_version, kind).or_else(|| {
             self.discovery

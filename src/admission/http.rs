@@ -22,7 +22,7 @@ use serde_json::Value;
 pub use super::answer::{Answer, REVIEW_API_VERSION, Reply, Webhook};
 use super::answer::{Verdict, reply, verdict_of};
 use super::lookup::{Amended, Found, Noting};
-use super::{Kind, Lookup, Requester, mutate, validate_as, validate_scale};
+use super::{Kind, Lookup, Requester, mutate, validate_as, validate_group_scale, validate_scale};
 use crate::api::Findings;
 use crate::server::metrics::{AdmissionLabels, Metrics};
 
@@ -320,6 +320,7 @@ pub fn reference_answer(
     let operation = format!("{:?}", request.operation).to_uppercase();
     let admitted = match (request.sub_resource.as_deref(), request.kind.kind.as_str()) {
         (Some("scale"), _) if kind == Kind::ScaleView => "ScaleView/scale",
+        (Some("scale"), _) if kind == Kind::ResourceScalingGroup => "ResourceScalingGroup/scale",
         (None, name) if name == kind.name() => kind.name(),
         _ => "other",
     };
@@ -362,15 +363,18 @@ fn decide(
     let old = raw.get("oldObject").filter(|o| !o.is_null());
 
     if let Some(sub) = request.sub_resource.as_deref() {
-        // Only scaleviews/scale is registered: the API server sends the
-        // autoscaling/v1 Scale being written, not the ScaleView.
+        // Only scaleviews/scale and resourcescalinggroups/scale are
+        // registered: the API server sends the autoscaling/v1 Scale being
+        // written, not the object.
+        let namespace = request.namespace.as_deref().unwrap_or("default");
         return match (kind, sub, webhook) {
             (Kind::ScaleView, "scale", Webhook::Validate) if request.kind.kind == "Scale" => {
-                verdict_of(validate_scale(
-                    object,
-                    request.namespace.as_deref().unwrap_or("default"),
-                    lookup,
-                ))
+                verdict_of(validate_scale(object, namespace, lookup))
+            }
+            (Kind::ResourceScalingGroup, "scale", Webhook::Validate)
+                if request.kind.kind == "Scale" =>
+            {
+                verdict_of(validate_group_scale(object, namespace, lookup))
             }
             _ => wrong_endpoint(format!(
                 "the {} webhook for {} does not admit the {sub} subresource (got {})",

@@ -43,6 +43,16 @@ pub trait Lookup: Send + Sync {
             .map(|views| views.into_iter().find(|v| v.name_any() == name))
     }
 
+    /// The ResourceScalingGroup `namespace/name` (a write to its `/scale`
+    /// carries only the Scale); None when it cannot be known.
+    fn resource_scaling_group(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> Option<Option<ResourceScalingGroup>> {
+        None
+    }
+
     /// The endpoint-picker image Tandem deploys for a router role
     /// (`--epp-image`), when known.
     fn epp_image(&self) -> Option<&str> {
@@ -150,6 +160,13 @@ impl Lookup for Noting<'_> {
     fn installed(&self) -> Installed {
         self.inner.installed()
     }
+    fn resource_scaling_group(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<ResourceScalingGroup>> {
+        self.inner.resource_scaling_group(namespace, name)
+    }
     fn epp_image(&self) -> Option<&str> {
         self.inner.epp_image()
     }
@@ -205,6 +222,13 @@ impl Lookup for Amended<'_> {
     fn installed(&self) -> Installed {
         self.inner.installed()
     }
+    fn resource_scaling_group(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<ResourceScalingGroup>> {
+        self.inner.resource_scaling_group(namespace, name)
+    }
     fn epp_image(&self) -> Option<&str> {
         self.inner.epp_image()
     }
@@ -239,6 +263,13 @@ impl Lookup for WithEppImage {
     }
     fn installed(&self) -> Installed {
         self.inner.installed()
+    }
+    fn resource_scaling_group(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<ResourceScalingGroup>> {
+        self.inner.resource_scaling_group(namespace, name)
     }
     fn epp_image(&self) -> Option<&str> {
         Some(&self.epp_image)
@@ -277,6 +308,7 @@ pub struct Objects {
     follows: FollowIndex,
     /// CustomResourceDefinitions of the world, which say which kinds scale.
     crds: Vec<Value>,
+    groups: BTreeMap<(String, String), ResourceScalingGroup>,
 }
 
 impl Objects {
@@ -306,8 +338,9 @@ impl Objects {
                     if let Ok(mut group) =
                         serde_json::from_value::<ResourceScalingGroup>(object.clone())
                     {
-                        group.metadata.namespace = Some(namespace);
+                        group.metadata.namespace = Some(namespace.clone());
                         known.follows.upsert(&group);
+                        known.groups.insert((namespace, group.name_any()), group);
                     }
                 }
                 (Some("apiextensions.k8s.io/v1"), Some("CustomResourceDefinition")) => {
@@ -342,6 +375,17 @@ impl Lookup for Objects {
         candidate: (&str, &ResourceScalingGroupSpec),
     ) -> Option<Findings> {
         Some(self.follows.check(namespace, candidate))
+    }
+    fn resource_scaling_group(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<ResourceScalingGroup>> {
+        Some(
+            self.groups
+                .get(&(namespace.to_owned(), name.to_owned()))
+                .cloned(),
+        )
     }
     /// The world's CRDs, when it holds any: a dependency not among them is
     /// not installed (as render's reconcilers see it).

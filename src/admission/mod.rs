@@ -478,6 +478,78 @@ pub fn validate_scale(scale: &Value, namespace: &str, lookup: &dyn Lookup) -> Fi
     }
 }
 
+/// A write to `resourcescalinggroups/scale` (an `autoscaling/v1` Scale): a
+/// GroupReplication group's new `groupConfig.replicas` is held to the same
+/// rules as a write of the group itself; an InplaceScaling group has no
+/// replicas of its own to scale (the CRD's CEL rule refuses it too, for a
+/// cluster where the webhook is not called).
+pub fn validate_group_scale(scale: &Value, namespace: &str, lookup: &dyn Lookup) -> Findings {
+    let mut findings = Findings::default();
+    let scale: k8s_openapi::api::autoscaling::v1::Scale = match api::parse(scale) {
+        Ok(scale) => scale,
+        Err(v) => {
+            findings.deny(
+                v.field,
+                format!("not an autoscaling/v1 Scale: {}", v.reason),
+            );
+            return findings;
+        }
+    };
+    let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+    let name = scale.metadata.name.unwrap_or_default();
+    let Some(found) = lookup.resource_scaling_group(namespace, &name) else {
+        if replicas < 1 {
+            findings.deny("spec.replicas", format!("must be >= 1, got {replicas}"));
+        }
+        findings.warn(format!(
+            "spec.replicas: not checked against ResourceScalingGroup {name:?}: this webhook has no view of the cluster"
+        ));
+        return findings;
+    };
+    let Some(group) = found else {
+        findings.deny(
+            "metadata.name",
+            format!("ResourceScalingGroup {name:?} not found"),
+        );
+        return findings;
+    };
+    let mut spec = group.spec;
+    // As stored, the group went through the mutating webhook; defaulting
+    // again changes nothing then, and reads one stored without it alike.
+    resource_scaling_group::defaults(&mut spec);
+    match spec.scaling_strategy.type_ {
+        resource_scaling_group::ScalingStrategyType::InplaceScaling => {
+            findings.deny(
+                "spec.replicas",
+                format!(
+                    "ResourceScalingGroup {name:?} is InplaceScaling: it has no replicas of its own, its Targets follow their Source; scale the Source instead"
+                ),
+            );
+        }
+        resource_scaling_group::ScalingStrategyType::GroupReplication => {
+            spec.scaling_strategy
+                .group_config
+                .get_or_insert(resource_scaling_group::GroupConfig {
+                    group_name_prefix: None,
+                    group_name: None,
+                    replicas: None,
+                    scale_down: None,
+                })
+                .replicas = Some(replicas);
+            // The group's own rules, with the field as /scale names it.
+            for violation in resource_scaling_group::validate(&spec, namespace).violations {
+                let field = if violation.field.ends_with("groupConfig.replicas") {
+                    "spec.replicas".to_owned()
+                } else {
+                    violation.field
+                };
+                findings.deny(field, violation.reason);
+            }
+        }
+    }
+    findings
+}
+
 /// [`validate_scale`] of a Scale as it parsed.
 fn scale_findings(
     scale: k8s_openapi::api::autoscaling::v1::Scale,
@@ -681,6 +753,57 @@ mod tests {
             )
             .is_allowed()
         );
+    }
+
+    #[test]
+    fn group_scale_writes_hold_group_replication_to_its_rules_and_refuse_inplace_scaling() {
+        let scale = |name: &str, replicas: i64| {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": name, "namespace": "ai"}, "spec": {"replicas": replicas}})
+        };
+        let read = |file: &str| {
+            let text = std::fs::read_to_string(format!(
+                "{}/examples/resourcescalinggroup/{file}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            use serde::Deserialize as _;
+            serde_norway::Deserializer::from_str(&text)
+                .map(|d| Value::deserialize(d).unwrap())
+                .find(|o| o["kind"] == "ResourceScalingGroup")
+                .map(|mut g| {
+                    // Applied in namespace ai, where its targets are.
+                    g["metadata"]["namespace"] = json!("ai");
+                    g
+                })
+                .unwrap()
+        };
+        let (replicated, inplace) = (read("group-replication.yaml"), read("inplace-scaling.yaml"));
+        let name = |g: &Value| g["metadata"]["name"].as_str().unwrap().to_owned();
+        let known = lookup::Objects::new([&replicated, &inplace]);
+        let three = validate_group_scale(&scale(&name(&replicated), 3), "ai", &known);
+        assert!(three.is_allowed(), "{}", three.denial_message());
+        let zero = validate_group_scale(&scale(&name(&replicated), 0), "ai", &known);
+        assert!(
+            zero.denial_message()
+                .starts_with("spec.replicas: must be >= 1"),
+            "{}",
+            zero.denial_message()
+        );
+        let inplace = validate_group_scale(&scale(&name(&inplace), 2), "ai", &known);
+        assert!(
+            inplace
+                .denial_message()
+                .contains("is InplaceScaling: it has no replicas of its own"),
+            "{}",
+            inplace.denial_message()
+        );
+        assert_eq!(
+            validate_group_scale(&scale("nope", 2), "ai", &known).denial_message(),
+            "metadata.name: ResourceScalingGroup \"nope\" not found"
+        );
+        let blind = validate_group_scale(&scale("any", 2), "default", &lookup::Blind);
+        assert!(blind.is_allowed() && blind.warnings[0].contains("not checked"));
     }
 
     #[test]
