@@ -11,7 +11,7 @@ RUN cargo build --release --locked --bin tandem
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /src/target/release/tandem /usr/local/bin/tandem
 USER 65532:65532
-# 8443: admission webhooks (HTTPS); 8080: probes and metrics (HTTP).
-EXPOSE 8443 8080
+# 10250: admission webhooks (HTTPS; --listen); 8080: probes and metrics (HTTP).
+EXPOSE 10250 8080
 ENTRYPOINT ["/usr/local/bin/tandem"]
 CMD ["serve"]

@@ -2,7 +2,7 @@
 //! signed by it, for development (`serve --dev`) and clusters without
 //! cert-manager (`tandem certs`); and a CA with a client certificate for the
 //! API server, when the webhook requires one (`tandem certs --client`). Clusters with cert-manager use
-//! `manifests/certificate.yaml` instead (see `certs/README.md`).
+//! `manifests/cert-manager/certificate.yaml` instead (see `certs/README.md`).
 
 use std::fs;
 use std::io;

@@ -86,7 +86,8 @@ struct ServeArgs {
     /// Log format: text, or json (one object per line). RUST_LOG filters (default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "TANDEM_LOG_FORMAT")]
     log_format: LogFormat,
-    /// TLS address of the webhook [default: 0.0.0.0:8443, with --dev 127.0.0.1:8443].
+    /// TLS address of the webhook [default: 0.0.0.0:10250, the port managed
+    /// control planes reach on nodes; with --dev 127.0.0.1:8443].
     #[arg(long, env = "TANDEM_LISTEN")]
     listen: Option<SocketAddr>,
     /// Plain-HTTP address of /healthz, /readyz and /metrics [default: 0.0.0.0:8080, with --dev 127.0.0.1:8080].
@@ -346,13 +347,16 @@ fn serve(args: ServeArgs) -> ExitCode {
 fn addresses(args: &ServeArgs) -> (SocketAddr, SocketAddr, PathBuf) {
     let loopback = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
-    let (host, cert_dir): (fn(u16) -> SocketAddr, &str) = if args.dev {
-        (loopback, "tandem-dev-certs")
+    // In a cluster the webhook listens where managed control planes can
+    // reach a node (10250); on a workstation 8443, clear of a local
+    // kubelet on 10250.
+    let (host, webhook_port, cert_dir): (fn(u16) -> SocketAddr, u16, &str) = if args.dev {
+        (loopback, 8443, "tandem-dev-certs")
     } else {
-        (any, "/etc/tandem/certs")
+        (any, 10250, "/etc/tandem/certs")
     };
     (
-        args.listen.unwrap_or(host(8443)),
+        args.listen.unwrap_or(host(webhook_port)),
         args.probe_listen.unwrap_or(host(8080)),
         args.cert_dir
             .clone()
@@ -826,7 +830,7 @@ mod tests {
     #[test]
     fn addresses_default_to_every_interface_and_the_mounted_certificates() {
         let (listen, probe, certs) = addresses(&serve_args(&[]));
-        assert_eq!(listen, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(listen, "0.0.0.0:10250".parse().unwrap());
         assert_eq!(probe, "0.0.0.0:8080".parse().unwrap());
         assert_eq!(certs, PathBuf::from("/etc/tandem/certs"));
     }

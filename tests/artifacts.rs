@@ -492,7 +492,41 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
         .iter()
         .position(|a| *a == "--shutdown-grace-seconds")
         .map_or(20, |i| args[i + 1].parse::<i64>().unwrap());
-    assert!(delay + drain <= grace, "{delay} + {drain} > {grace}");
+    // Then the controllers finish their reconciles (at most the part of the
+    // Lease after the renew deadline) and the Lease is released (one try,
+    // at most the retry period), so the next leader need not wait it out.
+    let timing = tandem::plan::shared::leadership::Timing::DEFAULT;
+    let controllers = tandem::plan::shared::leadership::stop_grace(&timing).as_secs();
+    let release = timing.retry().as_secs();
+    let shutdown = delay + drain + i64::try_from(controllers + release).unwrap();
+    assert!(
+        shutdown < grace,
+        "preStop {delay} s + drain {drain} s + controllers {controllers} s + Lease release {release} s = {shutdown} s, not within the grace period of {grace} s"
+    );
+
+    // Protected and spread: Tandem's own PriorityClass, one replica per
+    // node and per zone where it can, memory sized by docs/install.md's table.
+    assert_eq!(pod["priorityClassName"], "tandem-webhook");
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(spread["whenUnsatisfiable"], "ScheduleAnyway");
+    let class = manifest("manifests/base/priorityclass.yaml").remove(0);
+    assert_eq!(class["metadata"]["name"], "tandem-webhook");
+    assert_eq!(class["globalDefault"], false);
+    assert_eq!(container["resources"]["requests"]["memory"], "256Mi");
+    assert_eq!(container["resources"]["limits"]["memory"], "512Mi");
+
+    // The webhook listens on 10250, a port managed control planes reach
+    // (GKE private clusters allow only 443 and 10250 to nodes).
+    let listen = args
+        .iter()
+        .position(|a| *a == "--listen")
+        .map(|i| args[i + 1])
+        .expect("--listen");
+    assert_eq!(listen, "0.0.0.0:10250");
+    assert_eq!(container["ports"][0]["containerPort"], 10250);
+    let service = manifest("manifests/base/service.yaml").remove(0);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
 }
 
 #[test]
@@ -501,6 +535,8 @@ fn the_kustomization_lists_files_that_exist() {
         "manifests",
         "manifests/base",
         "manifests/without-cert-manager",
+        "manifests/cert-manager",
+        "manifests/in-namespace",
         "manifests/crds",
         "webhooks",
     ] {

@@ -170,7 +170,7 @@ fn certificate(documents: &[Value], name: &str) -> Value {
     documents
         .iter()
         .find(|d| d["kind"] == "Certificate" && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("Certificate {name} in manifests/certificate.yaml"))
+        .unwrap_or_else(|| panic!("Certificate {name} in manifests/cert-manager/certificate.yaml"))
         .clone()
 }
 
@@ -191,7 +191,9 @@ fn injected(documents: &[Value]) -> Injected {
 
 #[test]
 fn the_shipped_bundle_verifies_the_serving_certificate_at_every_hour_of_five_years() {
-    let manifests = common::yaml_documents(&common::repo_path("manifests/certificate.yaml"));
+    let manifests = common::yaml_documents(&common::repo_path(
+        "manifests/cert-manager/certificate.yaml",
+    ));
     let ca = Schedule::of(&certificate(&manifests, "tandem-ca"));
     let serving = Schedule::of(&certificate(&manifests, "tandem-webhook"));
     let mut webhooks = common::yaml_documents(&common::repo_path("webhooks/validating.yaml"));

@@ -289,3 +289,127 @@ async fn the_install_without_cert_manager_needs_no_hand_edit() {
             .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
     }
 }
+
+/// An install in another namespace: the namespace of
+/// `manifests/in-namespace/` changed (its one line), built with kustomize's
+/// library as `kubectl apply -k` does. Every name that holds the namespace
+/// agrees: the objects, the Namespace itself, the RoleBindings' subjects,
+/// the webhooks' Service, the serving certificate's DNS names (what the
+/// API server checks the webhook's TLS name against) and cainjector's
+/// annotation; and the Deployment takes its service account's user name
+/// from the downward API. Nothing names tandem-system.
+#[test]
+fn an_install_in_another_namespace_agrees_on_every_name() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED an_install_in_another_namespace: {reason}");
+        return;
+    }
+    let plane = ControlPlane::shared();
+    let checkout = tempfile::tempdir().unwrap();
+    copy_tree(
+        &common::repo_path("manifests"),
+        &checkout.path().join("manifests"),
+    );
+    copy_tree(
+        &common::repo_path("webhooks"),
+        &checkout.path().join("webhooks"),
+    );
+    let overlay = checkout.path().join("manifests/in-namespace");
+    let kustomization = overlay.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    assert_eq!(text.matches("\nnamespace: ").count(), 1, "named once");
+    std::fs::write(
+        &kustomization,
+        text.replace("\nnamespace: tandem-ops\n", "\nnamespace: inference-ops\n"),
+    )
+    .unwrap();
+    let objects = plane.kustomize(&overlay).expect("the overlay builds");
+    let all = serde_json::to_string(&objects).unwrap();
+    assert!(!all.contains("tandem-system"), "{all}");
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    const NS: &str = "inference-ops";
+    assert!(
+        objects
+            .iter()
+            .any(|o| o["kind"] == "Namespace" && o["metadata"]["name"] == NS)
+    );
+    let cluster_scoped = [
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ];
+    for object in objects
+        .iter()
+        .filter(|o| !cluster_scoped.contains(&o["kind"].as_str().unwrap_or_default()))
+    {
+        assert_eq!(
+            object["metadata"]["namespace"],
+            NS,
+            "{}",
+            kind_and_name(object)
+        );
+    }
+    for binding in objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding" || o["kind"] == "ClusterRoleBinding")
+    {
+        for subject in binding["subjects"].as_array().unwrap() {
+            assert_eq!(subject["namespace"], NS, "{}", kind_and_name(binding));
+            find("ServiceAccount", subject["name"].as_str().unwrap());
+        }
+    }
+    let service = find("Service", "tandem-webhook");
+    let host = format!("tandem-webhook.{NS}.svc");
+    assert_eq!(
+        find("Certificate", "tandem-webhook")["spec"]["dnsNames"],
+        json!([host, format!("{host}.cluster.local")])
+    );
+    find("Certificate", "tandem-ca");
+    for configuration in objects.iter().filter(|o| {
+        o["kind"] == "ValidatingWebhookConfiguration" || o["kind"] == "MutatingWebhookConfiguration"
+    }) {
+        assert_eq!(
+            configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{NS}/tandem-ca")
+        );
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            let called = &webhook["clientConfig"]["service"];
+            assert_eq!(called["namespace"], NS);
+            assert_eq!(called["name"], service["metadata"]["name"]);
+        }
+    }
+    let pod = &find("Deployment", "tandem")["spec"]["template"]["spec"];
+    find(
+        "ServiceAccount",
+        pod["serviceAccountName"].as_str().unwrap(),
+    );
+    let env = &pod["containers"][0]["env"];
+    let value = |name: &str| {
+        env.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("env {name}"))
+    };
+    assert_eq!(
+        value("POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(
+        value("POD_SERVICE_ACCOUNT")["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.serviceAccountName"
+    );
+    assert_eq!(
+        value("TANDEM_SERVICE_ACCOUNT")["value"],
+        "system:serviceaccount:$(POD_NAMESPACE):$(POD_SERVICE_ACCOUNT)"
+    );
+}
