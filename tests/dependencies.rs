@@ -338,3 +338,52 @@ fn without_volcano_a_gang_scheduled_service_is_admitted_with_a_warning_and_no_po
     );
     assert!(warnings.contains("install Volcano"), "{warnings}");
 }
+
+/// Beneath the decisions, a safety net: an LWS whose schema lacks a field
+/// Tandem writes (here v0.10.0's CRD without `leaderWorkerTemplate.
+/// restartPolicy`, as an LWS before that field would be) gets no
+/// LeaderWorkerSet, since the API server would drop the field and every
+/// reconcile would write it again; the service says which field, and why.
+#[test]
+fn a_field_the_installed_schema_lacks_is_not_written_and_the_service_says_which() {
+    let Some(dir) = common::upstream_crds("a_field_the_installed_schema_lacks_is_not_written")
+    else {
+        return;
+    };
+    let mut lws = crd(&dir, LWS_CRD);
+    let template = &mut lws["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["leaderWorkerTemplate"]["properties"];
+    assert!(
+        template
+            .as_object_mut()
+            .unwrap()
+            .remove("restartPolicy")
+            .is_some(),
+        "the upstream CRD has restartPolicy"
+    );
+    let scratch = tempfile::tempdir().expect("a scratch folder");
+    let older = scratch.path().join("lws-without-restart-policy.yaml");
+    std::fs::write(&older, serde_norway::to_string(&lws).unwrap()).unwrap();
+    let (code, answer, stderr) = render(&[older, story("story1-monolithic.yaml")], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(applied(&answer, "LeaderWorkerSet").is_empty(), "{answer:#}");
+    let [service] = applied(&answer, "InferenceService")[..] else {
+        panic!("the service's status: {answer:#}")
+    };
+    let ready = service["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["reason"], "DependencyTooOld", "{ready:#}");
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("LeaderWorkerSet qwen-inference-inference-0: the installed leaderworkerset.x-k8s.io/v1 LeaderWorkerSet"),
+        "{message}"
+    );
+    assert!(
+        message.contains("has no spec.leaderWorkerTemplate.restartPolicy"),
+        "{message}"
+    );
+}

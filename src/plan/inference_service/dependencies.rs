@@ -24,7 +24,10 @@
 //! When nothing is known ([`Installed::Assumed`]) everything is taken as
 //! there, so the decision never refuses on a guess.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
 
 use crate::api::inference_service::{
     GangPolicy, InferenceService, InferenceServiceSpec, InferenceServiceStatus, UpgradeType,
@@ -32,7 +35,7 @@ use crate::api::inference_service::{
 use crate::plan::inference_service::{gang, rollout};
 use crate::plan::shared::condition::condition;
 use crate::plan::shared::installed::{
-    Dependency, GATEWAY, HTTP_ROUTE, INFERENCE_POOL, Installed, LEADER_WORKER_SET,
+    self, Dependency, GATEWAY, HTTP_ROUTE, INFERENCE_POOL, Installed, LEADER_WORKER_SET,
     LEGACY_INFERENCE_POOL, Lack, POD_GROUP, Shortfall,
 };
 
@@ -269,6 +272,66 @@ fn gang_layout(
             )),
         ),
     }
+}
+
+/// The objects among `objects` whose `spec` has fields the installed schema
+/// of their kind lacks, as (apiVersion, kind, name), and one lack per kind
+/// naming those fields: a safety net beneath the decisions above, for a
+/// field of a dependency older than the ones Tandem is tested with. Such an
+/// object is not to be written (the API server would drop those fields, and
+/// every reconcile would write them again); the one already there is kept.
+pub fn unwritable<'a>(
+    installed: &Installed,
+    objects: impl IntoIterator<Item = &'a Value>,
+) -> (Vec<Needed>, BTreeSet<(String, String, String)>) {
+    let mut by_kind: BTreeMap<&'static str, (Vec<String>, BTreeSet<String>)> = BTreeMap::new();
+    let mut unwritten = BTreeSet::new();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    for object in objects {
+        let group = text(&object["apiVersion"]);
+        let group = group.split('/').next().unwrap_or_default();
+        let Some(dependency) = installed::ALL
+            .iter()
+            .find(|d| d.group == group && object["kind"] == d.kind)
+        else {
+            continue;
+        };
+        let pruned = installed.pruned(object);
+        if pruned.is_empty() {
+            continue;
+        }
+        let name = text(&object["metadata"]["name"]);
+        unwritten.insert((
+            text(&object["apiVersion"]),
+            text(&object["kind"]),
+            name.clone(),
+        ));
+        let entry = by_kind.entry(dependency.kind).or_default();
+        entry.0.push(name);
+        entry.1.extend(pruned);
+    }
+    let lacking = by_kind
+        .into_iter()
+        .filter_map(|(kind, (names, fields))| {
+            let dependency = installed::ALL.iter().find(|d| d.kind == kind)?;
+            Some(lack(
+                format!("{kind} {}", names.join(", ")),
+                dependency,
+                Shortfall::TooOld,
+                Severity::Refuse,
+                format!(
+                    "the installed {}/{} {kind} ({}) has no {}, which Tandem writes; the API \
+                     server would drop them, so it is not written: {}",
+                    dependency.group,
+                    dependency.version,
+                    installed.found_text(dependency),
+                    fields.into_iter().collect::<Vec<_>>().join(", "),
+                    dependency.install
+                ),
+            ))
+        })
+        .collect();
+    (lacking, unwritten)
 }
 
 /// The condition that says what the service lacks of the cluster's

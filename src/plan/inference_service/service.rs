@@ -361,6 +361,13 @@ pub fn plan(
     let missing = world.installed.missing_kinds();
     plan.desired
         .retain(|d| !missing.contains(d.object["kind"].as_str().unwrap_or_default()));
+    let mut decided = decided;
+    let (lacking, unwritten) =
+        dependencies::unwritable(world.installed, plan.desired.iter().map(|d| &d.object));
+    decided.lacking.extend(lacking);
+    plan.desired
+        .retain(|d| !unwritten.contains(&key(&d.object)));
+    plan.kept.extend(unwritten);
     plan.dependencies = Some(decided);
     Ok(plan)
 }

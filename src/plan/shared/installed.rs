@@ -107,6 +107,9 @@ pub struct Found {
     pub served: BTreeMap<String, BTreeSet<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bundle_version: Option<String>,
+    /// The `spec` schema of each served version, for [`Installed::pruned`].
+    #[serde(skip)]
+    pub spec_schemas: BTreeMap<String, Value>,
 }
 
 impl Found {
@@ -123,18 +126,32 @@ impl Found {
             crd["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"]
                 .as_str()
                 .map(str::to_owned);
-        let served = spec["versions"]
+        let versions: Vec<(&str, &Value)> = spec["versions"]
             .as_array()
             .into_iter()
             .flatten()
             .filter(|v| v["served"] != false)
-            .filter_map(|v| Some((v["name"].as_str()?.to_owned(), spec_fields(v))))
+            .filter_map(|v| Some((v["name"].as_str()?, v)))
+            .collect();
+        let served = versions
+            .iter()
+            .map(|(name, v)| ((*name).to_owned(), spec_fields(v)))
+            .collect();
+        let spec_schemas = versions
+            .iter()
+            .map(|(name, v)| {
+                (
+                    (*name).to_owned(),
+                    v["schema"]["openAPIV3Schema"]["properties"]["spec"].clone(),
+                )
+            })
             .collect();
         Some((
             (group.to_owned(), kind.to_owned()),
             Found {
                 served,
                 bundle_version,
+                spec_schemas,
             },
         ))
     }
@@ -200,6 +217,28 @@ impl Installed {
             .collect()
     }
 
+    /// The fields of `object`'s `spec` that the installed schema of its
+    /// kind and version does not have, so that the API server would drop
+    /// them (as `spec.a.b[0].c`); empty when nothing is known of its CRD.
+    pub fn pruned(&self, object: &Value) -> Vec<String> {
+        let Installed::Known(found) = self else {
+            return Vec::new();
+        };
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let Some(schema) = found
+            .get(&(group.to_owned(), kind.to_owned()))
+            .and_then(|f| f.spec_schemas.get(version))
+            .filter(|schema| !schema.is_null())
+        else {
+            return Vec::new();
+        };
+        let mut pruned = Vec::new();
+        unknown_fields(schema, &object["spec"], "spec", &mut pruned);
+        pruned
+    }
+
     /// Whether the PodGroup schema has `spec.{field}` (assumed so when
     /// nothing is known).
     pub fn pod_group_has(&self, field: &str) -> bool {
@@ -234,7 +273,8 @@ impl Shortfall {
 /// One thing a service needs that the cluster lacks.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Lack {
-    /// The field of the InferenceService that needs it (`spec.roles[0]`).
+    /// What needs it: a field of the InferenceService (`spec.roles[0]`), or
+    /// the objects Tandem would write (`LeaderWorkerSet s-w-0`).
     pub field: String,
     pub dependency: &'static str,
     pub shortfall: Shortfall,
@@ -272,6 +312,48 @@ impl Installed {
                 (dependency.name, versions, self.has(dependency))
             })
             .collect()
+    }
+}
+
+/// Adds to `pruned` the paths under `path` of `value` that a structural
+/// schema drops (Kubernetes' pruning): an object's fields that are neither
+/// in `properties` nor allowed by `additionalProperties`, unless the schema
+/// keeps unknown fields (`x-kubernetes-preserve-unknown-fields`) or the
+/// field is an embedded resource's `apiVersion`, `kind` or `metadata`.
+fn unknown_fields(schema: &Value, value: &Value, path: &str, pruned: &mut Vec<String>) {
+    if schema["x-kubernetes-int-or-string"] == true {
+        return;
+    }
+    let keeps_unknown = schema["x-kubernetes-preserve-unknown-fields"] == true;
+    match value {
+        Value::Object(fields) => {
+            let properties = schema["properties"].as_object();
+            let additional = &schema["additionalProperties"];
+            let embedded = schema["x-kubernetes-embedded-resource"] == true;
+            for (name, field) in fields {
+                let at = format!("{path}.{name}");
+                if let Some(known) = properties.and_then(|p| p.get(name)) {
+                    unknown_fields(known, field, &at, pruned);
+                } else if additional.is_object() {
+                    unknown_fields(additional, field, &at, pruned);
+                } else if additional == &Value::Bool(true)
+                    || keeps_unknown
+                    || (embedded && ["apiVersion", "kind", "metadata"].contains(&name.as_str()))
+                {
+                } else {
+                    pruned.push(at);
+                }
+            }
+        }
+        // A list under a schema that keeps unknown fields and says nothing
+        // of its items is kept whole.
+        Value::Array(_) if keeps_unknown && schema["items"].is_null() => {}
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                unknown_fields(&schema["items"], item, &format!("{path}[{index}]"), pruned);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -454,6 +536,51 @@ mod tests {
         assert!(!ready(&reports));
         assert_eq!(reports[0].install, Some(LEADER_WORKER_SET.install));
         assert!(reports[0].found.is_empty());
+    }
+
+    #[test]
+    fn pruned_fields_follow_the_structural_schema() {
+        let mut crd = crd("example.io", "Thing", &[("v1", &[])]);
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] = json!({
+            "type": "object",
+            "properties": {
+                "size": {"type": "integer"},
+                "port": {"x-kubernetes-int-or-string": true},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "template": {"type": "object", "x-kubernetes-embedded-resource": true,
+                    "properties": {"spec": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+                "items": {"type": "array", "items": {"type": "object",
+                    "properties": {"name": {"type": "string"}}}},
+                "closed": {"type": "object"}
+            }
+        });
+        let installed = Installed::from_crds([&crd]);
+        let object =
+            |spec: Value| json!({"apiVersion": "example.io/v1", "kind": "Thing", "spec": spec});
+        let kept = object(json!({
+            "size": 1, "port": "http", "labels": {"a": "b"}, "free": {"any": {"thing": 1}},
+            "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"a": "b"}},
+            "items": [{"name": "one"}]
+        }));
+        assert_eq!(installed.pruned(&kept), Vec::<String>::new());
+        let dropped = object(json!({
+            "sizes": 1, "template": {"spec": {"b": 1}}, "items": [{"name": "one"}, {"nam": "two"}],
+            "closed": {"x": 1}
+        }));
+        assert_eq!(
+            installed.pruned(&dropped),
+            [
+                "spec.closed.x",
+                "spec.items[1].nam",
+                "spec.sizes",
+                "spec.template.spec.b"
+            ]
+        );
+        // Another version, kind or nothing known: nothing to say.
+        let other = json!({"apiVersion": "example.io/v2", "kind": "Thing", "spec": {"sizes": 1}});
+        assert!(installed.pruned(&other).is_empty());
+        assert!(Installed::Assumed.pruned(&dropped).is_empty());
     }
 
     #[test]
