@@ -826,8 +826,9 @@ async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_
 
 /// A router role on the real control plane: the endpoint picker's
 /// Deployment (whose pods the real ReplicaSet controller makes), Service,
-/// ConfigMap, ServiceAccount, Role and RoleBinding (the API server lets
-/// Tandem grant only what it holds), the InferencePool and the HTTPRoute.
+/// ConfigMap, ServiceAccount and RoleBinding to the shipped ClusterRole (the
+/// API server lets Tandem bind only a role it may bind or whose rules it
+/// holds), the InferencePool and the HTTPRoute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_controllers() {
     let Some(mut scenario) = Scenario::start("e2e-router").await else {
@@ -845,8 +846,6 @@ async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_con
         ("apps/v1", "Deployment"),
         ("v1", "Service"),
         ("v1", "ServiceAccount"),
-        ("rbac.authorization.k8s.io/v1", "Role"),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ] {
         assert!(
             scenario.get(api_version, kind, epp).await.is_some(),
@@ -854,6 +853,20 @@ async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_con
             scenario.names(api_version, kind).await
         );
     }
+    // The picker's binding to the ClusterRole Tandem ships, which the API
+    // server's escalation check lets Tandem make because it may `bind` that
+    // role (it holds none of its rules); no Role of its own.
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let binding = scenario
+        .get(rbac, "RoleBinding", &format!("{epp}-reader"))
+        .await
+        .expect("the picker's RoleBinding");
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tandem-endpoint-picker"})
+    );
+    assert_eq!(binding["subjects"][0]["name"], epp);
+    assert!(scenario.names(rbac, "Role").await.is_empty());
     assert!(!scenario.names("v1", "ConfigMap").await.is_empty());
     assert_eq!(
         scenario

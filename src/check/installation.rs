@@ -144,17 +144,43 @@ fn read<T>(result: Result<Option<T>, kube::Error>) -> Read<T> {
 /// group, resource, verb, resource name).
 type Permission = (Option<String>, String, String, String, Option<String>);
 
-/// Every permission of the shipped ClusterRole and Roles, with `namespace`
-/// for Tandem's own.
+/// Every permission the shipped RBAC grants Tandem's service account: the
+/// rules of the ClusterRoles and Roles its bindings name (not those it only
+/// binds for endpoint pickers), with `namespace` for a Role's.
 fn shipped_permissions(namespace: &str) -> Vec<Permission> {
+    let documents: Vec<Value> = serde_norway::Deserializer::from_str(RBAC)
+        .filter_map(|document| Value::deserialize(document).ok())
+        .collect();
+    let bound: Vec<(&str, &str)> = documents
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
+        .filter(|o| {
+            o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == SERVICE_ACCOUNT)
+        })
+        .filter_map(|o| {
+            Some((
+                o["roleRef"]["kind"].as_str()?,
+                o["roleRef"]["name"].as_str()?,
+            ))
+        })
+        .collect();
     let mut permissions = Vec::new();
-    for document in serde_norway::Deserializer::from_str(RBAC) {
-        let Ok(object) = Value::deserialize(document) else {
+    for object in &documents {
+        let (Some(kind), Some(name)) =
+            (object["kind"].as_str(), object["metadata"]["name"].as_str())
+        else {
             continue;
         };
-        let scope = match object["kind"].as_str() {
-            Some("ClusterRole") => None,
-            Some("Role") => Some(namespace.to_owned()),
+        if !bound.contains(&(kind, name)) {
+            continue;
+        }
+        let scope = match kind {
+            "ClusterRole" => None,
+            "Role" => Some(namespace.to_owned()),
             _ => continue,
         };
         let strings = |value: &Value| -> Vec<String> {
@@ -633,6 +659,10 @@ mod tests {
         assert_eq!(
             webhook_configuration_names(),
             ["tandem-mutating", "tandem-validating"]
+        );
+        assert!(
+            !permissions.iter().any(|p| p.2 == "inferenceobjectives"),
+            "what Tandem only binds for endpoint pickers is not Tandem's"
         );
     }
 

@@ -118,14 +118,14 @@ pub fn children_of(name: &str, spec: &InferenceServiceSpec) -> Vec<Child> {
     if spec.roles.iter().any(|r| r.is_router()) {
         let epp = router::revision_epp_name(name, &naming);
         made.push(child("Service", epp.clone(), Rule::Dns1035Label, None));
-        for kind in [
-            "Deployment",
-            "ConfigMap",
-            "ServiceAccount",
-            "Role",
-            "RoleBinding",
-        ] {
+        for kind in ["Deployment", "ConfigMap", "ServiceAccount"] {
             made.push(child(kind, epp.clone(), Rule::Dns1123Subdomain, None));
+        }
+        for binding in [
+            router::reader_binding_name(name),
+            router::leader_election_binding_name(name),
+        ] {
+            made.push(child("RoleBinding", binding, Rule::Dns1123Subdomain, None));
         }
         let pool = router::revision_pool_name(name, &naming);
         made.push(child("InferencePool", pool, Rule::Dns1123Subdomain, None));

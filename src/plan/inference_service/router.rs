@@ -6,7 +6,8 @@
 //!
 //! | Object | Name | What it is for |
 //! |---|---|---|
-//! | ServiceAccount, Role, RoleBinding | `{svc}-epp` | what the EPP reads, nothing more |
+//! | ServiceAccount | `{svc}-epp` | the EPP's identity |
+//! | RoleBinding | `{svc}-epp-reader`, and with 2+ replicas `{svc}-epp-leader-election` | what the EPP reads, nothing more: the ClusterRoles `tandem-endpoint-picker` and `tandem-endpoint-picker-leader-election` that Tandem ships, bound in the service's namespace |
 //! | ConfigMap | `{svc}-epp` | the EPP's `EndpointPickerConfig` |
 //! | Deployment | `{svc}-epp` | the EPP pods |
 //! | Service | `{svc}-epp` | the ext-proc (gRPC) endpoint the Gateway calls, and metrics |
@@ -566,8 +567,8 @@ pub fn revision_pool_name(service: &str, naming: &Naming) -> String {
 }
 
 /// The router of a service whose revisions run side by side (NewRevision,
-/// IncrementalUpgrade), empty without a router role: one ServiceAccount, Role
-/// and RoleBinding `{svc}-epp` shared by every endpoint picker (what they read
+/// IncrementalUpgrade), empty without a router role: one ServiceAccount
+/// and its RoleBindings shared by every endpoint picker (what they read
 /// is the same), and for each revision its own InferencePool, selecting only
 /// that revision's leaders, and its own endpoint picker (ConfigMap,
 /// Deployment, Service), since an endpoint picker serves exactly one pool.
@@ -599,25 +600,52 @@ fn checked_router(service: &InferenceService) -> Result<Option<&Role>, String> {
     Ok(Some(router))
 }
 
-/// The endpoint pickers' ServiceAccount, Role and RoleBinding, `{svc}-epp`.
+/// The ClusterRole, shipped with Tandem (`manifests/base/rbac.yaml`), of what
+/// an endpoint picker reads in its namespace; bound there per service.
+pub const PICKER_CLUSTER_ROLE: &str = "tandem-endpoint-picker";
+/// The ClusterRole of what endpoint pickers need to elect a leader among
+/// their replicas; bound only for a router of more than one replica.
+pub const PICKER_LEADER_ELECTION_CLUSTER_ROLE: &str = "tandem-endpoint-picker-leader-election";
+
+/// The RoleBinding of a service's endpoint pickers to [`PICKER_CLUSTER_ROLE`].
+pub fn reader_binding_name(service: &str) -> String {
+    format!("{}-reader", epp_name(service))
+}
+
+/// The RoleBinding of a service's endpoint pickers to
+/// [`PICKER_LEADER_ELECTION_CLUSTER_ROLE`].
+pub fn leader_election_binding_name(service: &str) -> String {
+    format!("{}-leader-election", epp_name(service))
+}
+
+/// The endpoint pickers' ServiceAccount `{svc}-epp`, and RoleBindings in the
+/// service's namespace to the ClusterRoles Tandem ships: Tandem holds `bind`
+/// on those two by name, not their rules, so it grants nothing it was not
+/// given to grant (Kubernetes lets a binding be made by who may bind its
+/// role).
 fn rbac_objects(service: &InferenceService, router: &Role) -> Vec<Value> {
     let svc = service_name(service);
     let epp = epp_name(svc);
-    let meta = children::metadata(service, &epp, &object_labels(svc));
-    vec![
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": meta,
-            "rules": rbac_rules(router.replicas()),
-        }),
+    let meta = |name: &str| children::metadata(service, name, &object_labels(svc));
+    let binding = |name: String, role: &str| {
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": meta,
+            "metadata": meta(&name),
             "subjects": [{"kind": "ServiceAccount", "name": epp, "namespace": namespace(service)}],
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": epp},
-        }),
-    ]
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        })
+    };
+    let mut objects = vec![
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(&epp)}),
+        binding(reader_binding_name(svc), PICKER_CLUSTER_ROLE),
+    ];
+    if router.replicas() > 1 {
+        objects.push(binding(
+            leader_election_binding_name(svc),
+            PICKER_LEADER_ELECTION_CLUSTER_ROLE,
+        ));
+    }
+    objects
 }
 
 /// One endpoint picker (ConfigMap, Deployment, Service) and the pool it
@@ -715,37 +743,6 @@ fn selector_labels(svc: &str, epp: &str) -> BTreeMap<String, String> {
         (NAME.to_owned(), epp.to_owned()),
         (SERVICE.to_owned(), svc.to_owned()),
     ])
-}
-
-/// What the EPP reads, in its own namespace only, from GIE's chart
-/// (`_rbac.yaml`, `rbac.yaml`, `_leader-election-rbac.yaml`). GIE's chart also
-/// has a ClusterRole for TokenReviews and SubjectAccessReviews, used only to
-/// authenticate scrapes of the metrics endpoint; Tandem turns that off
-/// (`--metrics-endpoint-auth=false`) rather than grant cluster-wide rights.
-fn rbac_rules(replicas: i32) -> Vec<Value> {
-    let read = json!(["get", "list", "watch"]);
-    let mut rules = vec![
-        // The model-server pods the InferencePool selects: their addresses and readiness.
-        json!({"apiGroups": [""], "resources": ["pods"], "verbs": read}),
-        // The InferencePool the EPP serves (--pool-name): selector and target ports.
-        json!({"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": read}),
-        // Objectives (priorities) and model-name rewrites the EPP applies to requests for the pool.
-        json!({"apiGroups": ["inference.networking.x-k8s.io"],
-               "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read}),
-    ];
-    if replicas > 1 {
-        // Leader election between EPP replicas (--ha-enable-leader-election):
-        // the Lease the leader holds and renews.
-        rules.push(
-            json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}),
-        );
-        // Leader-election events recorded on the Lease.
-        rules.push(
-            json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}),
-        );
-    }
-    rules
 }
 
 /// A short stable hash of the configuration, so a new one rolls the pods.
@@ -884,7 +881,7 @@ fn epp_args(args: &EppArgs) -> Vec<String> {
         "--metrics-port".to_owned(),
         METRICS_PORT.to_string(),
         // Scrapes would otherwise be authenticated with TokenReviews and
-        // SubjectAccessReviews, which need a ClusterRole (see rbac_rules).
+        // SubjectAccessReviews, which need a ClusterRole (see `rbac_objects`).
         "--metrics-endpoint-auth=false".to_owned(),
     ];
     if args.leader_election {
@@ -1488,8 +1485,7 @@ mod tests {
             kinds,
             [
                 ("ServiceAccount", "qwen-epp"),
-                ("Role", "qwen-epp"),
-                ("RoleBinding", "qwen-epp"),
+                ("RoleBinding", "qwen-epp-reader"),
                 ("ConfigMap", "qwen-epp"),
                 ("Deployment", "qwen-epp"),
                 ("Service", "qwen-epp"),
@@ -1747,18 +1743,22 @@ mod tests {
 
     #[test]
     fn more_than_one_replica_elects_a_leader() {
-        let rules_of = |objects: &[Value]| {
-            find(objects, "Role")["rules"]
-                .as_array()
-                .unwrap()
+        let bound = |objects: &[Value]| {
+            objects
                 .iter()
-                .map(|r| r["resources"][0].as_str().unwrap().to_owned())
+                .filter(|o| o["kind"] == "RoleBinding")
+                .map(|b| {
+                    (
+                        b["metadata"]["name"].as_str().unwrap().to_owned(),
+                        b["roleRef"]["name"].as_str().unwrap().to_owned(),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
         let one = objects(pd_service(router(json!({"replicas": 1}))));
         assert_eq!(
-            rules_of(&one),
-            ["pods", "inferencepools", "inferenceobjectives"]
+            bound(&one),
+            [("qwen-epp-reader".to_owned(), PICKER_CLUSTER_ROLE.to_owned())]
         );
         assert!(
             !epp_container(&one)["args"]
@@ -1769,13 +1769,13 @@ mod tests {
         let three = objects(pd_service(router(json!({"replicas": 3}))));
         assert_eq!(find(&three, "Deployment")["spec"]["replicas"], 3);
         assert_eq!(
-            rules_of(&three),
+            bound(&three),
             [
-                "pods",
-                "inferencepools",
-                "inferenceobjectives",
-                "leases",
-                "events"
+                ("qwen-epp-reader".to_owned(), PICKER_CLUSTER_ROLE.to_owned()),
+                (
+                    "qwen-epp-leader-election".to_owned(),
+                    PICKER_LEADER_ELECTION_CLUSTER_ROLE.to_owned()
+                )
             ]
         );
         assert!(
@@ -1787,29 +1787,22 @@ mod tests {
     }
 
     #[test]
-    fn rbac_is_least_privilege() {
+    fn rbac_binds_the_shipped_cluster_roles_to_the_pickers_account_only() {
         let objects = objects(pd_service(router(json!({"replicas": 2}))));
-        for rule in find(&objects, "Role")["rules"].as_array().unwrap() {
-            for key in ["apiGroups", "resources", "verbs"] {
-                for item in rule[key].as_array().unwrap() {
-                    assert_ne!(item, "*", "wildcard in {rule}");
-                }
-            }
-            let verbs = rule["verbs"].as_array().unwrap();
-            let writes = verbs
+        assert!(
+            objects
                 .iter()
-                .any(|v| ["create", "update", "patch", "delete"].contains(&v.as_str().unwrap()));
-            assert!(
-                !writes || ["leases", "events"].contains(&rule["resources"][0].as_str().unwrap()),
-                "the EPP writes only leader-election objects: {rule}"
-            );
-        }
-        let binding = find(&objects, "RoleBinding");
-        assert_eq!(
-            binding["subjects"],
-            json!([{"kind": "ServiceAccount", "name": "qwen-epp", "namespace": "ai"}])
+                .all(|o| o["kind"] != "Role" && o["kind"] != "ClusterRole"),
+            "Tandem makes no role of its own"
         );
-        assert_eq!(binding["roleRef"]["name"], "qwen-epp");
+        for binding in objects.iter().filter(|o| o["kind"] == "RoleBinding") {
+            assert_eq!(
+                binding["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "qwen-epp", "namespace": "ai"}])
+            );
+            assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+            assert_eq!(binding["metadata"]["namespace"], "ai");
+        }
     }
 
     #[test]
@@ -1910,8 +1903,7 @@ mod tests {
             names,
             [
                 ("ServiceAccount", "qwen-epp"),
-                ("Role", "qwen-epp"),
-                ("RoleBinding", "qwen-epp"),
+                ("RoleBinding", "qwen-epp-reader"),
                 ("ConfigMap", "qwen-epp"),
                 ("Deployment", "qwen-epp"),
                 ("Service", "qwen-epp"),
@@ -1957,7 +1949,7 @@ mod tests {
             assert_eq!(pool_object["metadata"]["labels"][REVISION], revision);
         }
         assert!(
-            objects[..3]
+            objects[..2]
                 .iter()
                 .all(|o| o["metadata"]["labels"].get(REVISION).is_none()),
             "the shared RBAC belongs to no revision"
@@ -1992,6 +1984,7 @@ mod tests {
     fn no_httproute_no_route() {
         let objects = objects(pd_service(router(json!({}))));
         assert!(objects.iter().all(|o| o["kind"] != "HTTPRoute"));
-        assert_eq!(objects.len(), 7);
+        // ServiceAccount, RoleBinding, ConfigMap, Deployment, Service, InferencePool.
+        assert_eq!(objects.len(), 6);
     }
 }

@@ -59,18 +59,13 @@ pub const POD_DISRUPTION_BUDGET: ChildKind = ChildKind {
     plural: "poddisruptionbudgets",
 };
 
-pub const CHILD_KINDS: [ChildKind; 13] = [
+pub const CHILD_KINDS: [ChildKind; 12] = [
     LEADER_WORKER_SET,
     POD_GROUP,
     ChildKind {
         api_version: "v1",
         kind: "ServiceAccount",
         plural: "serviceaccounts",
-    },
-    ChildKind {
-        api_version: "rbac.authorization.k8s.io/v1",
-        kind: "Role",
-        plural: "roles",
     },
     ChildKind {
         api_version: "rbac.authorization.k8s.io/v1",
@@ -1011,7 +1006,7 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
         (_, "HTTPRoute") if service.spec.roles.iter().any(|r| r.is_router()) => {
             "the router role has no httproute any more".to_owned()
         }
-        (_, "ServiceAccount" | "Role" | "RoleBinding" | "ConfigMap" | "Deployment" | "Service" | "InferencePool" | "HTTPRoute") => {
+        (_, "ServiceAccount" | "RoleBinding" | "ConfigMap" | "Deployment" | "Service" | "InferencePool" | "HTTPRoute") => {
             "the service has no router role any more".to_owned()
         }
         (Some(role), disruption::KIND) => {
@@ -2175,7 +2170,6 @@ mod tests {
             [
                 "LeaderWorkerSet",
                 "ServiceAccount",
-                "Role",
                 "RoleBinding",
                 "ConfigMap",
                 "Deployment",
