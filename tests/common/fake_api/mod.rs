@@ -20,7 +20,11 @@
 //! - deletion with finalizers, ownerReference garbage collection (background
 //!   propagation), namespaces that delete their content ([`lifecycle`]);
 //! - a minimal LeaderWorkerSet controller; pods become ready when the test
-//!   says so ([`FakeApi::set_ready`]).
+//!   says so ([`FakeApi::set_ready`]);
+//! - the CRDs of LWS, Volcano's PodGroup, InferencePool and Gateway API
+//!   stored from the start, as in a cluster that has them, so that Tandem's
+//!   watch of them ([`dependency_crds`]) finds them; `uninstall` removes one
+//!   and `install` puts one back, as deleting and applying a CRD does.
 //!
 //! Every request is logged, so tests assert exactly what was written, and the
 //! next writes to a path can be made to answer 409 Conflict.
@@ -31,6 +35,11 @@
 //! that are faster here (leader election, write counts, scale, failures
 //! the real API server cannot be made to produce on demand: 409s, 500s,
 //! refused writes, expired watches). What it still does differently:
+//! - the dependencies' CRDs name only `spec`'s top-level fields and keep
+//!   whatever is below them; every kind is served in every group whether or
+//!   not a CRD serves it, and a stored CRD whose kind is served already adds
+//!   nothing to discovery (the real API server serves a custom kind only
+//!   through its CRD);
 //! - no CRD schema is enforced: no pruning, no defaults, no OpenAPI or CEL
 //!   validation (nor CEL's cost budget: a CRD it takes may be one the real
 //!   API server refuses, as the ScaleView CRD was);
