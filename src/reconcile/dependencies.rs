@@ -141,16 +141,22 @@ impl WatchedDependencies {
     }
 
     /// Records that the watch of `name` answered (`listed`, or could not).
+    /// What is installed becomes known when the last watch answers, or when
+    /// one that could not read its CRD (a transient error, RBAC granted
+    /// late) lists it after all: then the gauge is set and the services
+    /// re-reconciled.
     fn answer(self: &Arc<Self>, name: &str, listed: bool) {
+        let known_before = !matches!(self.installed(), Installed::Assumed);
         let first = {
             let mut state = lock(&self.state);
             state.answered.insert(name.to_owned(), listed).is_none()
         };
         if first {
             self.pending.send_modify(|n| *n = n.saturating_sub(1));
-            if *self.pending.borrow() == 0 {
-                self.changed();
-            }
+        }
+        let known_now = !matches!(self.installed(), Installed::Assumed);
+        if known_now && !known_before {
+            self.changed();
         }
     }
 
