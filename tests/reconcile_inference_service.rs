@@ -1595,3 +1595,47 @@ async fn a_scale_up_within_the_drain_revives_the_replica_instead_of_making_one()
         fake.event_notes()
     );
 }
+
+/// The dependencies' CRDs cannot be read at first (here: not served; in a
+/// cluster, an older ClusterRole or an API server still starting): Tandem
+/// assumes them installed and goes on. Once a retry of the watch lists
+/// them, what is installed is known without a restart.
+#[tokio::test]
+async fn the_dependencies_become_known_once_their_crds_can_be_read() {
+    use tandem::plan::shared::installed::Installed;
+    let fake = FakeApi::new();
+    fake.uninstall("customresourcedefinitions");
+    let _ctx = fake.context();
+    let caches = fake.caches();
+    tokio::time::timeout(std::time::Duration::from_secs(10), caches.ready())
+        .await
+        .expect("the caches are ready although the CRDs cannot be read");
+    assert_eq!(caches.dependencies.installed(), Installed::Assumed);
+
+    fake.install(
+        "customresourcedefinitions",
+        common::fake_api::dependency_crds().remove(0),
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        // Known, and said: the gauge is set once it is.
+        let gauged = caches
+            .metrics()
+            .dependencies
+            .get_or_create(&tandem::reconcile::metrics::DependencyLabels {
+                dependency: "LeaderWorkerSet",
+                version: "v1".to_owned(),
+                installed: "true",
+            })
+            .get();
+        if let (Installed::Known(found), 1) = (caches.dependencies.installed(), gauged) {
+            assert_eq!(found.len(), 5, "every dependency's CRD: {found:?}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still assumed after 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -523,6 +523,11 @@ impl Caches {
         }
     }
 
+    /// Where the caches' sizes and the installed dependencies are gauged.
+    pub fn metrics(&self) -> &ControllerMetrics {
+        &self.metrics
+    }
+
     /// The client the caches watch with, for a read the caches cannot
     /// answer yet (admission confirming a miss).
     pub fn client(&self) -> Client {
