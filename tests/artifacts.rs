@@ -525,8 +525,18 @@ fn the_deployment_is_hardened_and_uses_real_flags() {
         .expect("--listen");
     assert_eq!(listen, "0.0.0.0:10250");
     assert_eq!(container["ports"][0]["containerPort"], 10250);
-    let service = manifest("manifests/base/service.yaml").remove(0);
-    assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+    let services = manifest("manifests/base/service.yaml");
+    assert_eq!(services[0]["spec"]["ports"][0]["targetPort"], "https");
+    // The metrics Service is told apart from the webhook's by its labels.
+    assert_eq!(services[1]["metadata"]["name"], "tandem-metrics");
+    assert_eq!(
+        services[1]["metadata"]["labels"]["app.kubernetes.io/component"],
+        "metrics"
+    );
+    assert_ne!(
+        services[0]["metadata"]["labels"],
+        services[1]["metadata"]["labels"]
+    );
 }
 
 #[test]
