@@ -639,51 +639,13 @@ fn run_render(args: RenderArgs) -> ExitCode {
 }
 
 fn check(args: &CheckArgs) -> ExitCode {
-    if args.files.is_empty() {
-        return check_cluster(args);
-    }
-    match tandem::check::check_files(&args.files) {
-        Ok((reports, ready)) => {
-            print!(
-                "{}",
-                tandem::check::write(&reports, &[], ready, args.output)
-            );
-            if ready {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `tandem check` of the cluster the kubeconfig names.
-fn check_cluster(args: &CheckArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: starting the runtime: {e}");
-            return ExitCode::from(2);
-        }
+    let answer = if args.files.is_empty() {
+        check_cluster(args)
+    } else {
+        tandem::check::check_files(&args.files)
+            .map(|(reports, ready)| (reports, Vec::new(), ready))
+            .map_err(|e| e.to_string())
     };
-    let source = ClusterSource {
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
-    };
-    let answer = runtime.block_on(async {
-        let config = source.config().await?.ok_or(
-            "no cluster to check: give -f CRD files, or a kubeconfig ($KUBECONFIG, --kubeconfig)",
-        )?;
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-        tandem::check::check_cluster(&client, &args.namespace).await
-    });
     match answer {
         Ok((reports, checks, ready)) => {
             print!(
@@ -701,6 +663,35 @@ fn check_cluster(args: &CheckArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `tandem check` of the cluster the kubeconfig names: the reports, the
+/// checks of Tandem's installation, and whether all is there.
+fn check_cluster(
+    args: &CheckArgs,
+) -> Result<
+    (
+        Vec<tandem::plan::shared::installed::Report>,
+        Vec<tandem::check::installation::Check>,
+        bool,
+    ),
+    String,
+> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    let source = ClusterSource {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    runtime.block_on(async {
+        let config = source.config().await?.ok_or(
+            "no cluster to check: give -f CRD files, or a kubeconfig ($KUBECONFIG, --kubeconfig)",
+        )?;
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        tandem::check::check_cluster(&client, &args.namespace).await
+    })
 }
 
 /// The wall clock to the second, as the API server writes times.

@@ -110,6 +110,21 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
 }
 
 /// Copies `from` into `to`, recursively.
+/// A user's checkout: manifests/ and the webhooks/ it includes, in a
+/// temporary folder the test may change.
+fn user_checkout() -> tempfile::TempDir {
+    let checkout = tempfile::tempdir().unwrap();
+    copy_tree(
+        &common::repo_path("manifests"),
+        &checkout.path().join("manifests"),
+    );
+    copy_tree(
+        &common::repo_path("webhooks"),
+        &checkout.path().join("webhooks"),
+    );
+    checkout
+}
+
 fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -143,16 +158,7 @@ async fn the_install_without_cert_manager_needs_no_hand_edit() {
         return;
     }
     let plane = ControlPlane::shared();
-    // A user's checkout: manifests/ and the webhooks/ it includes.
-    let checkout = tempfile::tempdir().unwrap();
-    copy_tree(
-        &common::repo_path("manifests"),
-        &checkout.path().join("manifests"),
-    );
-    copy_tree(
-        &common::repo_path("webhooks"),
-        &checkout.path().join("webhooks"),
-    );
+    let checkout = user_checkout();
 
     // With cert-manager (the default): its Issuers and Certificates, and
     // cainjector's annotation instead of a caBundle.
@@ -305,15 +311,7 @@ fn an_install_in_another_namespace_agrees_on_every_name() {
         return;
     }
     let plane = ControlPlane::shared();
-    let checkout = tempfile::tempdir().unwrap();
-    copy_tree(
-        &common::repo_path("manifests"),
-        &checkout.path().join("manifests"),
-    );
-    copy_tree(
-        &common::repo_path("webhooks"),
-        &checkout.path().join("webhooks"),
-    );
+    let checkout = user_checkout();
     let overlay = checkout.path().join("manifests/in-namespace");
     let kustomization = overlay.join("kustomization.yaml");
     let text = std::fs::read_to_string(&kustomization).unwrap();
