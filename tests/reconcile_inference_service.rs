@@ -305,27 +305,12 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
         "{events:#?}"
     );
     let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
-    let failed = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .unwrap()
-        .clone();
     // Said once, by the dependency's conditions below, not also as a
     // failure of the plan.
+    let failed = condition_of(&status, "Failed");
     assert_eq!(failed["status"], "False", "{failed}");
-    let condition = |type_: &str| {
-        status["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == type_)
-            .unwrap()
-            .clone()
-    };
     for type_ in ["Ready", "DependenciesMet"] {
-        let condition = condition(type_);
+        let condition = condition_of(&status, type_);
         assert_eq!(condition["status"], "False", "{condition}");
         assert_eq!(condition["reason"], "DependencyMissing", "{condition}");
         let message = condition["message"].as_str().unwrap();
@@ -345,16 +330,19 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
     );
     reconcile_stored(&fake, &ctx, &name).await;
     let status = fake.get(IS, "InferenceService", "default", &name).unwrap()["status"].clone();
-    let met = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "DependenciesMet")
-        .unwrap()
-        .clone();
+    let met = condition_of(&status, "DependenciesMet");
     assert_eq!(met["status"], "True", "{met}");
     // (The replicas follow once the LeaderWorkerSet cache, which looks an
     // unserved kind up again every minute, watches the new API.)
+}
+
+/// The condition `type_` of a status, which must have it.
+fn condition_of(status: &Value, type_: &str) -> Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|conditions| conditions.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} condition in {status:#}"))
+        .clone()
 }
 
 fn pod(role: &str, index: u32, worker: u32, ready: bool, revision: &Value) -> Value {
