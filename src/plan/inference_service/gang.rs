@@ -80,13 +80,22 @@ fn is_multi_node(role: &Role) -> bool {
 /// service's PodGroup (`scheduling.k8s.io/group-name`) and into its Volcano
 /// task (`volcano.sh/task-spec: {role}-{index}`).
 pub fn pod_annotations(service: &str, role: &str, index: u32) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (GROUP_NAME_ANNOTATION.to_owned(), service.to_owned()),
-        (
-            TASK_SPEC_ANNOTATION.to_owned(),
-            children::task_name(role, index),
-        ),
-    ])
+    let mut annotations = group_annotations(service);
+    annotations.extend(task_annotations(role, index));
+    annotations
+}
+
+/// What every gang-scheduled pod of the service carries: its PodGroup.
+pub fn group_annotations(service: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(GROUP_NAME_ANNOTATION.to_owned(), service.to_owned())])
+}
+
+/// What the pods of replica `index` of `role` carry: their Volcano task.
+pub fn task_annotations(role: &str, index: u32) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        TASK_SPEC_ANNOTATION.to_owned(),
+        children::task_name(role, index),
+    )])
 }
 
 /// One serving role as the PodGroup sees it.

@@ -390,6 +390,8 @@ struct RoleRun<'a> {
     /// The role's pod templates, made on first use and shared by all its
     /// replicas.
     templates: std::cell::OnceCell<Result<topology::RoleTemplates, String>>,
+    /// The templates dressed for the run's revision label, likewise.
+    dressed: std::cell::OnceCell<Result<topology::DressedTemplates<'a>, String>>,
 }
 
 impl<'a> RoleRun<'a> {
@@ -441,24 +443,37 @@ impl<'a> RoleRun<'a> {
             label,
             drain_seconds,
             templates: std::cell::OnceCell::new(),
+            dressed: std::cell::OnceCell::new(),
         }
     }
 
-    /// The LeaderWorkerSet of replica `index`, at the run's revision label.
+    /// The LeaderWorkerSet of replica `index`, at revision label `label`.
     fn leader_worker_set(&self, index: u32, label: &str) -> Result<Value, String> {
-        let templates = self
-            .templates
+        let per_replica = self.replica_annotations(index);
+        // The run's own label (nearly every replica) is dressed once.
+        if label == self.label {
+            let dressed = self
+                .dressed
+                .get_or_init(|| {
+                    Ok(self
+                        .templates()?
+                        .dressed(self.service, self.role, label, &self.placement()))
+                })
+                .as_ref()
+                .map_err(Clone::clone)?;
+            return Ok(dressed.leader_worker_set(index, &self.run.naming, &per_replica));
+        }
+        Ok(self
+            .templates()?
+            .dressed(self.service, self.role, label, &self.placement())
+            .leader_worker_set(index, &self.run.naming, &per_replica))
+    }
+
+    fn templates(&self) -> Result<&topology::RoleTemplates, String> {
+        self.templates
             .get_or_init(|| topology::RoleTemplates::new(self.role))
             .as_ref()
-            .map_err(Clone::clone)?;
-        Ok(templates.leader_worker_set(
-            self.service,
-            self.role,
-            index,
-            label,
-            &self.run.naming,
-            &self.placement(index),
-        ))
+            .map_err(Clone::clone)
     }
 
     fn of_role(&self, object: &Value) -> bool {
@@ -473,14 +488,25 @@ impl<'a> RoleRun<'a> {
         })
     }
 
-    fn placement(&self, index: u32) -> topology::Placement {
+    /// What every replica's pods of the role share: the scheduler and, when
+    /// gang-scheduled, the service's PodGroup.
+    fn placement(&self) -> topology::Placement {
         topology::Placement {
             scheduler_name: self.scheduling.scheduler_name.clone(),
             annotations: if self.scheduling.gang {
-                gang::pod_annotations(children::service_name(self.service), &self.role.name, index)
+                gang::group_annotations(children::service_name(self.service))
             } else {
                 BTreeMap::new()
             },
+        }
+    }
+
+    /// What the pods of replica `index` alone carry: their Volcano task.
+    fn replica_annotations(&self, index: u32) -> BTreeMap<String, String> {
+        if self.scheduling.gang {
+            gang::task_annotations(&self.role.name, index)
+        } else {
+            BTreeMap::new()
         }
     }
 

@@ -97,31 +97,100 @@ impl RoleTemplates {
         naming: &children::Naming,
         placement: &Placement,
     ) -> Value {
-        let name = children::service_name(service);
-        let mut labels = children::role_labels(name, role);
-        labels.insert(children::REPLICA_INDEX.to_owned(), index.to_string());
-        labels.insert(children::REVISION.to_owned(), revision.to_owned());
+        let role_wide = Placement {
+            scheduler_name: placement.scheduler_name.clone(),
+            annotations: BTreeMap::new(),
+        };
+        self.dressed(service, role, revision, &role_wide)
+            .leader_worker_set(index, naming, &placement.annotations)
+    }
+
+    /// The templates with all that the role's replicas in `revision` share:
+    /// Tandem's labels but the replica's index, the placement's annotations
+    /// and its scheduler. Made once for all of the role's replicas.
+    pub fn dressed<'a>(
+        &self,
+        service: &'a InferenceService,
+        role: &'a Role,
+        revision: &str,
+        placement: &Placement,
+    ) -> DressedTemplates<'a> {
+        let service_name = children::service_name(service);
+        let mut labels = children::label_map(&children::role_labels(service_name, role));
+        labels.insert(children::REVISION.to_owned(), Value::from(revision));
         // Pods start in traffic; a drain relabels them (plan::inference_service::drain).
         let mut pod_labels = labels.clone();
-        pod_labels.insert(drain::TRAFFIC.to_owned(), drain::SERVING.to_owned());
+        pod_labels.insert(drain::TRAFFIC.to_owned(), Value::from(drain::SERVING));
+        let annotations = children::label_map(&placement.annotations);
+        let dress = |template: &Value| {
+            dress(
+                template.clone(),
+                &pod_labels,
+                &annotations,
+                placement.scheduler_name.as_deref(),
+            )
+        };
+        DressedTemplates {
+            service,
+            role,
+            labels,
+            leader: self.leader.as_ref().map(dress),
+            worker: dress(&self.worker),
+        }
+    }
+}
+
+/// A role's pod templates dressed for one revision
+/// ([`RoleTemplates::dressed`]): each replica adds its index and its own
+/// annotations.
+#[derive(Clone, Debug)]
+pub struct DressedTemplates<'a> {
+    service: &'a InferenceService,
+    role: &'a Role,
+    /// The LeaderWorkerSet's labels but the replica's index.
+    labels: Map<String, Value>,
+    leader: Option<Value>,
+    worker: Value,
+}
+
+impl DressedTemplates<'_> {
+    /// The LeaderWorkerSet of replica `index`, named by `naming`, its pods
+    /// carrying `annotations` besides the role's.
+    pub fn leader_worker_set(
+        &self,
+        index: u32,
+        naming: &children::Naming,
+        annotations: &BTreeMap<String, String>,
+    ) -> Value {
+        let index_label = Map::from_iter([(
+            children::REPLICA_INDEX.to_owned(),
+            Value::String(index.to_string()),
+        )]);
+        let annotations = children::label_map(annotations);
+        let replica = |template: &Value| {
+            let mut template = template.clone();
+            if let Some(metadata) = template.get_mut("metadata").and_then(Value::as_object_mut) {
+                add(metadata, "labels", &index_label);
+                if !annotations.is_empty() {
+                    add(metadata, "annotations", &annotations);
+                }
+            }
+            template
+        };
+        let mut labels = self.labels.clone();
+        labels.extend(index_label.clone());
 
         // Built by moving the parts in: `json!` would copy each interpolated
         // Value through the serializer, which was most of a replica's cost.
         let mut group = Map::new();
-        group.insert("size".to_owned(), Value::from(role.node_count()));
+        group.insert("size".to_owned(), Value::from(self.role.node_count()));
         // Set explicitly (it is LWS's default): a multi-node replica whose pod
         // restarts is recreated as a unit, never left half-broken.
         group.insert("restartPolicy".to_owned(), Value::from(RESTART_POLICY));
         if let Some(leader) = &self.leader {
-            group.insert(
-                "leaderTemplate".to_owned(),
-                dress(leader.clone(), &pod_labels, placement),
-            );
+            group.insert("leaderTemplate".to_owned(), replica(leader));
         }
-        group.insert(
-            "workerTemplate".to_owned(),
-            dress(self.worker.clone(), &pod_labels, placement),
-        );
+        group.insert("workerTemplate".to_owned(), replica(&self.worker));
         let mut spec = Map::new();
         spec.insert("replicas".to_owned(), Value::from(1));
         spec.insert("leaderWorkerTemplate".to_owned(), Value::Object(group));
@@ -131,12 +200,13 @@ impl RoleTemplates {
             Value::from("leaderworkerset.x-k8s.io/v1"),
         );
         object.insert("kind".to_owned(), Value::from("LeaderWorkerSet"));
+        let service_name = children::service_name(self.service);
         object.insert(
             "metadata".to_owned(),
-            children::metadata(
-                service,
-                &naming.replica_name(name, &role.name, index),
-                &labels,
+            children::metadata_labelled(
+                self.service,
+                &naming.replica_name(service_name, &self.role.name, index),
+                labels,
             ),
         );
         object.insert("spec".to_owned(), Value::Object(spec));
@@ -160,38 +230,50 @@ pub fn leader_worker_set(
 
 /// Adds Tandem's labels, the placement's annotations and scheduler to a pod
 /// template (as JSON); everything else stays as the user wrote it.
-fn dress(mut template: Value, labels: &BTreeMap<String, String>, placement: &Placement) -> Value {
+fn dress(
+    mut template: Value,
+    labels: &Map<String, Value>,
+    annotations: &Map<String, Value>,
+    scheduler: Option<&str>,
+) -> Value {
     let Some(fields) = template.as_object_mut() else {
         return template;
     };
     let metadata = fields
         .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()));
+        .or_insert_with(|| Value::Object(Map::new()));
     if !metadata.is_object() {
-        *metadata = Value::Object(Default::default());
+        *metadata = Value::Object(Map::new());
     }
-    let add = |metadata: &mut Value, key: &str, entries: &BTreeMap<String, String>| {
-        let map = &mut metadata[key];
-        if !map.is_object() {
-            *map = Value::Object(Default::default());
+    if let Some(metadata) = metadata.as_object_mut() {
+        add(metadata, "labels", labels);
+        if !annotations.is_empty() {
+            add(metadata, "annotations", annotations);
         }
-        if let Some(map) = map.as_object_mut() {
-            for (k, v) in entries {
-                map.insert(k.clone(), Value::String(v.clone()));
-            }
-        }
-    };
-    add(metadata, "labels", labels);
-    if !placement.annotations.is_empty() {
-        add(metadata, "annotations", &placement.annotations);
     }
     if let (Some(scheduler), Some(spec)) = (
-        &placement.scheduler_name,
+        scheduler,
         fields.get_mut("spec").and_then(Value::as_object_mut),
     ) {
-        spec.insert("schedulerName".to_owned(), Value::String(scheduler.clone()));
+        spec.insert("schedulerName".to_owned(), Value::from(scheduler));
     }
     template
+}
+
+/// Adds `entries` to the map at `key` of `metadata`, the user's own entries
+/// staying beside them (Tandem's win on a clash). A template without that
+/// map takes a copy of `entries` whole.
+fn add(metadata: &mut Map<String, Value>, key: &str, entries: &Map<String, Value>) {
+    match metadata.get_mut(key) {
+        Some(Value::Object(map)) => {
+            for (k, v) in entries {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        _ => {
+            metadata.insert(key.to_owned(), Value::Object(entries.clone()));
+        }
+    }
 }
 
 /// The model server: the template's first container.
