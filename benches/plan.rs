@@ -16,6 +16,11 @@ use tandem::plan::resource_scaling_group::{dag, propagation, ratio};
 use tandem::plan::scale_view::split;
 use tandem::plan::victims;
 
+/// The binary's allocator (src/main.rs), so the figures are what `tandem
+/// serve` and `tandem render` spend.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn template() -> Value {
     json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
         "ports": [{"containerPort": 8000}], "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}})
