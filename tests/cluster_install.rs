@@ -181,9 +181,7 @@ async fn the_install_without_cert_manager_needs_no_hand_edit() {
         );
     }
     for configuration in with.iter().filter(|o| {
-        o["apiVersion"]
-            .as_str()
-            .is_some_and(|v| v.starts_with("admissionregistration.k8s.io/"))
+        o["kind"] == "ValidatingWebhookConfiguration" || o["kind"] == "MutatingWebhookConfiguration"
     }) {
         assert_eq!(
             configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
@@ -302,8 +300,9 @@ async fn the_install_without_cert_manager_needs_no_hand_edit() {
 /// agrees: the objects, the Namespace itself, the RoleBindings' subjects,
 /// the webhooks' Service, the serving certificate's DNS names (what the
 /// API server checks the webhook's TLS name against) and cainjector's
-/// annotation; and the Deployment takes its service account's user name
-/// from the downward API. Nothing names tandem-system.
+/// annotation, and the user the pod-patch policy matches; and the
+/// Deployment takes its service account's user name from the downward API.
+/// Nothing names tandem-system.
 #[test]
 fn an_install_in_another_namespace_agrees_on_every_name() {
     if let Some(reason) = control_plane::unavailable() {
@@ -343,6 +342,8 @@ fn an_install_in_another_namespace_agrees_on_every_name() {
         "PriorityClass",
         "ValidatingWebhookConfiguration",
         "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ];
     for object in objects
         .iter()
@@ -384,6 +385,11 @@ fn an_install_in_another_namespace_agrees_on_every_name() {
             assert_eq!(called["name"], service["metadata"]["name"]);
         }
     }
+    // The pod-patch policy matches Tandem's account in its namespace.
+    assert_eq!(
+        find("ValidatingAdmissionPolicy", "tandem-pod-patches")["spec"]["matchConditions"][0]["expression"],
+        format!("request.userInfo.username == 'system:serviceaccount:{NS}:tandem'")
+    );
     let pod = &find("Deployment", "tandem")["spec"]["template"]["spec"];
     find(
         "ServiceAccount",
@@ -410,4 +416,222 @@ fn an_install_in_another_namespace_agrees_on_every_name() {
         value("TANDEM_SERVICE_ACCOUNT")["value"],
         "system:serviceaccount:$(POD_NAMESPACE):$(POD_SERVICE_ACCOUNT)"
     );
+}
+
+/// `manifests/base/pod-patches.yaml` on the real API server: Tandem's
+/// account may relabel the pods of its services (as a drain does, a
+/// server-side apply of a label and an annotation), and the API server
+/// refuses it anything else: the spec of its own pods (an image), and any
+/// pod it does not manage. Another user is not matched. (Tandem's drains
+/// under the policy are `tests/cluster_end_to_end.rs`'s binpack scenario,
+/// whose invariants flag a refusal.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_patch_policy_lets_tandem_relabel_its_pods_and_nothing_more() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED the_pod_patch_policy: {reason}");
+        return;
+    }
+    let plane = ControlPlane::shared();
+    const NS: &str = "e2e-pod-patches";
+    let admin = plane.namespace(NS).await;
+    let pod = |name: &str, labels: serde_json::Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": NS, "labels": labels},
+               "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]}})
+    };
+    let ours = pod(
+        "served-0",
+        json!({"app.kubernetes.io/managed-by": "tandem", "fusioninfer.io/service": "s"}),
+    );
+    let theirs = pod("someone-elses", json!({"app": "other"}));
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(admin, NS);
+    for object in [&ours, &theirs] {
+        pods.create(
+            &Default::default(),
+            &serde_json::from_value(object.clone()).unwrap(),
+        )
+        .await
+        .expect("the admin creates the pod");
+    }
+    let tandem: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        plane.as_tandem().await.expect("a client as Tandem"),
+        NS,
+        &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+    );
+    let drain = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name,
+               "labels": {"fusioninfer.io/traffic": "draining"},
+               "annotations": {"fusioninfer.io/drain-started-at": "2026-11-26T00:00:00Z"}}})
+    };
+    let apply = PatchParams::apply("tandem").force();
+    let refusal = |result: Result<kube::api::DynamicObject, kube::Error>| match result {
+        Err(kube::Error::Api(status)) => status.message,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    // A new policy takes a moment to be enforced: wait for its first
+    // refusal, of the image change, tried as a dry run.
+    let image = json!({"spec": {"containers": [{"name": "vllm", "image": "evil/vllm:latest"}]}});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let message = loop {
+        let tried = tandem
+            .patch(
+                "served-0",
+                &PatchParams::default().dry_run(),
+                &Patch::Strategic(&image),
+            )
+            .await;
+        match tried {
+            Err(kube::Error::Api(status)) => break status.message,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the policy is not in force after 30 s: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(
+        message.contains("tandem-pod-patches") && message.contains("not its spec"),
+        "{message}"
+    );
+    let relabelled = tandem
+        .patch("served-0", &apply, &Patch::Apply(drain("served-0")))
+        .await
+        .expect("Tandem relabels its own pod");
+    assert_eq!(
+        relabelled.metadata.labels.unwrap()["fusioninfer.io/traffic"],
+        "draining"
+    );
+    let message = refusal(
+        tandem
+            .patch(
+                "someone-elses",
+                &apply,
+                &Patch::Apply(drain("someone-elses")),
+            )
+            .await,
+    );
+    assert!(message.contains("pods of its own services"), "{message}");
+    let message = refusal(
+        tandem
+            .patch(
+                "served-0",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+            )
+            .await,
+    );
+    assert!(message.contains("labels and annotations"), "{message}");
+    // Anyone else is not matched: the admin changes the image.
+    pods.patch(
+        "served-0",
+        &PatchParams::default(),
+        &Patch::Strategic(&image),
+    )
+    .await
+    .expect("the policy matches only Tandem");
+}
+
+/// The dev and prod overlays build as `kubectl apply -k` builds them, and the
+/// real API server takes each object (cert-manager's kinds aside: the tests'
+/// cluster has no cert-manager). Prod: JSON logs in a format the binary
+/// reads, the image from the registry the user sets, and a NetworkPolicy
+/// that selects Tandem's pods and lets in exactly the ports they serve.
+/// Dev: one replica, debug logs, no PodDisruptionBudget to block a drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_and_prod_overlays_build_and_the_api_server_takes_them() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED the_dev_and_prod_overlays: {reason}");
+        return;
+    }
+    let plane = ControlPlane::shared();
+    let checkout = user_checkout();
+    let build = |overlay: &str| {
+        plane
+            .kustomize(&checkout.path().join("manifests").join(overlay))
+            .unwrap_or_else(|e| panic!("{overlay} builds: {e}"))
+    };
+    let (prod, dev) = (build("prod"), build("dev"));
+    let find = |objects: &[serde_json::Value], kind: &str| -> serde_json::Value {
+        let found: Vec<_> = objects.iter().filter(|o| o["kind"] == kind).collect();
+        assert_eq!(found.len(), 1, "one {kind}");
+        found[0].clone()
+    };
+    let env = |deployment: &serde_json::Value, name: &str| -> Option<String> {
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].as_str().unwrap().to_owned())
+    };
+
+    let deployment = find(&prod, "Deployment");
+    let format = env(&deployment, "TANDEM_LOG_FORMAT").expect("prod sets the log format");
+    assert_eq!(
+        <tandem::logging::LogFormat as clap::ValueEnum>::from_str(&format, false),
+        Ok(tandem::logging::LogFormat::Json)
+    );
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/platform/tandem:0.1.0"
+    );
+    find(&prod, "PodDisruptionBudget");
+    let policy = find(&prod, "NetworkPolicy");
+    assert_eq!(policy["metadata"]["namespace"], "tandem-system");
+    let pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .unwrap();
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            pod_labels.get(key),
+            Some(value),
+            "the policy selects Tandem's pods"
+        );
+    }
+    let mut served: Vec<i64> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_i64().unwrap())
+        .collect();
+    let mut allowed: Vec<i64> = policy["spec"]["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| rule["ports"].as_array().unwrap().iter())
+        .map(|p| p["port"].as_i64().unwrap())
+        .collect();
+    served.sort();
+    allowed.sort();
+    assert_eq!(allowed, served, "ingress: exactly the ports the pod serves");
+
+    let deployment = find(&dev, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(
+        env(&deployment, "RUST_LOG").as_deref(),
+        Some("info,tandem=debug")
+    );
+    assert_eq!(env(&deployment, "TANDEM_LOG_FORMAT"), None, "text logs");
+    assert!(!dev.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
+    assert!(!dev.iter().any(|o| o["kind"] == "NetworkPolicy"));
+
+    let admin = plane.admin().await.expect("an admin client");
+    for object in prod.iter().chain(&dev).filter(|o| {
+        !o["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("cert-manager.io/")
+    }) {
+        let api = control_plane::api_for(&admin, object).await;
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let params = PatchParams::apply("tandem-install-test").force().dry_run();
+        api.patch(name, &params, &Patch::Apply(object))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+    }
 }

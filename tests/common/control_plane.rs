@@ -471,7 +471,7 @@ impl ControlPlane {
 
     /// Installs what a user installs before Tandem: the upstream CRDs
     /// (LeaderWorkerSet, PodGroup, Gateway API, InferencePool), Tandem's
-    /// namespace, CRDs and RBAC from `manifests/`.
+    /// namespace, CRDs, RBAC and pod-patch policy from `manifests/`.
     async fn install(&self) {
         let client = self.admin().await.expect("an admin client");
         let upstream = super::upstream_crds_dir().expect("checked by unavailable()");
@@ -510,6 +510,9 @@ impl ControlPlane {
             .into_iter()
             .chain(super::yaml_documents(&super::repo_path(
                 "manifests/base/rbac.yaml",
+            )))
+            .chain(super::yaml_documents(&super::repo_path(
+                "manifests/base/pod-patches.yaml",
             )))
         {
             apply(&client, &object).await;
@@ -718,6 +721,15 @@ impl Request {
     /// API server also answers with 403).
     pub fn forbidden_by_rbac(&self) -> bool {
         self.code == 403 && self.message.contains(" cannot ")
+    }
+
+    /// Refused by Tandem's own pod-patch policy
+    /// (`manifests/base/pod-patches.yaml`).
+    pub fn refused_by_pod_patch_policy(&self) -> bool {
+        self.code >= 400
+            && self
+                .message
+                .contains("ValidatingAdmissionPolicy 'tandem-pod-patches'")
     }
 
     pub fn by_tandem(&self) -> bool {

@@ -3,7 +3,8 @@
 //! serve`, a stand-in for the kubelet that marks pods ready, and the
 //! invariants every scenario checks:
 //! - no request of Tandem's is refused for want of a permission (it runs
-//!   under exactly `manifests/base/rbac.yaml`);
+//!   under exactly `manifests/base/rbac.yaml`) or by its pod-patch policy
+//!   (`manifests/base/pod-patches.yaml`);
 //! - no write of Tandem's repeats what is stored (a write whose answer
 //!   carries a resourceVersion the object already had changed nothing);
 //! - no serving role that had a ready replica is ever left without one
@@ -284,7 +285,7 @@ impl Scenario {
             .plane
             .requests()
             .iter()
-            .filter(|w| w.by_tandem() && w.forbidden_by_rbac())
+            .filter(|w| w.by_tandem() && (w.forbidden_by_rbac() || w.refused_by_pod_patch_policy()))
             .map(|w| format!("{}: {}", w.line(), w.message))
             .collect();
         assert!(forbidden.is_empty(), "Tandem was refused: {forbidden:#?}");
