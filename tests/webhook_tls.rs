@@ -637,7 +637,8 @@ async fn certificates_rotate_without_a_failed_request() {
     .await
     .unwrap();
     let second = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
-    let third = tandem::certs::issue(&tandem::certs::loopback_hosts(), 1).unwrap();
+    // Longer-lived, so the expiry gauge must move to it.
+    let third = tandem::certs::issue(&tandem::certs::loopback_hosts(), 2).unwrap();
     let tls = client_tls(&[&first.ca_pem, &second.ca_pem, &third.ca_pem]);
     let body = serde_json::to_vec(&review(
         "CREATE",
@@ -753,6 +754,13 @@ async fn certificates_rotate_without_a_failed_request() {
     assert!(
         metrics.contains(r#"tandem_certificate_reloads_total{result="rejected"}"#),
         "the half-written pair was rejected: {metrics}"
+    );
+    let third_expiry = tandem::server::tls::expires_at(&leaf(&third.cert_pem)).unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "tandem_certificate_expiry_timestamp_seconds {third_expiry}\n"
+        )),
+        "the gauge follows the certificate served now: {metrics}"
     );
     server.shutdown();
     server.finished().await.unwrap();

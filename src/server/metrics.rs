@@ -5,6 +5,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,9 @@ pub struct Metrics {
     pub admission_requests: Family<AdmissionLabels, Counter>,
     pub admission_duration: Family<AdmissionLabels, Histogram, fn() -> Histogram>,
     pub certificate_reloads: Family<CertificateReloadLabels, Counter>,
+    /// When the serving certificate in use expires (Unix seconds; 0 until
+    /// one is loaded, or when it cannot be read).
+    pub certificate_expiry: Gauge,
     /// The controllers' metrics, in the same registry: `tandem serve` hands
     /// them to the reconcilers and to the kube client it builds.
     pub controllers: Arc<ControllerMetrics>,
@@ -73,12 +77,19 @@ impl Default for Metrics {
             "Serving certificate reloads after a change in the certificate directory",
             certificate_reloads.clone(),
         );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires, in seconds since the Unix epoch (the alert TandemCertificateExpiresSoon compares it with time())",
+            certificate_expiry.clone(),
+        );
         let controllers = Arc::new(ControllerMetrics::register(&mut registry));
         Metrics {
             registry,
             admission_requests,
             admission_duration,
             certificate_reloads,
+            certificate_expiry,
             controllers,
         }
     }

@@ -228,6 +228,7 @@ impl Server {
         metrics: Arc<Metrics>,
     ) -> Result<Server, ServerError> {
         let certificates = Arc::new(CertificateResolver::new(tls::load(&options.cert_dir)?));
+        tls::record_expiry(&certificates, &metrics);
         let watcher = tls::watch(&options.cert_dir, certificates.clone(), metrics.clone())?;
         let client_cas = options
             .client_ca

@@ -241,6 +241,23 @@ fn may_change_the_pair(kind: &notify::EventKind) -> bool {
     )
 }
 
+/// When `leaf` expires, in seconds since the Unix epoch; None when it is
+/// not a certificate x509-parser reads (rustls served it, so it is one).
+pub fn expires_at(leaf: &CertificateDer<'_>) -> Option<i64> {
+    let (_, certificate) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    Some(certificate.validity().not_after.timestamp())
+}
+
+/// Sets the expiry gauge from the certificate `resolver` serves now.
+pub fn record_expiry(resolver: &CertificateResolver, metrics: &Metrics) {
+    let expiry = resolver
+        .current_leaf()
+        .as_ref()
+        .and_then(expires_at)
+        .unwrap_or(0);
+    metrics.certificate_expiry.set(expiry);
+}
+
 fn reload(dir: &Path, resolver: &CertificateResolver, metrics: &Metrics) {
     match load(dir) {
         Ok(next) => {
@@ -248,6 +265,7 @@ fn reload(dir: &Path, resolver: &CertificateResolver, metrics: &Metrics) {
                 return;
             }
             resolver.replace(next);
+            record_expiry(resolver, metrics);
             metrics
                 .certificate_reloads
                 .get_or_create(&CertificateReloadLabels { result: "loaded" })
@@ -307,6 +325,35 @@ mod tests {
         .unwrap();
         let loaded = load(dir.path()).unwrap();
         assert_eq!(loaded.cert.len(), 1);
+    }
+
+    /// The gauge the expiry alert reads holds the served leaf's notAfter.
+    #[test]
+    fn the_expiry_of_the_served_certificate_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        certs::write(
+            dir.path(),
+            &certs::issue(&certs::loopback_hosts(), 3).unwrap(),
+        )
+        .unwrap();
+        let resolver = CertificateResolver::new(load(dir.path()).unwrap());
+        let metrics = Metrics::default();
+        assert_eq!(metrics.certificate_expiry.get(), 0);
+        record_expiry(&resolver, &metrics);
+        let now = jiff::Timestamp::now().as_second();
+        let left = metrics.certificate_expiry.get() - now;
+        assert!(
+            (3 * 86_400 - 3_600..=3 * 86_400 + 3_600).contains(&left),
+            "expires in {left} s, not in about 3 days"
+        );
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(&format!(
+                "tandem_certificate_expiry_timestamp_seconds {}",
+                metrics.certificate_expiry.get()
+            )),
+            "{text}"
+        );
     }
 
     #[test]
