@@ -635,3 +635,86 @@ async fn the_dev_and_prod_overlays_build_and_the_api_server_takes_them() {
             .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
     }
 }
+
+/// `manifests/monitoring/` (the ServiceMonitor and the alerts) against the
+/// Prometheus Operator's own CRDs, from its release's Go module: the real
+/// API server takes both objects, unpruned. The ServiceMonitor finds the
+/// metrics Service and its port. (That every metric an alert reads is one
+/// `tandem serve` exports is `tests/controller_metrics.rs`'s, where the
+/// binary has admitted and reconciled.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitoring_component_fits_the_operators_crds_and_finds_the_metrics_service() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED the_monitoring_component: {reason}");
+        return;
+    }
+    let plane = ControlPlane::shared();
+    let checkout = user_checkout();
+    let overlay = checkout.path().join("manifests/with-monitoring");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources: [../base, ../cert-manager]\ncomponents: [../monitoring]\n",
+    )
+    .unwrap();
+    let objects = plane.kustomize(&overlay).expect("the component builds");
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+            .clone()
+    };
+    let monitor = find("ServiceMonitor", "tandem");
+    let rules = find("PrometheusRule", "tandem");
+
+    let admin = plane.admin().await.expect("an admin client");
+    for plural in ["servicemonitors", "prometheusrules"] {
+        control_plane::install_crd(&admin, &control_plane::prometheus_operator_crd(plural)).await;
+    }
+    for object in [&monitor, &rules] {
+        let api = control_plane::api_for(&admin, object).await;
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let params = PatchParams::apply("tandem-install-test").force().dry_run();
+        let stored = api
+            .patch(name, &params, &Patch::Apply(object))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+        // Nothing pruned: the schema knows every field written.
+        assert_eq!(
+            serde_json::to_value(&stored).unwrap()["spec"],
+            object["spec"],
+            "{}",
+            kind_and_name(object)
+        );
+    }
+
+    // The ServiceMonitor selects the metrics Service, not the webhook's,
+    // and scrapes a port it has.
+    let selected: Vec<_> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Service")
+        .filter(|service| {
+            monitor["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| &service["metadata"]["labels"][k] == v)
+        })
+        .collect();
+    assert_eq!(selected.len(), 1, "one Service: {selected:?}");
+    assert_eq!(selected[0]["metadata"]["name"], "tandem-metrics");
+    let port = &monitor["spec"]["endpoints"][0]["port"];
+    assert!(
+        selected[0]["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| &p["name"] == port),
+        "port {port}"
+    );
+    // TandemDown reads the job Prometheus gives the Service's targets.
+    let text = serde_json::to_string(&rules).unwrap();
+    assert!(text.contains("up{job=\\\"tandem-metrics\\\"}"), "{text}");
+}

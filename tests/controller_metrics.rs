@@ -159,6 +159,7 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    alerts_read_exported_metrics(&text);
     // What the scenario cost, for `-- --nocapture`.
     for line in text.lines().filter(|l| {
         !l.starts_with('#') && !l.starts_with("tandem_admission") && !l.contains("_bucket")
@@ -255,4 +256,35 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
         )
         .expect("stored");
     assert_eq!(stored["spec"]["roles"][0]["replicas"], 2);
+}
+
+/// Every `tandem_*` series an alert of `manifests/monitoring/` reads is one
+/// the binary exports (`exported`: its /metrics after it has admitted and
+/// reconciled; a family shows once it has a sample).
+fn alerts_read_exported_metrics(exported: &str) {
+    let rules = common::yaml_documents(&common::repo_path(
+        "manifests/monitoring/prometheusrule.yaml",
+    ))
+    .remove(0);
+    let mut read = 0;
+    for rule in rules["spec"]["groups"][0]["rules"].as_array().unwrap() {
+        let expr = rule["expr"].as_str().unwrap();
+        for (at, _) in expr.match_indices("tandem_") {
+            let name: String = expr[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(&name);
+            assert!(
+                exported.contains(&format!("# TYPE {family} ")),
+                "{} reads {name}, which /metrics does not export:\n{exported}",
+                rule["alert"]
+            );
+            read += 1;
+        }
+    }
+    assert!(read >= 4, "the alerts read Tandem's metrics ({read})");
 }

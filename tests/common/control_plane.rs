@@ -870,6 +870,61 @@ fn lws_module_dir() -> PathBuf {
     .clone()
 }
 
+/// The Prometheus Operator's release whose CRDs (ServiceMonitor,
+/// PrometheusRule) the tests check `manifests/monitoring/` against, taken
+/// from its Go module (its `example/prometheus-operator-crd/`), and the
+/// module's checksum as the Go checksum database records it: the files are
+/// upstream's, unchanged, and not copied into this repository.
+pub const PROMETHEUS_OPERATOR: (&str, &str, &str) = (
+    "github.com/prometheus-operator/prometheus-operator",
+    "v0.85.0",
+    "h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s=",
+);
+
+/// The Prometheus Operator's CRD of `plural` (`servicemonitors`,
+/// `prometheusrules`), from [`PROMETHEUS_OPERATOR`]'s module, downloaded
+/// through the Go module proxy once and then read from the module cache.
+pub fn prometheus_operator_crd(plural: &str) -> Value {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let (module, version, sum) = PROMETHEUS_OPERATOR;
+        let output = Command::new("go")
+            .args(["mod", "download", "-json", &format!("{module}@{version}")])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .expect("go mod download runs");
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "go mod download {module}@{version}: {e}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        assert!(
+            output.status.success() && answer["Error"].is_null(),
+            "go mod download {module}@{version}: {answer}"
+        );
+        assert_eq!(
+            answer["Sum"], sum,
+            "{module}@{version} is the pinned release"
+        );
+        PathBuf::from(answer["Dir"].as_str().expect("the module's directory"))
+    });
+    let path = dir.join(format!(
+        "example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml"
+    ));
+    super::yaml_documents(&path).remove(0)
+}
+
+/// Applies `crd` and waits until the API server serves its kind.
+pub async fn install_crd(client: &kube::Client, crd: &Value) {
+    apply(client, crd).await;
+    wait_established(
+        client,
+        crd["metadata"]["name"].as_str().expect("a CRD name"),
+    )
+    .await;
+}
+
 /// The API resource of `object`'s kind, found through discovery.
 pub async fn resource_of(client: &kube::Client, object: &Value) -> (ApiResource, bool) {
     let api_version = object["apiVersion"].as_str().expect("an apiVersion");
