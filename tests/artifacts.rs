@@ -561,3 +561,114 @@ fn the_kustomization_lists_files_that_exist() {
         }
     }
 }
+
+/// `common::rbac`, which the end-to-end run's RBAC check stands on, reads
+/// grants as Kubernetes' authorizer does: a Role's rules hold in its
+/// namespace only, resourceNames never allow a create, an apply that
+/// created its object used `create` too, and `bind` is used by a
+/// RoleBinding to the role it names.
+#[test]
+fn the_rbac_check_reads_grants_as_the_authorizer_does() {
+    use common::rbac::{Access, accesses, allows, mismatch, shipped, uses};
+    let documents: Vec<serde_json::Value> = manifest("manifests/base/rbac.yaml");
+    let grants = shipped(&documents, "tandem-system", "tandem");
+    let access =
+        |verb: &str, group: &str, resource: &str, ns: Option<&str>, name: Option<&str>| Access {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            namespace: ns.map(Into::into),
+            name: name.map(Into::into),
+            binds: None,
+        };
+    let allowed = |a: &Access| grants.iter().any(|g| allows(g, a));
+    let lease = |verb: &str, ns: &str, name: &str| {
+        access(verb, "coordination.k8s.io", "leases", Some(ns), Some(name))
+    };
+    assert!(allowed(&lease(
+        "patch",
+        "tandem-system",
+        "tandem-controller"
+    )));
+    assert!(!allowed(&lease("patch", "tandem-system", "kube-scheduler")));
+    assert!(!allowed(&lease(
+        "patch",
+        "kube-system",
+        "tandem-controller"
+    )));
+    assert!(allowed(&lease(
+        "create",
+        "tandem-system",
+        "tandem-controller"
+    )));
+    assert!(!allowed(&lease("create", "kube-system", "kube-scheduler")));
+    assert!(allowed(&access("patch", "", "pods", Some("ai"), Some("p"))));
+    assert!(!allowed(&access(
+        "delete",
+        "",
+        "pods",
+        Some("ai"),
+        Some("p")
+    )));
+    assert!(!allowed(&access(
+        "get",
+        "",
+        "secrets",
+        Some("ai"),
+        Some("s")
+    )));
+    // Nothing of the endpoint picker's ClusterRoles is Tandem's own.
+    assert!(!allowed(&access(
+        "list",
+        "inference.networking.x-k8s.io",
+        "inferenceobjectives",
+        Some("ai"),
+        None
+    )));
+    let bind = grants
+        .iter()
+        .find(|g| g.verb == "bind")
+        .expect("bind on the endpoint picker's roles");
+    let binding = |role: &str| Access {
+        binds: Some(role.into()),
+        ..access(
+            "patch",
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            Some("ai"),
+            Some("x"),
+        )
+    };
+    assert!(uses(&binding("tandem-endpoint-picker"), bind));
+    assert!(!uses(&binding("cluster-admin"), bind));
+
+    // From the audit log: an apply answered 201 used create too; another
+    // user's requests and requests for no resource are not Tandem's.
+    let events = vec![
+        serde_json::json!({"user": {"username": "me"}, "verb": "patch",
+            "objectRef": {"resource": "leaderworkersets", "apiGroup": "leaderworkerset.x-k8s.io",
+                          "namespace": "ai", "name": "s-decode-0"},
+            "responseStatus": {"code": 201}}),
+        serde_json::json!({"user": {"username": "me"}, "verb": "get", "requestURI": "/version"}),
+        serde_json::json!({"user": {"username": "other"}, "verb": "delete",
+            "objectRef": {"resource": "pods", "namespace": "ai", "name": "p"}}),
+    ];
+    let seen = accesses(&events, "me");
+    let verbs: Vec<&str> = seen.iter().map(|a| a.verb.as_str()).collect();
+    assert_eq!(verbs, ["create", "patch"]);
+    let (refused, unused) = mismatch(&grants, &seen);
+    let unused: Vec<String> = unused.iter().map(ToString::to_string).collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert!(
+        unused
+            .iter()
+            .any(|g| g.starts_with("delete leaderworkersets")),
+        "{unused:?}"
+    );
+    assert!(
+        !unused
+            .iter()
+            .any(|g| g.starts_with("create leaderworkersets")),
+        "{unused:?}"
+    );
+}

@@ -7,6 +7,12 @@
 //! `tests/common/scenario.rs` (no permission refused, no write that changes
 //! nothing, no serving role left without a ready replica, quiet after
 //! settling). No kubelet runs: a stand-in marks pods ready.
+//!
+//! The harness is libtest's command line (libtest-mimic), so that one step
+//! runs after every scenario: when all of them ran and passed, every
+//! request Tandem made is checked against the RBAC it runs under, both
+//! ways: each allowed by a rule of `manifests/base/rbac.yaml`, and each
+//! rule used by some request (`tests/common/rbac.rs`).
 
 mod common;
 
@@ -43,7 +49,6 @@ async fn wait_ready(scenario: &Scenario, service: &str) -> Value {
         .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn story_4_is_deployed_by_the_real_controllers_and_becomes_ready() {
     let Some(mut scenario) = Scenario::start("e2e-story4").await else {
         return;
@@ -123,7 +128,6 @@ fn examples(path: &str) -> Vec<Value> {
     common::yaml_documents(&common::repo_path(path))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out_of_range() {
     let Some(mut scenario) = Scenario::start("e2e-view-scale").await else {
         return;
@@ -223,7 +227,6 @@ async fn deployment_replicas(scenario: &Scenario, name: &str) -> Option<i64> {
     scenario.get("apps/v1", "Deployment", name).await?["spec"]["replicas"].as_i64()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_set_back() {
     let Some(scenario) = Scenario::start("e2e-inplace").await else {
         return;
@@ -312,7 +315,6 @@ async fn an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_
         .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_replication_goes_from_one_group_to_three_and_back_to_two() {
     let Some(scenario) = Scenario::start("e2e-replication").await else {
         return;
@@ -425,7 +427,6 @@ fn label<'a>(object: &'a Value, key: &str) -> &'a str {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binpack_scale_down_drains_then_removes_the_replicas_cheapest_to_lose() {
     let Some(mut scenario) = Scenario::start("e2e-binpack").await else {
         return;
@@ -506,7 +507,6 @@ fn image_of(set: &Value) -> &str {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefill_alone() {
     let Some(mut scenario) = Scenario::start("e2e-rolling").await else {
         return;
@@ -593,7 +593,6 @@ async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves
     scenario.assert_floor_held();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves_nothing() {
     let Some(mut scenario) = Scenario::start("e2e-namespace").await else {
         return;
@@ -673,7 +672,6 @@ async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves
 /// Every kind a service creates is watched, so a child deleted by hand is
 /// back within seconds; a pod's readiness reaches the status; and neither
 /// sends a GET or LIST: the reconciles read the caches.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_from_the_caches() {
     let Some(mut scenario) = Scenario::start("e2e-repair").await else {
         return;
@@ -760,7 +758,6 @@ async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_f
 /// A foreign Deployment bound by an InplaceScaling group, scaled by hand,
 /// is set back at once (Deployments are cached, trimmed to their replicas,
 /// and mapped to the groups that name them), reading nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_server() {
     let Some(scenario) = Scenario::start("e2e-setback").await else {
         return;
@@ -829,7 +826,6 @@ async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_
 /// ConfigMap, ServiceAccount and RoleBinding to the shipped ClusterRole (the
 /// API server lets Tandem bind only a role it may bind or whose rules it
 /// holds), the InferencePool and the HTTPRoute.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_controllers() {
     let Some(mut scenario) = Scenario::start("e2e-router").await else {
         return;
@@ -899,13 +895,75 @@ async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_con
     scenario
         .assert_quiet(10, (IS, "InferenceService", "qwen-pd-routed"))
         .await;
+
+    // The router role removed: every object of the picker goes (Tandem's
+    // deletes, which the RBAC check after the scenarios counts), and the
+    // serving roles stay.
+    let services: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        scenario.client.clone(),
+        &scenario.namespace,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "fusioninfer.io",
+            "v1alpha1",
+            "InferenceService",
+        )),
+    );
+    services
+        .patch(
+            "qwen-pd-routed",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "test", "path": "/spec/roles/2/name", "value": "router"},
+                    {"op": "remove", "path": "/spec/roles/2"}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .expect("the router role can be removed");
+    let picker_kinds = [
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("v1", "ConfigMap"),
+        (rbac, "RoleBinding"),
+        ("inference.networking.k8s.io/v1", "InferencePool"),
+        ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ];
+    scenario
+        .eventually(60, "the picker's objects deleted", || async {
+            let mut left = Vec::new();
+            for (api_version, kind) in picker_kinds {
+                let names = scenario.names(api_version, kind).await;
+                let picker: Vec<_> = names
+                    .into_iter()
+                    .filter(|n| {
+                        n.starts_with(epp) || kind == "InferencePool" || kind == "HTTPRoute"
+                    })
+                    .collect();
+                if !picker.is_empty() {
+                    left.push(format!("{kind} {picker:?}"));
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(left.join(", "))
+            }
+        })
+        .await;
+    assert_eq!(
+        role_replicas(&scenario, "qwen-pd-routed").await.len(),
+        2,
+        "prefill and decode stay"
+    );
     scenario.assert_floor_held();
 }
 /// What a policy engine or `kubectl edit` adds to a LeaderWorkerSet Tandem
 /// owns, as another field manager: an env var, a sidecar and a template
 /// label. The API server keeps them (server-side apply merges lists by
 /// key); Tandem must leave them and write nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing_is_written() {
     let Some(mut scenario) = Scenario::start("e2e-foreign").await else {
         return;
@@ -978,7 +1036,6 @@ async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing
 /// A name every child accepts is deployed; `llama-3.1-8b`, whose
 /// LeaderWorkerSet LWS's own webhook would refuse (a DNS-1035 label: no
 /// dots), is denied at admission with the field and a rename hint.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_denied_with_a_hint() {
     let Some(mut scenario) = Scenario::start("e2e-names").await else {
         return;
@@ -1014,4 +1071,334 @@ async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_den
     scenario
         .assert_quiet(10, (IS, "InferenceService", "llama-3-1-8b"))
         .await;
+}
+
+fn main() -> std::process::ExitCode {
+    let arguments = libtest_mimic::Arguments::from_args();
+    macro_rules! trial {
+        ($scenario:ident) => {
+            libtest_mimic::Trial::test(stringify!($scenario), || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("a runtime")
+                    .block_on($scenario());
+                Ok(())
+            })
+        };
+    }
+    let scenarios = vec![
+        trial!(story_4_is_deployed_by_the_real_controllers_and_becomes_ready),
+        trial!(kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out_of_range),
+        trial!(an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_set_back),
+        trial!(group_replication_goes_from_one_group_to_three_and_back_to_two),
+        trial!(binpack_scale_down_drains_then_removes_the_replicas_cheapest_to_lose),
+        trial!(
+            a_paced_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefill_alone
+        ),
+        trial!(deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves_nothing),
+        trial!(
+            a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_from_the_caches
+        ),
+        trial!(a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_server),
+        trial!(a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_controllers),
+        trial!(fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing_is_written),
+        trial!(
+            a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_denied_with_a_hint
+        ),
+    ];
+    let count = scenarios.len();
+    let listing = arguments.list;
+    let conclusion = libtest_mimic::run(&arguments, scenarios);
+    if listing || conclusion.has_failed() {
+        return conclusion.exit_code();
+    }
+    if let Some(reason) = common::control_plane::unavailable() {
+        eprintln!("SKIPPED the RBAC check: {reason}");
+        return conclusion.exit_code();
+    }
+    if conclusion.num_passed != count as u64 {
+        eprintln!(
+            "SKIPPED the RBAC check: it needs every scenario's requests, and {} of {count} ran",
+            conclusion.num_passed
+        );
+        return conclusion.exit_code();
+    }
+    match every_request_granted_and_every_grant_used() {
+        Ok(used) => {
+            println!("RBAC check: ok, {used}");
+            conclusion.exit_code()
+        }
+        Err(problem) => {
+            eprintln!("RBAC check FAILED: {problem}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Grants no scenario here uses, each with what needs it: `(verb,
+/// resource, group, why)`. The check holds this list exact: a grant unused
+/// and not listed fails it (remove the grant, or say here why it stays),
+/// and so does one listed that a scenario now uses (take it off the list).
+const NOT_IN_THESE_SCENARIOS: &[(&str, &str, &str, &str)] = &[
+    // Kinds no scenario here scales or clones.
+    (
+        "get",
+        "statefulsets/scale",
+        "apps",
+        "InplaceScaling of a StatefulSet",
+    ),
+    (
+        "patch",
+        "statefulsets/scale",
+        "apps",
+        "InplaceScaling of a StatefulSet",
+    ),
+    (
+        "get",
+        "leaderworkersets/scale",
+        "leaderworkerset.x-k8s.io",
+        "InplaceScaling of a LeaderWorkerSet",
+    ),
+    (
+        "patch",
+        "leaderworkersets/scale",
+        "leaderworkerset.x-k8s.io",
+        "InplaceScaling of a LeaderWorkerSet",
+    ),
+    (
+        "get",
+        "statefulsets",
+        "apps",
+        "GroupReplication of a StatefulSet",
+    ),
+    (
+        "create",
+        "statefulsets",
+        "apps",
+        "GroupReplication of a StatefulSet",
+    ),
+    (
+        "patch",
+        "statefulsets",
+        "apps",
+        "GroupReplication of a StatefulSet",
+    ),
+    (
+        "delete",
+        "statefulsets",
+        "apps",
+        "GroupReplication of a StatefulSet",
+    ),
+    (
+        "create",
+        "inferenceservices",
+        "fusioninfer.io",
+        "GroupReplication of an InferenceService",
+    ),
+    (
+        "delete",
+        "inferenceservices",
+        "fusioninfer.io",
+        "GroupReplication of an InferenceService",
+    ),
+    // RoleBasedGroup's CRD is not among the tests' upstream CRDs.
+    (
+        "get",
+        "rolebasedgroups",
+        "workloads.x-k8s.io",
+        "InplaceScaling and GroupReplication of RoleBasedGroups",
+    ),
+    (
+        "list",
+        "rolebasedgroups",
+        "workloads.x-k8s.io",
+        "GroupReplication of RoleBasedGroups",
+    ),
+    (
+        "watch",
+        "rolebasedgroups",
+        "workloads.x-k8s.io",
+        "GroupReplication of RoleBasedGroups",
+    ),
+    (
+        "create",
+        "rolebasedgroups",
+        "workloads.x-k8s.io",
+        "GroupReplication of RoleBasedGroups",
+    ),
+    (
+        "patch",
+        "rolebasedgroups",
+        "workloads.x-k8s.io",
+        "InplaceScaling and GroupReplication of RoleBasedGroups",
+    ),
+    (
+        "delete",
+        "rolebasedgroups",
+        "workloads.x-k8s.io",
+        "GroupReplication of RoleBasedGroups",
+    ),
+    // NewRevision and IncrementalUpgrade, covered on the in-memory API
+    // server (tests/upgrade.rs, tests/reconcile_inference_service.rs).
+    (
+        "create",
+        "gateways",
+        "gateway.networking.k8s.io",
+        "an upgrade's Gateway",
+    ),
+    (
+        "patch",
+        "gateways",
+        "gateway.networking.k8s.io",
+        "an upgrade's Gateway",
+    ),
+    (
+        "delete",
+        "gateways",
+        "gateway.networking.k8s.io",
+        "an upgrade's Gateway, once done",
+    ),
+    (
+        "create",
+        "controllerrevisions",
+        "apps",
+        "an upgrade's recorded revision",
+    ),
+    (
+        "patch",
+        "controllerrevisions",
+        "apps",
+        "an upgrade's recorded revision",
+    ),
+    (
+        "delete",
+        "controllerrevisions",
+        "apps",
+        "a recorded revision no longer needed",
+    ),
+    // Children a spec change makes unneeded, which no scenario here makes.
+    (
+        "delete",
+        "podgroups",
+        "scheduling.volcano.sh",
+        "a service that no longer needs gang scheduling",
+    ),
+    (
+        "delete",
+        "poddisruptionbudgets",
+        "policy",
+        "a serving role removed from its service",
+    ),
+];
+
+/// Grants used only when a cache misses, which depends on timing: a run
+/// may use them or not, so the check takes either. `(verb, resource,
+/// group, why)`.
+const ON_A_CACHE_MISS: &[(&str, &str, &str, &str)] = &[
+    (
+        "get",
+        "inferenceservices",
+        "fusioninfer.io",
+        "the webhook reads a ScaleView's target its cache does not hold yet (admission::caches, read_live)",
+    ),
+    (
+        "get",
+        "scaleviews",
+        "fusioninfer.io",
+        "the webhook reads a view its cache does not hold yet (admission::caches, read_live)",
+    ),
+    (
+        "get",
+        "leaderworkersets",
+        "leaderworkerset.x-k8s.io",
+        "a GroupReplication template or InplaceScaling target read before its cache lists (reconcile::live, read)",
+    ),
+    (
+        "get",
+        "deployments",
+        "apps",
+        "a GroupReplication template read before its cache lists (reconcile::live, read)",
+    ),
+    (
+        "get",
+        "deployments/scale",
+        "apps",
+        "an InplaceScaling target's /scale read before its cache lists (reconcile::live, scale)",
+    ),
+    (
+        "get",
+        "scaleviews/scale",
+        "fusioninfer.io",
+        "an InplaceScaling target's /scale read before its cache lists (reconcile::live, scale)",
+    ),
+];
+
+/// Tandem's requests in every scenario, from the real API server's audit
+/// log, against `manifests/base/rbac.yaml`: each allowed by a rule bound to
+/// Tandem's ServiceAccount, and each of those rules used, but for
+/// [`NOT_IN_THESE_SCENARIOS`] (never used here) and [`ON_A_CACHE_MISS`]
+/// (used or not).
+fn every_request_granted_and_every_grant_used() -> Result<String, String> {
+    let plane = common::control_plane::ControlPlane::shared();
+    let documents = common::yaml_documents(&common::repo_path("manifests/base/rbac.yaml"));
+    let grants = common::rbac::shipped(&documents, "tandem-system", "tandem");
+    let seen = common::rbac::accesses(&plane.audit_events(), common::control_plane::TANDEM_USER);
+    let (refused, unused) = common::rbac::mismatch(&grants, &seen);
+    let listed = |g: &common::rbac::Grant| {
+        NOT_IN_THESE_SCENARIOS
+            .iter()
+            .any(|(verb, resource, group, _)| {
+                g.verb == *verb && g.resource == *resource && g.group == *group
+            })
+    };
+    let on_a_miss = |g: &common::rbac::Grant| {
+        ON_A_CACHE_MISS.iter().any(|(verb, resource, group, _)| {
+            g.verb == *verb && g.resource == *resource && g.group == *group
+        })
+    };
+    let unlisted: Vec<String> = unused
+        .iter()
+        .filter(|g| !listed(g) && !on_a_miss(g))
+        .map(ToString::to_string)
+        .collect();
+    let now_used: Vec<String> = NOT_IN_THESE_SCENARIOS
+        .iter()
+        .filter(|(verb, resource, group, _)| {
+            !unused
+                .iter()
+                .any(|g| g.verb == *verb && g.resource == *resource && g.group == *group)
+        })
+        .map(|(verb, resource, group, _)| format!("{verb} {resource}.{group}"))
+        .collect();
+    let now_used: Vec<String> = now_used
+        .into_iter()
+        .chain(
+            ON_A_CACHE_MISS
+                .iter()
+                .filter(|(verb, resource, group, _)| {
+                    !grants
+                        .iter()
+                        .any(|g| g.verb == *verb && g.resource == *resource && g.group == *group)
+                })
+                .map(|(verb, resource, group, _)| format!("{verb} {resource}.{group}")),
+        )
+        .collect();
+    if refused.is_empty() && unlisted.is_empty() && now_used.is_empty() {
+        return Ok(format!(
+            "{} distinct requests, {} grants: each request granted; each grant used but the {} \
+             listed in NOT_IN_THESE_SCENARIOS and ON_A_CACHE_MISS",
+            seen.len(),
+            grants.len(),
+            unused.len()
+        ));
+    }
+    Err(format!(
+        "requests no shipped rule allows:\n  {}\ngrants no request used and not listed:\n  {}\n\
+         listed as unused but used now (or not granted):\n  {}",
+        refused.join("\n  "),
+        unlisted.join("\n  "),
+        now_used.join("\n  ")
+    ))
 }

@@ -7,6 +7,7 @@ pub mod control_plane;
 pub mod fake_api;
 pub mod load;
 pub mod measure;
+pub mod rbac;
 pub mod running;
 pub mod scenario;
 
