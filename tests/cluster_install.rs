@@ -718,3 +718,121 @@ async fn the_monitoring_component_fits_the_operators_crds_and_finds_the_metrics_
     let text = serde_json::to_string(&rules).unwrap();
     assert!(text.contains("up{job=\\\"tandem-metrics\\\"}"), "{text}");
 }
+
+/// The install without cert-manager in another namespace:
+/// `manifests/in-namespace-without-cert-manager/` with its namespace changed
+/// (its one line) and `tandem certs --namespace` given the same name, as its
+/// comment says. Every object is in that namespace (the generated Secret
+/// too), the webhooks call the Service there, the pod-patch policy matches
+/// Tandem's account there, the Secret's certificate serves the Service's
+/// name there, and the real API server takes every object. Nothing names
+/// tandem-system.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_install_without_cert_manager_moves_to_another_namespace() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED the_install_without_cert_manager_moves: {reason}");
+        return;
+    }
+    const NS: &str = "inference-ops";
+    let plane = ControlPlane::shared();
+    let checkout = user_checkout();
+    let overlay = checkout
+        .path()
+        .join("manifests/in-namespace-without-cert-manager");
+    let kustomization = overlay.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    assert_eq!(text.matches("\nnamespace: ").count(), 1, "named once");
+    std::fs::write(
+        &kustomization,
+        text.replace("\nnamespace: tandem-ops\n", &format!("\nnamespace: {NS}\n")),
+    )
+    .unwrap();
+    let certs = checkout.path().join("manifests/without-cert-manager/certs");
+    let written = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["certs", "--namespace", NS, "--out-dir"])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+    let objects = plane.kustomize(&overlay).expect("the overlay builds");
+    let all = serde_json::to_string(&objects).unwrap();
+    assert!(!all.contains("tandem-system"), "{all}");
+    let cluster_scoped = [
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    for object in &objects {
+        if cluster_scoped.contains(&object["kind"].as_str().unwrap_or_default()) {
+            continue;
+        }
+        assert_eq!(
+            object["metadata"]["namespace"],
+            NS,
+            "{}",
+            kind_and_name(object)
+        );
+    }
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"))
+    };
+    for configuration in objects.iter().filter(|o| {
+        o["kind"] == "ValidatingWebhookConfiguration" || o["kind"] == "MutatingWebhookConfiguration"
+    }) {
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            assert_eq!(webhook["clientConfig"]["service"]["namespace"], NS);
+        }
+    }
+    assert_eq!(
+        find("ValidatingAdmissionPolicy", "tandem-pod-patches")["spec"]["matchConditions"][0]["expression"],
+        format!("request.userInfo.username == 'system:serviceaccount:{NS}:tandem'")
+    );
+    let secret = find("Secret", "tandem-webhook-tls");
+    let decoded = |key: &str| {
+        // kustomize wraps the base64 text in lines.
+        let text: String = secret["data"][key]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, text).unwrap(),
+        )
+        .unwrap()
+    };
+    let service = find("Service", "tandem-webhook")["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        tandem::certs::serving_problem(
+            &decoded("tls.crt"),
+            &decoded("tls.key"),
+            &tandem::certs::service_hosts(service, NS),
+            time::OffsetDateTime::now_utc(),
+        ),
+        None,
+        "the Secret's certificate serves {service}.{NS}.svc"
+    );
+
+    let admin = plane.namespace(NS).await;
+    for object in &objects {
+        let api = control_plane::api_for(&admin, object).await;
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let params = PatchParams::apply("tandem-install-test").force().dry_run();
+        api.patch(name, &params, &Patch::Apply(object))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+    }
+}
