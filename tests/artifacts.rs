@@ -569,7 +569,8 @@ fn the_kustomization_lists_files_that_exist() {
 /// RoleBinding to the role it names.
 #[test]
 fn the_rbac_check_reads_grants_as_the_authorizer_does() {
-    use common::rbac::{Access, accesses, allows, mismatch, shipped, uses};
+    use common::rbac::{Access, accesses, allows, mismatch, uses};
+    use tandem::check::installation::shipped_grants as shipped;
     let documents: Vec<serde_json::Value> = manifest("manifests/base/rbac.yaml");
     let grants = shipped(&documents, "tandem-system", "tandem");
     let access =

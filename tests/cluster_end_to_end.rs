@@ -1343,17 +1343,17 @@ const ON_A_CACHE_MISS: &[(&str, &str, &str, &str)] = &[
 fn every_request_granted_and_every_grant_used() -> Result<String, String> {
     let plane = common::control_plane::ControlPlane::shared();
     let documents = common::yaml_documents(&common::repo_path("manifests/base/rbac.yaml"));
-    let grants = common::rbac::shipped(&documents, "tandem-system", "tandem");
+    let grants = tandem::check::installation::shipped_grants(&documents, "tandem-system", "tandem");
     let seen = common::rbac::accesses(&plane.audit_events(), common::control_plane::TANDEM_USER);
     let (refused, unused) = common::rbac::mismatch(&grants, &seen);
-    let listed = |g: &common::rbac::Grant| {
+    let listed = |g: &tandem::check::installation::Grant| {
         NOT_IN_THESE_SCENARIOS
             .iter()
             .any(|(verb, resource, group, _)| {
                 g.verb == *verb && g.resource == *resource && g.group == *group
             })
     };
-    let on_a_miss = |g: &common::rbac::Grant| {
+    let on_a_miss = |g: &tandem::check::installation::Grant| {
         ON_A_CACHE_MISS.iter().any(|(verb, resource, group, _)| {
             g.verb == *verb && g.resource == *resource && g.group == *group
         })

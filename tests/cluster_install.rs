@@ -146,6 +146,31 @@ fn kind_and_name(object: &serde_json::Value) -> String {
     )
 }
 
+/// `object` as the real API server would store it: a server-side apply,
+/// dry run, as a cluster admin. Panics naming the object if it is refused.
+async fn stored_dry_run(admin: &kube::Client, object: &serde_json::Value) -> serde_json::Value {
+    let api = control_plane::api_for(admin, object).await;
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let params = PatchParams::apply("tandem-install-test").force().dry_run();
+    let stored = api
+        .patch(name, &params, &Patch::Apply(object))
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+    serde_json::to_value(stored).unwrap()
+}
+
+/// The kinds of Tandem's install that belong to no namespace.
+const CLUSTER_SCOPED: [&str; 8] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+];
+
 /// Issue 25: both installs build as `kubectl apply -k` builds them, and the
 /// one without cert-manager needs no hand edit: `tandem certs` writes into
 /// its `certs/`, kustomize mounts that certificate and puts its CA into
@@ -285,12 +310,7 @@ async fn the_install_without_cert_manager_needs_no_hand_edit() {
     // The real API server takes every one of them.
     let admin = plane.admin().await.expect("an admin client");
     for object in &without {
-        let api = control_plane::api_for(&admin, object).await;
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let params = PatchParams::apply("tandem-install-test").force().dry_run();
-        api.patch(name, &params, &Patch::Apply(object))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+        stored_dry_run(&admin, object).await;
     }
 }
 
@@ -335,19 +355,9 @@ fn an_install_in_another_namespace_agrees_on_every_name() {
             .iter()
             .any(|o| o["kind"] == "Namespace" && o["metadata"]["name"] == NS)
     );
-    let cluster_scoped = [
-        "Namespace",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "PriorityClass",
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ];
     for object in objects
         .iter()
-        .filter(|o| !cluster_scoped.contains(&o["kind"].as_str().unwrap_or_default()))
+        .filter(|o| !CLUSTER_SCOPED.contains(&o["kind"].as_str().unwrap_or_default()))
     {
         assert_eq!(
             object["metadata"]["namespace"],
@@ -627,12 +637,7 @@ async fn the_dev_and_prod_overlays_build_and_the_api_server_takes_them() {
             .unwrap_or_default()
             .starts_with("cert-manager.io/")
     }) {
-        let api = control_plane::api_for(&admin, object).await;
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let params = PatchParams::apply("tandem-install-test").force().dry_run();
-        api.patch(name, &params, &Patch::Apply(object))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+        stored_dry_run(&admin, object).await;
     }
 }
 
@@ -674,20 +679,9 @@ async fn the_monitoring_component_fits_the_operators_crds_and_finds_the_metrics_
         control_plane::install_crd(&admin, &control_plane::prometheus_operator_crd(plural)).await;
     }
     for object in [&monitor, &rules] {
-        let api = control_plane::api_for(&admin, object).await;
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let params = PatchParams::apply("tandem-install-test").force().dry_run();
-        let stored = api
-            .patch(name, &params, &Patch::Apply(object))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+        let stored = stored_dry_run(&admin, object).await;
         // Nothing pruned: the schema knows every field written.
-        assert_eq!(
-            serde_json::to_value(&stored).unwrap()["spec"],
-            object["spec"],
-            "{}",
-            kind_and_name(object)
-        );
+        assert_eq!(stored["spec"], object["spec"], "{}", kind_and_name(object));
     }
 
     // The ServiceMonitor selects the metrics Service, not the webhook's,
@@ -761,18 +755,8 @@ async fn the_install_without_cert_manager_moves_to_another_namespace() {
     let objects = plane.kustomize(&overlay).expect("the overlay builds");
     let all = serde_json::to_string(&objects).unwrap();
     assert!(!all.contains("tandem-system"), "{all}");
-    let cluster_scoped = [
-        "Namespace",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "PriorityClass",
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ];
     for object in &objects {
-        if cluster_scoped.contains(&object["kind"].as_str().unwrap_or_default()) {
+        if CLUSTER_SCOPED.contains(&object["kind"].as_str().unwrap_or_default()) {
             continue;
         }
         assert_eq!(
@@ -828,11 +812,6 @@ async fn the_install_without_cert_manager_moves_to_another_namespace() {
 
     let admin = plane.namespace(NS).await;
     for object in &objects {
-        let api = control_plane::api_for(&admin, object).await;
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let params = PatchParams::apply("tandem-install-test").force().dry_run();
-        api.patch(name, &params, &Patch::Apply(object))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
+        stored_dry_run(&admin, object).await;
     }
 }

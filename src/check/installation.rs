@@ -140,79 +140,130 @@ fn read<T>(result: Result<Option<T>, kube::Error>) -> Read<T> {
     result.map_err(|e| e.to_string())
 }
 
-/// One permission the shipped RBAC grants: (namespace for a Role, API
-/// group, resource, verb, resource name).
+/// One verb on one resource that a rule of the shipped RBAC grants Tandem's
+/// service account (the tests' RBAC check reads the same grants).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Grant {
+    /// `ClusterRole tandem`, `Role tandem-system/tandem-leader-election`.
+    pub role: String,
+    /// Where it holds; None for every namespace.
+    pub namespace: Option<String>,
+    pub group: String,
+    /// `pods`, `inferenceservices/status`.
+    pub resource: String,
+    pub verb: String,
+    /// The rule's resourceNames; empty for any.
+    pub names: Vec<String>,
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(f, "{} {}.{group}", self.verb, self.resource)?;
+        if !self.names.is_empty() {
+            write!(f, " named {}", self.names.join(","))?;
+        }
+        write!(f, " ({}", self.role)?;
+        if let Some(namespace) = &self.namespace {
+            write!(f, ", in {namespace}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Every grant of `documents` (RBAC manifests) to ServiceAccount `account`:
+/// the rules of the ClusterRoles and Roles its bindings name (not those it
+/// may only bind for endpoint pickers). A RoleBinding's hold in
+/// `namespace`, the install's (kustomize moves the manifests' own).
+pub fn shipped_grants(documents: &[Value], namespace: &str, account: &str) -> Vec<Grant> {
+    let strings = |value: &Value| -> Vec<String> {
+        value
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let is_subject = |binding: &Value| {
+        binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == account)
+    };
+    let mut grants = Vec::new();
+    for binding in documents.iter().filter(|d| is_subject(d)) {
+        let (Some(kind), Some(name)) = (
+            binding["roleRef"]["kind"].as_str(),
+            binding["roleRef"]["name"].as_str(),
+        ) else {
+            continue;
+        };
+        let scope = match binding["kind"].as_str() {
+            Some("ClusterRoleBinding") => None,
+            Some("RoleBinding") => Some(namespace.to_owned()),
+            _ => continue,
+        };
+        let Some(role) = documents
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        else {
+            continue;
+        };
+        let shown = match &scope {
+            Some(namespace) if kind == "Role" => format!("Role {namespace}/{name}"),
+            _ => format!("{kind} {name}"),
+        };
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            let names = strings(&rule["resourceNames"]);
+            for group in strings(&rule["apiGroups"]) {
+                for resource in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        grants.push(Grant {
+                            role: shown.clone(),
+                            namespace: scope.clone(),
+                            group: group.clone(),
+                            resource: resource.clone(),
+                            verb,
+                            names: names.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// One permission the shipped RBAC grants, as one SubjectAccessReview asks
+/// it: (namespace for a Role's, API group, resource, verb, resource name).
 type Permission = (Option<String>, String, String, String, Option<String>);
 
-/// Every permission the shipped RBAC grants Tandem's service account: the
-/// rules of the ClusterRoles and Roles its bindings name (not those it only
-/// binds for endpoint pickers), with `namespace` for a Role's.
+/// Every permission the shipped RBAC grants Tandem's service account, one
+/// per resource name where a rule names them.
 fn shipped_permissions(namespace: &str) -> Vec<Permission> {
     let documents: Vec<Value> = serde_norway::Deserializer::from_str(RBAC)
         .filter_map(|document| Value::deserialize(document).ok())
         .collect();
-    let bound: Vec<(&str, &str)> = documents
-        .iter()
-        .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
-        .filter(|o| {
-            o["subjects"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == SERVICE_ACCOUNT)
-        })
-        .filter_map(|o| {
-            Some((
-                o["roleRef"]["kind"].as_str()?,
-                o["roleRef"]["name"].as_str()?,
-            ))
-        })
-        .collect();
     let mut permissions = Vec::new();
-    for object in &documents {
-        let (Some(kind), Some(name)) =
-            (object["kind"].as_str(), object["metadata"]["name"].as_str())
-        else {
-            continue;
+    for grant in shipped_grants(&documents, namespace, SERVICE_ACCOUNT) {
+        let names: Vec<Option<String>> = if grant.names.is_empty() {
+            vec![None]
+        } else {
+            grant.names.iter().cloned().map(Some).collect()
         };
-        if !bound.contains(&(kind, name)) {
-            continue;
-        }
-        let scope = match kind {
-            "ClusterRole" => None,
-            "Role" => Some(namespace.to_owned()),
-            _ => continue,
-        };
-        let strings = |value: &Value| -> Vec<String> {
-            value
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        };
-        for rule in object["rules"].as_array().into_iter().flatten() {
-            let names = strings(&rule["resourceNames"]);
-            let names: Vec<Option<String>> = if names.is_empty() {
-                vec![None]
-            } else {
-                names.into_iter().map(Some).collect()
-            };
-            for group in strings(&rule["apiGroups"]) {
-                for resource in strings(&rule["resources"]) {
-                    for verb in strings(&rule["verbs"]) {
-                        for name in &names {
-                            permissions.push((
-                                scope.clone(),
-                                group.clone(),
-                                resource.clone(),
-                                verb.clone(),
-                                name.clone(),
-                            ));
-                        }
-                    }
-                }
-            }
+        for name in names {
+            permissions.push((
+                grant.namespace.clone(),
+                grant.group.clone(),
+                grant.resource.clone(),
+                grant.verb.clone(),
+                name,
+            ));
         }
     }
     permissions

@@ -2,7 +2,9 @@
 //! Tandem used: every request of Tandem's in the real API server's audit log
 //! ([`super::control_plane::ControlPlane::audit_events`]) against every rule
 //! bound to it in `manifests/base/rbac.yaml`, one verb on one resource (and,
-//! where the rule names them, its resource names) at a time.
+//! where the rule names them, its resource names) at a time. The grants are
+//! read by the library's `check::installation::shipped_grants` (`tandem
+//! check` asks the cluster about the same ones).
 //!
 //! Kubernetes' authorizer is mirrored where Tandem's requests meet it:
 //! - a rule of a ClusterRole bound by a ClusterRoleBinding holds in every
@@ -18,43 +20,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-/// One verb on one resource, granted by one rule of the shipped RBAC.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Grant {
-    /// `ClusterRole tandem`, `Role tandem-system/tandem-leader-election`.
-    pub role: String,
-    /// Where it holds; None for everywhere.
-    pub namespace: Option<String>,
-    pub group: String,
-    /// `pods`, `inferenceservices/status`.
-    pub resource: String,
-    pub verb: String,
-    /// The rule's resourceNames; empty for any.
-    pub names: Vec<String>,
-}
-
-impl fmt::Display for Grant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}.{}{}{} ({}{})",
-            self.verb,
-            self.resource,
-            if self.group.is_empty() {
-                "core"
-            } else {
-                &self.group
-            },
-            if self.names.is_empty() { "" } else { " named " },
-            self.names.join(","),
-            self.role,
-            self.namespace
-                .as_ref()
-                .map(|n| format!(", in {n}"))
-                .unwrap_or_default()
-        )
-    }
-}
+use tandem::check::installation::Grant;
 
 /// One request of Tandem's, as authorized.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -85,77 +51,6 @@ impl fmt::Display for Access {
             self.name.as_deref().unwrap_or("-")
         )
     }
-}
-
-fn strings(value: &Value) -> Vec<String> {
-    value
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect()
-}
-
-/// Every grant of `documents` (the RBAC manifests) to ServiceAccount
-/// `account` of `namespace`.
-pub fn shipped(documents: &[Value], namespace: &str, account: &str) -> Vec<Grant> {
-    let is_subject = |binding: &Value| {
-        binding["subjects"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|s| {
-                s["kind"] == "ServiceAccount" && s["name"] == account && s["namespace"] == namespace
-            })
-    };
-    let role = |kind: &str, name: &str, at: Option<&str>| {
-        documents
-            .iter()
-            .find(|d| {
-                d["kind"] == kind
-                    && d["metadata"]["name"] == name
-                    && (kind == "ClusterRole" || d["metadata"]["namespace"].as_str() == at)
-            })
-            .unwrap_or_else(|| panic!("the bound {kind} {name} is shipped"))
-    };
-    let mut grants = Vec::new();
-    for binding in documents.iter().filter(|d| is_subject(d)) {
-        let (kind, name) = (
-            binding["roleRef"]["kind"].as_str().unwrap_or_default(),
-            binding["roleRef"]["name"].as_str().unwrap_or_default(),
-        );
-        let at = match binding["kind"].as_str() {
-            Some("ClusterRoleBinding") => None,
-            Some("RoleBinding") => binding["metadata"]["namespace"].as_str(),
-            _ => continue,
-        };
-        let shown = match at {
-            Some(ns) if kind == "Role" => format!("Role {ns}/{name}"),
-            _ => format!("{kind} {name}"),
-        };
-        for rule in role(kind, name, at)["rules"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let names = strings(&rule["resourceNames"]);
-            for group in strings(&rule["apiGroups"]) {
-                for resource in strings(&rule["resources"]) {
-                    for verb in strings(&rule["verbs"]) {
-                        grants.push(Grant {
-                            role: shown.clone(),
-                            namespace: at.map(str::to_owned),
-                            group: group.clone(),
-                            resource: resource.clone(),
-                            verb,
-                            names: names.clone(),
-                        });
-                    }
-                }
-            }
-        }
-    }
-    grants
 }
 
 /// Every request of `user` in `events` (the audit log), as authorized.
