@@ -641,15 +641,7 @@ impl ControlPlane {
 
     /// Every request the API server recorded in its audit log so far.
     pub fn requests(&self) -> Vec<Request> {
-        let Ok(file) = std::fs::File::open(&self.audit_log) else {
-            return Vec::new();
-        };
-        BufReader::new(file)
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
-            .filter_map(|event| Request::of(&event))
-            .collect()
+        self.audit_events().iter().filter_map(Request::of).collect()
     }
 }
 
