@@ -11,16 +11,36 @@ use serde_json::Value;
 use tandem::admission::Kind;
 use tandem::api::crds;
 
+/// The kustomize install's CRDs and the Helm chart's (its `crds/`, which
+/// Helm installs once and never deletes) are both the generated ones.
 #[test]
 fn committed_crds_are_the_generated_ones() {
-    for crd in crds::all() {
-        let path = repo_path("manifests/crds").join(crds::file_name(&crd));
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        let generated = crds::to_yaml(&crd).unwrap();
-        assert!(
-            committed == generated,
-            "{} is stale: run `cargo run -- crds --out-dir manifests/crds` and commit the result",
-            path.display()
+    for dir in ["manifests/crds", "charts/tandem/crds"] {
+        for crd in crds::all() {
+            let path = repo_path(dir).join(crds::file_name(&crd));
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            let generated = crds::to_yaml(&crd).unwrap();
+            assert!(
+                committed == generated,
+                "{} is stale: run `cargo run -- crds --out-dir {dir}` and commit the result",
+                path.display()
+            );
+        }
+        let files = std::fs::read_dir(repo_path(dir))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "yaml")
+            })
+            .count();
+        let kustomization = usize::from(dir == "manifests/crds");
+        assert_eq!(
+            files,
+            crds::all().len() + kustomization,
+            "{dir} holds a CRD Tandem no longer defines"
         );
     }
 }

@@ -10,6 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::control_plane::{self, ControlPlane, Tandem};
+use common::install::{CLUSTER_SCOPED, kind_and_name, user_checkout};
 use common::scenario::{IS, Scenario};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -109,43 +110,6 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
     );
 }
 
-/// Copies `from` into `to`, recursively.
-/// A user's checkout: manifests/ and the webhooks/ it includes, in a
-/// temporary folder the test may change.
-fn user_checkout() -> tempfile::TempDir {
-    let checkout = tempfile::tempdir().unwrap();
-    copy_tree(
-        &common::repo_path("manifests"),
-        &checkout.path().join("manifests"),
-    );
-    copy_tree(
-        &common::repo_path("webhooks"),
-        &checkout.path().join("webhooks"),
-    );
-    checkout
-}
-
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-fn kind_and_name(object: &serde_json::Value) -> String {
-    format!(
-        "{} {}",
-        object["kind"].as_str().unwrap_or_default(),
-        object["metadata"]["name"].as_str().unwrap_or_default()
-    )
-}
-
 /// `object` as the real API server would store it: a server-side apply,
 /// dry run, as a cluster admin. Panics naming the object if it is refused.
 async fn stored_dry_run(admin: &kube::Client, object: &serde_json::Value) -> serde_json::Value {
@@ -158,18 +122,6 @@ async fn stored_dry_run(admin: &kube::Client, object: &serde_json::Value) -> ser
         .unwrap_or_else(|e| panic!("{}: {e}", kind_and_name(object)));
     serde_json::to_value(stored).unwrap()
 }
-
-/// The kinds of Tandem's install that belong to no namespace.
-const CLUSTER_SCOPED: [&str; 8] = [
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "PriorityClass",
-    "ValidatingWebhookConfiguration",
-    "MutatingWebhookConfiguration",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-];
 
 /// Issue 25: both installs build as `kubectl apply -k` builds them, and the
 /// one without cert-manager needs no hand edit: `tandem certs` writes into

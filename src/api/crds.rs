@@ -1,5 +1,6 @@
 //! The CustomResourceDefinitions of Tandem's kinds, derived from the Rust types.
-//! `manifests/crds/` holds them as generated; a test fails when it is stale.
+//! `manifests/crds/` and the Helm chart's `charts/tandem/crds/` hold them as
+//! generated; a test fails when one is stale.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -262,8 +262,6 @@ pub struct ControlPlane {
     processes: Mutex<Vec<Supervised>>,
     /// Where `tandem serve --dev` of this binary keeps its files.
     pub tandem_dir: PathBuf,
-    /// The built binaries (`tests/cluster/build.sh`).
-    bin: PathBuf,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -276,7 +274,7 @@ impl ControlPlane {
     }
 
     fn start() -> ControlPlane {
-        let bin = build();
+        let bin = binaries().to_path_buf();
         remove_stale_runs();
         let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -334,7 +332,6 @@ impl ControlPlane {
         processes.push(apiserver);
         let server = format!("https://127.0.0.1:{api_port}");
         let plane = ControlPlane {
-            bin: bin.clone(),
             tandem_dir: dir.join("tandem"),
             dir: dir.clone(),
             server,
@@ -441,22 +438,9 @@ impl ControlPlane {
         self.kubeconfig_for(&self.admin)
     }
 
-    /// The objects `kubectl apply -k DIR` would send: DIR built by
-    /// kustomize's krusty, as kubectl embeds it (`tests/cluster/kustomize`).
+    /// The objects `kubectl apply -k DIR` would send ([`kustomize`]).
     pub fn kustomize(&self, dir: &Path) -> Result<Vec<Value>, String> {
-        let output = Command::new(self.bin.join("kustomize"))
-            .arg(dir)
-            .output()
-            .map_err(|e| format!("running kustomize: {e}"))?;
-        if !output.status.success() {
-            return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-        }
-        use serde::Deserialize;
-        let text = String::from_utf8_lossy(&output.stdout);
-        Ok(serde_norway::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("kustomize prints YAML"))
-            .filter(|object| !object.is_null())
-            .collect())
+        kustomize(dir)
     }
 
     /// A cluster-admin client, bound to the calling test's runtime.
@@ -845,6 +829,50 @@ pub fn block_on<T: Send>(future: impl std::future::Future<Output = T> + Send) ->
 }
 
 /// Builds (or finds cached) the control plane's binaries; their directory.
+/// The objects `kubectl apply -k DIR` would send: DIR built by
+/// kustomize's krusty, as kubectl embeds it (`tests/cluster/kustomize`).
+pub fn kustomize(dir: &Path) -> Result<Vec<Value>, String> {
+    let output = Command::new(binaries().join("kustomize"))
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("running kustomize: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Ok(yaml_stream(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// Helm's command, built from its module (`tests/cluster/helm`), with its
+/// cache, configuration and data in `home` (a user's would be in theirs).
+pub fn helm(home: &Path) -> Command {
+    let mut command = Command::new(binaries().join("helm"));
+    for (variable, dir) in [
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        command.env(variable, home.join(dir));
+    }
+    command
+}
+
+/// The objects of a stream of YAML documents, as kustomize and Helm print
+/// them (empty documents left out).
+pub fn yaml_stream(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_norway::Deserializer::from_str(text)
+        .map(|document| Value::deserialize(document).expect("a YAML document"))
+        .filter(|object| !object.is_null())
+        .collect()
+}
+
+/// The binaries `tests/cluster/build.sh` builds (the control plane,
+/// kustomize, Helm), built or found in its cache once per test binary.
+pub fn binaries() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(build)
+}
+
 fn build() -> PathBuf {
     let script = super::repo_path("tests/cluster/build.sh");
     let output = Command::new("bash")
@@ -996,7 +1024,7 @@ pub async fn try_apply(
     .await
 }
 
-async fn wait_established(client: &kube::Client, name: &str) {
+pub async fn wait_established(client: &kube::Client, name: &str) {
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(30);

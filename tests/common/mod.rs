@@ -5,6 +5,7 @@
 
 pub mod control_plane;
 pub mod fake_api;
+pub mod install;
 pub mod load;
 pub mod measure;
 pub mod rbac;
