@@ -693,3 +693,143 @@ fn the_rbac_check_reads_grants_as_the_authorizer_does() {
         "{unused:?}"
     );
 }
+
+/// The Dockerfile (issue 27): every base image pinned by digest, a
+/// dependency layer built from cargo-chef's recipe before Tandem's own
+/// code is copied in, a static binary on a static base, and the OCI labels
+/// with the crate's version and licence. And `.dockerignore` keeps out
+/// nothing the build reads.
+#[test]
+fn the_dockerfile_pins_its_bases_caches_dependencies_and_labels_the_image() {
+    let dockerfile = std::fs::read_to_string(repo_path("Dockerfile")).unwrap();
+    let lines: Vec<&str> = dockerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let default = |arg: &str| -> String {
+        let prefix = format!("ARG {arg}=");
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("ARG {arg} has no default"))
+            .to_owned()
+    };
+
+    let mut stages = Vec::new();
+    let mut bases = Vec::new();
+    for line in lines.iter().filter(|l| l.starts_with("FROM ")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let image = words[1];
+        if let Some(stage) = words.get(3) {
+            stages.push(*stage);
+        }
+        if stages.contains(&image) {
+            continue;
+        }
+        // ${X_IMAGE}@${X_DIGEST}: a tag for the reader, a digest for the pull.
+        let (name, digest) = image
+            .strip_prefix("${")
+            .and_then(|rest| rest.split_once("}@${"))
+            .and_then(|(name, digest)| Some((name, digest.strip_suffix('}')?)))
+            .unwrap_or_else(|| panic!("{line}: not ${{IMAGE}}@${{DIGEST}}"));
+        let (tagged, digest) = (default(name), default(digest));
+        assert!(
+            tagged
+                .rsplit_once(':')
+                .is_some_and(|(_, tag)| !tag.contains('/'))
+                && !tagged.contains('@'),
+            "{name}={tagged}: a tag, and the digest apart"
+        );
+        let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+        assert!(
+            hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+            "{digest}: not a sha256 digest"
+        );
+        bases.push(tagged);
+    }
+    assert_eq!(bases.len(), 2, "a build base and a runtime base: {bases:?}");
+    assert!(
+        bases[0].contains("rust:") && bases[0].contains("alpine"),
+        "{}",
+        bases[0]
+    );
+    assert!(
+        bases[1].starts_with("gcr.io/distroless/static") && bases[1].ends_with(":nonroot"),
+        "a static base without libc, as nonroot: {}",
+        bases[1]
+    );
+
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle}"))
+    };
+    let builder = at("AS builder");
+    assert!(at("cargo chef prepare") < builder);
+    let cook = at("cargo chef cook");
+    let copy = builder
+        + lines[builder..]
+            .iter()
+            .position(|l| *l == "COPY . .")
+            .unwrap();
+    let build = at("cargo build --release --locked --bin tandem");
+    assert!(
+        builder < cook && cook < copy && copy < build,
+        "the dependencies are cooked before the sources are copied in"
+    );
+    assert!(lines[cook].contains("--release") && lines[cook].contains("--locked"));
+    assert!(
+        dockerfile.contains("grep -q '(NEEDED)'"),
+        "the static check"
+    );
+    assert!(dockerfile.contains("USER 65532:65532"));
+
+    for label in [
+        "title",
+        "description",
+        "version",
+        "revision",
+        "created",
+        "licenses",
+        "base.name",
+        "base.digest",
+    ] {
+        assert!(
+            dockerfile.contains(&format!("org.opencontainers.image.{label}=")),
+            "OCI label {label}"
+        );
+    }
+    assert_eq!(default("VERSION"), env!("CARGO_PKG_VERSION"));
+    assert!(dockerfile.contains(&format!(
+        "org.opencontainers.image.licenses=\"{}\"",
+        env!("CARGO_PKG_LICENSE")
+    )));
+
+    let ignored: Vec<String> = std::fs::read_to_string(repo_path(".dockerignore"))
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_end_matches('/').to_owned())
+        .collect();
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src",
+        "manifests",
+        "webhooks",
+        "examples",
+        "tests",
+        "benches",
+    ] {
+        assert!(
+            !ignored.iter().any(|pattern| pattern == needed),
+            ".dockerignore keeps out {needed}, which the build reads"
+        );
+    }
+}
