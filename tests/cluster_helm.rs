@@ -8,8 +8,8 @@
 //! - values the chart cannot use are refused with their path;
 //! - `helm install` into the tests' real control plane (a test binary of its
 //!   own: it replaces the RBAC and CRDs the control plane starts with) makes
-//!   webhooks the API server calls, and `helm uninstall` removes everything
-//!   but the CRDs.
+//!   webhooks the API server calls, `helm upgrade` to the prod values
+//!   applies, and `helm uninstall` removes everything but the CRDs.
 
 mod common;
 
@@ -419,11 +419,13 @@ async fn delete_and_wait(admin: &kube::Client, object: &Value) {
 /// tests' cluster has none): `tandem certs` for the namespace, then
 /// `helm install --create-namespace` with the files. Helm installs the
 /// CRDs from `crds/` and the API server stores every object; the webhooks
-/// are registered and fail closed (no pod runs here to answer them). Then
-/// `helm uninstall` removes every object of the release and leaves the
-/// CRDs, as docs/install.md says.
+/// are registered and fail closed (no pod runs here to answer them).
+/// `helm upgrade` to the prod values applies. Then `helm uninstall`
+/// removes every object of the release and leaves the CRDs, as
+/// docs/install.md says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn helm_installs_the_chart_into_a_real_control_plane_and_uninstalls_it_keeping_the_crds() {
+async fn helm_installs_upgrades_and_uninstalls_the_chart_on_a_real_control_plane_keeping_the_crds()
+{
     if let Some(reason) = control_plane::unavailable() {
         eprintln!("SKIPPED helm_installs_the_chart: {reason}");
         return;
@@ -536,6 +538,47 @@ async fn helm_installs_the_chart_into_a_real_control_plane_and_uninstalls_it_kee
             && refused.contains(&format!("tandem-webhook.{NS}.svc")),
         "{refused}"
     );
+
+    // `helm upgrade` to the prod values (the CRDs are this chart's already):
+    // JSON logs, the image from a registry and the NetworkPolicy, and
+    // nothing the API server refuses (a Deployment's selector cannot change).
+    let prod = chart().join("values-prod.yaml");
+    helm(
+        &[
+            "upgrade",
+            "tandem",
+            chart().to_str().unwrap(),
+            "--reuse-values",
+            "-f",
+            prod.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let policy = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                        "metadata": {"name": "tandem", "namespace": NS}});
+    control_plane::api_for(&admin, &policy)
+        .await
+        .get("tandem")
+        .await
+        .expect("the prod values' NetworkPolicy");
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                            "metadata": {"name": "tandem", "namespace": NS}});
+    let deployment = control_plane::api_for(&admin, &deployment)
+        .await
+        .get("tandem")
+        .await
+        .unwrap();
+    let container =
+        &serde_json::to_value(deployment).unwrap()["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["env"][0],
+        json!({"name": "TANDEM_LOG_FORMAT", "value": "json"})
+    );
+    assert_eq!(
+        container["image"],
+        "registry.example.com/platform/tandem:0.1.0"
+    );
+    let released = control_plane::yaml_stream(&helm(&["get", "manifest", "tandem"], &[]));
 
     let said = helm(&["uninstall", "tandem"], &[]);
     assert!(said.contains("uninstalled"), "{said}");
