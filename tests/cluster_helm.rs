@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::control_plane::{self, ControlPlane};
-use common::install::{CLUSTER_SCOPED, kind_and_name, user_checkout};
+use common::install::{CLUSTER_SCOPED, kind_and_name, tandem_certs, user_checkout};
 use serde_json::{Value, json};
 
 /// The Kubernetes version `helm template` renders for: the tests' control
@@ -128,22 +128,6 @@ fn assert_same(case: &str, chart: Vec<Value>, kustomize: Vec<Value>) {
             serde_json::to_string_pretty(&kustomize[name]).unwrap()
         );
     }
-}
-
-/// Runs `tandem certs ARGS --out-dir DIR`.
-fn tandem_certs(dir: &Path, args: &[&str]) {
-    let written = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .arg("certs")
-        .args(args)
-        .arg("--out-dir")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        written.status.success(),
-        "{}",
-        String::from_utf8_lossy(&written.stderr)
-    );
 }
 
 /// `--set-file` arguments giving the chart the files `tandem certs` wrote.
@@ -404,11 +388,18 @@ async fn delete_and_wait(admin: &kube::Client, object: &Value) {
         Err(kube::Error::Api(status)) if status.code == 404 => {}
         Err(e) => panic!("deleting {}: {e}", kind_and_name(object)),
     }
+    wait_gone(admin, object, "is not gone").await;
+}
+
+/// Waits until `object` is gone; after a minute, panics saying it `still`.
+async fn wait_gone(admin: &kube::Client, object: &Value, still: &str) {
+    let api = control_plane::api_for(admin, object).await;
+    let name = object["metadata"]["name"].as_str().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while api.get_opt(name).await.unwrap().is_some() {
         assert!(
             Instant::now() < deadline,
-            "{} is not gone",
+            "{} {still}",
             kind_and_name(object)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -583,17 +574,7 @@ async fn helm_installs_upgrades_and_uninstalls_the_chart_on_a_real_control_plane
     let said = helm(&["uninstall", "tandem"], &[]);
     assert!(said.contains("uninstalled"), "{said}");
     for object in &released {
-        let api = control_plane::api_for(&admin, object).await;
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while api.get_opt(name).await.unwrap().is_some() {
-            assert!(
-                Instant::now() < deadline,
-                "{} outlived helm uninstall",
-                kind_and_name(object)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_gone(&admin, object, "outlived helm uninstall").await;
     }
     for crd in &crds {
         control_plane::wait_established(&admin, crd["metadata"]["name"].as_str().unwrap()).await;

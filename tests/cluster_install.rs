@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use common::control_plane::{self, ControlPlane, Tandem};
-use common::install::{CLUSTER_SCOPED, kind_and_name, user_checkout};
+use common::install::{CLUSTER_SCOPED, kind_and_name, tandem_certs, user_checkout};
 use common::scenario::{IS, Scenario};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -169,16 +169,7 @@ async fn the_install_without_cert_manager_needs_no_hand_edit() {
     // Without: `tandem certs` into certs/, then build. Nothing else is edited.
     let overlay = checkout.path().join("manifests/without-cert-manager");
     let certs = overlay.join("certs");
-    let written = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["certs", "--out-dir"])
-        .arg(&certs)
-        .output()
-        .unwrap();
-    assert!(
-        written.status.success(),
-        "{}",
-        String::from_utf8_lossy(&written.stderr)
-    );
+    tandem_certs(&certs, &[]);
     let without = plane
         .kustomize(&overlay)
         .expect("manifests/without-cert-manager/ builds");
@@ -694,16 +685,7 @@ async fn the_install_without_cert_manager_moves_to_another_namespace() {
     )
     .unwrap();
     let certs = checkout.path().join("manifests/without-cert-manager/certs");
-    let written = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["certs", "--namespace", NS, "--out-dir"])
-        .arg(&certs)
-        .output()
-        .unwrap();
-    assert!(
-        written.status.success(),
-        "{}",
-        String::from_utf8_lossy(&written.stderr)
-    );
+    tandem_certs(&certs, &["--namespace", NS]);
     let objects = plane.kustomize(&overlay).expect("the overlay builds");
     let all = serde_json::to_string(&objects).unwrap();
     assert!(!all.contains("tandem-system"), "{all}");

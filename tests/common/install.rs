@@ -52,3 +52,20 @@ pub const CLUSTER_SCOPED: [&str; 8] = [
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 ];
+
+/// Runs `tandem certs ARGS --out-dir DIR`, as a user installing without
+/// cert-manager does, and panics with its error if it fails.
+pub fn tandem_certs(dir: &std::path::Path, args: &[&str]) {
+    let written = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .arg("certs")
+        .args(args)
+        .arg("--out-dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        written.status.success(),
+        "{}",
+        String::from_utf8_lossy(&written.stderr)
+    );
+}
