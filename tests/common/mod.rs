@@ -11,6 +11,7 @@ pub mod measure;
 pub mod rbac;
 pub mod running;
 pub mod scenario;
+pub mod upstream;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,32 +26,47 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use tandem::server::{DEFAULT_BODY_LIMIT_BYTES, ServeOptions, Server};
 
-/// Environment variable naming the directory of upstream CRDs (LWS, PodGroup,
-/// Gateway API, InferencePool); `.ci/run` sets it to `../shared/crds`.
+/// Environment variable naming a directory of upstream CRDs (LWS, PodGroup,
+/// Gateway API, InferencePool) laid out as [`upstream::fetched`] lays them
+/// out: an override for a machine without the Go module proxy. Unset, the
+/// tests take them from their Go modules.
 pub const UPSTREAM_CRDS_ENV: &str = "TANDEM_UPSTREAM_CRDS";
 
-/// The upstream CRD directory when the environment names one that exists.
-pub fn upstream_crds_dir() -> Option<PathBuf> {
-    std::env::var_os(UPSTREAM_CRDS_ENV)
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_dir())
+/// The upstream CRD directory: the one the environment names, else the one
+/// laid out from the pinned Go modules; or why there is none.
+pub fn upstream_crds_or_why() -> Result<PathBuf, String> {
+    match std::env::var_os(UPSTREAM_CRDS_ENV) {
+        Some(dir) if Path::new(&dir).is_dir() => Ok(PathBuf::from(dir)),
+        Some(dir) => Err(format!(
+            "{UPSTREAM_CRDS_ENV}={} is not a directory",
+            Path::new(&dir).display()
+        )),
+        None => upstream::fetched().map(Path::to_path_buf).map_err(|e| {
+            format!(
+                "the upstream CRDs come from their Go modules, and {e} \
+                 (install Go from https://go.dev/dl and reach the Go module proxy, \
+                 or set {UPSTREAM_CRDS_ENV} to a folder of them)"
+            )
+        }),
+    }
 }
 
-/// The upstream CRD directory, or None after printing why the caller skips.
+/// The upstream CRD directory, or None when there is none.
+pub fn upstream_crds_dir() -> Option<PathBuf> {
+    upstream_crds_or_why().ok()
+}
+
+/// The upstream CRD directory, or None after printing why the caller skips;
+/// with `CI=true` a skip is a failure.
 pub fn upstream_crds(test: &str) -> Option<PathBuf> {
-    match std::env::var_os(UPSTREAM_CRDS_ENV) {
-        Some(dir) if Path::new(&dir).is_dir() => Some(PathBuf::from(dir)),
-        Some(dir) => {
-            eprintln!(
-                "SKIPPED {test}: {UPSTREAM_CRDS_ENV}={} is not a directory",
-                Path::new(&dir).display()
+    match upstream_crds_or_why() {
+        Ok(dir) => Some(dir),
+        Err(why) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true, yet {test} cannot run: {why}"
             );
-            None
-        }
-        None => {
-            eprintln!(
-                "SKIPPED {test}: set {UPSTREAM_CRDS_ENV} to a directory of upstream CRDs (CI uses ../shared/crds)"
-            );
+            eprintln!("SKIPPED {test}: {why}");
             None
         }
     }
