@@ -15,8 +15,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::control_plane::{self, ControlPlane, Tandem};
 use common::scenario::{IS, Scenario};
 use serde_json::{Value, json};
@@ -75,9 +73,8 @@ async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refu
     let plane = ControlPlane::shared();
     // The cluster has Volcano v1.13.3 before Tandem starts.
     install_crd(plane, "older/scheduling.volcano.sh_podgroups.v1.13.yaml").await;
-    let mut scenario =
-        Scenario::with_tandem("e2e-dependencies", plane, Tandem::shared(plane)).await;
-    scenario.kubelet(Arc::new(|_| true));
+    let scenario = Scenario::with_tandem("e2e-dependencies", plane, Tandem::shared(plane)).await;
+    scenario.nodes(10).await;
     let tandem = scenario.tandem;
     scenario
         .eventually(
@@ -249,7 +246,6 @@ async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refu
     )
     .await
     .expect("the LWS CRD deleted");
-    scenario.stop_kubelet();
     let monolithic = common::yaml_documents(&common::repo_path(
         "examples/inferenceservice/story1-monolithic.yaml",
     ))

@@ -6,7 +6,8 @@
 //! own and checks its end state, then the invariants of
 //! `tests/common/scenario.rs` (no permission refused, no write that changes
 //! nothing, no serving role left without a ready replica, quiet after
-//! settling). No kubelet runs: a stand-in marks pods ready.
+//! settling). Pods run on kwok's nodes of each scenario's own, bound by the
+//! real kube-scheduler and made Ready by kwok's stages, never by hand.
 //!
 //! The harness is libtest's command line (libtest-mimic), so that one step
 //! runs after every scenario: when all of them ran and passed, every
@@ -16,44 +17,15 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::scenario::{IS, LWS, Scenario};
+use common::scenario::{IS, LWS, Scenario, example, label, set_role_replicas, wait_ready};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-fn example(path: &str) -> Value {
-    common::yaml_documents(&common::repo_path(path)).remove(0)
-}
-
-fn condition(object: &Value, kind: &str) -> Option<String> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-        .and_then(|c| c["status"].as_str().map(str::to_owned))
-}
-
-async fn wait_ready(scenario: &Scenario, service: &str) -> Value {
-    scenario
-        .eventually(90, &format!("InferenceService {service} Ready"), || async {
-            let stored = scenario.get(IS, "InferenceService", service).await;
-            match stored {
-                Some(s) if condition(&s, "Ready").as_deref() == Some("True") => Ok(s),
-                other => Err(format!(
-                    "{:#}",
-                    other.map(|s| s["status"].clone()).unwrap_or_default()
-                )),
-            }
-        })
-        .await
-}
-
 async fn story_4_is_deployed_by_the_real_controllers_and_becomes_ready() {
-    let Some(mut scenario) = Scenario::start("e2e-story4").await else {
+    let Some(scenario) = Scenario::start("e2e-story4").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(10).await;
     let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
     scenario
         .create(&service)
@@ -129,10 +101,11 @@ fn examples(path: &str) -> Vec<Value> {
 }
 
 async fn kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out_of_range() {
-    let Some(mut scenario) = Scenario::start("e2e-view-scale").await else {
+    let Some(scenario) = Scenario::start("e2e-view-scale").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
     let objects = examples("examples/scaleview/decode-ondemand-spot.yaml");
     for object in &objects {
         scenario.create_or_fail(object).await;
@@ -231,6 +204,7 @@ async fn an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_
     let Some(scenario) = Scenario::start("e2e-inplace").await else {
         return;
     };
+    scenario.nodes(1).await;
     for (name, replicas) in [("router", 1), ("prefill", 1), ("decode", 2)] {
         scenario
             .create(&deployment(name, replicas))
@@ -319,6 +293,7 @@ async fn group_replication_goes_from_one_group_to_three_and_back_to_two() {
     let Some(scenario) = Scenario::start("e2e-replication").await else {
         return;
     };
+    scenario.nodes(1).await;
     for (name, replicas) in [("prefill", 1), ("decode", 2)] {
         scenario
             .create(&deployment(name, replicas))
@@ -409,29 +384,11 @@ async fn group_replication_goes_from_one_group_to_three_and_back_to_two() {
         .await;
 }
 
-async fn set_role_replicas(scenario: &Scenario, service: &str, role: usize, replicas: i64) {
-    let services = scenario.api(IS, "InferenceService").await;
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "replace", "path": format!("/spec/roles/{role}/replicas"), "value": replicas}
-    ]))
-    .expect("a JSON patch");
-    services
-        .patch(service, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .expect("the role's replicas set");
-}
-
-fn label<'a>(object: &'a Value, key: &str) -> &'a str {
-    object["metadata"]["labels"][key]
-        .as_str()
-        .unwrap_or_default()
-}
-
 async fn binpack_scale_down_drains_then_removes_the_replicas_cheapest_to_lose() {
-    let Some(mut scenario) = Scenario::start("e2e-binpack").await else {
+    let Some(scenario) = Scenario::start("e2e-binpack").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
     let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
     let name = service["metadata"]["name"]
         .as_str()
@@ -444,6 +401,8 @@ async fn binpack_scale_down_drains_then_removes_the_replicas_cheapest_to_lose() 
     service["spec"]["roles"][0]["replicas"] = json!(4);
     service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
     service["spec"]["roles"][0]["drain"] = json!({"seconds": 3});
+    // kwok keeps a deleted pod Terminating for its whole grace period.
+    service["spec"]["roles"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
     scenario
         .create(&service)
         .await
@@ -508,13 +467,15 @@ fn image_of(set: &Value) -> &str {
 }
 
 async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves_prefill_alone() {
-    let Some(mut scenario) = Scenario::start("e2e-rolling").await else {
+    let Some(scenario) = Scenario::start("e2e-rolling").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(10).await;
     let mut service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
     // A short drain: each replaced replica leaves traffic for 2 s first.
     service["spec"]["roles"][1]["drain"] = json!({"seconds": 2});
+    // kwok keeps a replaced pod Terminating for its whole grace period.
+    service["spec"]["roles"][1]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
     scenario
         .create(&service)
         .await
@@ -594,10 +555,11 @@ async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time_and_leaves
 }
 
 async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves_nothing() {
-    let Some(mut scenario) = Scenario::start("e2e-namespace").await else {
+    let Some(scenario) = Scenario::start("e2e-namespace").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
     for path in [
         "examples/scaleview/decode-ondemand-spot.yaml",
         "examples/resourcescalinggroup/prefill-decode-ratio.yaml",
@@ -673,10 +635,10 @@ async fn deleting_a_namespace_with_a_service_its_view_and_a_scaling_group_leaves
 /// back within seconds; a pod's readiness reaches the status; and neither
 /// sends a GET or LIST: the reconciles read the caches.
 async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_from_the_caches() {
-    let Some(mut scenario) = Scenario::start("e2e-repair").await else {
+    let Some(scenario) = Scenario::start("e2e-repair").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(10).await;
     let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
     scenario
         .create(&service)
@@ -717,9 +679,8 @@ async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_f
         })
         .await;
 
-    // A decode pod stops being ready (the stand-in kubelet would put it
-    // back, so this scenario has none from here on): the status says so.
-    scenario.stop_kubelet();
+    // A decode pod stops passing its readiness probe (kwok's `unready`
+    // stage): the status says so.
     let pod = scenario
         .list("v1", "Pod")
         .await
@@ -728,9 +689,9 @@ async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reaches_status_f
         .expect("a decode pod");
     let pod_name = pod["metadata"]["name"].as_str().expect("a name");
     scenario
-        .set_ready(
+        .set_health(
             &format!("statefulset.kubernetes.io/pod-name={pod_name}"),
-            false,
+            Some("unready"),
         )
         .await;
     scenario
@@ -762,6 +723,7 @@ async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_
     let Some(scenario) = Scenario::start("e2e-setback").await else {
         return;
     };
+    scenario.nodes(1).await;
     for (name, replicas) in [("router", 2), ("decode", 1)] {
         scenario
             .create(&deployment(name, replicas))
@@ -827,10 +789,10 @@ async fn a_target_deployment_scaled_by_hand_is_set_back_without_reading_the_api_
 /// API server lets Tandem bind only a role it may bind or whose rules it
 /// holds), the InferencePool and the HTTPRoute.
 async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_controllers() {
-    let Some(mut scenario) = Scenario::start("e2e-router").await else {
+    let Some(scenario) = Scenario::start("e2e-router").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
     let service = example("examples/inferenceservice/router.yaml");
     scenario
         .create(&service)
@@ -965,10 +927,10 @@ async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_the_real_con
 /// label. The API server keeps them (server-side apply merges lists by
 /// key); Tandem must leave them and write nothing.
 async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing_is_written() {
-    let Some(mut scenario) = Scenario::start("e2e-foreign").await else {
+    let Some(scenario) = Scenario::start("e2e-foreign").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
     let service = example("examples/inferenceservice/story1-monolithic.yaml");
     scenario
         .create(&service)
@@ -991,8 +953,8 @@ async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing
     )
     .await
     .expect("the policy engine's fields applied");
-    // LWS rolls the replica's pods for the new template; the stand-in
-    // kubelet makes them ready again.
+    // LWS rolls the replica's pods for the new template; kwok's stages
+    // make the new pods ready again.
     wait_ready(&scenario, "qwen-inference").await;
     scenario
         .assert_quiet(10, (IS, "InferenceService", "qwen-inference"))
@@ -1037,10 +999,10 @@ async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_and_nothing
 /// LeaderWorkerSet LWS's own webhook would refuse (a DNS-1035 label: no
 /// dots), is denied at admission with the field and a rename hint.
 async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_denied_with_a_hint() {
-    let Some(mut scenario) = Scenario::start("e2e-names").await else {
+    let Some(scenario) = Scenario::start("e2e-names").await else {
         return;
     };
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
     let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
     service["metadata"]["name"] = json!("llama-3.1-8b");
     let refused = scenario

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::control_plane::{self, ControlPlane, Tandem};
 use common::install::{CLUSTER_SCOPED, kind_and_name, tandem_certs, user_checkout};
 use common::scenario::{IS, Scenario};
@@ -23,8 +21,9 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
     }
     let plane = ControlPlane::shared();
     let tandem = Tandem::shared(plane);
-    let mut scenario = Scenario::with_tandem("e2e-uninstall", plane, tandem).await;
-    scenario.kubelet(Arc::new(|_| true));
+    let scenario = Scenario::with_tandem("e2e-uninstall", plane, tandem).await;
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
     for object in common::yaml_documents(&common::repo_path(
         "examples/scaleview/decode-ondemand-spot.yaml",
     )) {
@@ -93,8 +92,7 @@ async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespa
         .await;
 
     // An update that changes spec still needs the webhook: it fails closed.
-    let mut other = Scenario::with_tandem("e2e-uninstall-spec", plane, tandem).await;
-    other.stop_kubelet();
+    let other = Scenario::with_tandem("e2e-uninstall-spec", plane, tandem).await;
     let mut service = common::yaml_documents(&common::repo_path(
         "examples/inferenceservice/story1-monolithic.yaml",
     ))

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::control_plane::{self, ControlPlane, Tandem};
 use common::scenario::{IS, LWS, Scenario};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -53,7 +51,7 @@ async fn when_the_leader_dies_mid_scale_the_other_replica_takes_over_and_finishe
     let plane = ControlPlane::shared();
     let first = Tandem::shared(plane);
     let mut scenario = Scenario::with_tandem("e2e-leader", plane, first).await;
-    scenario.kubelet(Arc::new(|_| true));
+    scenario.nodes(1).await;
     let service = common::yaml_documents(&common::repo_path(
         "examples/inferenceservice/story1-monolithic.yaml",
     ))

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::control_plane::{self, ControlPlane, Tandem};
 use common::scenario::{IS, LWS, Scenario};
 use serde_json::json;
@@ -26,8 +24,9 @@ async fn the_documented_uninstall_leaves_nothing_terminating_and_no_replica_dele
     }
     let plane = ControlPlane::shared();
     let tandem = Tandem::shared(plane);
-    let mut scenario = Scenario::with_tandem("e2e-remove", plane, tandem).await;
-    scenario.kubelet(Arc::new(|_| true));
+    let scenario = Scenario::with_tandem("e2e-remove", plane, tandem).await;
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
     for object in common::yaml_documents(&common::repo_path(
         "examples/scaleview/decode-ondemand-spot.yaml",
     )) {

@@ -1,18 +1,21 @@
 //! A real Kubernetes control plane for the end-to-end tests, on loopback:
 //! etcd, kube-apiserver (RBAC on, client-certificate users, an audit log of
-//! every write), kube-controller-manager (garbage collection, namespaces,
-//! Deployments, ReplicaSets, StatefulSets, ServiceAccounts, disruption
-//! budgets) and the LeaderWorkerSet manager with its webhooks. The binaries
-//! are built once from the upstream Go modules pinned in
-//! `tests/cluster/go.mod` by `tests/cluster/build.sh` (see its README).
+//! every write and of Tandem's reads), kube-controller-manager (garbage
+//! collection, namespaces, Deployments, ReplicaSets, StatefulSets,
+//! ServiceAccounts, disruption budgets, node lifecycle, taint eviction, pod
+//! garbage collection, PodGroup protection), kube-scheduler, kwok (fake GPU
+//! nodes and the pods' lifecycles) and the LeaderWorkerSet manager with its
+//! webhooks. The binaries are built once from the upstream Go modules pinned
+//! in `tests/cluster/` by `tests/cluster/build.sh` (see its README).
 //!
 //! One control plane per test binary ([`ControlPlane::shared`]), with
 //! Tandem installed as a user would: its CRDs and the upstream ones from
-//! `../shared/crds`, the RBAC of `manifests/base/rbac.yaml` bound to Tandem's
-//! identity, its webhook configurations from `webhooks/` pointed at the
-//! test's `tandem serve` by URL. Each scenario works in a namespace of its
-//! own. There is no kubelet and no scheduler: pods stay unscheduled, and
-//! tests set their status through the API.
+//! their Go modules (`super::upstream`), the RBAC of
+//! `manifests/base/rbac.yaml` bound to Tandem's identity, its webhook
+//! configurations from `webhooks/` pointed at the test's `tandem serve` by
+//! URL. Each scenario works in a namespace of its own, with GPU nodes of its
+//! own ([`super::scenario::Scenario::nodes`]): the scheduler binds the pods
+//! and kwok's stages make them Ready; no test sets a pod's status.
 //!
 //! Every process is started under a small supervisor that ends it when this
 //! test process goes away (its stdin, a pipe this process holds, closes), so
@@ -26,7 +29,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
@@ -56,16 +61,13 @@ pub fn unavailable() -> Option<String> {
         .is_ok_and(|o| o.status.success());
     let reason = if !go {
         Some(
-            "no Go toolchain on PATH to build the control plane (tests/cluster/README.md)"
+            "no Go toolchain on PATH: install Go 1.26 or later (https://go.dev/dl), which builds \
+             the control plane and fetches the upstream CRDs through the Go module proxy \
+             (tests/cluster/README.md)"
                 .to_owned(),
         )
-    } else if super::upstream_crds_dir().is_none() {
-        Some(format!(
-            "set {} to the upstream CRDs (CI uses ../shared/crds)",
-            super::UPSTREAM_CRDS_ENV
-        ))
     } else {
-        None
+        super::upstream_crds_or_why().err()
     };
     if let Some(reason) = &reason {
         assert!(
@@ -352,10 +354,119 @@ impl ControlPlane {
             &controller_manager_args(&dir, &kcm_kubeconfig),
             &[],
         );
+        plane.start_scheduler(&bin, &authority);
+        plane.start_nodes(&bin, &authority);
 
         block_on(plane.install());
         plane.start_leader_worker_sets(&bin, &authority, &lws);
         plane
+    }
+
+    /// Starts kube-scheduler as `system:kube-scheduler` (the bootstrap
+    /// ClusterRole of that name is what it runs under), with the gang and
+    /// topology gates ([`WORKLOAD_GATES`]). It has two profiles: the default
+    /// scheduler, and one named `volcano` that binds the pods Tandem gives
+    /// to Volcano like any other pod. Volcano's own scheduler cannot be
+    /// built here (tests/cluster/README.md), so that profile does not
+    /// gang-schedule: no test claims Volcano's gang.
+    fn start_scheduler(&self, bin: &Path, authority: &Authority) {
+        let identity = authority.client("system:kube-scheduler", &[]);
+        let kubeconfig = self.dir.join("kube-scheduler.kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig_for(&identity)).expect("kubeconfig");
+        let config = self.dir.join("kube-scheduler.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                 clientConnection:\n  kubeconfig: {}\n  qps: 200\n  burst: 400\n\
+                 leaderElection:\n  leaderElect: false\n\
+                 profiles:\n- schedulerName: default-scheduler\n- schedulerName: volcano\n",
+                kubeconfig.display()
+            ),
+        )
+        .expect("the scheduler's configuration");
+        self.spawn(
+            "kube-scheduler",
+            &bin.join("kube-scheduler"),
+            &[
+                format!("--config={}", config.display()),
+                format!("--feature-gates={}", WORKLOAD_GATES),
+                "--secure-port=0".into(),
+            ],
+            &[],
+        );
+    }
+
+    /// Starts kwok's controller: it plays every node annotated
+    /// `kwok.x-k8s.io/node: fake` (the tests make them, [`ControlPlane::nodes`])
+    /// and the pods bound to them, through the stages of
+    /// `tests/cluster/kwok/stages.yaml`; it renews each node's Lease as a
+    /// kubelet does.
+    fn start_nodes(&self, bin: &Path, authority: &Authority) {
+        let identity = authority.client("kwok", &["system:masters"]);
+        let kubeconfig = self.dir.join("kwok.kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig_for(&identity)).expect("kubeconfig");
+        self.spawn(
+            "kwok",
+            &bin.join("kwok"),
+            &[
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!(
+                    "--config={}",
+                    super::repo_path("tests/cluster/kwok/stages.yaml").display()
+                ),
+                format!("--manage-nodes-with-annotation-selector={KWOK_NODE}=fake"),
+                format!("--node-lease-duration-seconds={NODE_LEASE_SECONDS}"),
+            ],
+            &[],
+        );
+    }
+
+    /// Creates `nodes` (kwok plays them: Ready within a second or so) and
+    /// waits until each is Ready and free of the not-ready taint, so the
+    /// scheduler can bind to it.
+    pub async fn nodes(&self, nodes: &[Value]) {
+        let client = self.admin().await.expect("an admin client");
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        for node in nodes {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(node.clone()).expect("a Node"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("creating node {}: {e}", node["metadata"]["name"]));
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for node in nodes {
+            let name = node["metadata"]["name"].as_str().expect("a node name");
+            loop {
+                let stored = api.get(name).await.expect("the node");
+                let ready = stored
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let tainted = stored
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|t| t.key.starts_with("node.kubernetes.io/"));
+                if ready && !tainted {
+                    break;
+                }
+                self.assert_alive();
+                assert!(
+                    Instant::now() < deadline,
+                    "node {name} not Ready and schedulable within 60 s: {:?}",
+                    stored.status.and_then(|s| s.conditions)
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
 
     fn spawn(&self, name: &str, command: &Path, args: &[String], env: &[(&str, String)]) {
@@ -583,11 +694,20 @@ impl ControlPlane {
 
     /// Creates namespace `name` for one scenario and waits for its default
     /// ServiceAccount (pods cannot be created before it exists).
+    ///
+    /// The namespace's pods may land only on nodes labelled
+    /// [`FLEET_LABEL`]` = name` (the PodNodeSelector admission plugin reads
+    /// the annotation), so each scenario has a fleet of its own
+    /// ([`super::scenario::Scenario::nodes`]).
     pub async fn namespace(&self, name: &str) -> kube::Client {
         let client = self.admin().await.expect("an admin client");
         apply(
             &client,
-            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+                "name": name,
+                "annotations": {"scheduler.alpha.kubernetes.io/node-selector":
+                    format!("{FLEET_LABEL}={name}")},
+            }}),
         )
         .await;
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
@@ -629,7 +749,7 @@ impl ControlPlane {
     }
 }
 
-/// One request from the audit log: a write, or a read of Tandem's.
+/// One request from the audit log: a write, or a read or watch of Tandem's.
 #[derive(Clone, Debug)]
 pub struct Request {
     pub user: String,
@@ -650,14 +770,11 @@ pub struct Request {
 }
 
 impl Request {
-    fn of(event: &Value) -> Option<Request> {
+    /// The request an audit event records: any verb (the audit policy logs
+    /// every user's writes and Tandem's reads and watches too), but for
+    /// Leases and Events, which only the RBAC check reads.
+    pub fn of(event: &Value) -> Option<Request> {
         let verb = event["verb"].as_str()?;
-        if !matches!(
-            verb,
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        ) {
-            return None;
-        }
         let object = &event["objectRef"];
         // Tandem's Leases and Events are logged only for the RBAC check
         // (tests/common/rbac.rs); the scenarios' invariants never saw them.
@@ -730,6 +847,29 @@ impl Request {
     }
 }
 
+/// The alpha gates of Kubernetes' own gang and topology scheduling, on
+/// kube-apiserver, kube-controller-manager and kube-scheduler alike: without
+/// `TopologyAwareWorkloadScheduling` on the API server a PodGroup's
+/// `schedulingConstraints` is dropped, and without `GenericWorkload` on the
+/// controller manager nothing takes the PodGroupProtection finalizer off.
+pub const WORKLOAD_GATES: &str =
+    "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
+
+/// The label of a scenario's nodes: its namespace.
+pub const FLEET_LABEL: &str = "e2e.tandem/fleet";
+
+/// The annotation kwok's controller selects its nodes by.
+pub const KWOK_NODE: &str = "kwok.x-k8s.io/node";
+
+/// The Lease kwok renews for each node, as a kubelet does: the node
+/// lifecycle controller reads a node whose Lease lapses as unreachable.
+const NODE_LEASE_SECONDS: u32 = 40;
+
+/// How long a pod tolerates a not-ready or unreachable node before the taint
+/// eviction controller evicts it (the API server's default tolerations;
+/// Kubernetes' default is 300 s).
+pub const NODE_TOLERATION_SECONDS: u32 = 10;
+
 /// Writes by every user, with request and response bodies (to tell a write
 /// that changed nothing), and every request of Tandem's (to tell one it was
 /// refused, and which of its permissions it used: its Leases and Events at
@@ -768,6 +908,14 @@ fn apiserver_args(dir: &Path, etcd_port: u16, api_port: u16, audit_log: &Path) -
         "--audit-log-mode=blocking".into(),
         "--audit-log-maxsize=0".into(),
         format!("--cert-dir={}", file("apiserver-certs")),
+        format!("--feature-gates={WORKLOAD_GATES}"),
+        "--runtime-config=scheduling.k8s.io/v1alpha2=true".into(),
+        // A scenario's pods land on its own nodes only: its namespace names
+        // them (scheduler.alpha.kubernetes.io/node-selector), so scenarios
+        // running side by side never take each other's GPUs.
+        "--enable-admission-plugins=PodNodeSelector".into(),
+        format!("--default-not-ready-toleration-seconds={NODE_TOLERATION_SECONDS}"),
+        format!("--default-unreachable-toleration-seconds={NODE_TOLERATION_SECONDS}"),
     ]
 }
 
@@ -783,12 +931,21 @@ fn controller_manager_args(dir: &Path, kubeconfig: &Path) -> Vec<String> {
             dir.join("sa.key").display()
         ),
         // What the scenarios need of Kubernetes' own controllers; the rest
-        // (nodes, volumes, jobs, certificates) have nothing to do here.
+        // (volumes, jobs, certificates, IPAM) have nothing to do here. The
+        // node lifecycle controller taints a node that is not Ready, the
+        // taint eviction controller evicts its pods once their toleration
+        // ends, the pod garbage collector removes the pods of a node that
+        // is gone, and the PodGroup protection controller lifts the
+        // finalizer the API server puts on Kubernetes' PodGroups.
         "--controllers=namespace-controller,garbage-collector-controller,deployment-controller,\
          replicaset-controller,statefulset-controller,serviceaccount-controller,\
          serviceaccount-token-controller,disruption-controller,endpointslice-controller,\
-         root-ca-certificate-publisher-controller"
+         root-ca-certificate-publisher-controller,node-lifecycle-controller,\
+         taint-eviction-controller,pod-garbage-collector-controller,\
+         podgroup-protection-controller"
             .into(),
+        format!("--feature-gates={WORKLOAD_GATES}"),
+        "--node-monitor-period=1s".into(),
         "--concurrent-gc-syncs=5".into(),
     ]
 }
@@ -927,26 +1084,7 @@ pub fn prometheus_operator_crd(plural: &str) -> Value {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
         let (module, version, sum) = PROMETHEUS_OPERATOR;
-        let output = Command::new("go")
-            .args(["mod", "download", "-json", &format!("{module}@{version}")])
-            .current_dir(std::env::temp_dir())
-            .output()
-            .expect("go mod download runs");
-        let answer: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "go mod download {module}@{version}: {e}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        assert!(
-            output.status.success() && answer["Error"].is_null(),
-            "go mod download {module}@{version}: {answer}"
-        );
-        assert_eq!(
-            answer["Sum"], sum,
-            "{module}@{version} is the pinned release"
-        );
-        PathBuf::from(answer["Dir"].as_str().expect("the module's directory"))
+        super::upstream::download(module, version, sum).unwrap_or_else(|e| panic!("{e}"))
     });
     let path = dir.join(format!(
         "example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml"

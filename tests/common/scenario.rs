@@ -1,16 +1,18 @@
 //! One end-to-end scenario on the real control plane
 //! ([`super::control_plane`]): a namespace of its own, the shared `tandem
-//! serve`, a stand-in for the kubelet that marks pods ready, and the
-//! invariants every scenario checks:
-//! - no request of Tandem's is refused for want of a permission (it runs
-//!   under exactly `manifests/base/rbac.yaml`) or by its pod-patch policy
-//!   (`manifests/base/pod-patches.yaml`);
+//! serve`, nodes of its own ([`Scenario::nodes`]: kwok plays them and their
+//! pods, the real kube-scheduler binds the pods; nothing marks a pod ready
+//! by hand), and the invariants every scenario checks:
+//! - no request of Tandem's, of any verb, is refused for want of a
+//!   permission (it runs under exactly `manifests/base/rbac.yaml`) or by its
+//!   pod-patch policy (`manifests/base/pod-patches.yaml`);
 //! - no write of Tandem's repeats what is stored (a write whose answer
 //!   carries a resourceVersion the object already had changed nothing);
-//! - no serving role that had a ready replica is ever left without one
-//!   (checked on every pod and LeaderWorkerSet event, from a watch);
+//! - the floor ([`Floor`]): no serving role that had a ready replica is ever
+//!   left without one while it asks for replicas (checked on every pod and
+//!   InferenceService event, from a watch);
 //! - quiet after settling: no write of Tandem's for 10 s, while the process
-//!   is alive and still reconciling.
+//!   is alive and still reconciling the scenario's own object.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -35,6 +37,8 @@ pub struct Scenario {
     pub namespace: String,
     pub client: kube::Client,
     floor: Arc<Mutex<Floor>>,
+    /// The names of the scenario's nodes.
+    fleet: Mutex<Vec<String>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -45,9 +49,6 @@ impl Drop for Scenario {
         }
     }
 }
-
-/// Which pods the stand-in kubelet marks ready.
-pub type Readiness = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 
 impl Scenario {
     /// Starts (or joins) the control plane and Tandem, and makes namespace
@@ -76,43 +77,77 @@ impl Scenario {
             namespace: namespace.to_owned(),
             client,
             floor,
+            fleet: Mutex::default(),
             tasks: Vec::new(),
         };
         scenario.watch_floor();
         scenario
     }
 
-    /// Runs a stand-in kubelet: every pod of the namespace for which
-    /// `ready` holds is marked Running and Ready once created.
-    pub fn kubelet(&mut self, ready: Readiness) {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let task = tokio::spawn(async move {
-            let mut events = watcher(pods.clone(), watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            while let Some(event) = events.next().await {
-                let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
-                    continue;
-                };
-                if pod.metadata.deletion_timestamp.is_none() && !is_ready(&pod) && ready(&pod) {
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    let _ = set_pod_ready(&pods, &name, true).await;
+    /// Makes `count` GPU nodes for this scenario (kwok plays them) and waits
+    /// until they are Ready: each has 8 `nvidia.com/gpu`, 64 CPUs and 512 GiB,
+    /// is labelled with the scenario's fleet ([`control_plane::FLEET_LABEL`],
+    /// the only nodes its pods may land on), a zone (two, alternating), a rack
+    /// of four ([`RACK_LABEL`]) and one block ([`BLOCK_LABEL`]). Their names.
+    pub async fn nodes(&self, count: usize) -> Vec<String> {
+        self.labelled_nodes(count, &[]).await
+    }
+
+    /// [`Scenario::nodes`] labelled as spot capacity
+    /// (`karpenter.sh/capacity-type: spot`, what the spot examples select).
+    pub async fn spot_nodes(&self, count: usize) -> Vec<String> {
+        self.labelled_nodes(count, &[("karpenter.sh/capacity-type", "spot")])
+            .await
+    }
+
+    /// [`Scenario::nodes`] with `labels` too.
+    pub async fn labelled_nodes(&self, count: usize, labels: &[(&str, &str)]) -> Vec<String> {
+        let first = self.node_count();
+        let nodes: Vec<Value> = (0..count)
+            .map(|i| {
+                let mut node = gpu_node(&self.namespace, first + i, 8);
+                for (key, value) in labels {
+                    node["metadata"]["labels"][*key] = json!(value);
                 }
-            }
-        });
-        self.tasks.push(task);
+                node
+            })
+            .collect();
+        self.plane.nodes(&nodes).await;
+        let names: Vec<String> = nodes
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        self.fleet.lock().expect("the fleet").extend(names.clone());
+        names
     }
 
-    /// Stops the stand-in kubelet(s): pods keep the status they have.
-    pub fn stop_kubelet(&mut self) {
-        // The first task is the floor's watch; the rest are kubelets.
-        for task in self.tasks.drain(1..) {
-            task.abort();
+    fn node_count(&self) -> usize {
+        self.fleet.lock().expect("the fleet").len()
+    }
+
+    /// Gives the pods matching `selector` the health `health` (a label kwok's
+    /// stages read, `tests/cluster/kwok/stages.yaml`): `Some("unready")` makes
+    /// a Ready pod fail its readiness probe, None makes it pass again. The
+    /// count of pods.
+    pub async fn set_health(&self, selector: &str, health: Option<&str>) -> usize {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let list = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect("pods");
+        for pod in &list.items {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let patch = json!({"metadata": {"labels": {HEALTH_LABEL: health}}});
+            pods.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .expect("the pod's health label");
         }
+        list.items.len()
     }
 
-    /// Watches pods and LeaderWorkerSets, and records every moment a
-    /// serving role that had a ready replica has none.
+    /// Watches pods and InferenceServices, and records every moment a
+    /// serving role that had a ready replica has none while it asks for
+    /// replicas ([`Floor`]).
     fn watch_floor(&mut self) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let floor = self.floor.clone();
@@ -127,6 +162,36 @@ impl Scenario {
                         floor.pod(&pod)
                     }
                     Ok(watcher::Event::Delete(pod)) => floor.pod_gone(&pod),
+                    _ => continue,
+                }
+                floor.check();
+            }
+        }));
+        let services = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &kube::api::ApiResource {
+                group: "fusioninfer.io".into(),
+                version: "v1alpha1".into(),
+                api_version: IS.into(),
+                kind: "InferenceService".into(),
+                plural: "inferenceservices".into(),
+            },
+        );
+        let floor = self.floor.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut events = watcher(services, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let mut floor = floor.lock().expect("the floor");
+                match event {
+                    Ok(watcher::Event::Apply(service) | watcher::Event::InitApply(service)) => {
+                        floor.service(&serde_json::to_value(service).expect("json"))
+                    }
+                    Ok(watcher::Event::Delete(service)) => {
+                        floor.service_gone(service.metadata.name.as_deref().unwrap_or_default())
+                    }
                     _ => continue,
                 }
                 floor.check();
@@ -251,23 +316,6 @@ impl Scenario {
         }
     }
 
-    /// Marks the pods matching `selector` ready (or not), as a kubelet
-    /// would report them; the count.
-    pub async fn set_ready(&self, selector: &str, ready: bool) -> usize {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let list = pods
-            .list(&ListParams::default().labels(selector))
-            .await
-            .expect("pods");
-        for pod in &list.items {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            set_pod_ready(&pods, &name, ready)
-                .await
-                .expect("pod status");
-        }
-        list.items.len()
-    }
-
     /// The writes of this namespace in the audit log.
     pub fn writes(&self) -> Vec<Request> {
         self.plane
@@ -281,13 +329,7 @@ impl Scenario {
     /// want of a permission, and no write repeated what was stored.
     pub fn assert_writes_sound(&self) {
         // Anywhere, not only here: Tandem's cluster-wide lists and watches.
-        let forbidden: Vec<String> = self
-            .plane
-            .requests()
-            .iter()
-            .filter(|w| w.by_tandem() && (w.forbidden_by_rbac() || w.refused_by_pod_patch_policy()))
-            .map(|w| format!("{}: {}", w.line(), w.message))
-            .collect();
+        let forbidden = refusals(&self.plane.requests());
         assert!(forbidden.is_empty(), "Tandem was refused: {forbidden:#?}");
         let writes = self.writes();
         let repeated = repeated_writes(&writes);
@@ -301,7 +343,9 @@ impl Scenario {
     /// once the writes still carrying out the last change have stopped
     /// (a 2 s pause in them, within 30 s); then that it is alive and still
     /// reconciling: an annotation put on `touch` (one of Tandem's objects,
-    /// `(apiVersion, kind, name)`) is reconciled, and writes nothing.
+    /// `(apiVersion, kind, name)`) is reconciled (Tandem logs that it
+    /// reconciled that very object, [`reconciled_lines`]), and writes
+    /// nothing.
     pub async fn assert_quiet(&self, seconds: u64, touch: (&str, &str, &str)) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut seen = self.writes().len();
@@ -319,13 +363,8 @@ impl Scenario {
             );
         }
         let (api_version, kind, name) = touch;
-        let controller = format!("controller=\"{kind}\"");
-        let labels = [controller.as_str()];
-        let reconciles = || {
-            self.tandem
-                .metric("tandem_controller_reconciles_total", &labels)
-        };
-        let before = reconciles().await;
+        let reconciles = || reconciled_lines(&self.tandem.log(), kind, name, &self.namespace);
+        let before = reconciles();
         tokio::time::sleep(Duration::from_secs(seconds)).await;
         let late = self.tandem_writes_after(seen);
         assert!(
@@ -343,11 +382,13 @@ impl Scenario {
             "metadata": {"name": name, "annotations": {"e2e.tandem/touched": "yes"}}});
         self.apply(&touched).await.expect("touching the object");
         self.eventually(30, "the touched object reconciled", || async {
-            let now = reconciles().await;
+            let now = reconciles();
             if now > before {
                 Ok(())
             } else {
-                Err(format!("{now:?}"))
+                Err(format!(
+                    "{now} reconciles of {kind} {name} logged, as before"
+                ))
             }
         })
         .await;
@@ -370,14 +411,8 @@ impl Scenario {
     /// excluded): what a reconcile sends when it reads the API server
     /// instead of its caches.
     pub fn tandem_reads_since(&self, mark: usize) -> Vec<String> {
-        self.plane
-            .requests()
-            .iter()
-            .skip(mark)
-            .filter(|r| r.by_tandem() && matches!(r.verb.as_str(), "get" | "list"))
-            .filter(|r| r.namespace.as_deref() == Some(&self.namespace))
-            .map(Request::line)
-            .collect()
+        let requests = self.plane.requests();
+        reads_in(&requests[mark.min(requests.len())..], &self.namespace)
     }
 
     /// Tandem's writes in this namespace after the first `seen` writes.
@@ -389,6 +424,94 @@ impl Scenario {
             .map(Request::line)
             .collect()
     }
+}
+
+/// Tandem's requests, of any verb, that RBAC or its pod-patch policy
+/// refused.
+pub fn refusals(requests: &[Request]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.by_tandem() && (r.forbidden_by_rbac() || r.refused_by_pod_patch_policy()))
+        .map(|r| format!("{}: {}", r.line(), r.message))
+        .collect()
+}
+
+/// Tandem's GETs and LISTs of `namespace` among `requests` (watches
+/// excluded): what a reconcile sends when it reads the API server instead of
+/// its caches.
+pub fn reads_in(requests: &[Request], namespace: &str) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.by_tandem() && matches!(r.verb.as_str(), "get" | "list"))
+        .filter(|r| r.namespace.as_deref() == Some(namespace))
+        .map(Request::line)
+        .collect()
+}
+
+/// How many times Tandem's log (`RUST_LOG=tandem=debug`) says it reconciled
+/// object `kind` `namespace/name`: the controller's line `reconciled
+/// object=Kind.version.group/name.namespace`.
+pub fn reconciled_lines(log: &str, kind: &str, name: &str, namespace: &str) -> usize {
+    let object = format!("/{name}.{namespace}");
+    log.lines()
+        .filter(|line| line.contains("reconciled") && line.contains("object="))
+        .filter(|line| {
+            line.split_whitespace().any(|word| {
+                word.strip_prefix("object=")
+                    .is_some_and(|o| o.starts_with(&format!("{kind}.")) && o.ends_with(&object))
+            })
+        })
+        .count()
+}
+
+/// The first object of the YAML file at `path` (from the repository's root).
+pub fn example(path: &str) -> Value {
+    super::yaml_documents(&super::repo_path(path)).remove(0)
+}
+
+/// The status of `object`'s condition `kind`, if it has one.
+pub fn condition(object: &Value, kind: &str) -> Option<String> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str().map(str::to_owned))
+}
+
+/// A label of `object`, or "".
+pub fn label<'a>(object: &'a Value, key: &str) -> &'a str {
+    object["metadata"]["labels"][key]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Waits up to 90 s for InferenceService `service` to be Ready; it as stored.
+pub async fn wait_ready(scenario: &Scenario, service: &str) -> Value {
+    scenario
+        .eventually(90, &format!("InferenceService {service} Ready"), || async {
+            let stored = scenario.get(IS, "InferenceService", service).await;
+            match stored {
+                Some(s) if condition(&s, "Ready").as_deref() == Some("True") => Ok(s),
+                other => Err(format!(
+                    "{:#}",
+                    other.map(|s| s["status"].clone()).unwrap_or_default()
+                )),
+            }
+        })
+        .await
+}
+
+/// Sets the replicas of role number `role` of `service`, as `kubectl patch`.
+pub async fn set_role_replicas(scenario: &Scenario, service: &str, role: usize, replicas: i64) {
+    let services = scenario.api(IS, "InferenceService").await;
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": format!("/spec/roles/{role}/replicas"), "value": replicas}
+    ]))
+    .expect("a JSON patch");
+    services
+        .patch(service, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .expect("the role's replicas set");
 }
 
 /// Tandem's writes whose answer carried a resourceVersion the object had
@@ -412,26 +535,6 @@ pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
     repeated
 }
 
-async fn set_pod_ready(pods: &Api<Pod>, name: &str, ready: bool) -> Result<(), kube::Error> {
-    let status = if ready { "True" } else { "False" };
-    let now = jiff::Timestamp::now().to_string();
-    let conditions: Vec<Value> = ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
-        .iter()
-        .map(|kind| {
-            let value = if *kind == "PodScheduled" || *kind == "Initialized" {
-                "True"
-            } else {
-                status
-            };
-            json!({"type": kind, "status": value, "lastTransitionTime": now})
-        })
-        .collect();
-    let patch = json!({"status": {"phase": "Running", "conditions": conditions, "startTime": now}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map(|_| ())
-}
-
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -447,20 +550,26 @@ pub fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// The serving replicas of each role, from the pods: a replica (one
-/// LeaderWorkerSet) serves when all its pods (the group size LWS writes on
-/// each) exist and are ready, and none is draining.
+/// The floor, computed per role from what the InferenceServices ask for
+/// and the pods: a replica (one LeaderWorkerSet) serves when all its pods
+/// (the group size LWS writes on each) exist and are Ready, and none is
+/// draining or being deleted. A role that asks for replicas and once had a
+/// serving one must always have one; a role with no pod left at all counts
+/// as 0 serving, not as absent.
 #[derive(Default)]
-struct Floor {
+pub struct Floor {
     /// pod name → (service/role, replica LeaderWorkerSet, group size, serves)
     pods: BTreeMap<String, (String, String, usize, bool)>,
+    /// service/role → the replicas its InferenceService asks for.
+    desired: BTreeMap<String, i64>,
     /// Roles that have had a serving replica.
     served: BTreeSet<String>,
-    violations: Vec<String>,
+    pub violations: Vec<String>,
 }
 
 impl Floor {
-    fn pod(&mut self, pod: &Pod) {
+    /// A pod seen (created or changed).
+    pub fn pod(&mut self, pod: &Pod) {
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let (Some(service), Some(role), Some(set)) = (
             labels.get("fusioninfer.io/service"),
@@ -486,12 +595,35 @@ impl Floor {
         );
     }
 
-    fn pod_gone(&mut self, pod: &Pod) {
+    /// A pod gone.
+    pub fn pod_gone(&mut self, pod: &Pod) {
         self.pods
             .remove(pod.metadata.name.as_deref().unwrap_or_default());
     }
 
-    fn check(&mut self) {
+    /// An InferenceService seen: the replicas each of its roles asks for.
+    pub fn service(&mut self, service: &Value) {
+        let name = service["metadata"]["name"].as_str().unwrap_or_default();
+        self.service_gone(name);
+        if !service["metadata"]["deletionTimestamp"].is_null() {
+            return;
+        }
+        for role in service["spec"]["roles"].as_array().into_iter().flatten() {
+            let role_name = role["name"].as_str().unwrap_or_default();
+            let replicas = role["replicas"].as_i64().unwrap_or(1);
+            self.desired.insert(format!("{name}/{role_name}"), replicas);
+        }
+    }
+
+    /// An InferenceService gone (or being deleted): its roles ask for nothing.
+    pub fn service_gone(&mut self, name: &str) {
+        let prefix = format!("{name}/");
+        self.desired.retain(|role, _| !role.starts_with(&prefix));
+    }
+
+    /// Records a violation for every role that asks for replicas, had a
+    /// serving one, and has none now.
+    pub fn check(&mut self) {
         // replica → (pods serving, group size)
         let mut replicas: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
         for (role, set, size, serves) in self.pods.values() {
@@ -504,21 +636,58 @@ impl Floor {
         for ((role, _), (pods, size)) in &replicas {
             *serving.entry(role).or_insert(0) += usize::from(pods == size);
         }
-        let roles: BTreeSet<&str> = replicas.keys().map(|(role, _)| *role).collect();
-        for role in roles {
-            let count = serving.get(role).copied().unwrap_or(0);
+        for (role, desired) in &self.desired {
+            let count = serving.get(role.as_str()).copied().unwrap_or(0);
             if count > 0 {
-                self.served.insert(role.to_owned());
-            } else if self.served.contains(role) {
+                self.served.insert(role.clone());
+            } else if *desired > 0 && self.served.contains(role) {
                 self.violations.push(format!(
-                    "{role}: no serving replica among {:?}",
+                    "{role}: asks for {desired}, no serving replica among {:?}",
                     replicas
                         .keys()
-                        .filter(|(r, _)| *r == role)
+                        .filter(|(r, _)| r == role)
                         .map(|(_, s)| s)
                         .collect::<Vec<_>>()
                 ));
             }
         }
     }
+}
+
+/// The label of a node's rack: four nodes to a rack.
+pub const RACK_LABEL: &str = "topology.e2e.tandem/rack";
+/// The label of a node's block (a network domain of racks).
+pub const BLOCK_LABEL: &str = "topology.e2e.tandem/block";
+/// The label kwok's stages read for a pod's health
+/// (`tests/cluster/kwok/stages.yaml`): `never-ready`, `unready`, `crash-loop`.
+pub const HEALTH_LABEL: &str = "e2e.tandem/health";
+
+/// Node `index` of the fleet of `namespace`, with `gpus` GPUs, as kwok
+/// plays it (its annotation), in zone `index % 2`, rack `index / 4` and
+/// block 0.
+pub fn gpu_node(namespace: &str, index: usize, gpus: u32) -> Value {
+    let name = format!("{namespace}-node-{index}");
+    let resources = json!({
+        "cpu": "64", "memory": "512Gi", "pods": "110",
+        "nvidia.com/gpu": gpus.to_string(),
+    });
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                control_plane::FLEET_LABEL: namespace,
+                "topology.kubernetes.io/zone": format!("zone-{}", index % 2),
+                RACK_LABEL: format!("rack-{}", index / 4),
+                BLOCK_LABEL: "block-0",
+            },
+            "annotations": {control_plane::KWOK_NODE: "fake"},
+        },
+        "status": {"allocatable": resources, "capacity": resources},
+    })
 }

@@ -1,0 +1,544 @@
+//! What happens after the API server, on the tests' control plane with
+//! nodes (`tests/common/control_plane.rs`): kwok plays each scenario's GPU
+//! nodes and the pods' lifecycles (Running, Ready after a load delay,
+//! Terminating for the whole grace period, never-ready and crash-looping
+//! pods, a node that stops being Ready), the real kube-scheduler binds the
+//! pods, and Kubernetes' node lifecycle, taint eviction and disruption
+//! controllers act on them. Each scenario checks the invariants of
+//! `tests/common/scenario.rs` too. Nothing here ran on real hardware: kwok
+//! runs no container and no GPU (tests/cluster/README.md).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::scenario::{
+    HEALTH_LABEL, IS, LWS, Scenario, condition, example, label, set_role_replicas, wait_ready,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+/// Every role's pods may stay on a node with no other pod of the role: the
+/// replicas of a role land on different nodes, so one node lost takes one
+/// replica.
+fn one_replica_per_node(service: &mut Value) {
+    for role in service["spec"]["roles"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        let name = role["name"].as_str().unwrap_or_default().to_owned();
+        role["template"]["spec"]["affinity"] = json!({"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"fusioninfer.io/role-name": name}},
+                "topologyKey": "kubernetes.io/hostname"}]}});
+    }
+}
+
+/// A grace period of `seconds` on every role's pods: kwok keeps a deleted
+/// pod Terminating for all of it, as a kubelet whose container takes that
+/// long to stop.
+fn grace(service: &mut Value, seconds: i64) {
+    for role in service["spec"]["roles"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        role["template"]["spec"]["terminationGracePeriodSeconds"] = json!(seconds);
+    }
+}
+
+/// Replaces the spec of InferenceService `name` with `service`'s, as
+/// `kubectl edit` does (a merge patch: the roles list is replaced whole).
+async fn set_spec(scenario: &Scenario, name: &str, service: &Value) {
+    scenario
+        .api(IS, "InferenceService")
+        .await
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": service["spec"]})),
+        )
+        .await
+        .expect("the spec changed");
+}
+
+fn pods_api(scenario: &Scenario) -> Api<Pod> {
+    Api::namespaced(scenario.client.clone(), &scenario.namespace)
+}
+
+/// The node each pod of the scenario is bound to.
+async fn placement(scenario: &Scenario) -> BTreeMap<String, String> {
+    scenario
+        .list("v1", "Pod")
+        .await
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| {
+            Some((
+                p["metadata"]["name"].as_str()?.to_owned(),
+                p["spec"]["nodeName"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// `kubectl drain NODE`: cordon it, then evict its pods through the
+/// Eviction API, again and again while a budget refuses (429), until none
+/// is left. The answers, in order: (pod, HTTP code).
+async fn drain(scenario: &Scenario, node: &str, seconds: u64) -> Vec<(String, u16)> {
+    let nodes: Api<Node> = Api::all(scenario.client.clone());
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("cordoned");
+    let pods = pods_api(scenario);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut answers = Vec::new();
+    loop {
+        let on_node: Vec<Pod> = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .expect("the node's pods")
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if on_node.is_empty() {
+            return answers;
+        }
+        for pod in &on_node {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let code = match pods.evict(&name, &EvictParams::default()).await {
+                Ok(_) => 201,
+                Err(kube::Error::Api(status)) => status.code,
+                Err(e) => panic!("evicting {name}: {e}"),
+            };
+            answers.push((name, code));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {node} not drained within {seconds} s: {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_drain_through_the_eviction_api_is_held_by_each_roles_budget() {
+    let Some(scenario) = Scenario::start("nodes-drain").await else {
+        return;
+    };
+    // Story 2 (2 prefill, 4 decode, one GPU each) on one node of 8 GPUs.
+    let first = scenario.nodes(1).await;
+    let mut service = example("examples/inferenceservice/story2-prefill-decode.yaml");
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    assert!(
+        placement(&scenario).await.values().all(|n| *n == first[0]),
+        "every pod on the only node"
+    );
+    // A second node comes; the first is drained as `kubectl drain` does.
+    let second = scenario.nodes(1).await;
+    let answers = drain(&scenario, &first[0], 240).await;
+    // Each role's budget lets one replica go at a time: the API server
+    // refused evictions beyond it (429), as its audit log shows (kube's
+    // client retries a 429 by itself, so the answers above are the last
+    // tries), and every pod was evicted in the end.
+    let evictions: Vec<(String, u16)> = scenario
+        .plane
+        .requests()
+        .into_iter()
+        .filter(|r| r.subresource.as_deref() == Some("eviction"))
+        .filter(|r| r.namespace.as_deref() == Some(scenario.namespace.as_str()))
+        .map(|r| (r.name.unwrap_or_default(), r.code))
+        .collect();
+    for role in ["prefill", "decode"] {
+        let of_role = |code: u16| {
+            evictions
+                .iter()
+                .filter(|(pod, c)| pod.contains(&format!("-{role}-")) && *c == code)
+                .count()
+        };
+        assert!(
+            of_role(429) >= 1,
+            "{role}: the budget refused an eviction: {evictions:?}"
+        );
+        assert_eq!(
+            of_role(201),
+            if role == "prefill" { 2 } else { 4 },
+            "{role}: every pod evicted once: {evictions:?}; the drain's answers {answers:?}"
+        );
+    }
+    // The drain completes once LWS has put every replica on the other node.
+    let service = wait_ready(&scenario, &name).await;
+    assert_eq!(
+        service["status"]["components"]["decode"]["readyReplicas"],
+        4
+    );
+    let now = placement(&scenario).await;
+    assert_eq!(now.len(), 6, "{now:?}");
+    assert!(now.values().all(|n| *n == second[0]), "{now:?}");
+    scenario.assert_floor_held();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_comes_back_elsewhere() {
+    let Some(scenario) = Scenario::start("nodes-lost").await else {
+        return;
+    };
+    scenario.nodes(3).await;
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    service["spec"]["roles"][0]["replicas"] = json!(2);
+    one_replica_per_node(&mut service);
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    let before = placement(&scenario).await;
+    let lost = before.values().next().expect("a pod's node").clone();
+
+    // The node stops answering: kwok's node-not-ready stage turns its Ready
+    // condition False.
+    let nodes: Api<Node> = Api::all(scenario.client.clone());
+    nodes
+        .patch(
+            &lost,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"node-not-ready.stage.kwok.x-k8s.io": "true"}}}),
+            ),
+        )
+        .await
+        .expect("the node fails");
+    // The node lifecycle controller taints it.
+    scenario
+        .eventually(30, "the lost node tainted NoExecute", || async {
+            let node = nodes.get(&lost).await.expect("the node");
+            let taints: Vec<String> = node
+                .spec
+                .and_then(|s| s.taints)
+                .into_iter()
+                .flatten()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            if taints.contains(&"node.kubernetes.io/not-ready:NoExecute".to_owned()) {
+                Ok(())
+            } else {
+                Err(format!("{taints:?}"))
+            }
+        })
+        .await;
+    // The taint eviction controller evicts its pod once the toleration
+    // (10 s here) runs out; LWS recreates it, and the scheduler puts it on
+    // the spare node.
+    scenario
+        .eventually(
+            90,
+            "the lost replica back on another node and ready",
+            || async {
+                let now = placement(&scenario).await;
+                let stored = scenario
+                    .get(IS, "InferenceService", &name)
+                    .await
+                    .expect("the service");
+                let ready = &stored["status"]["components"][role.as_str()]["readyReplicas"];
+                if now.len() == 2 && !now.values().any(|n| *n == lost) && *ready == 2 {
+                    Ok(())
+                } else {
+                    Err(format!("{now:?}; ready {ready}"))
+                }
+            },
+        )
+        .await;
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
+
+/// Watches the pods of `scenario` and records, for every moment, the
+/// replicas of `role` that are unavailable (a pod missing, not Ready or
+/// being deleted) and the revisions their pods run.
+struct Availability {
+    /// The largest number of replicas unavailable at once.
+    worst: Arc<Mutex<usize>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Availability {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn watch_availability(scenario: &Scenario, role: &str, desired: usize) -> Availability {
+    let worst = Arc::new(Mutex::new(0));
+    let pods = pods_api(scenario);
+    let role = role.to_owned();
+    let seen = worst.clone();
+    let task = tokio::spawn(async move {
+        let mut state: BTreeMap<String, (String, bool)> = BTreeMap::new();
+        // Counted from the end of the first list on: a list half read is not
+        // a moment of the cluster.
+        let mut listed = false;
+        let mut events = watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => listed = true,
+                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                    let labels = pod.metadata.labels.clone().unwrap_or_default();
+                    if labels.get("fusioninfer.io/role-name") != Some(&role) {
+                        continue;
+                    }
+                    let replica = labels
+                        .get("fusioninfer.io/replica-index")
+                        .cloned()
+                        .unwrap_or_default();
+                    let serving = common::scenario::is_ready(&pod)
+                        && pod.metadata.deletion_timestamp.is_none()
+                        && labels.get("fusioninfer.io/traffic").map(String::as_str)
+                            != Some("draining");
+                    state.insert(
+                        pod.metadata.name.clone().unwrap_or_default(),
+                        (replica, serving),
+                    );
+                }
+                Ok(watcher::Event::Delete(pod)) => {
+                    state.remove(pod.metadata.name.as_deref().unwrap_or_default());
+                }
+                _ => continue,
+            }
+            if !listed {
+                continue;
+            }
+            let serving: BTreeSet<&String> = state
+                .values()
+                .filter(|(_, serving)| *serving)
+                .map(|(replica, _)| replica)
+                .collect();
+            let unavailable = desired.saturating_sub(serving.len());
+            let mut worst = seen.lock().expect("the worst");
+            *worst = (*worst).max(unavailable);
+        }
+    });
+    Availability { worst, task }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_replica_and_a_revert_resumes()
+ {
+    let Some(scenario) = Scenario::start("nodes-rollout").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    service["spec"]["roles"][0]["replicas"] = json!(3);
+    service["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "progressDeadlineSeconds": 20}});
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    let availability = watch_availability(&scenario, &role, 3);
+
+    // A new image that never becomes ready (kwok's never-ready stage).
+    let mut bad = service.clone();
+    bad["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!("vllm/vllm-openai:v0.11.1-broken");
+    bad["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] = json!("never-ready");
+    set_spec(&scenario, &name, &bad).await;
+    let halted = scenario
+        .eventually(90, "the rollout halts and says so", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let text = stored["status"].to_string();
+            if text.contains("ProgressDeadlineExceeded") {
+                Ok(stored)
+            } else {
+                Err(format!("{:#}", stored["status"]))
+            }
+        })
+        .await;
+    // One replica moved, no more.
+    let sets = scenario.list(LWS, "LeaderWorkerSet").await;
+    let moved = sets
+        .iter()
+        .filter(|s| s.to_string().contains("v0.11.1-broken"))
+        .count();
+    assert_eq!(
+        moved, 1,
+        "one replica replaced, the rollout halted: {halted:#}"
+    );
+    assert!(
+        *availability.worst.lock().expect("worst") <= 1,
+        "maxUnavailable 1 held"
+    );
+
+    // Reverting the image resumes: every replica ready on the old revision.
+    set_spec(&scenario, &name, &service).await;
+    scenario
+        .eventually(90, "every replica ready again after the revert", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let component = &stored["status"]["components"][role.as_str()];
+            let sets = scenario.list(LWS, "LeaderWorkerSet").await;
+            let broken = sets
+                .iter()
+                .filter(|s| s.to_string().contains("v0.11.1-broken"))
+                .count();
+            if broken == 0
+                && component["readyReplicas"] == 3
+                && condition(&stored, "Ready").as_deref() == Some("True")
+            {
+                Ok(())
+            } else {
+                Err(format!("{broken} broken; {component}"))
+            }
+        })
+        .await;
+    assert!(
+        *availability.worst.lock().expect("worst") <= 1,
+        "maxUnavailable 1 held throughout"
+    );
+    scenario.assert_floor_held();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_down_drains_the_victims_then_their_pods_terminate_for_their_grace_period() {
+    let Some(scenario) = Scenario::start("nodes-scale-down").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    service["spec"]["roles"][0]["replicas"] = json!(4);
+    service["spec"]["roles"][0]["drain"] = json!({"seconds": 3});
+    grace(&mut service, 4);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+
+    // Every pod event from here: when each pod was first seen being
+    // deleted, with which traffic label, and when it went.
+    type Seen = BTreeMap<String, (Instant, String, Option<Instant>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let record = seen.clone();
+    let pods = pods_api(&scenario);
+    let task = tokio::spawn(async move {
+        let mut events = watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let mut seen = record.lock().expect("seen");
+            match event {
+                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))
+                    if pod.metadata.deletion_timestamp.is_some() =>
+                {
+                    let traffic = pod
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("fusioninfer.io/traffic"))
+                        .cloned()
+                        .unwrap_or_default();
+                    seen.entry(pod.metadata.name.clone().unwrap_or_default())
+                        .or_insert((Instant::now(), traffic, None));
+                }
+                Ok(watcher::Event::Delete(pod)) => {
+                    if let Some(entry) =
+                        seen.get_mut(pod.metadata.name.as_deref().unwrap_or_default())
+                    {
+                        entry.2 = Some(Instant::now());
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    set_role_replicas(&scenario, &name, 0, 2).await;
+    scenario
+        .eventually(60, "two replicas left, the others' pods gone", || async {
+            let pods = scenario.list("v1", "Pod").await;
+            let sets = scenario.names(LWS, "LeaderWorkerSet").await;
+            if pods.len() == 2 && sets.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("{} pods, {sets:?}", pods.len()))
+            }
+        })
+        .await;
+    task.abort();
+    let seen = seen.lock().expect("seen").clone();
+    assert_eq!(
+        seen.len(),
+        2,
+        "two victims' pods deleted: {:?}",
+        seen.keys()
+    );
+    for (pod, (deleted, traffic, gone)) in seen.iter() {
+        // Out of traffic before they were deleted: a request path selecting
+        // fusioninfer.io/traffic=serving never lists a terminating pod.
+        assert_eq!(traffic, "draining", "{pod}");
+        // Terminating for their grace period (4 s), not gone at once.
+        let gone = gone.unwrap_or_else(|| panic!("{pod} never went"));
+        let terminating = gone.duration_since(*deleted);
+        assert!(
+            terminating >= Duration::from_secs(3),
+            "{pod} terminated after {terminating:?}"
+        );
+    }
+    let kept: Vec<String> = scenario
+        .list("v1", "Pod")
+        .await
+        .iter()
+        .map(|p| label(p, "fusioninfer.io/traffic").to_owned())
+        .collect();
+    assert_eq!(kept, ["serving", "serving"]);
+    scenario.assert_floor_held();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}

@@ -1,0 +1,160 @@
+//! The real-control-plane scenarios' invariants (`tests/common/scenario.rs`)
+//! fed streams that break them: each must fail on the defect it exists to
+//! catch, or it proves nothing. The audit events are shaped as
+//! kube-apiserver v1.36's audit log writes them (`audit.k8s.io/v1` Event,
+//! one JSON line each).
+
+mod common;
+
+use common::control_plane::{Request, TANDEM_USER};
+use common::scenario::{Floor, reads_in, reconciled_lines, refusals, repeated_writes};
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+fn audit(user: &str, verb: &str, resource: &str, namespace: &str, code: u16) -> Value {
+    json!({
+        "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
+        "stage": "ResponseComplete", "verb": verb,
+        "user": {"username": user},
+        "objectRef": {"resource": resource, "namespace": namespace, "name": "x",
+            "apiVersion": "v1"},
+        "responseStatus": {"metadata": {}, "code": code,
+            "message": if code == 403 {
+                format!("{resource} is forbidden: User \"{user}\" cannot {verb} resource \"{resource}\"")
+            } else { String::new() }},
+        "stageTimestamp": "2026-11-27T00:00:00.000000Z",
+    })
+}
+
+fn requests(events: &[Value]) -> Vec<Request> {
+    events.iter().filter_map(Request::of).collect()
+}
+
+#[test]
+fn a_get_or_list_of_tandem_in_the_namespace_is_a_read() {
+    let steady = [
+        audit(TANDEM_USER, "patch", "leaderworkersets", "ns", 200),
+        audit(TANDEM_USER, "watch", "pods", "ns", 200),
+        audit("e2e-admin", "get", "pods", "ns", 200),
+        audit(TANDEM_USER, "get", "pods", "other", 200),
+    ];
+    assert_eq!(reads_in(&requests(&steady), "ns"), Vec::<String>::new());
+    // The defect the invariant exists for: a reconcile that reads the API
+    // server. Before, Request::of dropped every read, so this was never seen.
+    let reading = [
+        audit(TANDEM_USER, "get", "leaderworkersets", "ns", 200),
+        audit(TANDEM_USER, "list", "pods", "ns", 200),
+    ];
+    assert_eq!(reads_in(&requests(&reading), "ns").len(), 2);
+}
+
+#[test]
+fn a_refused_read_or_watch_fails_like_a_refused_write() {
+    let granted = [audit(TANDEM_USER, "list", "pods", "", 200)];
+    assert!(refusals(&requests(&granted)).is_empty());
+    for verb in ["get", "list", "watch", "patch"] {
+        let refused = [audit(TANDEM_USER, verb, "nodes", "", 403)];
+        assert_eq!(refusals(&requests(&refused)).len(), 1, "{verb}");
+    }
+    // Someone else's refusal is not Tandem's.
+    let theirs = [audit("e2e-admin", "get", "nodes", "", 403)];
+    assert!(refusals(&requests(&theirs)).is_empty());
+}
+
+#[test]
+fn a_write_that_answers_a_version_already_seen_changed_nothing() {
+    let write = |version: &str| {
+        let mut event = audit(TANDEM_USER, "patch", "leaderworkersets", "ns", 200);
+        event["responseObject"] = json!({"metadata": {"resourceVersion": version}});
+        event
+    };
+    assert!(repeated_writes(&requests(&[write("1"), write("2")])).is_empty());
+    assert_eq!(
+        repeated_writes(&requests(&[write("1"), write("2"), write("2")])).len(),
+        1
+    );
+}
+
+fn pod(name: &str, role: &str, set: &str, size: usize, ready: bool) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name,
+            "labels": {"fusioninfer.io/service": "svc", "fusioninfer.io/role-name": role,
+                "leaderworkerset.sigs.k8s.io/name": set, "fusioninfer.io/traffic": "serving"},
+            "annotations": {"leaderworkerset.sigs.k8s.io/size": size.to_string()}},
+        "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+    }))
+    .expect("a pod")
+}
+
+fn service(decode: i64) -> Value {
+    json!({"metadata": {"name": "svc"},
+        "spec": {"roles": [{"name": "decode", "replicas": decode}]}})
+}
+
+#[test]
+fn the_floor_fails_when_every_pod_of_a_role_that_asks_for_replicas_is_gone() {
+    let mut floor = Floor::default();
+    floor.service(&service(1));
+    let leader = pod("svc-decode-0-0", "decode", "svc-decode-0", 2, true);
+    let worker = pod("svc-decode-0-0-1", "decode", "svc-decode-0", 2, true);
+    floor.pod(&leader);
+    floor.pod(&worker);
+    floor.check();
+    assert!(floor.violations.is_empty(), "{:?}", floor.violations);
+    // A node lost: both pods go at once. The role drops out of the pods'
+    // map, yet it still asks for a replica: a full outage.
+    floor.pod_gone(&leader);
+    floor.pod_gone(&worker);
+    floor.check();
+    assert_eq!(floor.violations.len(), 1, "{:?}", floor.violations);
+}
+
+#[test]
+fn the_floor_fails_when_a_multi_node_replica_misses_one_ready_pod() {
+    let mut floor = Floor::default();
+    floor.service(&service(1));
+    floor.pod(&pod("a", "decode", "svc-decode-0", 2, true));
+    floor.pod(&pod("b", "decode", "svc-decode-0", 2, true));
+    floor.check();
+    floor.pod(&pod("b", "decode", "svc-decode-0", 2, false));
+    floor.check();
+    assert_eq!(floor.violations.len(), 1, "{:?}", floor.violations);
+}
+
+#[test]
+fn the_floor_holds_when_the_role_is_scaled_to_zero_or_its_service_deleted() {
+    let mut floor = Floor::default();
+    floor.service(&service(1));
+    let only = pod("a", "decode", "svc-decode-0", 1, true);
+    floor.pod(&only);
+    floor.check();
+    floor.service(&service(0));
+    floor.pod_gone(&only);
+    floor.check();
+    assert!(floor.violations.is_empty(), "{:?}", floor.violations);
+
+    let mut deleted = Floor::default();
+    deleted.service(&service(1));
+    deleted.pod(&only);
+    deleted.check();
+    deleted.service_gone("svc");
+    deleted.pod_gone(&only);
+    deleted.check();
+    assert!(deleted.violations.is_empty(), "{:?}", deleted.violations);
+}
+
+#[test]
+fn still_reconciling_counts_the_scenarios_own_object_only() {
+    let log = "\
+2026-11-27T00:00:00Z DEBUG tandem::reconcile: reconciled object=InferenceService.v1alpha1.fusioninfer.io/svc.other
+2026-11-27T00:00:01Z DEBUG tandem::reconcile: reconciled object=ScaleView.v1alpha1.fusioninfer.io/svc.ns
+2026-11-27T00:00:02Z DEBUG tandem::reconcile: reconciled object=InferenceService.v1alpha1.fusioninfer.io/svc-2.ns
+";
+    // Another scenario's work (another namespace, kind or name) is no sign
+    // that this object is still reconciled.
+    assert_eq!(reconciled_lines(log, "InferenceService", "svc", "ns"), 0);
+    let ours = format!(
+        "{log}2026-11-27T00:00:03Z DEBUG tandem::reconcile: reconciled object=InferenceService.v1alpha1.fusioninfer.io/svc.ns\n"
+    );
+    assert_eq!(reconciled_lines(&ours, "InferenceService", "svc", "ns"), 1);
+}
