@@ -542,3 +542,263 @@ async fn a_scale_down_drains_the_victims_then_their_pods_terminate_for_their_gra
         .assert_quiet(10, (IS, "InferenceService", &name))
         .await;
 }
+
+const GATEWAY_API: &str = "gateway.networking.k8s.io/v1";
+
+/// Plays the Gateway controller no test can run: every 300 ms, a Gateway
+/// or HTTPRoute of the scenario whose status has not seen its generation
+/// is marked Accepted and Programmed (a route: Accepted and ResolvedRefs
+/// for its parent), as a controller that took it would.
+fn gateway_controller(scenario: &Scenario) -> tokio::task::JoinHandle<()> {
+    let client = scenario.client.clone();
+    let namespace = scenario.namespace.clone();
+    tokio::spawn(async move {
+        let api = |kind: &str, plural: &str| {
+            Api::<kube::api::DynamicObject>::namespaced_with(
+                client.clone(),
+                &namespace,
+                &kube::api::ApiResource {
+                    group: "gateway.networking.k8s.io".into(),
+                    version: "v1".into(),
+                    api_version: GATEWAY_API.into(),
+                    kind: kind.into(),
+                    plural: plural.into(),
+                },
+            )
+        };
+        let (gateways, routes) = (api("Gateway", "gateways"), api("HTTPRoute", "httproutes"));
+        let condition = |t: &str, generation: i64| {
+            json!({"type": t, "status": "True", "reason": t, "message": "",
+                   "lastTransitionTime": jiff::Timestamp::now().to_string(),
+                   "observedGeneration": generation})
+        };
+        loop {
+            for gateway in gateways
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let value = serde_json::to_value(&gateway).unwrap_or_default();
+                let generation = value["metadata"]["generation"].as_i64().unwrap_or(0);
+                if value["status"]["conditions"][0]["observedGeneration"] != generation {
+                    let status = json!({"status": {"conditions": [
+                        condition("Accepted", generation), condition("Programmed", generation)]}});
+                    let name = gateway.metadata.name.clone().unwrap_or_default();
+                    let _ = gateways
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                        .await;
+                }
+            }
+            for route in routes
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                let value = serde_json::to_value(&route).unwrap_or_default();
+                let generation = value["metadata"]["generation"].as_i64().unwrap_or(0);
+                let seen = &value["status"]["parents"][0]["conditions"][0]["observedGeneration"];
+                if *seen != generation {
+                    let parents: Vec<Value> = value["spec"]["parentRefs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|parent| {
+                            json!({"controllerName": "e2e.tandem/gateway",
+                            "parentRef": parent,
+                            "conditions": [condition("Accepted", generation),
+                                           condition("ResolvedRefs", generation)]})
+                        })
+                        .collect();
+                    let name = route.metadata.name.clone().unwrap_or_default();
+                    let _ = routes
+                        .patch_status(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"status": {"parents": parents}})),
+                        )
+                        .await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+}
+
+/// The route's backends and weights, as stored.
+async fn weights(scenario: &Scenario, route: &str) -> Vec<(String, i64)> {
+    let Some(route) = scenario.get(GATEWAY_API, "HTTPRoute", route).await else {
+        return Vec::new();
+    };
+    route["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|b| {
+            (
+                b["name"].as_str().unwrap_or_default().to_owned(),
+                b["weight"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// From the API server's own order of writes (its audit log): every
+/// weight Tandem gave the backends of `image`'s revision, each with the
+/// share of traffic that revision's Ready pods could carry at that moment
+/// (`floor(ready × 100 / desired)`, one pod per replica). A weight above
+/// its share is traffic sent to replicas that were not Ready.
+fn weights_against_readiness(scenario: &Scenario, image: &str, desired: i64) -> Vec<(i64, i64)> {
+    let mut ready: BTreeMap<String, bool> = BTreeMap::new();
+    let mut seen = Vec::new();
+    for request in scenario.writes() {
+        let Some(object) = request.response.as_ref() else {
+            continue;
+        };
+        match request.resource.as_str() {
+            "pods" => {
+                let name = request.name.clone().unwrap_or_default();
+                let ours = object["spec"]["containers"][0]["image"] == image;
+                let is_ready = object["metadata"]["deletionTimestamp"].is_null()
+                    && object["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                if request.verb == "delete" {
+                    ready.remove(&name);
+                } else if ours {
+                    ready.insert(name, is_ready);
+                }
+            }
+            "httproutes" if request.by_tandem() && request.subresource.is_none() => {
+                let share = ready.values().filter(|r| **r).count() as i64 * 100 / desired;
+                let backends = object["spec"]["rules"][0]["backendRefs"].as_array();
+                // The backend of the revision whose pods run `image` is the
+                // one that is not the first (the active) revision's.
+                if let Some(backends) = backends
+                    && backends.len() == 2
+                {
+                    seen.push((backends[1]["weight"].as_i64().unwrap_or(0), share));
+                }
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_upgrade_moves_traffic_only_onto_ready_pods_and_a_rollback_returns_it() {
+    let Some(scenario) = Scenario::start("nodes-upgrade").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let gateway = gateway_controller(&scenario);
+    let mut service = example("examples/inferenceservice/incremental-upgrade.yaml");
+    service["spec"]["upgradeStrategy"]["incrementalUpgradeOptions"] = json!({
+        "maxSurgePercent": 50, "stepSizePercent": 25, "intervalSeconds": 2,
+        "gatewayClassName": "cluster-gateway"});
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let route = format!("{name}-route");
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    scenario
+        .eventually(60, "all traffic on the first revision", || async {
+            let now = weights(&scenario, &route).await;
+            if now.len() == 1 && now[0].1 == 100 {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    let first = weights(&scenario, &route).await[0].0.clone();
+
+    // A new image: capacity and traffic move step by step.
+    let image = |tag: &str| format!("vllm/vllm-openai:{tag}");
+    let mut second = service.clone();
+    second["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!(image("v0.12.0"));
+    set_spec(&scenario, &name, &second).await;
+    scenario
+        .eventually(180, "all traffic on the second revision", || async {
+            let now = weights(&scenario, &route).await;
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let done = stored["status"]["upgrade"]["pending"].is_null();
+            if now.len() == 1 && now[0].0 != first && now[0].1 == 100 && done {
+                Ok(())
+            } else {
+                Err(format!("{now:?}; {}", stored["status"]["upgrade"]))
+            }
+        })
+        .await;
+    let moves = weights_against_readiness(&scenario, &image("v0.12.0"), 4);
+    assert!(
+        moves.iter().any(|(weight, _)| *weight > 0 && *weight < 100),
+        "traffic moved in steps: {moves:?}"
+    );
+    for (weight, share) in &moves {
+        assert!(weight <= share, "a weight beyond the Ready pods: {moves:?}");
+    }
+    // Every replica runs the new image, on a node; the revisions are stored
+    // as ControllerRevisions by the API server.
+    let pods: Vec<Value> = scenario
+        .list("v1", "Pod")
+        .await
+        .into_iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    assert_eq!(pods.len(), 4, "{pods:#?}");
+    for pod in &pods {
+        assert_eq!(pod["spec"]["containers"][0]["image"], image("v0.12.0"));
+        assert!(pod["spec"]["nodeName"].is_string());
+    }
+    let records = scenario.names("apps/v1", "ControllerRevision").await;
+    assert!(records.len() >= 2, "{records:?}");
+
+    // A third image, taken back while it moves: the rollback returns the
+    // traffic to the second revision and removes the third's replicas.
+    let second_backend = weights(&scenario, &route).await[0].0.clone();
+    let mut third = second.clone();
+    third["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!(image("v0.13.0"));
+    set_spec(&scenario, &name, &third).await;
+    scenario
+        .eventually(120, "some traffic on the third revision", || async {
+            let now = weights(&scenario, &route).await;
+            if now.len() == 2 && now[1].1 > 0 {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    set_spec(&scenario, &name, &second).await;
+    scenario
+        .eventually(120, "all traffic back on the second revision", || async {
+            let now = weights(&scenario, &route).await;
+            let pods = scenario.list("v1", "Pod").await;
+            let third = pods
+                .iter()
+                .filter(|p| p["spec"]["containers"][0]["image"] == image("v0.13.0"))
+                .count();
+            if now == [(second_backend.clone(), 100)] && third == 0 {
+                Ok(())
+            } else {
+                Err(format!("{now:?}; {third} pods of the third image"))
+            }
+        })
+        .await;
+    gateway.abort();
+    scenario.assert_floor_held();
+    scenario.assert_writes_sound();
+}
