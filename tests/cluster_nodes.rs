@@ -802,3 +802,141 @@ async fn an_incremental_upgrade_moves_traffic_only_onto_ready_pods_and_a_rollbac
     scenario.assert_floor_held();
     scenario.assert_writes_sound();
 }
+
+/// A workload of `kind` named `name` with `replicas` pods of one container
+/// asking for no GPU: a Deployment, a StatefulSet or a LeaderWorkerSet of
+/// groups of one.
+fn workload(kind: &str, name: &str, replicas: i64) -> Value {
+    let template = json!({"metadata": {"labels": {"app": name}},
+        "spec": {"terminationGracePeriodSeconds": 2,
+                 "containers": [{"name": "c", "image": format!("{name}:v1")}]}});
+    match kind {
+        "LeaderWorkerSet" => json!({"apiVersion": LWS, "kind": kind,
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas,
+                "leaderWorkerTemplate": {"size": 1, "workerTemplate": template}}}),
+        _ => json!({"apiVersion": "apps/v1", "kind": kind,
+            "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                "serviceName": name, "template": template}}),
+    }
+}
+
+/// The Ready pods of workload `name` (its `app` label).
+async fn ready_pods_of(scenario: &Scenario, name: &str) -> usize {
+    pods_api(scenario)
+        .list(&ListParams::default().labels(&format!("app={name}")))
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && common::scenario::is_ready(p))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scaling_group_moves_a_statefulset_and_a_leaderworkerset_with_a_deployment_and_their_pods_follow()
+ {
+    let Some(scenario) = Scenario::start("nodes-targets").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut deployment = workload("Deployment", "router", 1);
+    deployment["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("serviceName");
+    scenario.create_or_fail(&deployment).await;
+    scenario
+        .create_or_fail(&workload("StatefulSet", "prefill", 1))
+        .await;
+    scenario
+        .create_or_fail(&workload("LeaderWorkerSet", "decode", 2))
+        .await;
+    let group = json!({"apiVersion": "resourcescalinggroup.com/v1", "kind": "ResourceScalingGroup",
+        "metadata": {"name": "pd-mixed"},
+        "spec": {"targetResources": [
+            {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+            {"name": "prefill", "apiVersion": "apps/v1", "kind": "StatefulSet"},
+            {"name": "decode", "apiVersion": LWS, "kind": "LeaderWorkerSet"}],
+         "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+            {"name": "router", "role": "Source"},
+            {"name": "prefill", "role": "Target", "ratio": 1},
+            {"name": "decode", "role": "Target", "ratio": 2}]}}}});
+    scenario.create_or_fail(&group).await;
+
+    // What an HPA does: a /scale write on the Source. The Targets follow
+    // through their /scale, and their own controllers make Ready pods.
+    scenario
+        .api("apps/v1", "Deployment")
+        .await
+        .patch_scale(
+            "router",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("the scale");
+    scenario
+        .eventually(
+            90,
+            "2 router, 2 prefill and 4 decode pods Ready",
+            || async {
+                let now = (
+                    ready_pods_of(&scenario, "router").await,
+                    ready_pods_of(&scenario, "prefill").await,
+                    ready_pods_of(&scenario, "decode").await,
+                );
+                if now == (2, 2, 4) {
+                    Ok(())
+                } else {
+                    Err(format!("{now:?}"))
+                }
+            },
+        )
+        .await;
+    let decode = scenario
+        .get(LWS, "LeaderWorkerSet", "decode")
+        .await
+        .expect("decode");
+    assert_eq!(
+        decode["status"]["readyReplicas"], 4,
+        "{:#}",
+        decode["status"]
+    );
+
+    // The LeaderWorkerSet scaled down by hand is set back, and LWS makes
+    // its groups again.
+    scenario
+        .api(LWS, "LeaderWorkerSet")
+        .await
+        .patch(
+            "decode",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("a hand edit");
+    scenario
+        .eventually(60, "decode back at 4 Ready", || async {
+            let stored = scenario.get(LWS, "LeaderWorkerSet", "decode").await;
+            let replicas = stored.as_ref().map(|s| s["spec"]["replicas"].clone());
+            let ready = ready_pods_of(&scenario, "decode").await;
+            if replicas == Some(json!(4)) && ready == 4 {
+                Ok(())
+            } else {
+                Err(format!("{replicas:?}, {ready} ready"))
+            }
+        })
+        .await;
+    scenario
+        .assert_quiet(
+            10,
+            (
+                "resourcescalinggroup.com/v1",
+                "ResourceScalingGroup",
+                "pd-mixed",
+            ),
+        )
+        .await;
+}
