@@ -940,3 +940,58 @@ async fn a_scaling_group_moves_a_statefulset_and_a_leaderworkerset_with_a_deploy
         )
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_larger_than_the_fleet_waits_with_the_schedulers_reason_and_starts_when_nodes_come()
+ {
+    let Some(scenario) = Scenario::start("nodes-short").await else {
+        return;
+    };
+    // Story 4 needs 10 nodes of 8 GPUs; the fleet has 4.
+    scenario.nodes(4).await;
+    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    let why = scenario
+        .eventually(60, "pods the scheduler cannot place", || async {
+            let pods = scenario.list("v1", "Pod").await;
+            let waiting: Vec<String> = pods
+                .iter()
+                .filter(|p| p["spec"]["nodeName"].is_null())
+                .filter_map(|p| {
+                    p["status"]["conditions"]
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")?["message"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect();
+            if waiting.is_empty() {
+                Err(format!("{} pods, none unschedulable yet", pods.len()))
+            } else {
+                Ok(waiting)
+            }
+        })
+        .await;
+    assert!(
+        why.iter()
+            .any(|m| m.contains("Insufficient nvidia.com/gpu")),
+        "{why:?}"
+    );
+    let stored = scenario
+        .get(IS, "InferenceService", &name)
+        .await
+        .expect("the service");
+    assert_eq!(condition(&stored, "Ready").as_deref(), Some("False"));
+    // Six more nodes: it becomes Ready with nothing done by the user.
+    scenario.nodes(6).await;
+    let stored = wait_ready(&scenario, &name).await;
+    assert_eq!(stored["status"]["components"]["decode"]["readyReplicas"], 2);
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
