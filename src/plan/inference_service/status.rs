@@ -26,11 +26,12 @@
 //! `ReplicasUnavailable`, else `ComponentsNotReady`.
 //!
 //! The PodGroup's own `PodGroupScheduled` condition (Kubernetes' gang
-//! scheduling) is not read: the scheduler also sets `PodScheduled=False`
-//! with its message on every pod of a gang it cannot place, which is what
-//! is read here, and the PodGroup is an alpha API whose status is not
-//! cached for the plans; reading it would add a second source that says
-//! the same thing, for one of three gang backends only.
+//! scheduling) is not read: it is an alpha API, one of three gang backends
+//! (Volcano's PodGroup has conditions of its own), and the status would need
+//! the PodGroup beside the pods to say which replica waits. The pods'
+//! `PodScheduled` is what every scheduler that tries a pod and fails sets,
+//! with its message; a gang the scheduler holds back without trying its
+//! pods shows as pods not ready, without the scheduler's reason.
 
 use std::collections::{BTreeMap, BTreeSet};
 
