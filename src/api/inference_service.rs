@@ -52,6 +52,13 @@ use super::{Findings, dns1123_label_error, parse_at, schema};
         description = "Why the service is or is not ready"
     ),
     printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        description = "What the service waits for: each role not ready, with why (unschedulable pods)",
+        priority = 1
+    ),
+    printcolumn(
         name = "Upgrade",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"UpgradeInProgress\")].status",
@@ -447,7 +454,7 @@ pub struct InferenceServiceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Ready, Progressing, Failed, UpgradeInProgress, RollbackInProgress.
+    /// Ready, Progressing, Degraded, Failed, UpgradeInProgress, RollbackInProgress.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -514,6 +521,22 @@ pub struct ComponentStatus {
     /// The first failing replica: its index, pod, container and reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_reason: Option<String>,
+    /// Serving roles: replicas waiting for the scheduler: a pod of theirs
+    /// is bound to no node and its PodScheduled condition is False with
+    /// reason Unschedulable.
+    #[serde(default)]
+    pub unschedulable_replicas: i32,
+    /// The first unschedulable replica: its index, pod and the scheduler's
+    /// own message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unschedulable_reason: Option<String>,
+    /// Serving roles: replicas short of desiredReplicas since the role,
+    /// Running with every replica ready, lost ready replicas without a
+    /// planned change (pods gone with a node, evicted, or no longer ready).
+    /// Counted until every desired replica is ready again; the role is
+    /// Degraded (ReplicasUnavailable) meanwhile.
+    #[serde(default)]
+    pub lost_replicas: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -109,7 +109,15 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     })
     .await?;
     for event in &pass.events {
-        record(&ctx, &reference, event.reason, &event.note, None).await;
+        record(
+            &ctx,
+            &reference,
+            event.reason,
+            &event.note,
+            None,
+            event.warning,
+        )
+        .await;
     }
     let current = service.status.clone().unwrap_or_default();
     let stale_locks = pass.status.scale_views != current.scale_views;

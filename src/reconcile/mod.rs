@@ -188,15 +188,17 @@ pub(crate) fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
-/// Records a Normal Event on `reference`: about a change to `child` (`reason`
+/// Records an Event on `reference`: about a change to `child` (`reason`
 /// `Created`, `Updated`, `Reverted` or `Deleted`), or with no child about the
-/// object itself (an upgrade step); `note` says why.
+/// object itself (an upgrade step, a role's episode); `note` says why. A
+/// Warning when `warning`, else Normal.
 pub(crate) async fn record(
     ctx: &Context,
     reference: &ObjectReference,
     reason: &str,
     note: &str,
     child: Option<&Value>,
+    warning: bool,
 ) {
     let secondary = child.map(|child| ObjectReference {
         api_version: child["apiVersion"].as_str().map(str::to_owned),
@@ -210,8 +212,9 @@ pub(crate) async fn record(
         (_, Some(_)) => "Apply",
         (_, None) => "Upgrade",
     };
-    // A halted rollout needs someone to look: a Warning.
-    let type_ = if reason == crate::plan::inference_service::service::PROGRESS_DEADLINE_EXCEEDED {
+    // The plan decides when someone should look (a halted rollout, a
+    // degraded or unschedulable role).
+    let type_ = if warning {
         EventType::Warning
     } else {
         EventType::Normal
@@ -262,6 +265,7 @@ pub(crate) async fn carry_out(
             step.change.reason(),
             &step.note,
             Some(&step.object),
+            false,
         )
         .await;
     }
@@ -276,7 +280,15 @@ pub(crate) async fn carry_out(
         match ctx.cluster.delete(&resource, namespace, name).await {
             Ok(()) => {
                 ctx.metrics.decided(controller, decision::of_delete(step));
-                record(ctx, regarding, "Deleted", &step.note, Some(&step.object)).await;
+                record(
+                    ctx,
+                    regarding,
+                    "Deleted",
+                    &step.note,
+                    Some(&step.object),
+                    false,
+                )
+                .await;
             }
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),

@@ -411,6 +411,7 @@ pub fn report(
         .as_ref()
         .is_none_or(|c| c.reason != reason || c.message != message);
     (news && reason != "Installed").then_some(rollout::Event {
+        warning: false,
         reason,
         note: message,
     })

@@ -79,6 +79,8 @@ pub struct Traffic {
 /// A decision worth an Event on the service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// A Warning Event (someone should look), else Normal.
+    pub warning: bool,
     pub reason: &'static str,
     pub note: String,
 }
@@ -162,6 +164,7 @@ pub fn plan(
         let events = previous
             .and_then(|u| u.pending.as_ref().zip(u.active.as_ref()))
             .map(|(pending, active)| Event {
+                warning: false,
                 reason: "UpgradeAbandoned",
                 note: format!(
                     "spec.upgradeStrategy.type is {strategy:?}: the upgrade from revision {} to {} stops; the replicas move to revision {spec_revision} in place",
@@ -400,6 +403,7 @@ impl SideBySide<'_> {
             } else {
                 if direction == Direction::Start {
                     events.push(Event {
+                        warning: false,
                         reason: "UpgradeStarted",
                         note: format!(
                             "upgrade from revision {} to revision {} started ({})",
@@ -420,6 +424,7 @@ impl SideBySide<'_> {
                 };
                 if let Some(reason) = reason {
                     events.push(Event {
+                        warning: false,
                         reason,
                         note: step.reason.clone(),
                     });

@@ -764,6 +764,7 @@ fn drain_replicas(
             continue;
         }
         plan.events.push(rollout::Event {
+            warning: false,
             reason: "Revived",
             note: format!(
                 "replica {index} of role {role} was draining and is back in traffic instead of a new replica being made (no second model load)"
@@ -1115,7 +1116,7 @@ pub fn reconcile(
         (r.events, r.requeue.map(|d| d.unsigned_abs()))
     });
     events.extend(planned.events.iter().cloned());
-    events.extend(degraded_event(service, &status));
+    events.extend(role_events(service, &status));
     events.extend(dependency_event);
     if let Some(deadline) = planned.drain_deadline {
         let left = now.0.duration_until(deadline).unsigned_abs();
@@ -1301,6 +1302,8 @@ fn observed_status(
         .children
         .iter()
         .find(|c| ChildKind::of(c) == Some(DEPLOYMENT) && c["metadata"]["name"] == epp.as_str());
+    let side_by_side_upgrade = rollout.is_some_and(|r| r.runs.len() > 1);
+    let changing = changing_roles(service, side_by_side_upgrade, &planned.paced);
     let observed = Observed {
         pods: world.pods,
         router: router_deployment,
@@ -1308,34 +1311,101 @@ fn observed_status(
         problems,
         update_revisions,
         draining: planned.draining.clone(),
+        changing,
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);
     status
 }
 
-/// One Event per episode of a failing replica: when Degraded turns True.
-fn degraded_event(
+/// The roles a planned change moves (so ready replicas they lose are not
+/// lost, [`status::lost_replicas`]): with revisions side by side during an
+/// upgrade (`side_by_side_upgrade`), every role; else those whose
+/// RollingUpdate has replicas left to move or is halted.
+fn changing_roles(
     service: &InferenceService,
-    status: &InferenceServiceStatus,
-) -> Option<rollout::Event> {
-    let degraded = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == status::DEGRADED && c.status == "True")
-            .map(|c| c.message.clone())
-    };
-    let before = service
-        .status
-        .as_ref()
-        .and_then(|s| degraded(&s.conditions));
-    match (before, degraded(&status.conditions)) {
-        (None, Some(message)) => Some(rollout::Event {
-            reason: "Degraded",
-            note: message,
-        }),
-        _ => None,
+    side_by_side_upgrade: bool,
+    paced: &BTreeMap<String, pacing::Paced>,
+) -> BTreeSet<String> {
+    service
+        .spec
+        .roles
+        .iter()
+        .filter(|role| {
+            side_by_side_upgrade
+                || paced
+                    .get(&role.name)
+                    .is_some_and(|p| p.in_progress || p.halted.is_some())
+        })
+        .map(|role| role.name.clone())
+        .collect()
+}
+
+/// The Events of the roles' episodes, one when each begins and one when it
+/// ends, from the previous status (the service's, as stored) and `status`,
+/// so a reconcile of an unchanged world records none:
+///
+/// - Warning `Degraded` when a role turns degraded (a replica failing, or
+///   ready replicas lost: [`status::lost_replicas`]), with why; Normal
+///   `Recovered` when it is no longer (no replica failing, none lost).
+/// - Warning `Unschedulable` when a replica of a role starts waiting for the
+///   scheduler, with the first such pod and the scheduler's message; Normal
+///   `Scheduled` when none waits any more. The closing Event is worth its
+///   line: the Warning stays in `kubectl events` for its hour whatever
+///   happens, and only the second says the wait is over and how long it
+///   lasted.
+///
+/// Per role, not per service: a second role degrading while the first still
+/// is gets its own Event.
+fn role_events(service: &InferenceService, status: &InferenceServiceStatus) -> Vec<rollout::Event> {
+    let before = service.status.as_ref().map(|s| &s.components);
+    let mut events = Vec::new();
+    for role in service.spec.roles.iter().filter(|r| !r.is_router()) {
+        let Some(now) = status.components.get(&role.name) else {
+            continue;
+        };
+        let then = before
+            .and_then(|c| c.get(&role.name))
+            .cloned()
+            .unwrap_or_default();
+        let name = &role.name;
+        match (status::is_degraded(&then), status::degraded_because(now)) {
+            (false, Some(why)) => events.push(rollout::Event {
+                warning: true,
+                reason: "Degraded",
+                note: format!("role {name}: {why}"),
+            }),
+            (true, None) => events.push(rollout::Event {
+                warning: false,
+                reason: "Recovered",
+                note: format!(
+                    "role {name}: no replica is failing or lost any more ({}/{} replicas ready)",
+                    now.ready_replicas, now.desired_replicas
+                ),
+            }),
+            _ => {}
+        }
+        match (
+            then.unschedulable_replicas > 0,
+            now.unschedulable_reason.as_deref(),
+        ) {
+            (false, Some(why)) => events.push(rollout::Event {
+                warning: true,
+                reason: status::UNSCHEDULABLE,
+                note: format!(
+                    "role {name}: {} replica(s) waiting for the scheduler: {why}",
+                    now.unschedulable_replicas
+                ),
+            }),
+            (true, None) => events.push(rollout::Event {
+                warning: false,
+                reason: "Scheduled",
+                note: format!("role {name}: no replica waits for the scheduler any more"),
+            }),
+            _ => {}
+        }
     }
+    events
 }
 
 /// Puts the rollout's `status.upgrade` and its UpgradeInProgress and
@@ -1446,7 +1516,9 @@ fn report_paced(
                 && c.message == message
         });
         if !already {
+            // A halted rollout needs someone to look.
             events.push(rollout::Event {
+                warning: true,
                 reason: PROGRESS_DEADLINE_EXCEEDED,
                 note: message.clone(),
             });
@@ -1656,6 +1728,8 @@ mod tests {
         children: Vec<Value>,
         pods: Vec<Value>,
         costs: BTreeMap<u32, &'static str>,
+        /// New pods start not ready (a model loading), else ready.
+        loading: bool,
     }
 
     impl Cluster {
@@ -1669,6 +1743,7 @@ mod tests {
                 children: vec![],
                 pods: vec![],
                 costs,
+                loading: false,
             }
         }
 
@@ -1711,7 +1786,8 @@ mod tests {
                     self.pods.retain(|p| {
                         p["metadata"]["labels"][children::REPLICA_INDEX] != index_label.as_str()
                     });
-                    let mut new = pod(index, self.costs.get(&index).copied().unwrap_or("0"), true);
+                    let cost = self.costs.get(&index).copied().unwrap_or("0");
+                    let mut new = pod(index, cost, !self.loading);
                     new["metadata"]["labels"] = object["spec"]["leaderWorkerTemplate"]
                         ["workerTemplate"]["metadata"]["labels"]
                         .clone();
@@ -1990,6 +2066,255 @@ mod tests {
         let note =
             "role inference: replica 1: pod qwen-inference-1-0 container vllm CrashLoopBackOff";
         assert_eq!(episodes, [(10, note.to_owned()), (50, note.to_owned())]);
+    }
+
+    /// The Events of a role's episodes among `pass`'s: (reason, warning, note).
+    fn episodes(pass: &Pass) -> Vec<(&'static str, bool, String)> {
+        pass.events
+            .iter()
+            .filter(|e| {
+                ["Degraded", "Recovered", status::UNSCHEDULABLE, "Scheduled"].contains(&e.reason)
+            })
+            .map(|e| (e.reason, e.warning, e.note.clone()))
+            .collect()
+    }
+
+    /// One pass at `at` whose status becomes the service's, as the
+    /// reconciler writes it; its episode Events.
+    fn step(
+        cluster: &mut Cluster,
+        service: &mut InferenceService,
+        at: i64,
+    ) -> Vec<(&'static str, bool, String)> {
+        let pass = cluster.pass(service, at);
+        let events = episodes(&pass);
+        service.status = Some(pass.status);
+        events
+    }
+
+    fn pod_named<'a>(cluster: &'a mut Cluster, name: &str) -> &'a mut Value {
+        cluster
+            .pods
+            .iter_mut()
+            .find(|p| p["metadata"]["name"] == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_replica_lost_with_its_node_is_one_degraded_event_then_one_recovered() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        assert_eq!(step(&mut cluster, &mut service, 0), []);
+        assert_eq!(
+            step(&mut cluster, &mut service, 10),
+            [],
+            "whole and settled"
+        );
+
+        // The node goes, and replica 1's pod with it; the spec is unchanged.
+        cluster
+            .pods
+            .retain(|p| p["metadata"]["name"] != "qwen-inference-1-0");
+        let note = "role inference: 1/2 replicas ready, 1 lost since every replica was ready (1 of 2 pods ready)";
+        assert_eq!(
+            step(&mut cluster, &mut service, 20),
+            [("Degraded", true, note.to_owned())]
+        );
+        let degraded = |service: &InferenceService| {
+            let status = service.status.as_ref().unwrap();
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == status::DEGRADED)
+                .unwrap();
+            (c.status.clone(), c.reason.clone())
+        };
+        assert_eq!(
+            degraded(&service),
+            ("True".into(), status::REPLICAS_UNAVAILABLE.into())
+        );
+        let before = service.status.clone();
+        assert_eq!(
+            step(&mut cluster, &mut service, 30),
+            [],
+            "the same world: no Event"
+        );
+        assert_eq!(service.status, before, "and the same status");
+
+        // LeaderWorkerSet makes the pod again on another node; it loads.
+        let mut back = pod(1, "0", false);
+        back["metadata"]["labels"] = cluster.pods[0]["metadata"]["labels"].clone();
+        back["metadata"]["labels"][children::REPLICA_INDEX] = json!("1");
+        back["metadata"]["name"] = json!("qwen-inference-1-0");
+        cluster.pods.push(back);
+        assert_eq!(step(&mut cluster, &mut service, 40), [], "still short");
+        pod_named(&mut cluster, "qwen-inference-1-0")["status"]["conditions"][0]["status"] =
+            json!("True");
+        assert_eq!(
+            step(&mut cluster, &mut service, 50),
+            [(
+                "Recovered",
+                false,
+                "role inference: no replica is failing or lost any more (2/2 replicas ready)"
+                    .to_owned()
+            )]
+        );
+        assert_eq!(
+            degraded(&service),
+            ("False".into(), "ReplicasHealthy".into())
+        );
+        assert_eq!(step(&mut cluster, &mut service, 60), []);
+    }
+
+    #[test]
+    fn a_replica_waiting_for_the_scheduler_is_one_warning_then_one_scheduled() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        step(&mut cluster, &mut service, 0);
+        let mut three = scaled(3, "Ordered", None);
+        three.status = service.status.clone();
+        assert_eq!(step(&mut cluster, &mut three, 10), []);
+        // The new replica's pod: no node has a GPU free.
+        let message = "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.";
+        {
+            let pod = pod_named(&mut cluster, "qwen-inference-2-0");
+            pod["status"] = json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]});
+        }
+        let note = format!(
+            "role inference: 1 replica(s) waiting for the scheduler: replica 2: pod qwen-inference-2-0 unschedulable: {message}"
+        );
+        assert_eq!(
+            step(&mut cluster, &mut three, 20),
+            [(status::UNSCHEDULABLE, true, note)],
+            "a scale-up waiting is not degraded"
+        );
+        let ready = |service: &InferenceService| {
+            let status = service.status.as_ref().unwrap();
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap();
+            (c.reason.clone(), c.message.clone())
+        };
+        assert_eq!(ready(&three).0, status::UNSCHEDULABLE);
+        assert!(ready(&three).1.contains(message), "{:?}", ready(&three));
+        assert_eq!(
+            step(&mut cluster, &mut three, 30),
+            [],
+            "one Event per episode"
+        );
+        {
+            let pod = pod_named(&mut cluster, "qwen-inference-2-0");
+            pod["spec"]["nodeName"] = json!("gpu-9");
+            pod["status"] =
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        }
+        assert_eq!(
+            step(&mut cluster, &mut three, 40),
+            [(
+                "Scheduled",
+                false,
+                "role inference: no replica waits for the scheduler any more".to_owned()
+            )]
+        );
+        assert_eq!(ready(&three).0, "AllComponentsRunning");
+    }
+
+    #[test]
+    fn planned_scale_up_rollout_and_drain_are_not_degraded() {
+        let mut cluster = Cluster::new(&[]);
+        cluster.loading = true;
+        let mut service = scaled(2, "Ordered", Some(30));
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut t = 0;
+        // Passes until nothing is left to do; a new pod is not ready for one
+        // pass, then ready.
+        let mut settle = |cluster: &mut Cluster, service: &mut InferenceService, t: &mut i64| {
+            for _ in 0..40 {
+                for pod in &mut cluster.pods {
+                    let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+                    let revision = pod["metadata"]["labels"][children::REVISION].clone();
+                    if !seen.insert(format!("{name}@{revision}")) {
+                        pod["status"]["conditions"][0]["status"] = json!("True");
+                    }
+                }
+                let pass = cluster.pass(service, *t);
+                assert_eq!(episodes(&pass), [], "at {t}");
+                for (role, c) in &pass.status.components {
+                    assert_eq!(c.lost_replicas, 0, "role {role} at {t}");
+                }
+                let quiet =
+                    pass.apply.is_empty() && pass.delete.is_empty() && pass.requeue.is_none();
+                let whole = pass
+                    .status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                service.status = Some(pass.status);
+                *t += 10;
+                if quiet && whole {
+                    return;
+                }
+            }
+            panic!("settles");
+        };
+        settle(&mut cluster, &mut service, &mut t);
+        // Scale-up.
+        let mut next = scaled(3, "Ordered", Some(30));
+        next.status = service.status.take();
+        settle(&mut cluster, &mut next, &mut t);
+        // A RollingUpdate, one replica at a time, replaced at once (no
+        // drain): the replaced replica's new pod loads in its place.
+        let mut value = serde_json::to_value(&next).unwrap();
+        value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("v2");
+        value["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
+        let mut rolled: InferenceService = serde_json::from_value(value).unwrap();
+        settle(&mut cluster, &mut rolled, &mut t);
+        assert!(
+            cluster
+                .pods
+                .iter()
+                .all(|p| p["metadata"]["labels"][children::REVISION]
+                    == cluster.pods[0]["metadata"]["labels"][children::REVISION]),
+            "rolled out"
+        );
+        // A scale-down with a drain.
+        let mut value = serde_json::to_value(&rolled).unwrap();
+        value["spec"]["roles"][0]["replicas"] = json!(2);
+        value["spec"]["roles"][0]["drain"] = json!({"seconds": 30});
+        let mut down: InferenceService = serde_json::from_value(value).unwrap();
+        settle(&mut cluster, &mut down, &mut t);
+        assert_eq!(cluster.lws().len(), 2);
+    }
+
+    #[test]
+    fn roles_under_a_rollout_or_an_upgrade_are_changing() {
+        let service = scaled(2, "Ordered", None);
+        let none = BTreeMap::new();
+        assert!(changing_roles(&service, false, &none).is_empty());
+        assert_eq!(
+            changing_roles(&service, true, &none),
+            BTreeSet::from(["inference".to_owned()])
+        );
+        let moving = pacing::Paced {
+            in_progress: true,
+            ..Default::default()
+        };
+        let halted = pacing::Paced {
+            halted: Some("stuck".to_owned()),
+            ..Default::default()
+        };
+        for paced in [moving, halted] {
+            let paced = BTreeMap::from([("inference".to_owned(), paced)]);
+            assert_eq!(changing_roles(&service, false, &paced).len(), 1);
+        }
+        let done = BTreeMap::from([("inference".to_owned(), pacing::Paced::default())]);
+        assert!(
+            changing_roles(&service, false, &done).is_empty(),
+            "nothing left to move"
+        );
     }
 
     #[test]

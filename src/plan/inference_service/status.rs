@@ -4,6 +4,34 @@
 //! A replica is ready only when every one of its nodes (pods) is ready. Times
 //! move only when something changed, so the status of an unchanged world is
 //! the same value and the reconciler writes nothing.
+//!
+//! Why a role waits or is short, per role (its component):
+//!
+//! - **failing** replicas: not ready, a container crash looping or an image
+//!   that does not come ([`crash_loop`]);
+//! - **unschedulable** replicas: a pod of theirs bound to no node whose
+//!   `PodScheduled` condition is False with reason `Unschedulable`; the
+//!   reason carries the scheduler's own message ([`unschedulable_replicas`]);
+//! - **lost** replicas: see [`lost_replicas`].
+//!
+//! A role with failing or lost replicas is degraded: one `Degraded`
+//! condition for the service, True while any role is, its reason the most
+//! pressing cause (`ReplicaFailing` before `ReplicasUnavailable`) and its
+//! message every degraded role with its own cause. One condition type with
+//! several reasons, not a second type: a `kubectl wait` or an alert on
+//! `Degraded` keeps catching every way a service is short, and the causes
+//! can be told apart by reason and message. The `Ready` condition says per
+//! role what it waits for, and its reason names the cause at a glance (the
+//! `Status` printer column): `Unschedulable`, `ReplicaFailing`,
+//! `ReplicasUnavailable`, else `ComponentsNotReady`.
+//!
+//! The PodGroup's own `PodGroupScheduled` condition (Kubernetes' gang
+//! scheduling) is not read: it is an alpha API, one of three gang backends
+//! (Volcano's PodGroup has conditions of its own), and the status would need
+//! the PodGroup beside the pods to say which replica waits. The pods'
+//! `PodScheduled` is what every scheduler that tries a pod and fails sets,
+//! with its message; a gang the scheduler holds back without trying its
+//! pods shows as pods not ready, without the scheduler's reason.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,8 +63,90 @@ const CRASH_LOOP_REASONS: [&str; 3] = ["CrashLoopBackOff", "ImagePullBackOff", "
 /// failing, though the container is between restarts right now.
 pub const RESTARTS_FAILING: i64 = 3;
 
-/// The condition that names a failing replica.
+/// The condition that names a failing replica or a role that lost ready
+/// replicas.
 pub const DEGRADED: &str = "Degraded";
+
+/// Degraded's (and Ready's) reason while a replica crash loops.
+pub const REPLICA_FAILING: &str = "ReplicaFailing";
+/// Degraded's (and Ready's) reason while a role is short of the ready
+/// replicas it had ([`lost_replicas`]).
+pub const REPLICAS_UNAVAILABLE: &str = "ReplicasUnavailable";
+/// Ready's reason while a replica waits for the scheduler.
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+
+/// Why a role is degraded, if it is: its first failing replica, else the
+/// replicas it lost. The same words go into the Degraded condition and the
+/// role's Degraded Event.
+pub fn degraded_because(status: &ComponentStatus) -> Option<String> {
+    if let Some(reason) = &status.failing_reason {
+        return Some(reason.clone());
+    }
+    (status.lost_replicas > 0).then(|| {
+        format!(
+            "{}/{} replicas ready, {} lost since every replica was ready ({} of {} pods ready)",
+            status.ready_replicas,
+            status.desired_replicas,
+            status.lost_replicas,
+            status.ready_pods,
+            status.total_pods
+        )
+    })
+}
+
+/// Whether a role is degraded: a replica failing or ready replicas lost.
+pub fn is_degraded(status: &ComponentStatus) -> bool {
+    status.failing_replicas > 0 || status.lost_replicas > 0
+}
+
+/// The replicas a serving role is short because it lost ready replicas
+/// without a planned change: 0, or `desired - ready` while
+///
+/// - the role is short (`ready < desired`), and
+/// - either it already was lost at the previous status (`previous`'s
+///   `lostReplicas` > 0: an episode lasts until every desired replica is
+///   ready again, whatever else happens meanwhile, or the desired count
+///   comes down to the ready one), or it begins now: the previous status
+///   had the role `Running` (every desired replica ready, none at an
+///   outdated revision), it now has fewer ready replicas than it had then
+///   (capped at what it wants now) and no planned change is moving it
+///   (`planned`).
+///
+/// So what is not lost: a scale-up (the new replicas were never ready: the
+/// ready count does not drop below what it was), a scale-down (what goes is
+/// above the new desired count), a RollingUpdate (its role is outdated, or
+/// paced, from the pass it starts until its last replica is ready at the
+/// new revision, so it is never `Running` with a replica being replaced),
+/// a drain (`planned`), an upgrade with revisions side by side (`planned`).
+/// What is lost: pods deleted with a node or evicted (fewer pods than
+/// nodeCount for a replica), pods no longer ready (a node NotReady, a
+/// container that stops passing its readiness probe, a crash loop) while
+/// nothing planned moves the role. A ready replica lost during a planned
+/// change is not reported here (the RollingUpdate's progress deadline and
+/// the crash-loop check still are).
+pub fn lost_replicas(
+    previous: Option<&ComponentStatus>,
+    ready: i32,
+    desired: i32,
+    planned: bool,
+) -> i32 {
+    if ready >= desired {
+        return 0;
+    }
+    let short = desired.saturating_sub(ready.max(0));
+    match previous {
+        Some(p) if p.lost_replicas > 0 => short,
+        Some(p)
+            if !planned
+                && p.phase == ComponentPhase::Running
+                && p.desired_replicas > 0
+                && ready < p.ready_replicas.min(desired) =>
+        {
+            short
+        }
+        _ => 0,
+    }
+}
 
 /// What the status is computed from.
 #[derive(Clone, Debug, Default)]
@@ -61,6 +171,10 @@ pub struct Observed<'a> {
     /// their drain ends (plan::inference_service::drain), by role name: their own pods may not
     /// say so yet (the plan is marking them).
     pub draining: BTreeMap<String, BTreeSet<u32>>,
+    /// The serving roles a planned change is moving this pass besides drains
+    /// (a RollingUpdate in progress, revisions side by side during an
+    /// upgrade): ready replicas they lose are not lost ([`lost_replicas`]).
+    pub changing: BTreeSet<String>,
 }
 
 /// One role's state and, when failing, why.
@@ -129,10 +243,11 @@ fn role_components(
 ) -> RoleComponents {
     let mut roles = RoleComponents::default();
     for role in &service.spec.roles {
+        let before = previous.components.get(&role.name);
         let component = if role.is_router() {
             router_component(role, observed.router)
         } else {
-            serving_component(role, observed)
+            serving_component(role, observed, before)
         };
         let mut status = component.status;
         if let Some(reason) = component.failure {
@@ -140,10 +255,17 @@ fn role_components(
         }
         roles.outdated |= component.outdated;
         if status.phase != ComponentPhase::Running {
-            roles.waiting.push(format!(
+            let mut waits = format!(
                 "{}: {}/{} replicas ready ({:?})",
                 role.name, status.ready_replicas, status.desired_replicas, status.phase
-            ));
+            );
+            if let Some(reason) = &status.unschedulable_reason {
+                waits.push_str(&format!(
+                    ", {} waiting for the scheduler: {reason}",
+                    status.unschedulable_replicas
+                ));
+            }
+            roles.waiting.push(waits);
         }
         if !role.is_router() {
             roles.ready = saturating_sum(roles.ready, status.ready_replicas);
@@ -153,8 +275,7 @@ fn role_components(
                 status.updated_replicas.min(status.desired_replicas),
             );
         }
-        status.last_update_time =
-            last_update_time(previous.components.get(&role.name), &status, now);
+        status.last_update_time = last_update_time(before, &status, now);
         roles.components.insert(role.name.clone(), status);
     }
     roles
@@ -187,16 +308,26 @@ fn conditions(
     previous: &[Condition],
     now: &Time,
 ) -> Vec<Condition> {
+    let components: Vec<&ComponentStatus> = service
+        .spec
+        .roles
+        .iter()
+        .filter_map(|role| roles.components.get(&role.name))
+        .collect();
     let degraded: Vec<String> = service
         .spec
         .roles
         .iter()
         .filter_map(|role| {
             let status = roles.components.get(&role.name)?;
-            let reason = status.failing_reason.as_ref()?;
-            Some(format!("role {}: {reason}", role.name))
+            Some(format!("role {}: {}", role.name, degraded_because(status)?))
         })
         .collect();
+    let failing = components.iter().any(|c| c.failing_replicas > 0);
+    let lost = components.iter().any(|c| c.lost_replicas > 0);
+    let unschedulable = components
+        .iter()
+        .any(|c| c.phase != ComponentPhase::Running && c.unschedulable_replicas > 0);
     let generation = service.metadata.generation;
     let (waiting, outdated, failures) = (&roles.waiting, roles.outdated, &roles.failures);
     let all_running = waiting.is_empty();
@@ -205,10 +336,12 @@ fn conditions(
             previous,
             "Ready",
             all_running,
-            if all_running {
-                "AllComponentsRunning"
-            } else {
-                "ComponentsNotReady"
+            match (all_running, unschedulable, failing, lost) {
+                (true, ..) => "AllComponentsRunning",
+                (false, true, ..) => UNSCHEDULABLE,
+                (false, false, true, _) => REPLICA_FAILING,
+                (false, false, false, true) => REPLICAS_UNAVAILABLE,
+                (false, false, false, false) => "ComponentsNotReady",
             },
             if all_running {
                 "every replica of every role is ready".to_owned()
@@ -239,13 +372,13 @@ fn conditions(
             previous,
             DEGRADED,
             !degraded.is_empty(),
-            if degraded.is_empty() {
-                "NoFailingReplica"
-            } else {
-                "ReplicaFailing"
+            match (failing, lost) {
+                (true, _) => REPLICA_FAILING,
+                (false, true) => REPLICAS_UNAVAILABLE,
+                (false, false) => "ReplicasHealthy",
             },
             if degraded.is_empty() {
-                "no replica is crash looping".to_owned()
+                "no replica is crash looping and no role lost ready replicas".to_owned()
             } else {
                 degraded.join("; ")
             },
@@ -386,7 +519,56 @@ fn failing_replicas(pods: &[&Value], nodes: i32) -> Vec<String> {
         .collect()
 }
 
-fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
+/// Whether a pod waits for the scheduler: bound to no node, with
+/// `PodScheduled` False for reason `Unschedulable`; with the scheduler's
+/// message (may be empty).
+fn unschedulable(pod: &Value) -> Option<&str> {
+    if !pod["spec"]["nodeName"].is_null() {
+        return None;
+    }
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| {
+            c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
+        })
+        .map(|c| c["message"].as_str().unwrap_or_default())
+}
+
+/// The replicas among `pods` (of one role, not being deleted) that wait for
+/// the scheduler ([`unschedulable`]), by revision and replica index, each
+/// with its first such pod (by name) and the scheduler's message:
+/// "replica 1: pod x-decode-1-0 unschedulable: 0/8 nodes are available: …".
+pub fn unschedulable_replicas(pods: &[&Value]) -> Vec<String> {
+    let mut by_replica: BTreeMap<(u32, &str), Vec<&Value>> = BTreeMap::new();
+    for pod in pods {
+        if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
+            let revision = label(pod, children::REVISION).unwrap_or_default();
+            by_replica.entry((index, revision)).or_default().push(pod);
+        }
+    }
+    by_replica
+        .into_iter()
+        .filter_map(|((index, _), mut group)| {
+            group.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
+            group.iter().find_map(|p| {
+                let message = unschedulable(p)?;
+                let name = p["metadata"]["name"].as_str().unwrap_or("pod");
+                Some(if message.is_empty() {
+                    format!("replica {index}: pod {name} unschedulable")
+                } else {
+                    format!("replica {index}: pod {name} unschedulable: {message}")
+                })
+            })
+        })
+        .collect()
+}
+
+fn serving_component(
+    role: &Role,
+    observed: &Observed<'_>,
+    previous: Option<&ComponentStatus>,
+) -> Component {
     let desired = role.replicas().max(0);
     let nodes = role.node_count();
     let pods: Vec<&Value> = observed
@@ -404,6 +586,7 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
     let ready_replicas = ready_replicas(&serving, nodes);
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
     let failing = failing_replicas(&pods, nodes);
+    let waiting_for_scheduler = unschedulable_replicas(&pods);
     let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
     let failure = pods.iter().find_map(|p| pod_failure(p));
     let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
@@ -447,6 +630,8 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
         }
         None => (0, 0, None),
     };
+    let planned = outdated || draining_replicas > 0 || observed.changing.contains(&role.name);
+    let lost = lost_replicas(previous, ready_replicas.min(desired), desired, planned);
     let phase = if failure.is_some() {
         ComponentPhase::Failed
     } else if unknown {
@@ -477,6 +662,9 @@ fn serving_component(role: &Role, observed: &Observed<'_>) -> Component {
             draining_replicas,
             failing_replicas: count(failing.len()),
             failing_reason: failing.first().cloned(),
+            unschedulable_replicas: count(waiting_for_scheduler.len()),
+            unschedulable_reason: waiting_for_scheduler.first().cloned(),
+            lost_replicas: lost,
         },
         failure,
         outdated,
@@ -634,7 +822,7 @@ mod tests {
             "2026-11-21T10:00:00Z",
         );
         assert_eq!(find(&once, DEGRADED).status, "False");
-        assert_eq!(find(&once, DEGRADED).reason, "NoFailingReplica");
+        assert_eq!(find(&once, DEGRADED).reason, "ReplicasHealthy");
         assert_eq!(once.components["decode"].failing_replicas, 0);
 
         // Restarts rising past the threshold, between two restarts.
@@ -677,6 +865,353 @@ mod tests {
         assert_eq!(find(&healed, DEGRADED).status, "False");
         assert_eq!(healed.components["decode"].failing_replicas, 0);
         assert_eq!(healed.components["decode"].failing_reason, None);
+    }
+
+    const NO_GPU: &str = "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.";
+
+    /// `pods` with every pod of decode replica 1 bound to no node and not
+    /// ready, the scheduler's verdict `scheduled` on each.
+    fn waiting_for_the_scheduler(scheduled: Value) -> Vec<Value> {
+        let mut pods = all_pods(None);
+        for pod in pods.iter_mut().filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("ds-decode-1-")
+        }) {
+            pod["spec"] = json!({});
+            pod["status"] = json!({"phase": "Pending", "conditions": [scheduled.clone()]});
+        }
+        pods
+    }
+
+    fn unschedulable_condition() -> Value {
+        json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": NO_GPU})
+    }
+
+    #[test]
+    fn an_unschedulable_replica_says_so_with_the_schedulers_words() {
+        let s = compute(
+            &service(),
+            &waiting_for_the_scheduler(unschedulable_condition()),
+            "2026-11-21T10:00:00Z",
+        );
+        let decode = &s.components["decode"];
+        assert_eq!(decode.unschedulable_replicas, 1);
+        let reason = format!("replica 1: pod ds-decode-1-0-0 unschedulable: {NO_GPU}");
+        assert_eq!(
+            decode.unschedulable_reason.as_deref(),
+            Some(reason.as_str())
+        );
+        assert_eq!(s.components["prefill"].unschedulable_replicas, 0);
+        let ready = find(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", UNSCHEDULABLE)
+        );
+        assert_eq!(
+            ready.message,
+            format!(
+                "decode: 1/2 replicas ready (Deploying), 1 waiting for the scheduler: {reason}"
+            )
+        );
+        assert_eq!(
+            find(&s, DEGRADED).status,
+            "False",
+            "waiting is not degraded"
+        );
+    }
+
+    #[test]
+    fn only_a_pod_the_scheduler_refused_and_did_not_bind_is_unschedulable() {
+        // Not yet looked at, gated, or bound since: not unschedulable.
+        for scheduled in [
+            json!({"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}),
+            json!({"type": "PodScheduled", "status": "True"}),
+            json!({"type": "Ready", "status": "False", "reason": "Unschedulable"}),
+        ] {
+            let s = compute(
+                &service(),
+                &waiting_for_the_scheduler(scheduled.clone()),
+                "2026-11-21T10:00:00Z",
+            );
+            assert_eq!(
+                s.components["decode"].unschedulable_replicas, 0,
+                "{scheduled}"
+            );
+            assert_eq!(find(&s, "Ready").reason, "ComponentsNotReady");
+        }
+        let mut bound = waiting_for_the_scheduler(unschedulable_condition());
+        for pod in &mut bound {
+            pod["spec"]["nodeName"] = json!("gpu-node");
+        }
+        let s = compute(&service(), &bound, "2026-11-21T10:00:00Z");
+        assert_eq!(
+            s.components["decode"].unschedulable_replicas, 0,
+            "a stale condition on a bound pod"
+        );
+        // Without a message, the pod is still named.
+        let mut silent = unschedulable_condition();
+        silent["message"] = Value::Null;
+        let s = compute(
+            &service(),
+            &waiting_for_the_scheduler(silent),
+            "2026-11-21T10:00:00Z",
+        );
+        assert_eq!(
+            s.components["decode"].unschedulable_reason.as_deref(),
+            Some("replica 1: pod ds-decode-1-0-0 unschedulable")
+        );
+    }
+
+    /// `all_pods` without the pods of `role`'s replica `index`.
+    fn without(role: &str, index: u32) -> Vec<Value> {
+        let prefix = format!("ds-{role}-{index}-");
+        all_pods(None)
+            .into_iter()
+            .filter(|p| !p["metadata"]["name"].as_str().unwrap().starts_with(&prefix))
+            .collect()
+    }
+
+    #[test]
+    fn a_replica_lost_with_its_node_is_degraded_until_the_role_is_whole() {
+        let mut s = service();
+        let whole = compute(&s, &all_pods(None), "2026-11-21T10:00:00Z");
+        assert_eq!(find(&whole, DEGRADED).status, "False");
+        s.status = Some(whole);
+
+        // The node of decode replica 1 goes, and its four pods with it.
+        let lost = compute(&s, &without("decode", 1), "2026-11-21T10:01:00Z");
+        assert_eq!(lost.components["decode"].lost_replicas, 1);
+        assert_eq!(lost.components["prefill"].lost_replicas, 0);
+        let degraded = find(&lost, DEGRADED);
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", REPLICAS_UNAVAILABLE)
+        );
+        assert_eq!(
+            degraded.message,
+            "role decode: 1/2 replicas ready, 1 lost since every replica was ready (4 of 8 pods ready)"
+        );
+        assert_eq!(find(&lost, "Ready").reason, REPLICAS_UNAVAILABLE);
+        s.status = Some(lost.clone());
+
+        // The same world: the same status.
+        let again = compute(&s, &without("decode", 1), "2026-11-21T10:02:00Z");
+        assert_eq!(again, lost);
+
+        // Recreated elsewhere, loading: still short, the same episode.
+        let loading = compute(
+            &s,
+            &all_pods(Some(("decode", 1, 0))),
+            "2026-11-21T10:03:00Z",
+        );
+        assert_eq!(loading.components["decode"].lost_replicas, 1);
+        assert_eq!(
+            find(&loading, DEGRADED).last_transition_time,
+            time("2026-11-21T10:01:00Z")
+        );
+        s.status = Some(loading);
+
+        // Whole again.
+        let whole = compute(&s, &all_pods(None), "2026-11-21T10:04:00Z");
+        assert_eq!(whole.components["decode"].lost_replicas, 0);
+        let degraded = find(&whole, DEGRADED);
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("False", "ReplicasHealthy")
+        );
+        assert_eq!(degraded.last_transition_time, time("2026-11-21T10:04:00Z"));
+    }
+
+    #[test]
+    fn a_crash_loop_after_being_whole_keeps_its_own_reason() {
+        let mut s = service();
+        s.status = Some(compute(&s, &all_pods(None), "2026-11-21T10:00:00Z"));
+        let looping = compute(
+            &s,
+            &crashing(5, json!({"waiting": {"reason": "CrashLoopBackOff"}})),
+            "2026-11-21T10:01:00Z",
+        );
+        assert_eq!(looping.components["decode"].lost_replicas, 1);
+        let degraded = find(&looping, DEGRADED);
+        assert_eq!(degraded.reason, REPLICA_FAILING, "the more precise cause");
+        assert_eq!(
+            degraded.message,
+            "role decode: replica 1: pod ds-decode-1-0-2 container vllm CrashLoopBackOff"
+        );
+    }
+
+    /// `service()` with decode at `replicas`.
+    fn decode_at(replicas: i32) -> InferenceService {
+        let mut s = service();
+        s.spec.roles[1].replicas = Some(replicas);
+        s
+    }
+
+    /// `s` as it is once every replica of `service()` was ready.
+    fn from_whole(mut s: InferenceService) -> InferenceService {
+        s.status = Some(compute(&service(), &all_pods(None), "2026-11-21T10:00:00Z"));
+        s
+    }
+
+    /// Decode's lost replicas, once `status` is checked not Degraded.
+    fn lost(status: &InferenceServiceStatus) -> i32 {
+        assert_eq!(find(status, DEGRADED).status, "False");
+        status.components["decode"].lost_replicas
+    }
+
+    #[test]
+    fn planned_changes_lose_nothing() {
+        // Scale-up: the new replica was never ready.
+        let up = compute(
+            &from_whole(decode_at(3)),
+            &all_pods(None),
+            "2026-11-21T10:01:00Z",
+        );
+        assert_eq!(up.components["decode"].ready_replicas, 2);
+        assert_eq!(lost(&up), 0);
+
+        // Scale-down: the replica that goes is above the desired count.
+        let down = compute(
+            &from_whole(decode_at(1)),
+            &without("decode", 1),
+            "2026-11-21T10:01:00Z",
+        );
+        assert_eq!(lost(&down), 0);
+
+        // A drain: replica 1 out of traffic before it goes.
+        let mut draining = all_pods(None);
+        for pod in draining.iter_mut().filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("ds-decode-1-")
+        }) {
+            pod["metadata"]["labels"][drain::TRAFFIC] = json!(drain::DRAINING);
+        }
+        let observed = Observed {
+            pods: &draining,
+            revisions: &["r1"],
+            draining: BTreeMap::from([("decode".to_owned(), BTreeSet::from([1]))]),
+            ..Default::default()
+        };
+        let drained = status(
+            &from_whole(service()),
+            &observed,
+            &time("2026-11-21T10:01:00Z"),
+        );
+        assert_eq!(drained.components["decode"].ready_replicas, 1);
+        assert_eq!(lost(&drained), 0);
+
+        // Revisions side by side or a paced role: planned, whatever else.
+        let mut rolling = all_pods(None);
+        at_r2(&mut rolling, 1, false);
+        let changing = Observed {
+            pods: &rolling,
+            revisions: &[],
+            changing: BTreeSet::from(["decode".to_owned()]),
+            ..Default::default()
+        };
+        let side_by_side = status(
+            &from_whole(service()),
+            &changing,
+            &time("2026-11-21T10:01:00Z"),
+        );
+        assert_eq!(lost(&side_by_side), 0);
+        let unplanned = Observed {
+            changing: BTreeSet::new(),
+            ..changing
+        };
+        assert_eq!(
+            status(
+                &from_whole(service()),
+                &unplanned,
+                &time("2026-11-21T10:01:00Z")
+            )
+            .components["decode"]
+                .lost_replicas,
+            1,
+            "the same world without the plan's word is a loss"
+        );
+    }
+
+    /// Decode replica `index` among `pods` replaced by one at revision r2.
+    fn at_r2(pods: &mut Vec<Value>, index: u32, ready: bool) {
+        let prefix = format!("ds-decode-{index}-");
+        pods.retain(|p| !p["metadata"]["name"].as_str().unwrap().starts_with(&prefix));
+        for worker in 0..4 {
+            let mut new = pod("decode", index, worker, ready);
+            new["metadata"]["labels"][children::REVISION] = json!("r2");
+            pods.push(new);
+        }
+    }
+
+    #[test]
+    fn a_rolling_update_loses_nothing() {
+        // A RollingUpdate to r2: replica 1 replaced first (loading) while
+        // replica 0 runs r1, then ready; then replica 0, the last, replaced.
+        let mut rolling = all_pods(None);
+        at_r2(&mut rolling, 1, false);
+        let mut s = from_whole(service());
+        let at = |pods: &[Value], s: &InferenceService, now: &str| {
+            let observed = Observed {
+                pods,
+                revisions: &["r2"],
+                ..Default::default()
+            };
+            status(s, &observed, &time(now))
+        };
+        let first = at(&rolling, &s, "2026-11-21T10:01:00Z");
+        assert_eq!(first.components["decode"].ready_replicas, 1);
+        assert_eq!(lost(&first), 0, "replica 0 is outdated: the role is moving");
+        s.status = Some(first);
+        let mut replaced = all_pods(None);
+        at_r2(&mut replaced, 1, true);
+        let second = at(&replaced, &s, "2026-11-21T10:02:00Z");
+        assert_eq!(second.components["decode"].ready_replicas, 2);
+        assert_eq!(second.components["decode"].phase, ComponentPhase::Deploying);
+        s.status = Some(second);
+        at_r2(&mut replaced, 0, false);
+        let last_step = at(&replaced, &s, "2026-11-21T10:03:00Z");
+        assert_eq!(last_step.components["decode"].ready_replicas, 1);
+        assert_eq!(
+            lost(&last_step),
+            0,
+            "the last replica replaced: the role was not Running since the rollout began"
+        );
+    }
+
+    #[test]
+    fn lost_replicas_begin_only_from_a_whole_role_and_last_until_it_is_whole() {
+        let running = ComponentStatus {
+            desired_replicas: 3,
+            ready_replicas: 3,
+            phase: ComponentPhase::Running,
+            ..ComponentStatus::default()
+        };
+        assert_eq!(lost_replicas(Some(&running), 2, 3, false), 1);
+        assert_eq!(lost_replicas(Some(&running), 2, 3, true), 0, "planned");
+        assert_eq!(lost_replicas(Some(&running), 3, 4, false), 0, "scale-up");
+        assert_eq!(lost_replicas(Some(&running), 2, 2, false), 0, "scale-down");
+        assert_eq!(lost_replicas(None, 0, 3, false), 0, "never seen whole");
+        let deploying = ComponentStatus {
+            phase: ComponentPhase::Deploying,
+            ready_replicas: 2,
+            ..running.clone()
+        };
+        assert_eq!(lost_replicas(Some(&deploying), 1, 3, false), 0);
+        let lost = ComponentStatus {
+            lost_replicas: 1,
+            ..deploying
+        };
+        assert_eq!(
+            lost_replicas(Some(&lost), 2, 3, true),
+            1,
+            "an episode lasts"
+        );
+        assert_eq!(lost_replicas(Some(&lost), 1, 4, false), 3);
+        assert_eq!(lost_replicas(Some(&lost), 3, 3, false), 0, "whole again");
     }
 
     #[test]
@@ -975,5 +1510,85 @@ mod tests {
             Some(now.clone())
         );
         assert_eq!(last_update_time(None, &status, &now), Some(now));
+    }
+
+    /// What becomes of one replica in a generated world.
+    #[derive(Clone, Copy, Debug)]
+    enum Fate {
+        Ready,
+        Loading,
+        Gone,
+        Unschedulable,
+        Crashing,
+    }
+
+    fn fate() -> impl proptest::strategy::Strategy<Value = Fate> {
+        proptest::prop_oneof![
+            proptest::strategy::Just(Fate::Ready),
+            proptest::strategy::Just(Fate::Loading),
+            proptest::strategy::Just(Fate::Gone),
+            proptest::strategy::Just(Fate::Unschedulable),
+            proptest::strategy::Just(Fate::Crashing),
+        ]
+    }
+
+    /// The pods of prefill replica 0 and decode replicas 0..3, each replica
+    /// as its fate says.
+    fn world_of(fates: &[Fate; 4]) -> Vec<Value> {
+        let replicas = [
+            ("prefill", 0, 2),
+            ("decode", 0, 4),
+            ("decode", 1, 4),
+            ("decode", 2, 4),
+        ];
+        let mut pods = Vec::new();
+        for ((role, index, nodes), fate) in replicas.into_iter().zip(fates) {
+            for worker in 0..nodes {
+                let mut p = pod(role, index, worker, matches!(fate, Fate::Ready));
+                match fate {
+                    Fate::Ready | Fate::Loading => {}
+                    Fate::Gone => continue,
+                    Fate::Unschedulable => {
+                        p["spec"] = json!({});
+                        p["status"] =
+                            json!({"phase": "Pending", "conditions": [unschedulable_condition()]});
+                    }
+                    Fate::Crashing => {
+                        p["status"]["containerStatuses"] = json!([{"name": "vllm", "restartCount": 5,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+                    }
+                }
+                pods.push(p);
+            }
+        }
+        pods
+    }
+
+    proptest::proptest! {
+        /// After any history (world `a`, then `b`), a reconcile of `b`
+        /// again gives the very same status, times included; and a role
+        /// loses replicas only when it has fewer ready than it had.
+        #[test]
+        fn the_same_world_gives_the_same_status(
+            a in proptest::array::uniform4(fate()),
+            b in proptest::array::uniform4(fate()),
+            desired in 1..=3i32,
+        ) {
+            let mut s = decode_at(desired);
+            let first = compute(&s, &world_of(&a), "2026-11-21T10:00:00Z");
+            s.status = Some(first.clone());
+            let second = compute(&s, &world_of(&b), "2026-11-21T10:01:00Z");
+            s.status = Some(second.clone());
+            let third = compute(&s, &world_of(&b), "2026-11-21T10:02:00Z");
+            proptest::prop_assert_eq!(&third, &second);
+            let (before, after) = (&first.components["decode"], &second.components["decode"]);
+            if after.ready_replicas >= before.ready_replicas {
+                proptest::prop_assert_eq!(after.lost_replicas, 0);
+            }
+            if after.lost_replicas > 0 {
+                proptest::prop_assert_eq!(before.phase, ComponentPhase::Running);
+                proptest::prop_assert_eq!(find(&second, DEGRADED).status.as_str(), "True");
+            }
+        }
     }
 }
