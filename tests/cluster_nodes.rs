@@ -275,6 +275,18 @@ async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_comes_back_else
             },
         )
         .await;
+    // Tandem said so: the role degraded, then recovered, one Event each.
+    scenario
+        .eventually(30, "one Degraded and one Recovered Event", || async {
+            let reasons = event_reasons(&scenario, &name).await;
+            let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
+            if count("Degraded") == 1 && count("Recovered") == 1 {
+                Ok(())
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        })
+        .await;
     scenario.assert_writes_sound();
     scenario
         .assert_quiet(10, (IS, "InferenceService", &name))
@@ -982,16 +994,55 @@ async fn a_service_larger_than_the_fleet_waits_with_the_schedulers_reason_and_st
             .any(|m| m.contains("Insufficient nvidia.com/gpu")),
         "{why:?}"
     );
-    let stored = scenario
-        .get(IS, "InferenceService", &name)
-        .await
-        .expect("the service");
-    assert_eq!(condition(&stored, "Ready").as_deref(), Some("False"));
+    // Tandem's status names the role and the scheduler's reason, with one
+    // Warning for the episode.
+    scenario
+        .eventually(60, "the status says why the replicas wait", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let ready = stored["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            let message = ready["message"].as_str().unwrap_or_default();
+            if ready["reason"] == "Unschedulable" && message.contains("Insufficient nvidia.com/gpu")
+            {
+                Ok(())
+            } else {
+                Err(format!("{ready}"))
+            }
+        })
+        .await;
     // Six more nodes: it becomes Ready with nothing done by the user.
     scenario.nodes(6).await;
     let stored = wait_ready(&scenario, &name).await;
     assert_eq!(stored["status"]["components"]["decode"]["readyReplicas"], 2);
+    let reasons = event_reasons(&scenario, &name).await;
+    assert!(
+        reasons.iter().any(|r| r == "Unschedulable") && reasons.iter().any(|r| r == "Scheduled"),
+        "{reasons:?}"
+    );
     scenario
         .assert_quiet(10, (IS, "InferenceService", &name))
         .await;
+}
+
+/// The reasons of Tandem's Events about `name`, oldest first.
+async fn event_reasons(scenario: &Scenario, name: &str) -> Vec<String> {
+    let mut events: Vec<Value> = scenario
+        .list("events.k8s.io/v1", "Event")
+        .await
+        .into_iter()
+        .filter(|e| e["regarding"]["name"] == name && e["reportingController"] == "tandem")
+        .collect();
+    events.sort_by(|a, b| a["eventTime"].as_str().cmp(&b["eventTime"].as_str()));
+    events
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect()
 }

@@ -147,10 +147,30 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     ))
 }
 
+/// The fields of a role's component that are left out when unset: written
+/// as null, so that a merge patch removes a reason that no longer holds (a
+/// crash loop, or a wait for the scheduler, that ended) instead of leaving
+/// it stored, which would make every later reconcile write the status again.
+const COMPONENT_OPTIONAL_FIELDS: [&str; 5] = [
+    "lastUpdateTime",
+    "currentRevision",
+    "updateRevision",
+    "failingReason",
+    "unschedulableReason",
+];
+
 /// A merge patch of this reconciler's status fields; components of roles that
-/// no longer exist are removed explicitly (a merge patch merges maps).
+/// no longer exist, and fields of a component that are no longer set, are
+/// removed explicitly (a merge patch merges maps).
 fn status_patch(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> Value {
     let mut reported = status::reported(next);
+    if let Some(components) = reported["components"].as_object_mut() {
+        for component in components.values_mut().filter_map(Value::as_object_mut) {
+            for field in COMPONENT_OPTIONAL_FIELDS {
+                component.entry(field).or_insert(Value::Null);
+            }
+        }
+    }
     for gone in current
         .components
         .keys()
@@ -182,4 +202,31 @@ pub async fn run(
 ) {
     let store = caches.services.clone();
     super::run_controller(ctx, caches, store, reconcile, stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::inference_service::ComponentStatus;
+
+    #[test]
+    fn a_reason_that_no_longer_holds_is_removed_by_the_patch() {
+        let waiting = ComponentStatus {
+            unschedulable_replicas: 1,
+            unschedulable_reason: Some("replica 0: unschedulable".into()),
+            failing_reason: Some("replica 0: CrashLoopBackOff".into()),
+            ..Default::default()
+        };
+        let mut current = InferenceServiceStatus::default();
+        current.components.insert("decode".into(), waiting);
+        let mut next = InferenceServiceStatus::default();
+        next.components
+            .insert("decode".into(), ComponentStatus::default());
+        let patch = status_patch(&current, &next);
+        let decode = &patch["status"]["components"]["decode"];
+        // A merge patch without the key would leave the stale reason stored.
+        assert_eq!(decode.get("unschedulableReason"), Some(&Value::Null));
+        assert_eq!(decode.get("failingReason"), Some(&Value::Null));
+        assert_eq!(decode["unschedulableReplicas"], 0);
+    }
 }
