@@ -1046,3 +1046,183 @@ async fn event_reasons(scenario: &Scenario, name: &str) -> Vec<String> {
         .filter_map(|e| e["reason"].as_str().map(str::to_owned))
         .collect()
 }
+
+/// The Degraded condition's status of `name`, sampled every 200 ms until
+/// dropped, collapsed to its changes: the episodes as the user's
+/// `kubectl get -w` would see them.
+struct DegradedHistory {
+    seen: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DegradedHistory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DegradedHistory {
+    async fn watch(scenario: &Scenario, name: &str) -> Self {
+        let api = scenario.api(IS, "InferenceService").await;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let name = name.to_owned();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(stored) = api.get(&name).await {
+                    let stored = serde_json::to_value(stored).expect("json");
+                    let now = condition(&stored, "Degraded").unwrap_or_default();
+                    let mut seen = record.lock().expect("the history");
+                    if seen.last() != Some(&now) {
+                        seen.push(now);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        DegradedHistory { seen, task }
+    }
+
+    fn changes(&self) -> Vec<String> {
+        self.seen.lock().expect("the history").clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_loop_under_group_recreation_is_one_degraded_episode_with_the_exit_and_one_event() {
+    let Some(scenario) = Scenario::start("nodes-crash").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    service["spec"]["roles"][0]["replicas"] = json!(2);
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    let history = DegradedHistory::watch(&scenario, &name).await;
+
+    // A release whose container exits 2 s after it runs (kwok's crash-loop
+    // stage: restartCount 1, its last exit code 1, CrashLoopBackOff). LeaderWorkerSet
+    // (RecreateGroupOnPodRestart) deletes the group at the restart and makes
+    // a new one, which crashes in turn: the pods never show the back-off for
+    // long, only a pod being deleted with its exit, every ~6 s.
+    let mut bad = service.clone();
+    bad["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!("vllm/vllm-openai:v0.11.1-crashes");
+    bad["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] = json!("crash-loop");
+    set_spec(&scenario, &name, &bad).await;
+    let degraded = scenario
+        .eventually(60, "Degraded names the crash", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let component = &stored["status"]["components"][role.as_str()];
+            let message = stored["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Degraded")
+                .map(|c| format!("{}: {}", c["reason"], c["message"]))
+                .unwrap_or_default();
+            if condition(&stored, "Degraded").as_deref() == Some("True")
+                && message.contains("ReplicaFailing")
+                && message.contains("exited with code 1 (Error); its group is being recreated")
+                && component["failingReplicas"] == 1
+            {
+                Ok(message)
+            } else {
+                Err(format!("{message}; {component}"))
+            }
+        })
+        .await;
+    // LeaderWorkerSet recreates the group again and again meanwhile: the
+    // episode lasts through it, with one Event.
+    let recreated = scenario
+        .eventually(
+            60,
+            "LeaderWorkerSet recreated the group 3 times",
+            || async {
+                let count: i64 = scenario
+                    .list("events.k8s.io/v1", "Event")
+                    .await
+                    .iter()
+                    .filter(|e| e["reason"] == "RecreateGroup")
+                    .map(|e| e["series"]["count"].as_i64().unwrap_or(1))
+                    .sum();
+                if count >= 3 {
+                    Ok(count)
+                } else {
+                    Err(format!("{count} recreations"))
+                }
+            },
+        )
+        .await;
+    let during = history.changes();
+    assert_eq!(
+        during,
+        ["False", "True"],
+        "one episode through {recreated} recreations ({degraded})"
+    );
+    let tandem_events: Vec<Value> = scenario
+        .list("events.k8s.io/v1", "Event")
+        .await
+        .into_iter()
+        .filter(|e| {
+            e["regarding"]["name"] == name.as_str()
+                && e["reportingController"] == "tandem"
+                && e["reason"] == "Degraded"
+        })
+        .collect();
+    assert_eq!(tandem_events.len(), 1, "{tandem_events:#?}");
+    assert!(
+        tandem_events[0]["series"].is_null(),
+        "one Event, not a series: {:#}",
+        tandem_events[0]
+    );
+
+    // The release rolled back: the replica comes back, the episode ends.
+    set_spec(&scenario, &name, &service).await;
+    scenario
+        .eventually(90, "every replica ready, Degraded False", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let component = &stored["status"]["components"][role.as_str()];
+            if component["readyReplicas"] == 2
+                && component["failingReplicas"] == 0
+                && condition(&stored, "Degraded").as_deref() == Some("False")
+            {
+                Ok(())
+            } else {
+                Err(format!("{component}"))
+            }
+        })
+        .await;
+    scenario
+        .eventually(30, "one Degraded and one Recovered Event", || async {
+            let reasons = event_reasons(&scenario, &name).await;
+            let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
+            if count("Degraded") == 1 && count("Recovered") == 1 {
+                Ok(())
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        })
+        .await;
+    assert_eq!(history.changes(), ["False", "True", "False"]);
+    scenario.assert_floor_held();
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}

@@ -494,29 +494,104 @@ fn crash_loop(pod: &Value) -> Option<String> {
     None
 }
 
-/// The replicas among `pods` (of one role, not being deleted) that are not
-/// fully ready and whose pods keep failing ([`crash_loop`]), by replica
-/// index, each with its first reason; a replica whose every one of `nodes`
-/// pods is ready is not failing, whatever its restart counts.
+/// Why a pod being deleted shows its replica crashed: a container of it
+/// restarted. Every LeaderWorkerSet is written with
+/// `RecreateGroupOnPodRestart`, and LeaderWorkerSet's pod controller deletes
+/// a group's leader (and with it the group) at the first restart of any of
+/// its containers (`ContainerRestarted`: a restart count above 0), so a
+/// crash loop never reaches the restart counts and back-off waits of
+/// [`crash_loop`] on a live pod: its trace is a pod being deleted with one
+/// restart, its last exit beside it, for the pod's grace period.
+fn recreated_after_crash(pod: &Value) -> Option<String> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("pod");
+    let statuses = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|k| pod["status"][k].as_array().into_iter().flatten());
+    for container in statuses {
+        if container["restartCount"].as_i64().unwrap_or(0) < 1 {
+            continue;
+        }
+        let container_name = container["name"].as_str().unwrap_or("container");
+        let exit = &container["lastState"]["terminated"];
+        let how = match (exit["reason"].as_str(), exit["exitCode"].as_i64()) {
+            (Some(reason), Some(code)) => format!("exited with code {code} ({reason})"),
+            (None, Some(code)) => format!("exited with code {code}"),
+            (Some(reason), None) => format!("terminated ({reason})"),
+            (None, None) => "restarted".to_owned(),
+        };
+        return Some(format!(
+            "pod {name} container {container_name} {how}; its group is being recreated"
+        ));
+    }
+    None
+}
+
+/// The replicas of one role that are not fully ready and whose pods keep
+/// failing, by replica index, each with its first reason. `pods` are the
+/// role's pods, those being deleted included. A replica (its pods of one
+/// revision and index) fails when the pods of it not being deleted are not
+/// all `nodes` of them ready, and either one of those shows a crash loop
+/// ([`crash_loop`]) or one being deleted shows a crash that made
+/// LeaderWorkerSet recreate the group ([`recreated_after_crash`]). A replica
+/// whose every one of `nodes` live pods is ready is not failing, whatever
+/// its restart counts and whatever its old pods show while they terminate.
 fn failing_replicas(pods: &[&Value], nodes: i32) -> Vec<String> {
-    let mut by_replica: BTreeMap<(&str, u32), Vec<&Value>> = BTreeMap::new();
+    /// A replica's pods: (live, being deleted).
+    type Replica<'a> = (Vec<&'a Value>, Vec<&'a Value>);
+    let mut by_replica: BTreeMap<(&str, u32), Replica<'_>> = BTreeMap::new();
     for pod in pods {
         if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
             let revision = label(pod, children::REVISION).unwrap_or_default();
-            by_replica.entry((revision, index)).or_default().push(pod);
+            let replica = by_replica.entry((revision, index)).or_default();
+            if pod["metadata"]["deletionTimestamp"].is_null() {
+                replica.0.push(pod);
+            } else {
+                replica.1.push(pod);
+            }
         }
     }
     by_replica
         .into_iter()
-        .filter(|(_, group)| {
-            !(i32::try_from(group.len()) == Ok(nodes) && group.iter().all(|p| pod_is_ready(p)))
+        .filter(|(_, (live, _))| {
+            !(i32::try_from(live.len()) == Ok(nodes) && live.iter().all(|p| pod_is_ready(p)))
         })
-        .filter_map(|((_, index), mut group)| {
-            group.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
-            let reason = group.iter().find_map(|p| crash_loop(p))?;
+        .filter_map(|((_, index), (mut live, mut deleting))| {
+            live.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
+            deleting.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
+            let reason = live
+                .iter()
+                .find_map(|p| crash_loop(p))
+                .or_else(|| deleting.iter().find_map(|p| recreated_after_crash(p)))?;
             Some(format!("replica {index}: {reason}"))
         })
         .collect()
+}
+
+/// A role's failing replicas ([`failing_replicas`]) and the first one's
+/// reason, carried over an episode. A replica whose group LeaderWorkerSet
+/// recreated shows its crash only while the old pods terminate; the new
+/// pods load and crash again a model-load later. So an episode that began
+/// (`previous` had failing replicas) lasts, with the count it had (capped at
+/// the replicas the role is short) and its last reason, until every desired
+/// replica is ready (`ready >= desired`): a crash loop is not cleared
+/// between two crashes, and the Degraded condition and its Event are one
+/// per episode.
+fn failing_episode(
+    failing: &[String],
+    previous: Option<&ComponentStatus>,
+    ready: i32,
+    desired: i32,
+) -> (i32, Option<String>) {
+    if !failing.is_empty() {
+        return (count(failing.len()), failing.first().cloned());
+    }
+    match previous {
+        Some(p) if p.failing_replicas > 0 && ready < desired => (
+            p.failing_replicas.min(desired.saturating_sub(ready.max(0))),
+            p.failing_reason.clone(),
+        ),
+        _ => (0, None),
+    }
 }
 
 /// Whether a pod waits for the scheduler: bound to no node, with
@@ -571,10 +646,16 @@ fn serving_component(
 ) -> Component {
     let desired = role.replicas().max(0);
     let nodes = role.node_count();
-    let pods: Vec<&Value> = observed
+    // The role's pods, those being deleted included (a crash's trace), and
+    // those not being deleted, which everything else counts.
+    let role_pods: Vec<&Value> = observed
         .pods
         .iter()
         .filter(|p| label(p, children::ROLE_NAME) == Some(role.name.as_str()))
+        .collect();
+    let pods: Vec<&Value> = role_pods
+        .iter()
+        .copied()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .collect();
     // A draining replica is out of traffic: not ready, and counted apart.
@@ -585,7 +666,7 @@ fn serving_component(
         .collect();
     let ready_replicas = ready_replicas(&serving, nodes);
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
-    let failing = failing_replicas(&pods, nodes);
+    let failing = failing_replicas(&role_pods, nodes);
     let waiting_for_scheduler = unschedulable_replicas(&pods);
     let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
     let failure = pods.iter().find_map(|p| pod_failure(p));
@@ -631,6 +712,8 @@ fn serving_component(
         None => (0, 0, None),
     };
     let planned = outdated || draining_replicas > 0 || observed.changing.contains(&role.name);
+    let (failing_replicas, failing_reason) =
+        failing_episode(&failing, previous, ready_replicas.min(desired), desired);
     let lost = lost_replicas(previous, ready_replicas.min(desired), desired, planned);
     let phase = if failure.is_some() {
         ComponentPhase::Failed
@@ -660,8 +743,8 @@ fn serving_component(
             current_revision,
             update_revision: update_revision.cloned(),
             draining_replicas,
-            failing_replicas: count(failing.len()),
-            failing_reason: failing.first().cloned(),
+            failing_replicas,
+            failing_reason,
             unschedulable_replicas: count(waiting_for_scheduler.len()),
             unschedulable_reason: waiting_for_scheduler.first().cloned(),
             lost_replicas: lost,
@@ -865,6 +948,124 @@ mod tests {
         assert_eq!(find(&healed, DEGRADED).status, "False");
         assert_eq!(healed.components["decode"].failing_replicas, 0);
         assert_eq!(healed.components["decode"].failing_reason, None);
+    }
+
+    /// Decode replica 1 as LeaderWorkerSet leaves it when its worker 2's
+    /// container exits and restarts (`RecreateGroupOnPodRestart`): the old
+    /// group's pods being deleted, the crashed one with one restart and its
+    /// exit, and `fresh` of the new group's pods (names of a new UID) loading,
+    /// not ready.
+    fn recreated(fresh: u32) -> Vec<Value> {
+        let mut pods = all_pods(None);
+        pods.retain(|p| {
+            !p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("ds-decode-1-")
+        });
+        for w in 0..4 {
+            let mut old = pod("decode", 1, w, false);
+            old["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:03Z");
+            if w == 2 {
+                old["status"]["containerStatuses"] = json!([{"name": "vllm", "restartCount": 1,
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+            }
+            pods.push(old);
+        }
+        for w in 0..fresh {
+            let mut new = pod("decode", 1, w, false);
+            new["metadata"]["name"] = json!(format!("ds-decode-1-0-{w}-new"));
+            pods.push(new);
+        }
+        pods
+    }
+
+    #[test]
+    fn a_group_recreated_after_a_crash_is_failing_for_the_whole_episode() {
+        let mut s = service();
+        s.status = Some(compute(&s, &all_pods(None), "2026-11-21T09:59:00Z"));
+
+        // The crash: the old group terminates, the new one is not there yet.
+        let crashed = compute(&s, &recreated(0), "2026-11-21T10:00:00Z");
+        let message = "role decode: replica 1: pod ds-decode-1-0-2 container vllm exited with \
+                       code 1 (Error); its group is being recreated";
+        assert_eq!(find(&crashed, DEGRADED).status, "True");
+        assert_eq!(find(&crashed, DEGRADED).reason, REPLICA_FAILING);
+        assert_eq!(find(&crashed, DEGRADED).message, message);
+        assert_eq!(crashed.components["decode"].failing_replicas, 1);
+
+        // The old pods are gone and the new group loads (and will crash
+        // again): no trace of the crash in any pod, the episode goes on.
+        s.status = Some(crashed);
+        let mut loading = all_pods(None);
+        for p in loading.iter_mut().filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("ds-decode-1-")
+        }) {
+            p["status"]["conditions"] = json!([{"type": "Ready", "status": "False"}]);
+        }
+        let between = compute(&s, &loading, "2026-11-21T10:00:05Z");
+        assert_eq!(
+            find(&between, DEGRADED).status,
+            "True",
+            "between two crashes"
+        );
+        assert_eq!(
+            find(&between, DEGRADED).message,
+            message,
+            "the last crash seen"
+        );
+        assert_eq!(
+            find(&between, DEGRADED).last_transition_time,
+            time("2026-11-21T10:00:00Z"),
+            "the same episode"
+        );
+        assert_eq!(between.components["decode"].failing_replicas, 1);
+
+        // Crashed again, the new group half up: still one failing replica.
+        s.status = Some(between);
+        let again = compute(&s, &recreated(3), "2026-11-21T10:00:09Z");
+        assert_eq!(again.components["decode"].failing_replicas, 1);
+        assert_eq!(
+            find(&again, DEGRADED).last_transition_time,
+            time("2026-11-21T10:00:00Z")
+        );
+
+        // Every replica ready: the episode ends.
+        s.status = Some(again);
+        let healed = compute(&s, &all_pods(None), "2026-11-21T10:01:00Z");
+        assert_eq!(find(&healed, DEGRADED).status, "False");
+        assert_eq!(healed.components["decode"].failing_replicas, 0);
+        assert_eq!(healed.components["decode"].failing_reason, None);
+    }
+
+    #[test]
+    fn old_pods_that_crashed_do_not_make_a_replica_whose_new_pods_are_ready_failing() {
+        let mut pods = recreated(0);
+        for w in 0..4 {
+            let mut new = pod("decode", 1, w, true);
+            new["metadata"]["name"] = json!(format!("ds-decode-1-0-{w}-new"));
+            pods.push(new);
+        }
+        let status = compute(&service(), &pods, "2026-11-21T10:00:00Z");
+        assert_eq!(status.components["decode"].failing_replicas, 0);
+        assert_eq!(find(&status, DEGRADED).status, "False");
+        // And a pod being deleted with no restart is no crash (a scale-down,
+        // a rollout replacing it).
+        let mut pods = all_pods(None);
+        for p in pods.iter_mut().filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("ds-decode-1-")
+        }) {
+            p["metadata"]["deletionTimestamp"] = json!("2026-11-21T10:00:03Z");
+        }
+        let status = compute(&service(), &pods, "2026-11-21T10:00:00Z");
+        assert_eq!(status.components["decode"].failing_replicas, 0);
     }
 
     const NO_GPU: &str = "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.";
