@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::rollout::RolloutBudget;
 use common::scenario::{
     HEALTH_LABEL, IS, LWS, Scenario, condition, example, label, set_role_replicas, wait_ready,
 };
@@ -293,74 +294,76 @@ async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_comes_back_else
         .await;
 }
 
-/// Watches the pods of `scenario` and records, for every moment, the
-/// replicas of `role` that are unavailable (a pod missing, not Ready or
-/// being deleted) and the revisions their pods run.
-struct Availability {
-    /// The largest number of replicas unavailable at once.
-    worst: Arc<Mutex<usize>>,
+/// A rolling update's budget ([`RolloutBudget`]) checked at every pod event
+/// of the scenario, from the end of the watch's first list on, until
+/// dropped.
+struct RolloutWatch {
+    budget: Arc<Mutex<RolloutBudget>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Drop for Availability {
+impl Drop for RolloutWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
 }
 
-fn watch_availability(scenario: &Scenario, role: &str, desired: usize) -> Availability {
-    let worst = Arc::new(Mutex::new(0));
-    let pods = pods_api(scenario);
-    let role = role.to_owned();
-    let seen = worst.clone();
-    let task = tokio::spawn(async move {
-        let mut state: BTreeMap<String, (String, bool)> = BTreeMap::new();
-        // Counted from the end of the first list on: a list half read is not
-        // a moment of the cluster.
-        let mut listed = false;
-        let mut events = watcher(pods, watcher::Config::default())
-            .default_backoff()
-            .boxed();
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::InitDone) => listed = true,
-                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                    let labels = pod.metadata.labels.clone().unwrap_or_default();
-                    if labels.get("fusioninfer.io/role-name") != Some(&role) {
-                        continue;
+impl RolloutWatch {
+    /// Starts watching; returns once the first list is read, so that every
+    /// change after it is checked.
+    async fn start(scenario: &Scenario, budget: RolloutBudget) -> Self {
+        let budget = Arc::new(Mutex::new(budget));
+        let pods = pods_api(scenario);
+        let seen = budget.clone();
+        let (listed, ready) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut listed = Some(listed);
+            let mut events = watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let mut budget = seen.lock().expect("the budget");
+                let check = listed.is_none();
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        budget.check();
+                        if let Some(listed) = listed.take() {
+                            let _ = listed.send(());
+                        }
                     }
-                    let replica = labels
-                        .get("fusioninfer.io/replica-index")
-                        .cloned()
-                        .unwrap_or_default();
-                    let serving = common::scenario::is_ready(&pod)
-                        && pod.metadata.deletion_timestamp.is_none()
-                        && labels.get("fusioninfer.io/traffic").map(String::as_str)
-                            != Some("draining");
-                    state.insert(
-                        pod.metadata.name.clone().unwrap_or_default(),
-                        (replica, serving),
-                    );
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                        budget.pod(&pod, check);
+                    }
+                    Ok(watcher::Event::Delete(pod)) => budget.pod_gone(&pod, check),
+                    _ => {}
                 }
-                Ok(watcher::Event::Delete(pod)) => {
-                    state.remove(pod.metadata.name.as_deref().unwrap_or_default());
-                }
-                _ => continue,
             }
-            if !listed {
-                continue;
-            }
-            let serving: BTreeSet<&String> = state
-                .values()
-                .filter(|(_, serving)| *serving)
-                .map(|(replica, _)| replica)
-                .collect();
-            let unavailable = desired.saturating_sub(serving.len());
-            let mut worst = seen.lock().expect("the worst");
-            *worst = (*worst).max(unavailable);
-        }
-    });
-    Availability { worst, task }
+        });
+        ready.await.expect("the pods listed");
+        RolloutWatch { budget, task }
+    }
+
+    /// The broken promises so far, and the most replicas present and
+    /// unavailable at once.
+    fn seen(&self) -> (Vec<String>, usize, usize) {
+        let budget = self.budget.lock().expect("the budget");
+        (
+            budget.violations.clone(),
+            budget.most_replicas,
+            budget.most_unavailable,
+        )
+    }
+}
+
+/// The revisions the pods of `role` run now.
+async fn revisions_of(scenario: &Scenario, role: &str) -> BTreeSet<String> {
+    scenario
+        .list("v1", "Pod")
+        .await
+        .iter()
+        .filter(|p| label(p, "fusioninfer.io/role-name") == role)
+        .map(|p| label(p, "fusioninfer.io/revision").to_owned())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,7 +388,8 @@ async fn a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_repl
         .to_owned();
     scenario.create_or_fail(&service).await;
     wait_ready(&scenario, &name).await;
-    let availability = watch_availability(&scenario, &role, 3);
+    let before = revisions_of(&scenario, &role).await;
+    let watch = RolloutWatch::start(&scenario, RolloutBudget::new(&role, 3, 1, 0, 0, before)).await;
 
     // A new image that never becomes ready (kwok's never-ready stage).
     let mut bad = service.clone();
@@ -417,9 +421,11 @@ async fn a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_repl
         moved, 1,
         "one replica replaced, the rollout halted: {halted:#}"
     );
-    assert!(
-        *availability.worst.lock().expect("worst") <= 1,
-        "maxUnavailable 1 held"
+    let (broken, _, _) = watch.seen();
+    assert_eq!(
+        broken,
+        Vec::<String>::new(),
+        "the budget held while halting"
     );
 
     // Reverting the image resumes: every replica ready on the old revision.
@@ -446,11 +452,94 @@ async fn a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_repl
             }
         })
         .await;
-    assert!(
-        *availability.worst.lock().expect("worst") <= 1,
-        "maxUnavailable 1 held throughout"
+    let (broken, most, unavailable) = watch.seen();
+    assert_eq!(broken, Vec::<String>::new(), "the budget held throughout");
+    assert_eq!(
+        (most, unavailable),
+        (3, 1),
+        "no surge; one replica out at most"
     );
     scenario.assert_floor_held();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_with_surge_and_a_partition_keeps_its_budget_at_every_pod_event() {
+    let Some(scenario) = Scenario::start("nodes-surge").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    service["spec"]["roles"][0]["replicas"] = json!(4);
+    service["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1, "partition": 1}});
+    grace(&mut service, 2);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    let before = revisions_of(&scenario, &role).await;
+    let watch = RolloutWatch::start(
+        &scenario,
+        RolloutBudget::new(&role, 4, 1, 1, 1, before.clone()),
+    )
+    .await;
+
+    // A new image, each pod ready after kwok's load delay (2-6 s).
+    let mut next = service.clone();
+    next["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] =
+        json!("vllm/vllm-openai:v0.11.1");
+    set_spec(&scenario, &name, &next).await;
+    let done = scenario
+        .eventually(120, "replicas 1..3 at the new revision, 0 kept", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", &name)
+                .await
+                .expect("the service");
+            let component = &stored["status"]["components"][role.as_str()];
+            let sets = scenario.list(LWS, "LeaderWorkerSet").await;
+            let new = sets
+                .iter()
+                .filter(|s| s.to_string().contains("v0.11.1\""))
+                .count();
+            if component["updatedReplicas"] == 3
+                && component["readyReplicas"] == 4
+                && new == 3
+                && sets.len() == 4
+            {
+                Ok(component.clone())
+            } else {
+                Err(format!("{new} of {} sets new; {component}", sets.len()))
+            }
+        })
+        .await;
+    let (broken, most, unavailable) = watch.seen();
+    assert_eq!(
+        broken,
+        Vec::<String>::new(),
+        "maxSurge 1, maxUnavailable 1, the partition and the floor at every pod event ({done})"
+    );
+    eprintln!("surge rollout: at most {most} replicas and {unavailable} unavailable at once");
+    // Replica 0 (below the partition) still runs the old revision.
+    let zero: BTreeSet<String> = scenario
+        .list("v1", "Pod")
+        .await
+        .iter()
+        .filter(|p| label(p, "fusioninfer.io/role-name") == role.as_str())
+        .filter(|p| label(p, "fusioninfer.io/replica-index") == "0")
+        .map(|p| label(p, "fusioninfer.io/revision").to_owned())
+        .collect();
+    assert!(zero.is_subset(&before) && !zero.is_empty(), "{zero:?}");
+    scenario.assert_floor_held();
+    scenario.assert_writes_sound();
     scenario
         .assert_quiet(10, (IS, "InferenceService", &name))
         .await;

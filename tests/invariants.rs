@@ -7,6 +7,7 @@
 mod common;
 
 use common::control_plane::{Request, TANDEM_USER};
+use common::rollout::RolloutBudget;
 use common::scenario::{Floor, reads_in, reconciled_lines, refusals, repeated_writes};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -157,4 +158,95 @@ fn still_reconciling_counts_the_scenarios_own_object_only() {
         "{log}2026-11-27T00:00:03Z DEBUG tandem::reconcile: reconciled object=InferenceService.v1alpha1.fusioninfer.io/svc.ns\n"
     );
     assert_eq!(reconciled_lines(&ours, "InferenceService", "svc", "ns"), 1);
+}
+
+/// Decode replica `index` at `revision`: one pod, ready or not, being
+/// deleted or not.
+fn replica(index: u32, revision: &str, ready: bool, deleting: bool) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": format!("svc-decode-{index}-0"),
+            "labels": {"fusioninfer.io/role-name": "decode",
+                "fusioninfer.io/replica-index": index.to_string(),
+                "fusioninfer.io/revision": revision}},
+        "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+    });
+    if deleting {
+        pod["metadata"]["deletionTimestamp"] = json!("2026-11-27T00:00:00Z");
+    }
+    serde_json::from_value(pod).expect("a pod")
+}
+
+/// A budget of 3 decode replicas, maxUnavailable 1, maxSurge 1, partition
+/// 1, over three ready replicas at revision `a`.
+fn budget() -> RolloutBudget {
+    let mut budget = RolloutBudget::new("decode", 3, 1, 1, 1, ["a".to_owned()].into());
+    for index in 0..3 {
+        budget.pod(&replica(index, "a", true, false), false);
+    }
+    budget.check();
+    budget
+}
+
+#[test]
+fn a_rollout_within_its_budget_breaks_nothing() {
+    let mut b = budget();
+    // A surge replica at b, ready; replica 2 replaced in place.
+    b.pod(&replica(3, "b", false, false), true);
+    b.pod(&replica(3, "b", true, false), true);
+    b.pod(&replica(2, "a", true, true), true);
+    b.pod_gone(&replica(2, "a", true, true), true);
+    b.pod(&replica(2, "b", true, false), true);
+    assert_eq!(b.violations, Vec::<String>::new());
+    assert_eq!((b.most_replicas, b.most_unavailable), (4, 0));
+}
+
+#[test]
+fn a_rollout_beyond_max_surge_fails() {
+    let mut b = budget();
+    b.pod(&replica(3, "b", false, false), true);
+    b.pod(&replica(4, "b", false, false), true);
+    assert_eq!(b.violations.len(), 1, "{:?}", b.violations);
+    assert!(b.violations[0].starts_with("5 replicas > 3 desired + 1 maxSurge"));
+}
+
+#[test]
+fn a_replica_terminating_still_counts_against_max_surge() {
+    let mut b = budget();
+    b.pod(&replica(3, "b", true, false), true);
+    // Replica 2 is being deleted (it holds its GPUs until its pod is gone)
+    // when a second new replica comes: 5 replicas.
+    b.pod(&replica(2, "a", false, true), true);
+    assert!(b.violations.is_empty(), "{:?}", b.violations);
+    b.pod(&replica(4, "b", false, false), true);
+    assert_eq!(b.violations.len(), 1, "{:?}", b.violations);
+    assert!(b.violations[0].starts_with("5 replicas"));
+}
+
+#[test]
+fn a_rollout_beyond_max_unavailable_fails_and_so_does_none_serving() {
+    let mut b = budget();
+    b.pod(&replica(1, "a", false, true), true);
+    assert!(b.violations.is_empty());
+    b.pod(&replica(2, "a", false, true), true);
+    assert_eq!(b.violations.len(), 1, "{:?}", b.violations);
+    assert!(b.violations[0].starts_with("2 unavailable > maxUnavailable 1"));
+    b.pod(&replica(0, "a", false, false), true);
+    assert!(
+        b.violations
+            .iter()
+            .any(|v| v.starts_with("no replica serving")),
+        "{:?}",
+        b.violations
+    );
+}
+
+#[test]
+fn a_replica_below_the_partition_at_the_new_revision_fails() {
+    let mut b = budget();
+    b.pod(&replica(0, "a", false, true), true);
+    b.pod_gone(&replica(0, "a", false, true), true);
+    assert!(b.violations.is_empty());
+    b.pod(&replica(0, "b", false, false), true);
+    assert_eq!(b.violations.len(), 1, "{:?}", b.violations);
+    assert!(b.violations[0].contains("below partition 1"));
 }

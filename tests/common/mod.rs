@@ -9,6 +9,7 @@ pub mod install;
 pub mod load;
 pub mod measure;
 pub mod rbac;
+pub mod rollout;
 pub mod running;
 pub mod scenario;
 pub mod upstream;
