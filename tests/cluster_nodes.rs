@@ -904,6 +904,102 @@ async fn an_incremental_upgrade_moves_traffic_only_onto_ready_pods_and_a_rollbac
     scenario.assert_writes_sound();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_revision_takes_all_traffic_at_once_only_when_every_replica_of_it_is_ready() {
+    let Some(scenario) = Scenario::start("nodes-blue-green").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let gateway = gateway_controller(&scenario);
+    let mut service = example("examples/inferenceservice/incremental-upgrade.yaml");
+    service["spec"]["roles"][0]["replicas"] = json!(2);
+    service["spec"]["upgradeStrategy"] = json!({"type": "NewRevision",
+        "incrementalUpgradeOptions": {"gatewayClassName": "cluster-gateway"}});
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let route = format!("{name}-route");
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    scenario
+        .eventually(60, "all traffic on the first revision", || async {
+            let now = weights(&scenario, &route).await;
+            if now.len() == 1 && now[0].1 == 100 {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    let first = weights(&scenario, &route).await[0].0.clone();
+
+    // A new image whose pods load for 4 s each: the new revision comes up
+    // whole beside the old one, then takes every request at once.
+    let image = "vllm/vllm-openai:v0.12.0";
+    let mut second = service.clone();
+    second["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!(image);
+    second["spec"]["roles"][0]["template"]["metadata"]["annotations"]["e2e.tandem/load-delay"] =
+        json!("4s");
+    set_spec(&scenario, &name, &second).await;
+    scenario
+        .eventually(
+            120,
+            "all traffic on the new revision, the old one gone",
+            || async {
+                let now = weights(&scenario, &route).await;
+                let stored = scenario
+                    .get(IS, "InferenceService", &name)
+                    .await
+                    .expect("the service");
+                let pods: Vec<Value> = scenario
+                    .list("v1", "Pod")
+                    .await
+                    .into_iter()
+                    .filter(|p| p["spec"]["containers"][0]["image"] != image)
+                    .collect();
+                let done = stored["status"]["upgrade"]["pending"].is_null();
+                if now.len() == 1 && now[0].0 != first && now[0].1 == 100 && done && pods.is_empty()
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{now:?}; {} old pods; {}",
+                        pods.len(),
+                        stored["status"]["upgrade"]
+                    ))
+                }
+            },
+        )
+        .await;
+    // From the audit log: the new revision's weight was only ever 0 or 100,
+    // and 100 only once both its replicas were Ready.
+    let moves = weights_against_readiness(&scenario, image, 2);
+    assert!(
+        moves.iter().any(|(weight, _)| *weight == 100),
+        "the switch was written: {moves:?}"
+    );
+    for (weight, share) in &moves {
+        assert!(
+            *weight == 0 || *weight == 100,
+            "blue/green moves all at once: {moves:?}"
+        );
+        assert!(
+            weight <= share,
+            "traffic before every replica was Ready: {moves:?}"
+        );
+    }
+    let records = scenario.names("apps/v1", "ControllerRevision").await;
+    assert!(records.len() >= 2, "{records:?}");
+    gateway.abort();
+    scenario.assert_floor_held();
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
+
 /// A workload of `kind` named `name` with `replicas` pods of one container
 /// asking for no GPU: a Deployment, a StatefulSet or a LeaderWorkerSet of
 /// groups of one.
