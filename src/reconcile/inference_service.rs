@@ -104,9 +104,15 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
 
     // Apply, delete, report.
     let reference = service.object_ref(&());
-    carry_out(&ctx, &reference, &pass.apply, &pass.delete, |object| {
-        ChildKind::of(object).map(|kind| api_resource(&kind))
-    })
+    // What the plan was made from: what a batch wrote is awaited there.
+    let observed: Vec<&Value> = owned.iter().chain(&pods).collect();
+    let carried = carry_out(
+        &ctx,
+        &reference,
+        (&pass.apply, &pass.delete),
+        &observed,
+        |object| ChildKind::of(object).map(|kind| api_resource(&kind)),
+    )
     .await?;
     for event in &pass.events {
         record(&ctx, &reference, event.reason, &event.note, None).await;
@@ -135,7 +141,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         }
     }
     Ok(Action::requeue(
-        pass.requeue.map_or(RESYNC, |d| d.min(RESYNC)),
+        carried.requeue(pass.requeue.map_or(RESYNC, |d| d.min(RESYNC))),
     ))
 }
 
