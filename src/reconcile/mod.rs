@@ -345,8 +345,7 @@ pub(crate) async fn carry_out(
         regarding,
         (apply, delete),
         count,
-        observed,
-        &resource_of,
+        (observed, &resource_of),
         (&mut done, &mut expected),
         batched,
     )
@@ -392,8 +391,7 @@ async fn write_batch<'a>(
     regarding: &ObjectReference,
     (apply, delete): (&'a [Apply], &'a [Delete]),
     count: usize,
-    observed: &[&Value],
-    resource_of: &impl Fn(&Value) -> Option<ApiResource>,
+    (observed, resource_of): (&[&Value], &impl Fn(&Value) -> Option<ApiResource>),
     (done, expected): (&mut Vec<Done<'a>>, &mut Vec<batch::Expected>),
     batched: bool,
 ) -> Result<(), Error> {

@@ -76,7 +76,9 @@ where
                 arrived = state.input.next() => match arrived {
                     Some(item) => {
                         if state.open.insert(item.clone()) {
-                            let closes = Instant::now() + state.window;
+                            let now = Instant::now();
+                            // Past the end of time (never): at once.
+                            let closes = now.checked_add(state.window).unwrap_or(now);
                             state.closing.push_back((closes, item));
                         }
                     }
@@ -178,8 +180,7 @@ mod tests {
         .for_each(|_| async {})
         .await;
         triggers.await.expect("the trigger task ends");
-        let started = started.lock().expect("not poisoned").clone();
-        started
+        started.lock().expect("not poisoned").clone()
     }
 
     /// Issue 37's cause (b): kube-runtime's debounce of 500 ms, which

@@ -289,6 +289,10 @@ fn why<'a>(write: &Written<'a>) -> &'a str {
         .map_or(write.note, |(_, why)| why)
 }
 
+/// Consecutive names: a prefix and the first and last number of a run
+/// (None: a name told whole), and how many names.
+type Run = (String, Option<(u64, u64)>, usize);
+
 /// How many runs of names a range shows before it says "and N more".
 const RUNS_SHOWN: usize = 4;
 
@@ -296,11 +300,10 @@ const RUNS_SHOWN: usize = 4;
 /// `a-decode-0..15` (runs of consecutive numbers joined, `a-decode-0..3, 7`),
 /// others listed; at most [`RUNS_SHOWN`] runs, then how many more names.
 pub fn name_ranges(names: &[&str]) -> String {
-    // Consecutive runs: (prefix, first number, last number) or a plain name.
-    let mut runs: Vec<(String, Option<(u64, u64)>, usize)> = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     for name in names {
-        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let (prefix, number) = name.split_at(name.len() - digits);
+        let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit());
+        let number = &name[prefix.len()..];
         // A leading zero (or no digits) is not a number to range over.
         let number = match number.parse::<u64>() {
             Ok(n) if !(number.len() > 1 && number.starts_with('0')) => Some(n),
@@ -311,7 +314,7 @@ pub fn name_ranges(names: &[&str]) -> String {
                 if p == prefix && last.checked_add(1) == Some(n) =>
             {
                 *last = n;
-                *count += 1;
+                *count = count.saturating_add(1);
             }
             (_, Some(n)) => runs.push((prefix.to_owned(), Some((n, n)), 1)),
             (_, None) => runs.push(((*name).to_owned(), None, 1)),
