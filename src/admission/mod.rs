@@ -904,6 +904,66 @@ mod tests {
         );
     }
 
+    /// Issue 37: 3 -> 100 000 on `kubectl scale` of a ScaleView, a role's
+    /// replicas on an InferenceService update: admitted, with a warning
+    /// naming the jump; an ordinary step says nothing.
+    #[test]
+    fn a_replica_jump_is_admitted_with_a_warning() {
+        let scale = |replicas: i64| {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": "v", "namespace": "default"}, "spec": {"replicas": replicas}})
+        };
+        let view = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"targetRef": {"name": "s", "componentType": "decoder"}, "replicas": 3,
+                "scalePolicy": [{"group": "a"}, {"group": "b", "constraints": {"max": 2}}]}});
+        let known = lookup::Objects::new([&view]);
+        let jump = validate_scale(&scale(100_000), "default", &known);
+        assert!(jump.is_allowed(), "{}", jump.denial_message());
+        assert!(
+            jump.warnings
+                .iter()
+                .any(|w| w.starts_with("spec.replicas: 3 -> 100000 replicas is more than 10 times")),
+            "{:?}",
+            jump.warnings
+        );
+        let step = validate_scale(&scale(30), "default", &known);
+        assert!(step.warnings.is_empty(), "{:?}", step.warnings);
+
+        let old = story2();
+        let mut new = old.clone();
+        new["spec"]["roles"][0]["replicas"] = json!(5000);
+        let findings = validate(
+            Kind::InferenceService,
+            "default",
+            &new,
+            Some(&old),
+            &lookup::Blind,
+        );
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        assert!(
+            findings
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("spec.roles[0].replicas: 2 -> 5000 replicas")),
+            "{:?}",
+            findings.warnings
+        );
+        new["spec"]["roles"][0]["replicas"] = json!(20);
+        let findings = validate(
+            Kind::InferenceService,
+            "default",
+            &new,
+            Some(&old),
+            &lookup::Blind,
+        );
+        assert!(
+            !findings.warnings.iter().any(|w| w.contains(" -> ")),
+            "{:?}",
+            findings.warnings
+        );
+    }
+
     #[test]
     fn scale_views_are_checked_against_their_target_when_it_can_be_seen() {
         let view = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
