@@ -59,6 +59,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         )));
     };
     if rsg.metadata.deletion_timestamp.is_some() {
+        ctx.forget_step(&rsg.object_ref(&()));
         // Clones carry owner references; the garbage collector removes them.
         // The originals keep their group labels.
         return Ok(Action::await_change());

@@ -45,6 +45,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         )));
     };
     if service.metadata.deletion_timestamp.is_some() {
+        ctx.forget_step(&service.object_ref(&()));
         // Children carry owner references; the garbage collector removes them.
         return Ok(Action::await_change());
     }

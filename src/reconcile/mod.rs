@@ -160,6 +160,12 @@ impl Context {
         }
     }
 
+    /// Forgets the step of an owner being deleted: a burst cut short by
+    /// its deletion would otherwise stay in memory.
+    pub(crate) fn forget_step(&self, regarding: &ObjectReference) {
+        self.steps().remove(&owner_key(regarding));
+    }
+
     /// Writes made `pace` by pace ([`carry_out`]).
     pub fn with_pace(mut self, pace: Pace) -> Context {
         self.pace = pace;
@@ -303,12 +309,7 @@ pub(crate) async fn carry_out(
     observed: &[&Value],
     resource_of: impl Fn(&Value) -> Option<ApiResource>,
 ) -> Result<Carried, Error> {
-    let owner = format!(
-        "{} {}/{}",
-        regarding.kind.as_deref().unwrap_or_default(),
-        regarding.namespace.as_deref().unwrap_or_default(),
-        regarding.name.as_deref().unwrap_or_default()
-    );
+    let owner = owner_key(regarding);
     let now = (ctx.now)();
     let planned = apply.len().saturating_add(delete.len());
     let batched = ctx.pace != Pace::Unbounded;
@@ -372,6 +373,16 @@ pub(crate) async fn carry_out(
     } else {
         Carried::Part
     })
+}
+
+/// How an owner's step is keyed: `Kind namespace/name`.
+fn owner_key(regarding: &ObjectReference) -> String {
+    format!(
+        "{} {}/{}",
+        regarding.kind.as_deref().unwrap_or_default(),
+        regarding.namespace.as_deref().unwrap_or_default(),
+        regarding.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// The owner's step: the next batch's size and what the last ones wrote.
