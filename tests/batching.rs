@@ -172,3 +172,55 @@ async fn unbounded_writes_everything_in_one_pass() {
     let writes = pass(&fake, &ctx).await.unwrap();
     assert_eq!(lws_writes(&writes).len(), 100);
 }
+
+/// One pass from the caches as they are, whether or not they have seen the
+/// last writes; the writes it sent (Events included).
+async fn pass_lagging(fake: &FakeApi, ctx: &Arc<Context>) -> Vec<String> {
+    // Long enough for the watches that are not held to deliver.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
+    let service: InferenceService = serde_json::from_value(stored).unwrap();
+    reconcile(Arc::new(service), ctx.clone()).await.unwrap();
+    fake.take_writes()
+}
+
+/// The expectations: a cache that has not seen a batch's LeaderWorkerSets
+/// (their watch held back) makes the next pass write none, instead of
+/// applying those again and announcing them twice; once the cache shows
+/// them, the next batch goes on from where the last ended. Without the gate
+/// (`this_pass` ignoring `awaited`) the lagging pass writes
+/// `-inference-0` and `-1` again.
+#[tokio::test]
+async fn a_cache_that_lags_behind_a_batch_holds_the_next_until_it_shows_it() {
+    let fake = FakeApi::new();
+    let ctx = paced(&fake);
+    store(&fake, 100);
+    // The PodGroup, then the LeaderWorkerSets' watch held.
+    pass(&fake, &ctx).await.unwrap();
+    fake.hold_watches("leaderworkersets");
+    let writes = pass(&fake, &ctx).await.unwrap();
+    let first: Vec<&String> = lws_writes(&writes);
+    assert_eq!(first.len(), 2, "{writes:#?}");
+    assert_eq!(fake.list(LWS, "LeaderWorkerSet", "default").len(), 2);
+
+    // The cache does not show them yet: nothing is written again.
+    for _ in 0..3 {
+        let writes = pass_lagging(&fake, &ctx).await;
+        assert_eq!(
+            lws_writes(&writes),
+            Vec::<&String>::new(),
+            "a lagging cache makes no second write: {writes:#?}"
+        );
+        assert!(
+            !writes.iter().any(|w| w.starts_with("POST /apis/events")),
+            "nor a second Event: {writes:#?}"
+        );
+    }
+
+    // Caught up: the next batch (4) starts at replica 2.
+    fake.release_watches("leaderworkersets");
+    let writes = pass(&fake, &ctx).await.unwrap();
+    let next = lws_writes(&writes);
+    assert_eq!(next.len(), 4, "{writes:#?}");
+    assert!(next[0].ends_with("-inference-2"), "{next:?}");
+}

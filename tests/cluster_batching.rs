@@ -328,7 +328,8 @@ async fn a_scale_typo_corrected_within_two_seconds_stops_after_one_batch() {
 /// not lag that long: with the expectations' gate switched off this
 /// scenario passed too (200 writes, none twice), so it holds the outcome
 /// (each child created once, no 409) rather than proving the gate needed;
-/// the gate is tested on its own in `src/plan/shared/batch.rs`.
+/// the gate is shown failing without it in `tests/batching.rs`, where the
+/// in-memory API server holds the LeaderWorkerSets' watch back on purpose.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_creations_at_once_create_each_child_once() {
     let Some(scenario) = Scenario::start("batch-expectations").await else {
