@@ -162,6 +162,15 @@ struct ServeArgs {
     /// --controllers.
     #[arg(long)]
     dev: bool,
+    /// Requests a second this process sends the API server at most (its
+    /// watches, its writes, its Events and its Lease), with --kube-api-burst
+    /// more at once above that: a token bucket, as client-go's QPS and Burst.
+    /// 0 turns the limit off.
+    #[arg(long, value_name = "QPS", default_value_t = reconcile::rate_limit::DEFAULT_QPS, env = "TANDEM_KUBE_API_QPS")]
+    kube_api_qps: f64,
+    /// Requests this process may send at once above --kube-api-qps.
+    #[arg(long, value_name = "N", default_value_t = reconcile::rate_limit::DEFAULT_BURST, env = "TANDEM_KUBE_API_BURST")]
+    kube_api_burst: u32,
 }
 
 impl ServeArgs {
@@ -300,6 +309,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         epp_image: args.epp_image.clone(),
         identity: identity(args.pod_name.clone()),
         lease_namespace: args.pod_namespace.clone(),
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
     };
     if args.dev && !controllers.run {
         tracing::info!(
@@ -424,6 +435,9 @@ struct ControllerArgs {
     epp_image: String,
     identity: String,
     lease_namespace: String,
+    /// The client's rate limit (`--kube-api-qps`, `--kube-api-burst`).
+    qps: f64,
+    burst: u32,
 }
 
 /// The leader election task, and the sender that tells it to stop.
@@ -498,8 +512,11 @@ async fn serve_and_control(
             let cluster = config.cluster_url.clone();
             // Every request of the process (caches, controllers, Lease) is counted.
             let counting = reconcile::api_requests::CountRequests::new(metrics.controllers.clone());
+            // Every request is counted as it is made, then waits for its
+            // turn under the rate limit.
+            let limit = reconcile::rate_limit::RateLimit::new(args.qps, args.burst);
             match kube::client::ClientBuilder::try_from(config)
-                .map(|b| b.with_layer(&counting).build())
+                .map(|b| b.with_layer(&limit).with_layer(&counting).build())
             {
                 Ok(client) => {
                     tracing::info!(%cluster, controllers = args.run, "watching the cluster");
@@ -563,6 +580,8 @@ fn start_controllers(
         epp_image,
         identity,
         lease_namespace,
+        qps: _,
+        burst: _,
     } = args;
     let options = plan::inference_service::service::Options {
         router: plan::inference_service::router::RouterOptions { epp_image },
@@ -573,7 +592,9 @@ fn start_controllers(
         reconcile::reporter(&identity),
     );
     let ctx = Arc::new(
-        reconcile::Context::new(Arc::new(live), options).with_metrics(metrics.controllers.clone()),
+        reconcile::Context::new(Arc::new(live), options)
+            .with_metrics(metrics.controllers.clone())
+            .with_pace(plan::shared::batch::Pace::DEFAULT),
     );
     tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
     let election = reconcile::leader::Election::new(

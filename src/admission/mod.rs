@@ -26,6 +26,7 @@ use crate::api::{
 use crate::plan;
 use crate::plan::inference_service::dependencies;
 use crate::plan::shared::installed::Installed;
+use crate::plan::shared::replicas;
 use kube::Resource;
 pub use lookup::Lookup;
 
@@ -229,7 +230,29 @@ pub fn validate_as(
         Kind::ResourceScalingGroup => with_spec(
             spec,
             |s: resource_scaling_group::ResourceScalingGroupSpec| {
-                group_findings(namespace, name, &s, lookup)
+                let mut findings = group_findings(namespace, name, &s, lookup);
+                let groups = |spec: &resource_scaling_group::ResourceScalingGroupSpec| {
+                    spec.scaling_strategy
+                        .group_config
+                        .as_ref()
+                        .and_then(|c| c.replicas)
+                };
+                let before = old.and_then(|o| o.get("spec")).and_then(|o| {
+                    api::parse_at::<resource_scaling_group::ResourceScalingGroupSpec>(
+                        o,
+                        "oldObject.spec",
+                    )
+                    .ok()
+                });
+                if let (Some(before), Some(after)) = (before.as_ref().and_then(groups), groups(&s))
+                {
+                    findings.warnings.extend(replicas::jump_warning(
+                        "spec.scalingStrategy.groupConfig.replicas",
+                        i64::from(before),
+                        i64::from(after),
+                    ));
+                }
+                findings
             },
         ),
         Kind::ScaleView => with_spec(spec, |new: scale_view::ScaleViewSpec| {
@@ -294,6 +317,17 @@ fn service_findings(
         findings.warn(warning);
     }
     if let Some(old) = old {
+        if let Ok(old) = &old {
+            for (i, role) in service.spec.roles.iter().enumerate() {
+                if let Some(before) = old.spec.roles.iter().find(|r| r.name == role.name) {
+                    findings.warnings.extend(replicas::jump_warning(
+                        &format!("spec.roles[{i}].replicas"),
+                        i64::from(before.replicas()),
+                        i64::from(role.replicas()),
+                    ));
+                }
+            }
+        }
         findings.extend(locked_roles(old, &service, requester));
     }
     findings
@@ -391,6 +425,13 @@ fn view_findings(
         // (an older CRD version), immutability cannot be checked.
         match old_spec {
             Ok(old) => {
+                if let (Some(before), Some(after)) = (old.replicas, new.replicas) {
+                    findings.warnings.extend(replicas::jump_warning(
+                        "spec.replicas",
+                        i64::from(before),
+                        i64::from(after),
+                    ));
+                }
                 let update = scale_view::validate_update(&old, new);
                 findings.violations.extend(update.violations);
                 findings.warnings.extend(update.warnings);
@@ -514,6 +555,18 @@ pub fn validate_group_scale(scale: &Value, namespace: &str, lookup: &dyn Lookup)
         return findings;
     };
     let mut spec = group.spec;
+    if let Some(before) = spec
+        .scaling_strategy
+        .group_config
+        .as_ref()
+        .and_then(|c| c.replicas)
+    {
+        findings.warnings.extend(replicas::jump_warning(
+            "spec.replicas",
+            i64::from(before),
+            i64::from(replicas),
+        ));
+    }
     // As stored, the group went through the mutating webhook; defaulting
     // again changes nothing then, and reads one stored without it alike.
     resource_scaling_group::defaults(&mut spec);
@@ -560,12 +613,21 @@ fn scale_findings(
     let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
     let name = scale.metadata.name.unwrap_or_default();
     match lookup.scale_view(namespace, &name) {
-        Some(Some(view)) => scale_view::validate_total(
-            &view.spec,
-            i64::from(replicas),
-            "spec.replicas",
-            &mut findings,
-        ),
+        Some(Some(view)) => {
+            scale_view::validate_total(
+                &view.spec,
+                i64::from(replicas),
+                "spec.replicas",
+                &mut findings,
+            );
+            if let Some(before) = view.spec.replicas {
+                findings.warnings.extend(replicas::jump_warning(
+                    "spec.replicas",
+                    i64::from(before),
+                    i64::from(replicas),
+                ));
+            }
+        }
         Some(None) => findings.deny("metadata.name", format!("ScaleView {name:?} not found")),
         None => {
             if replicas < 0 {
@@ -839,6 +901,66 @@ mod tests {
             validate_scale(&json!({"spec": {"replicas": "x"}}), "default", blind)
                 .denial_message()
                 .starts_with("spec.replicas: not an autoscaling/v1 Scale")
+        );
+    }
+
+    /// Issue 37: 3 -> 100 000 on `kubectl scale` of a ScaleView, a role's
+    /// replicas on an InferenceService update: admitted, with a warning
+    /// naming the jump; an ordinary step says nothing.
+    #[test]
+    fn a_replica_jump_is_admitted_with_a_warning() {
+        let scale = |replicas: i64| {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {"name": "v", "namespace": "default"}, "spec": {"replicas": replicas}})
+        };
+        let view = json!({"apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"targetRef": {"name": "s", "componentType": "decoder"}, "replicas": 3,
+                "scalePolicy": [{"group": "a"}, {"group": "b", "constraints": {"max": 2}}]}});
+        let known = lookup::Objects::new([&view]);
+        let jump = validate_scale(&scale(100_000), "default", &known);
+        assert!(jump.is_allowed(), "{}", jump.denial_message());
+        assert!(
+            jump.warnings
+                .iter()
+                .any(|w| w.starts_with("spec.replicas: 3 -> 100000 replicas is more than 10 times")),
+            "{:?}",
+            jump.warnings
+        );
+        let step = validate_scale(&scale(30), "default", &known);
+        assert!(step.warnings.is_empty(), "{:?}", step.warnings);
+
+        let old = story2();
+        let mut new = old.clone();
+        new["spec"]["roles"][0]["replicas"] = json!(5000);
+        let findings = validate(
+            Kind::InferenceService,
+            "default",
+            &new,
+            Some(&old),
+            &lookup::Blind,
+        );
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        assert!(
+            findings
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("spec.roles[0].replicas: 2 -> 5000 replicas")),
+            "{:?}",
+            findings.warnings
+        );
+        new["spec"]["roles"][0]["replicas"] = json!(20);
+        let findings = validate(
+            Kind::InferenceService,
+            "default",
+            &new,
+            Some(&old),
+            &lookup::Blind,
+        );
+        assert!(
+            !findings.warnings.iter().any(|w| w.contains(" -> ")),
+            "{:?}",
+            findings.warnings
         );
     }
 

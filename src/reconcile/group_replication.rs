@@ -59,6 +59,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         )));
     };
     if rsg.metadata.deletion_timestamp.is_some() {
+        ctx.forget_step(&rsg.object_ref(&()));
         // Clones carry owner references; the garbage collector removes them.
         // The originals keep their group labels.
         return Ok(Action::await_change());
@@ -126,11 +127,17 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         );
         resources.get(&key).cloned()
     };
-    carry_out(
+    // What the plan was made from: what a batch wrote is awaited there.
+    let observed: Vec<&Value> = objects
+        .iter()
+        .chain(&pods)
+        .chain(templates.iter().flatten())
+        .collect();
+    let carried = carry_out(
         &ctx,
         &reference,
-        &pass.apply,
-        &pass.delete,
+        (&pass.apply, &pass.delete),
+        &observed,
         resource_of_object,
     )
     .await?;
@@ -145,7 +152,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         })
         .await?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(carried.requeue(RESYNC)))
 }
 
 /// A Warning Event: a listed scale-down candidate that names no group.

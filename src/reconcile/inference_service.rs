@@ -16,7 +16,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use super::caches::Caches;
-use super::cluster::{Part, resource, resource_of};
+use super::cluster::{Cluster, Part, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::inference_service::service::{self as service_plan, CHILD_KINDS, World};
@@ -29,6 +29,32 @@ const RESYNC: Duration = Duration::from_secs(300);
 
 fn api_resource(kind: &ChildKind) -> ApiResource {
     resource(kind.api_version, kind.kind, kind.plural)
+}
+
+/// The children of `service` in the caches, found by their `labels`, and
+/// the kinds it may create that cannot be read.
+fn owned_children(
+    cluster: &dyn Cluster,
+    service: &InferenceService,
+    namespace: &str,
+    labels: &[(&str, &str)],
+) -> (Vec<Value>, BTreeSet<String>) {
+    let mut owned = Vec::new();
+    let mut unavailable = BTreeSet::new();
+    for kind in &CHILD_KINDS {
+        match cluster.list(&api_resource(kind), namespace, labels) {
+            Ok(found) => owned.extend(
+                found
+                    .into_iter()
+                    .filter(|item| children::owns(service, item)),
+            ),
+            Err(unserved) => {
+                tracing::debug!(%unserved, "a kind the service may create cannot be read");
+                unavailable.insert(kind.kind.to_owned());
+            }
+        }
+    }
+    (owned, unavailable)
 }
 
 /// Reconciles one InferenceService. Every log line it writes names the
@@ -45,6 +71,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         )));
     };
     if service.metadata.deletion_timestamp.is_some() {
+        ctx.forget_step(&service.object_ref(&()));
         // Children carry owner references; the garbage collector removes them.
         return Ok(Action::await_change());
     }
@@ -55,21 +82,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         (children::SERVICE, name),
         (children::MANAGED_BY, children::MANAGER),
     ];
-    let mut owned = Vec::new();
-    let mut unavailable = BTreeSet::new();
-    for kind in &CHILD_KINDS {
-        match cluster.list(&api_resource(kind), namespace, &labels) {
-            Ok(found) => owned.extend(
-                found
-                    .into_iter()
-                    .filter(|item| children::owns(&service, item)),
-            ),
-            Err(unserved) => {
-                tracing::debug!(%unserved, "a kind the service may create cannot be read");
-                unavailable.insert(kind.kind.to_owned());
-            }
-        }
-    }
+    let (owned, unavailable) = owned_children(cluster.as_ref(), &service, namespace, &labels);
     let pods: Vec<Value> = cluster
         .list(
             &resource("v1", "Pod", "pods"),
@@ -104,9 +117,15 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
 
     // Apply, delete, report.
     let reference = service.object_ref(&());
-    carry_out(&ctx, &reference, &pass.apply, &pass.delete, |object| {
-        ChildKind::of(object).map(|kind| api_resource(&kind))
-    })
+    // What the plan was made from: what a batch wrote is awaited there.
+    let observed: Vec<&Value> = owned.iter().chain(&pods).collect();
+    let carried = carry_out(
+        &ctx,
+        &reference,
+        (&pass.apply, &pass.delete),
+        &observed,
+        |object| ChildKind::of(object).map(|kind| api_resource(&kind)),
+    )
     .await?;
     for event in &pass.events {
         record(
@@ -143,7 +162,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         }
     }
     Ok(Action::requeue(
-        pass.requeue.map_or(RESYNC, |d| d.min(RESYNC)),
+        carried.requeue(pass.requeue.map_or(RESYNC, |d| d.min(RESYNC))),
     ))
 }
 

@@ -23,6 +23,7 @@ use super::FIELD_MANAGER;
 use super::cached::Cached;
 use super::caches::{Caches, PARTIAL};
 use super::cluster::{Cluster, Part, Series, Unserved, Written};
+use super::events::SpamFilter;
 use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
@@ -34,6 +35,8 @@ pub struct Live {
     pub caches: Arc<Caches>,
     reporter: Reporter,
     recorder: Recorder,
+    /// At most so many Events about one object ([`super::events`]).
+    spam: SpamFilter,
 }
 
 impl Live {
@@ -43,6 +46,7 @@ impl Live {
             client,
             caches,
             reporter,
+            spam: SpamFilter::default(),
         }
     }
 
@@ -278,6 +282,22 @@ impl Cluster for Live {
         series: Series,
     ) -> BoxFuture<'a, ()> {
         async move {
+            let object = format!(
+                "{} {}/{} {}",
+                regarding.kind.as_deref().unwrap_or_default(),
+                regarding.namespace.as_deref().unwrap_or_default(),
+                regarding.name.as_deref().unwrap_or_default(),
+                regarding.uid.as_deref().unwrap_or_default(),
+            );
+            if !self.spam.allow(&object, tokio::time::Instant::now()) {
+                tracing::info!(
+                    object,
+                    reason = event.reason,
+                    note = event.note,
+                    "too many Events about the object: this one is not recorded"
+                );
+                return;
+            }
             let published = match series {
                 Series::Fold => self.recorder.publish(event, regarding).await,
                 Series::Own => {

@@ -18,6 +18,7 @@ pub mod cached;
 pub mod caches;
 pub mod cluster;
 pub mod dependencies;
+pub mod events;
 pub mod group_replication;
 pub mod health;
 pub mod inference_service;
@@ -25,8 +26,10 @@ pub mod leader;
 pub mod live;
 pub mod memory;
 pub mod metrics;
+pub mod rate_limit;
 pub mod resource_scaling_group;
 pub mod scale_view;
+pub mod window;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -47,6 +50,7 @@ use serde_json::Value;
 use self::caches::{Caches, Queue};
 use self::cluster::{Cluster, Series};
 use crate::plan::inference_service::service::{Apply, Delete, Options};
+use crate::plan::shared::batch::{self, Pace};
 use crate::plan::shared::decision;
 use metrics::{ControllerMetrics, controller_of, measured};
 
@@ -109,15 +113,13 @@ impl Error {
 /// the queue holds the rest.
 pub const CONCURRENCY: u16 = 8;
 
-/// How long a trigger waits for more of its kind before the reconcile runs:
-/// a rollout's burst of pod events becomes one reconcile.
-pub const DEBOUNCE: Duration = Duration::from_millis(500);
-
-/// The controller settings every Tandem controller runs with.
+/// The controller settings every Tandem controller runs with: at most
+/// [`CONCURRENCY`] reconciles at once, and no debounce. Triggers are batched
+/// before they reach the controller ([`window::batched`]), because
+/// kube-runtime's debounce postpones an object for as long as its triggers
+/// keep coming (issue 37; see [`window`]).
 pub fn controller_config() -> kube::runtime::controller::Config {
-    kube::runtime::controller::Config::default()
-        .concurrency(CONCURRENCY)
-        .debounce(DEBOUNCE)
+    kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
 }
 
 /// What every reconcile needs.
@@ -135,6 +137,12 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Where reconciles and decisions are counted (`/metrics`).
     pub metrics: Arc<ControllerMetrics>,
+    /// How many writes one pass of a reconcile makes ([`carry_out`]):
+    /// [`Pace::Unbounded`] from [`Context::new`], [`Pace::DEFAULT`] in
+    /// `tandem serve` ([`Context::with_pace`]).
+    pub pace: Pace,
+    /// Each owner's step of a burst of writes (`Kind namespace/name`).
+    steps: Mutex<HashMap<String, Step>>,
 }
 
 impl Context {
@@ -147,7 +155,21 @@ impl Context {
             failure_backoff: FailureBackoff::default(),
             failures: Mutex::default(),
             metrics: Arc::default(),
+            pace: Pace::Unbounded,
+            steps: Mutex::default(),
         }
+    }
+
+    /// Forgets the step of an owner being deleted: a burst cut short by
+    /// its deletion would otherwise stay in memory.
+    pub(crate) fn forget_step(&self, regarding: &ObjectReference) {
+        self.steps().remove(&owner_key(regarding));
+    }
+
+    /// Writes made `pace` by pace ([`carry_out`]).
+    pub fn with_pace(mut self, pace: Pace) -> Context {
+        self.pace = pace;
+        self
     }
 
     /// Reconciles and decisions counted in `metrics` (served on `/metrics`).
@@ -159,6 +181,12 @@ impl Context {
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         // Entries are replaced one at a time: a panic cannot leave one half-written.
         self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn steps(&self) -> std::sync::MutexGuard<'_, HashMap<String, Step>> {
+        // Each entry is whole between two statements: a panic cannot leave
+        // one half-written.
+        self.steps.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -234,21 +262,162 @@ pub(crate) async fn record(
     ctx.cluster.record(reference, &event, Series::Fold).await;
 }
 
+/// What [`carry_out`] did of a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Carried {
+    /// Every write the plan asked for.
+    All,
+    /// A batch, or nothing while an earlier batch is awaited: the owner is
+    /// to be planned again soon ([`batch::NEXT_STEP`]).
+    Part,
+}
+
+impl Carried {
+    /// The requeue of a reconcile that would otherwise look again after
+    /// `otherwise`.
+    pub(crate) fn requeue(self, otherwise: Duration) -> Duration {
+        match self {
+            Carried::All => otherwise,
+            Carried::Part => otherwise.min(batch::NEXT_STEP),
+        }
+    }
+}
+
+/// One write of a batch, carried out.
+struct Done<'a> {
+    reason: &'a str,
+    object: &'a Value,
+    note: &'a str,
+}
+
 /// Carries out what a plan decided for the objects of `regarding`: each
 /// `apply` server-side applied (field manager `tandem`, retried on 409), each
-/// `delete` deleted in the background (one already gone is no error), with an
-/// Event on `regarding` for each saying why. `resource_of` gives an object's
-/// API; an object it cannot place is skipped (the plan only makes objects of
-/// kinds it was given).
+/// `delete` deleted in the background (one already gone is no error).
+/// `resource_of` gives an object's API; an object it cannot place is skipped
+/// (the plan only makes objects of kinds it was given).
+///
+/// With [`Context::pace`] unbounded every write is made, each with an Event
+/// on `regarding` saying why. Otherwise (`tandem serve`) a bounded step
+/// ([`batch`]): nothing while an earlier batch of this owner is not yet in
+/// `observed` (the objects the plan was made from), else the plan's first
+/// writes up to the owner's batch size, in the plan's order, stopping at
+/// the first failure, with one Event per reason and kind of object. The
+/// batch size grows after a batch written whole and starts over after a
+/// failure; the writes made are expected in the cache.
 pub(crate) async fn carry_out(
     ctx: &Context,
     regarding: &ObjectReference,
-    apply: &[Apply],
-    delete: &[Delete],
+    (apply, delete): (&[Apply], &[Delete]),
+    observed: &[&Value],
     resource_of: impl Fn(&Value) -> Option<ApiResource>,
+) -> Result<Carried, Error> {
+    let owner = owner_key(regarding);
+    let now = (ctx.now)();
+    let planned = apply.len().saturating_add(delete.len());
+    let batched = ctx.pace != Pace::Unbounded;
+    let (size, awaited) = if batched {
+        let mut steps = ctx.steps();
+        let step = steps.entry(owner.clone()).or_insert_with(|| Step {
+            size: ctx.pace.first(),
+            expected: Vec::new(),
+        });
+        step.expected = batch::outstanding(
+            std::mem::take(&mut step.expected),
+            observed,
+            now,
+            batch::EXPECTATION_TIMEOUT,
+        );
+        let awaited = !step.expected.is_empty();
+        let size = step.size;
+        if planned == 0 && !awaited {
+            // The burst is over: the next one starts slow again.
+            steps.remove(&owner);
+        }
+        (size, awaited)
+    } else {
+        (usize::MAX, false)
+    };
+    let count = batch::this_pass(planned, size, awaited);
+    if awaited {
+        tracing::debug!(owner, planned, "an earlier batch is not in the cache yet");
+    }
+    let mut done: Vec<Done<'_>> = Vec::new();
+    let mut expected: Vec<batch::Expected> = Vec::new();
+    let result = write_batch(
+        ctx,
+        regarding,
+        (apply, delete),
+        count,
+        (observed, &resource_of),
+        (&mut done, &mut expected),
+        batched,
+    )
+    .await;
+    if batched {
+        let mut steps = ctx.steps();
+        if let Some(step) = steps.get_mut(&owner) {
+            step.expected.extend(expected);
+            if count > 0 {
+                let outcome = if result.is_ok() {
+                    batch::Outcome::Written
+                } else {
+                    batch::Outcome::Failed
+                };
+                step.size = ctx.pace.after(size, outcome);
+            }
+        }
+    }
+    let left = planned.saturating_sub(count);
+    announce(ctx, regarding, &done, left).await;
+    result?;
+    Ok(if left == 0 && !awaited {
+        Carried::All
+    } else {
+        Carried::Part
+    })
+}
+
+/// How an owner's step is keyed: `Kind namespace/name`.
+fn owner_key(regarding: &ObjectReference) -> String {
+    format!(
+        "{} {}/{}",
+        regarding.kind.as_deref().unwrap_or_default(),
+        regarding.namespace.as_deref().unwrap_or_default(),
+        regarding.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The owner's step: the next batch's size and what the last ones wrote.
+#[derive(Debug)]
+struct Step {
+    size: usize,
+    expected: Vec<batch::Expected>,
+}
+
+/// Makes the first `count` writes of the plan, in its order: applies, then
+/// deletions. What the cache is to show of each write made is pushed to
+/// `expected`; the write itself to `done` when `batched` (its Event comes
+/// with the batch's), else its Event is recorded at once. Stops at the
+/// first failure.
+async fn write_batch<'a>(
+    ctx: &Context,
+    regarding: &ObjectReference,
+    (apply, delete): (&'a [Apply], &'a [Delete]),
+    count: usize,
+    (observed, resource_of): (&[&Value], &impl Fn(&Value) -> Option<ApiResource>),
+    (done, expected): (&mut Vec<Done<'a>>, &mut Vec<batch::Expected>),
+    batched: bool,
 ) -> Result<(), Error> {
     let controller = controller_of(regarding.kind.as_deref().unwrap_or_default());
-    for step in apply {
+    let seen = |object: &Value| {
+        let identity = batch::identity(object);
+        observed
+            .iter()
+            .copied()
+            .find(|o| batch::identity(o) == identity)
+    };
+    for step in apply.iter().take(count) {
         let Some(resource) = resource_of(&step.object) else {
             continue;
         };
@@ -259,17 +428,31 @@ pub(crate) async fn carry_out(
         })
         .await?;
         ctx.metrics.decided(controller, decision::of_apply(step));
-        record(
-            ctx,
-            regarding,
-            step.change.reason(),
-            &step.note,
-            Some(&step.object),
-            false,
-        )
-        .await;
+        expected.push(batch::Expected::applied(
+            &step.object,
+            seen(&step.object),
+            (ctx.now)(),
+        ));
+        if batched {
+            done.push(Done {
+                reason: step.change.reason(),
+                object: &step.object,
+                note: &step.note,
+            });
+        } else {
+            let reason = step.change.reason();
+            record(
+                ctx,
+                regarding,
+                reason,
+                &step.note,
+                Some(&step.object),
+                false,
+            )
+            .await;
+        }
     }
-    for step in delete {
+    for step in delete.iter().take(count.saturating_sub(apply.len())) {
         let Some(resource) = resource_of(&step.object) else {
             continue;
         };
@@ -280,21 +463,81 @@ pub(crate) async fn carry_out(
         match ctx.cluster.delete(&resource, namespace, name).await {
             Ok(()) => {
                 ctx.metrics.decided(controller, decision::of_delete(step));
-                record(
-                    ctx,
-                    regarding,
-                    "Deleted",
-                    &step.note,
-                    Some(&step.object),
-                    false,
-                )
-                .await;
+                expected.push(batch::Expected::deleted(&step.object, (ctx.now)()));
+                if batched {
+                    done.push(Done {
+                        reason: "Deleted",
+                        object: &step.object,
+                        note: &step.note,
+                    });
+                } else {
+                    record(
+                        ctx,
+                        regarding,
+                        "Deleted",
+                        &step.note,
+                        Some(&step.object),
+                        false,
+                    )
+                    .await;
+                }
             }
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(e.into()),
         }
     }
     Ok(())
+}
+
+/// The Events of a batch's writes `done`: one per reason and kind of
+/// object ([`batch::summarise`]), saying how many writes the plan has
+/// `left`. (Unbounded, each write's Event follows it at once.)
+async fn announce(ctx: &Context, regarding: &ObjectReference, done: &[Done<'_>], left: usize) {
+    let written: Vec<batch::Written<'_>> = done
+        .iter()
+        .map(|d| batch::Written {
+            reason: d.reason,
+            kind: d.object["kind"].as_str().unwrap_or("object"),
+            name: d.object["metadata"]["name"].as_str().unwrap_or_default(),
+            note: d.note,
+        })
+        .collect();
+    for summary in batch::summarise(&written, left) {
+        match summary.writes.as_slice() {
+            // One write: its own Event, about its object, in the series of
+            // that object's Events.
+            [one] => {
+                let object = done.get(*one).map(|d| d.object);
+                record(
+                    ctx,
+                    regarding,
+                    &summary.reason,
+                    &summary.note,
+                    object,
+                    false,
+                )
+                .await;
+            }
+            // Several: about none of them alone, and a series of its own
+            // (a folded Event keeps its first note: a second batch's would
+            // be lost).
+            _ => {
+                let event = Event {
+                    type_: EventType::Normal,
+                    reason: summary.reason.clone(),
+                    note: Some(summary.note.clone()),
+                    action: if summary.reason == "Deleted" {
+                        "Delete"
+                    } else {
+                        "Apply"
+                    }
+                    .to_owned(),
+                    secondary: None,
+                };
+                ctx.cluster.record(regarding, &event, Series::Own).await;
+            }
+        }
+    }
 }
 
 /// How a failed reconcile is retried: after `first`, twice as long after
@@ -374,7 +617,8 @@ fn failed(ctx: &Context, key: &str, error: &Error) -> Action {
 
 /// Runs a controller of `K` on the process's caches until `stop`: waits
 /// until the caches have listed, reconciles every object once, then each
-/// object an event concerns (coalesced by [`DEBOUNCE`]), and on a failure
+/// object an event concerns (batched by [`window::batched`]: a trigger
+/// waits at most [`window::BATCH_WINDOW`]), and on a failure
 /// again after [`FailureBackoff`]. When `stop` completes it starts no new
 /// reconcile, lets those in flight finish and returns.
 pub async fn run_controller<K, F, Fut>(
@@ -390,9 +634,7 @@ pub async fn run_controller<K, F, Fut>(
 {
     let kind = K::kind(&()).into_owned();
     caches.ready().await;
-    let queue = caches
-        .queue(&store)
-        .take_until(stop)
+    let queue = window::batched(caches.queue(&store).take_until(stop), window::BATCH_WINDOW)
         .map(Ok::<_, Infallible>);
     // Every reconcile counted and timed (`/metrics`).
     let mut reconcile = measured(controller_of(&kind), reconcile);

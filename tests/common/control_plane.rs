@@ -1212,21 +1212,34 @@ impl Tandem {
     /// Starts replica `name` and waits until it is ready (its caches
     /// loaded); its webhooks are not registered.
     pub fn start(plane: &ControlPlane, name: &str) -> Tandem {
+        Tandem::start_as(plane, name, true)
+    }
+
+    /// [`Tandem::start`] without `--controllers`: `--dev` serves admission
+    /// only, takes no Lease and writes nothing (a cluster's webhooks before
+    /// its controllers start, `tests/cluster_first_start.rs`).
+    pub fn start_admission_only(plane: &ControlPlane, name: &str) -> Tandem {
+        Tandem::start_as(plane, name, false)
+    }
+
+    fn start_as(plane: &ControlPlane, name: &str, controllers: bool) -> Tandem {
         let dir = plane.tandem_dir.join(name);
         std::fs::create_dir_all(&dir).expect("tandem's directory");
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(&kubeconfig, plane.tandem_kubeconfig()).expect("tandem's kubeconfig");
         let (webhook, probes) = (free_port(), free_port());
-        let args = [
+        let mut args = vec![
             "serve".to_owned(),
             "--dev".to_owned(),
-            "--controllers".to_owned(),
             format!("--pod-name={name}"),
             "--pod-namespace=tandem-system".to_owned(),
             format!("--listen=127.0.0.1:{webhook}"),
             format!("--probe-listen=127.0.0.1:{probes}"),
             format!("--cert-dir={}", dir.join("certs").display()),
         ];
+        if controllers {
+            args.push("--controllers".to_owned());
+        }
         let process = Supervised::start(
             &format!("tandem-{name}"),
             &dir,

@@ -10,6 +10,7 @@
 //! serve seeds 000 and 003 (and the controller leadership every Tandem
 //! replica runs). Nothing here imports from a capability folder.
 
+pub mod batch;
 pub mod children;
 pub mod condition;
 pub mod decision;

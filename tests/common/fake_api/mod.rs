@@ -364,6 +364,9 @@ struct Shared {
     changed: tokio::sync::watch::Sender<u64>,
     address: Mutex<Option<SocketAddr>>,
     bookmark_every: Duration,
+    /// Resources (plural) whose watches deliver nothing until released
+    /// ([`FakeApi::hold_watches`]): a cache that lags.
+    held: Mutex<BTreeSet<String>>,
 }
 
 #[derive(Clone)]
@@ -636,6 +639,7 @@ impl FakeApi {
                 changed: tokio::sync::watch::channel(0).0,
                 address: Mutex::new(None),
                 bookmark_every,
+                held: Mutex::default(),
             }),
         };
         for crd in dependency_crds() {
@@ -661,6 +665,36 @@ impl FakeApi {
         };
         self.shared.changed.send_replace(version);
         out
+    }
+
+    /// Holds every watch of `plural` from now on: changes are stored and
+    /// answered to reads, but no watch event of them is sent (a watch that
+    /// lags behind the writes) until [`FakeApi::release_watches`].
+    pub fn hold_watches(&self, plural: &str) {
+        self.shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(plural.to_owned());
+    }
+
+    /// Lets the held watches of `plural` send every change they held back.
+    pub fn release_watches(&self, plural: &str) {
+        self.shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(plural);
+        let version = self.version();
+        self.shared.changed.send_replace(version);
+    }
+
+    fn watches_held(&self, plural: &str) -> bool {
+        self.shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(plural)
     }
 
     /// Keeps only the last `changes` changes for watches to resume from: a
@@ -1392,6 +1426,10 @@ impl FakeApi {
                     result = changed.changed() => {
                         if result.is_err() {
                             return;
+                        }
+                        if fake.watches_held(&scope.resource.plural) {
+                            // Held back: sent, in order, once released.
+                            continue;
                         }
                         let state = fake.lock();
                         if next < state.oldest_resumable() {
