@@ -480,7 +480,9 @@ async fn scale_and_back(
     ticks: f64,
 ) {
     let client = plane.namespace(WIDE_NAMESPACE).await;
-    let per_node = usize::try_from(gpus_per_node).expect("a small count").min(110);
+    let per_node = usize::try_from(gpus_per_node)
+        .expect("a small count")
+        .min(110);
     let node_count = wide.div_ceil(per_node.max(1)) + 2;
     let nodes: Vec<Value> = (0..node_count)
         .map(|i| gpu_node(WIDE_NAMESPACE, i, gpus_per_node))
@@ -523,13 +525,20 @@ async fn scale_and_back(
         .list_metadata(&ListParams::default())
         .await
         .map_or(0, |l| l.items.len());
-    println!("\n## Scale and back: one service of story 1's shape, 10 -> {wide} -> 10 replicas, {node_count} nodes of {gpus_per_node} GPUs\n");
+    println!(
+        "\n## Scale and back: one service of story 1's shape, 10 -> {wide} -> 10 replicas, {node_count} nodes of {gpus_per_node} GPUs\n"
+    );
     println!(
         "| step | to Ready | to settled | objects gone | peak LeaderWorkerSets / pods | Tandem's requests (by verb) | Tandem's Events written | Events stored (all writers) | Tandem's peak requests/s (5 s window) / mean | {} |",
-        PROCESSES.map(|p| format!("{p} CPU s / peak MiB")).join(" | ")
+        PROCESSES
+            .map(|p| format!("{p} CPU s / peak MiB"))
+            .join(" | ")
     );
     println!("|{}", "---|".repeat(9 + PROCESSES.len()));
-    for (step, replicas) in [(format!("10 -> {wide}"), wide), (format!("{wide} -> 10"), 10)] {
+    for (step, replicas) in [
+        (format!("10 -> {wide}"), wide),
+        (format!("{wide} -> 10"), 10),
+    ] {
         let peaks = std::sync::Arc::new(std::sync::Mutex::new(Peaks::default()));
         let sampler = sample(client.clone(), tandem, WIDE_NAMESPACE, peaks.clone());
         let start = Instant::now();
@@ -657,7 +666,9 @@ const PROCESSES: [&str; 7] = [
 fn print_table(phases: &[Phase]) {
     println!(
         "| phase | to Ready | to settled | pods Ready | Tandem's requests (by verb; watches and Lease renewals apart) | {} | Tandem's share of the control plane's CPU |",
-        PROCESSES.map(|p| format!("{p} CPU s / peak MiB")).join(" | ")
+        PROCESSES
+            .map(|p| format!("{p} CPU s / peak MiB"))
+            .join(" | ")
     );
     println!("|{}", "---|".repeat(5 + PROCESSES.len() + 1));
     for phase in phases {

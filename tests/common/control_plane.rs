@@ -134,10 +134,9 @@ impl Supervised {
     /// own reader (a `bash` subshell). None once it is gone.
     fn pid(&self) -> Option<u32> {
         let supervisor = self.child.id();
-        let children = std::fs::read_to_string(format!(
-            "/proc/{supervisor}/task/{supervisor}/children"
-        ))
-        .ok()?;
+        let children =
+            std::fs::read_to_string(format!("/proc/{supervisor}/task/{supervisor}/children"))
+                .ok()?;
         children
             .split_whitespace()
             .filter_map(|c| c.parse::<u32>().ok())
