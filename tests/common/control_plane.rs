@@ -130,6 +130,22 @@ impl Supervised {
         }
     }
 
+    /// The supervised process's id: the supervisor's child that is not its
+    /// own reader (a `bash` subshell). None once it is gone.
+    fn pid(&self) -> Option<u32> {
+        let supervisor = self.child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{supervisor}/task/{supervisor}/children"))
+                .ok()?;
+        children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .find(|c| {
+                std::fs::read_to_string(format!("/proc/{c}/comm"))
+                    .is_ok_and(|comm| comm.trim() != "bash")
+            })
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -272,10 +288,18 @@ impl ControlPlane {
     /// The control plane of this test binary, started on first use (the
     /// binaries are built first when they are not cached yet).
     pub fn shared() -> &'static ControlPlane {
-        SHARED.get_or_init(ControlPlane::start)
+        SHARED.get_or_init(|| ControlPlane::start(true))
     }
 
-    fn start() -> ControlPlane {
+    /// [`ControlPlane::shared`] with no audit log (the API server logs
+    /// nothing): for the scale benchmark, where logging every write with its
+    /// bodies would be most of the API server's work. [`ControlPlane::requests`]
+    /// then finds none. The first call in a test binary decides.
+    pub fn shared_without_audit() -> &'static ControlPlane {
+        SHARED.get_or_init(|| ControlPlane::start(false))
+    }
+
+    fn start(audit: bool) -> ControlPlane {
         let bin = binaries().to_path_buf();
         remove_stale_runs();
         let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
@@ -300,7 +324,14 @@ impl ControlPlane {
             ("apiserver.key", serving.key_pem.clone()),
             ("sa.key", account_key.serialize_pem()),
             ("sa.pub", account_key.public_key_pem()),
-            ("audit-policy.yaml", audit_policy()),
+            (
+                "audit-policy.yaml",
+                if audit {
+                    audit_policy()
+                } else {
+                    "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n".to_owned()
+                },
+            ),
         ];
         for (name, contents) in files {
             std::fs::write(dir.join(name), contents).expect("a control plane file");
@@ -472,6 +503,19 @@ impl ControlPlane {
     fn spawn(&self, name: &str, command: &Path, args: &[String], env: &[(&str, String)]) {
         let process = Supervised::start(name, &self.dir, command, args, env);
         self.processes.lock().expect("processes").push(process);
+    }
+
+    /// The process id of each process of the control plane, by name
+    /// (`etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `kube-scheduler`, `kwok`, `lws-manager`): the process itself, not its
+    /// supervisor.
+    pub fn pids(&self) -> Vec<(String, Option<u32>)> {
+        self.processes
+            .lock()
+            .expect("processes")
+            .iter()
+            .map(|p| (p.name.clone(), p.pid()))
+            .collect()
     }
 
     /// Asserts every process of the control plane is still running.
@@ -1212,17 +1256,23 @@ impl Tandem {
     /// Starts replica `name` and waits until it is ready (its caches
     /// loaded); its webhooks are not registered.
     pub fn start(plane: &ControlPlane, name: &str) -> Tandem {
-        Tandem::start_as(plane, name, true)
+        Tandem::start_as(plane, name, true, "info,tandem=debug")
     }
 
     /// [`Tandem::start`] without `--controllers`: `--dev` serves admission
     /// only, takes no Lease and writes nothing (a cluster's webhooks before
     /// its controllers start, `tests/cluster_first_start.rs`).
     pub fn start_admission_only(plane: &ControlPlane, name: &str) -> Tandem {
-        Tandem::start_as(plane, name, false)
+        Tandem::start_as(plane, name, false, "info,tandem=debug")
     }
 
-    fn start_as(plane: &ControlPlane, name: &str, controllers: bool) -> Tandem {
+    /// [`Tandem::start`] with `RUST_LOG=rust_log` (the scenarios read
+    /// Tandem's debug lines; a benchmark runs it as installed, at `info`).
+    pub fn start_logging(plane: &ControlPlane, name: &str, rust_log: &str) -> Tandem {
+        Tandem::start_as(plane, name, true, rust_log)
+    }
+
+    fn start_as(plane: &ControlPlane, name: &str, controllers: bool, rust_log: &str) -> Tandem {
         let dir = plane.tandem_dir.join(name);
         std::fs::create_dir_all(&dir).expect("tandem's directory");
         let kubeconfig = dir.join("kubeconfig");
@@ -1247,7 +1297,7 @@ impl Tandem {
             &args,
             &[
                 ("KUBECONFIG", kubeconfig.display().to_string()),
-                ("RUST_LOG", "info,tandem=debug".to_owned()),
+                ("RUST_LOG", rust_log.to_owned()),
             ],
         );
         let tandem = Tandem {
@@ -1297,6 +1347,11 @@ impl Tandem {
 
     pub fn alive(&self) -> bool {
         self.process.lock().expect("the process").alive()
+    }
+
+    /// The process id of `tandem serve` (not its supervisor's), or None.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.lock().expect("the process").pid()
     }
 
     /// Kills the process at once: a crash, no graceful shutdown.
