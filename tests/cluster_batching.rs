@@ -300,6 +300,33 @@ async fn a_scale_typo_corrected_within_two_seconds_stops_after_one_batch() {
             "typo {typo}: {tandem_events} Events of Tandem's"
         );
     }
+    // The garbage collector removes the deleted replicas' StatefulSets and
+    // Pending pods behind the deletions; the service's status counts the
+    // pods that are left as they go, so it settles only once they are gone
+    // (slow on a loaded machine: a write 10 s after convergence was seen).
+    scenario
+        .eventually(
+            180,
+            "the pods of the deleted spot replicas gone",
+            || async {
+                let left = scenario
+                    .list("v1", "Pod")
+                    .await
+                    .iter()
+                    .filter(|p| {
+                        p["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with(SPOT))
+                    })
+                    .count();
+                if left <= 1 {
+                    Ok(())
+                } else {
+                    Err(format!("{left} spot pods"))
+                }
+            },
+        )
+        .await;
     scenario.assert_floor_held();
     scenario
         .assert_quiet(10, (IS, "InferenceService", "spot-decode"))
