@@ -54,6 +54,22 @@ fn grace(service: &mut Value, seconds: i64) {
     }
 }
 
+/// Creates `service` and waits until it is ready; its name and its first
+/// role's.
+async fn deploy(scenario: &Scenario, service: &Value) -> (String, String) {
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    scenario.create_or_fail(service).await;
+    wait_ready(scenario, &name).await;
+    (name, role)
+}
+
 /// Replaces the spec of InferenceService `name` with `service`'s, as
 /// `kubectl edit` does (a merge patch: the roles list is replaced whole).
 async fn set_spec(scenario: &Scenario, name: &str, service: &Value) {
@@ -210,16 +226,7 @@ async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_comes_back_else
     service["spec"]["roles"][0]["replicas"] = json!(2);
     one_replica_per_node(&mut service);
     grace(&mut service, 3);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    let role = service["spec"]["roles"][0]["name"]
-        .as_str()
-        .expect("a role")
-        .to_owned();
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
+    let (name, role) = deploy(&scenario, &service).await;
     let before = placement(&scenario).await;
     let lost = before.values().next().expect("a pod's node").clone();
 
@@ -277,17 +284,7 @@ async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_comes_back_else
         )
         .await;
     // Tandem said so: the role degraded, then recovered, one Event each.
-    scenario
-        .eventually(30, "one Degraded and one Recovered Event", || async {
-            let reasons = event_reasons(&scenario, &name).await;
-            let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
-            if count("Degraded") == 1 && count("Recovered") == 1 {
-                Ok(())
-            } else {
-                Err(format!("{reasons:?}"))
-            }
-        })
-        .await;
+    one_episode_in_events(&scenario, &name).await;
     scenario.assert_writes_sound();
     scenario
         .assert_quiet(10, (IS, "InferenceService", &name))
@@ -378,16 +375,7 @@ async fn a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_repl
     service["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": 1, "progressDeadlineSeconds": 20}});
     grace(&mut service, 3);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    let role = service["spec"]["roles"][0]["name"]
-        .as_str()
-        .expect("a role")
-        .to_owned();
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
+    let (name, role) = deploy(&scenario, &service).await;
     let before = revisions_of(&scenario, &role).await;
     let watch = RolloutWatch::start(&scenario, RolloutBudget::new(&role, 3, 1, 0, 0, before)).await;
 
@@ -476,16 +464,7 @@ async fn a_rolling_update_with_surge_and_a_partition_keeps_its_budget_at_every_p
     service["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1, "partition": 1}});
     grace(&mut service, 2);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    let role = service["spec"]["roles"][0]["name"]
-        .as_str()
-        .expect("a role")
-        .to_owned();
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
+    let (name, role) = deploy(&scenario, &service).await;
     let before = revisions_of(&scenario, &role).await;
     let watch = RolloutWatch::start(
         &scenario,
@@ -790,6 +769,32 @@ fn weights_against_readiness(scenario: &Scenario, image: &str, desired: i64) -> 
     seen
 }
 
+/// Creates `service` (an upgrade through a Gateway) with a 3 s grace
+/// period, waits until it is ready and its route sends all traffic to its
+/// first revision; its name, its route's and that revision's backend.
+async fn upgrade_ready(scenario: &Scenario, service: &mut Value) -> (String, String, String) {
+    grace(service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let route = format!("{name}-route");
+    scenario.create_or_fail(service).await;
+    wait_ready(scenario, &name).await;
+    scenario
+        .eventually(60, "all traffic on the first revision", || async {
+            let now = weights(scenario, &route).await;
+            if now.len() == 1 && now[0].1 == 100 {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    let first = weights(scenario, &route).await[0].0.clone();
+    (name, route, first)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incremental_upgrade_moves_traffic_only_onto_ready_pods_and_a_rollback_returns_it() {
     let Some(scenario) = Scenario::start("nodes-upgrade").await else {
@@ -801,25 +806,7 @@ async fn an_incremental_upgrade_moves_traffic_only_onto_ready_pods_and_a_rollbac
     service["spec"]["upgradeStrategy"]["incrementalUpgradeOptions"] = json!({
         "maxSurgePercent": 50, "stepSizePercent": 25, "intervalSeconds": 2,
         "gatewayClassName": "cluster-gateway"});
-    grace(&mut service, 3);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    let route = format!("{name}-route");
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
-    scenario
-        .eventually(60, "all traffic on the first revision", || async {
-            let now = weights(&scenario, &route).await;
-            if now.len() == 1 && now[0].1 == 100 {
-                Ok(())
-            } else {
-                Err(format!("{now:?}"))
-            }
-        })
-        .await;
-    let first = weights(&scenario, &route).await[0].0.clone();
+    let (name, route, first) = upgrade_ready(&scenario, &mut service).await;
 
     // A new image: capacity and traffic move step by step.
     let image = |tag: &str| format!("vllm/vllm-openai:{tag}");
@@ -915,25 +902,7 @@ async fn a_new_revision_takes_all_traffic_at_once_only_when_every_replica_of_it_
     service["spec"]["roles"][0]["replicas"] = json!(2);
     service["spec"]["upgradeStrategy"] = json!({"type": "NewRevision",
         "incrementalUpgradeOptions": {"gatewayClassName": "cluster-gateway"}});
-    grace(&mut service, 3);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    let route = format!("{name}-route");
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
-    scenario
-        .eventually(60, "all traffic on the first revision", || async {
-            let now = weights(&scenario, &route).await;
-            if now.len() == 1 && now[0].1 == 100 {
-                Ok(())
-            } else {
-                Err(format!("{now:?}"))
-            }
-        })
-        .await;
-    let first = weights(&scenario, &route).await[0].0.clone();
+    let (name, route, first) = upgrade_ready(&scenario, &mut service).await;
 
     // A new image whose pods load for 4 s each: the new revision comes up
     // whole beside the old one, then takes every request at once.
@@ -1217,6 +1186,22 @@ async fn a_service_larger_than_the_fleet_waits_with_the_schedulers_reason_and_st
         .await;
 }
 
+/// Waits until Tandem's Events about `name` tell one episode: one
+/// `Degraded` and one `Recovered`.
+async fn one_episode_in_events(scenario: &Scenario, name: &str) {
+    scenario
+        .eventually(30, "one Degraded and one Recovered Event", || async {
+            let reasons = event_reasons(scenario, name).await;
+            let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
+            if count("Degraded") == 1 && count("Recovered") == 1 {
+                Ok(())
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        })
+        .await;
+}
+
 /// The reasons of Tandem's Events about `name`, oldest first.
 async fn event_reasons(scenario: &Scenario, name: &str) -> Vec<String> {
     let mut events: Vec<Value> = scenario
@@ -1282,16 +1267,7 @@ async fn a_crash_loop_under_group_recreation_is_one_degraded_episode_with_the_ex
     let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
     service["spec"]["roles"][0]["replicas"] = json!(2);
     grace(&mut service, 3);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    let role = service["spec"]["roles"][0]["name"]
-        .as_str()
-        .expect("a role")
-        .to_owned();
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
+    let (name, role) = deploy(&scenario, &service).await;
     let history = DegradedHistory::watch(&scenario, &name).await;
 
     // A release whose container exits 2 s after it runs (kwok's crash-loop
@@ -1393,17 +1369,7 @@ async fn a_crash_loop_under_group_recreation_is_one_degraded_episode_with_the_ex
             }
         })
         .await;
-    scenario
-        .eventually(30, "one Degraded and one Recovered Event", || async {
-            let reasons = event_reasons(&scenario, &name).await;
-            let count = |r: &str| reasons.iter().filter(|x| *x == r).count();
-            if count("Degraded") == 1 && count("Recovered") == 1 {
-                Ok(())
-            } else {
-                Err(format!("{reasons:?}"))
-            }
-        })
-        .await;
+    one_episode_in_events(&scenario, &name).await;
     // The sampler may be a beat behind under load: wait for its last sample.
     scenario
         .eventually(10, "the episode ended once", || async {

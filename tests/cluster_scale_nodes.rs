@@ -291,17 +291,7 @@ async fn story_4_services_on_kwok_nodes() {
     }];
 
     let story = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
-    let services = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        NAMESPACE,
-        &kube::api::ApiResource {
-            group: "fusioninfer.io".into(),
-            version: "v1alpha1".into(),
-            api_version: IS.into(),
-            kind: "InferenceService".into(),
-            plural: "inferenceservices".into(),
-        },
-    );
+    let services = services_api(&client, NAMESPACE);
     let plans: Vec<(&str, Option<Value>)> = vec![
         ("create", None),
         (
@@ -400,6 +390,21 @@ async fn story_4_services_on_kwok_nodes() {
 
 const WIDE_NAMESPACE: &str = "scale-wide";
 
+/// The InferenceServices of `namespace`.
+fn services_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &kube::api::ApiResource {
+            group: "fusioninfer.io".into(),
+            version: "v1alpha1".into(),
+            api_version: IS.into(),
+            kind: "InferenceService".into(),
+            plural: "inferenceservices".into(),
+        },
+    )
+}
+
 /// What the sampler saw at its peak during a phase.
 #[derive(Default, Debug)]
 struct Peaks {
@@ -488,17 +493,7 @@ async fn scale_and_back(
         .map(|i| gpu_node(WIDE_NAMESPACE, i, gpus_per_node))
         .collect();
     plane.nodes(&nodes).await;
-    let services = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        WIDE_NAMESPACE,
-        &kube::api::ApiResource {
-            group: "fusioninfer.io".into(),
-            version: "v1alpha1".into(),
-            api_version: IS.into(),
-            kind: "InferenceService".into(),
-            plural: "inferenceservices".into(),
-        },
-    );
+    let services = services_api(&client, WIDE_NAMESPACE);
     let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
     service["metadata"] = json!({"name": "wide", "namespace": WIDE_NAMESPACE});
     service["spec"]["roles"][0]["replicas"] = json!(10);

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::scenario::is_ready;
+use super::scenario::{group_size, serves};
 
 /// One pod of the role, as the budget sees it.
 #[derive(Clone, Debug)]
@@ -92,16 +92,8 @@ impl RolloutBudget {
         else {
             return;
         };
-        let serves = is_ready(pod)
-            && pod.metadata.deletion_timestamp.is_none()
-            && labels.get("fusioninfer.io/traffic").map(String::as_str) != Some("draining");
-        let size = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("leaderworkerset.sigs.k8s.io/size"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1);
+        let serves = serves(pod);
+        let size = group_size(pod);
         let seen = Seen {
             index,
             revision: labels

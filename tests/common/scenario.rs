@@ -535,6 +535,28 @@ pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
     repeated
 }
 
+/// Whether `pod` serves: Ready, not draining (Tandem's traffic label), not
+/// being deleted.
+pub fn serves(pod: &Pod) -> bool {
+    let draining = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("fusioninfer.io/traffic"))
+        .is_some_and(|t| t == "draining");
+    is_ready(pod) && !draining && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// The pods of `pod`'s LeaderWorkerSet group (the size LWS writes on each).
+pub fn group_size(pod: &Pod) -> usize {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("leaderworkerset.sigs.k8s.io/size"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+}
+
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -578,16 +600,8 @@ impl Floor {
         ) else {
             return;
         };
-        let serves = is_ready(pod)
-            && labels.get("fusioninfer.io/traffic").map(String::as_str) != Some("draining")
-            && pod.metadata.deletion_timestamp.is_none();
-        let size = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("leaderworkerset.sigs.k8s.io/size"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1);
+        let serves = serves(pod);
+        let size = group_size(pod);
         let name = pod.metadata.name.clone().unwrap_or_default();
         self.pods.insert(
             name,
