@@ -34,7 +34,11 @@
 //! where the two disagree the real one is right. It stays for the tests
 //! that are faster here (leader election, write counts, scale, failures
 //! the real API server cannot be made to produce on demand: 409s, 500s,
-//! refused writes, expired watches). What it still does differently:
+//! refused writes, expired watches, and a resource's watches held back
+//! ([`FakeApi::hold_watches`]): a watch that lags behind the writes, as a
+//! real watch cache may, but for as long as the test says, where the real
+//! one lagged too little to matter in `tests/cluster_batching.rs`). What it
+//! still does differently:
 //! - the dependencies' CRDs name only `spec`'s top-level fields and keep
 //!   whatever is below them; every kind is served in every group whether or
 //!   not a CRD serves it, and a stored CRD whose kind is served already adds
