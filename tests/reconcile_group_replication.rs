@@ -391,3 +391,28 @@ async fn leader_worker_set_clones_match_the_upstream_schema() {
                "resourcescalinggroup.com/group": "unit-00"})
     );
 }
+
+/// A group deleted while its reconcile runs (the cache not showing it yet):
+/// the status write answers 404, which ends the reconcile quietly instead of
+/// as a failure retried against an object that is gone.
+#[tokio::test]
+async fn a_group_gone_before_its_status_is_written_ends_the_reconcile_quietly() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store_world(&fake, 1);
+    let stored = fake
+        .get(RSG, "ResourceScalingGroup", "default", "pd-cluster")
+        .expect("group stored");
+    let rsg: ResourceScalingGroup = serde_json::from_value(stored).unwrap();
+    fake.caught_up().await;
+    fake.hold_watches("resourcescalinggroups");
+    fake.remove(RSG, "ResourceScalingGroup", "default", "pd-cluster");
+    fake.take_calls();
+
+    let outcome = reconcile(Arc::new(rsg), ctx.clone()).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(
+        fake.take_writes().contains(&STATUS.to_owned()),
+        "the status write was tried and found the group gone"
+    );
+}

@@ -408,3 +408,28 @@ async fn a_missing_target_and_a_refused_patch_stall_the_group_saying_why() {
     );
     assert_eq!(replicas_of(&fake, "default", "prefill"), 1);
 }
+
+/// A group deleted while its reconcile runs (its namespace going, the cache
+/// not showing it yet): the Targets are scaled from the cache, then the
+/// status write answers 404. That ends the reconcile quietly, not as a
+/// failure retried with backoff against an object that is gone.
+#[tokio::test]
+async fn a_group_gone_before_its_status_is_written_ends_the_reconcile_quietly() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store_deployments(&fake, 10);
+    let stored: ResourceScalingGroup =
+        serde_json::from_value(group(&fake, "default", "pd-ratio")).unwrap();
+    fake.caught_up().await;
+    fake.hold_watches("resourcescalinggroups");
+    fake.remove(RSG, "ResourceScalingGroup", "default", "pd-ratio");
+
+    let outcome =
+        tandem::reconcile::resource_scaling_group::reconcile(Arc::new(stored), ctx.clone()).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let status = format!("PATCH {}/pd-ratio/status", groups("default"));
+    assert!(
+        writes(&fake).contains(&status),
+        "the status write was tried and found the group gone"
+    );
+}

@@ -421,3 +421,24 @@ async fn role_and_status_writes_are_retried_on_conflict_guarded_ones_are_not() {
         ]
     );
 }
+
+/// A view deleted before its first reconcile (its namespace going, the
+/// cache not showing it yet): the finalizer patch answers 404. That ends the
+/// reconcile quietly, and no lock is taken on the target for a view that is
+/// gone; not a failure retried against an object that is gone.
+#[tokio::test]
+async fn a_view_gone_before_its_finalizer_is_written_locks_nothing() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store_spot(&fake, 4);
+    let stored: ScaleView = serde_json::from_value(view(&fake, "spot-decode-sv").unwrap()).unwrap();
+    fake.caught_up().await;
+    fake.hold_watches("scaleviews");
+    fake.remove(API, "ScaleView", "default", "spot-decode-sv");
+    fake.take_calls();
+
+    let outcome = tandem::reconcile::scale_view::reconcile(Arc::new(stored), ctx.clone()).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert_eq!(writes(&fake), [format!("PATCH {VIEWS}/spot-decode-sv")]);
+    assert_eq!(locks(&fake), Value::Null, "no lock for a view that is gone");
+}

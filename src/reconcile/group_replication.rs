@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ApiResource, Patch};
+use kube::api::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::cluster::{Part, Series, resource, resource_of};
-use super::{Context, Error, carry_out, retry_conflicts};
+use super::cluster::{Series, resource, resource_of};
+use super::{Context, Error, StatusWrite, carry_out, write_status};
 use crate::api::resource_scaling_group::{self as rsg_api, ResourceScalingGroup};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::{self, NAME_LABEL, World};
@@ -145,12 +145,12 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         warn(&ctx, &reference, warning).await;
     }
     if rsg.status.as_ref() != Some(&pass.status) {
-        let patch = Patch::Merge(json!({"status": pass.status}));
         let groups = resource_of::<ResourceScalingGroup>();
-        retry_conflicts(&ctx, &reference, "writing the status", || {
-            cluster.patch(&groups, namespace, name, Part::Status, &patch)
-        })
-        .await?;
+        if write_status(&ctx, &reference, &groups, (namespace, name), &pass.status).await?
+            == StatusWrite::Gone
+        {
+            return Ok(Action::await_change());
+        }
     }
     Ok(Action::requeue(carried.requeue(RESYNC)))
 }

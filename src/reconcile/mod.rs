@@ -701,6 +701,41 @@ impl ConflictBackoff {
     }
 }
 
+/// Whether an object's own status was written, or the object had gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusWrite {
+    Written,
+    /// Deleted between the cache's read and the write (its namespace being
+    /// deleted, say): there is nothing left to report on, and the deletion
+    /// is a change the controller hears of anyway; not a failure to retry.
+    Gone,
+}
+
+/// Merge-patches `status` into the object's status subresource, retrying
+/// conflicts ([`retry_conflicts`]); a 404 is [`StatusWrite::Gone`].
+pub(crate) async fn write_status(
+    ctx: &Context,
+    regarding: &ObjectReference,
+    resource: &ApiResource,
+    (namespace, name): (&str, &str),
+    status: &(impl serde::Serialize + Sync),
+) -> Result<StatusWrite, kube::Error> {
+    let patch = kube::api::Patch::Merge(serde_json::json!({ "status": status }));
+    let written = retry_conflicts(ctx, regarding, "writing the status", || {
+        ctx.cluster
+            .patch(resource, namespace, name, cluster::Part::Status, &patch)
+    })
+    .await;
+    match written {
+        Ok(()) => Ok(StatusWrite::Written),
+        Err(e) if is_not_found(&e) => {
+            tracing::debug!(namespace, name, "gone before its status was written");
+            Ok(StatusWrite::Gone)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the API server answered 409 Conflict (the object changed since it
 /// was read, or two appliers raced to create it).
 pub fn is_conflict(error: &kube::Error) -> bool {

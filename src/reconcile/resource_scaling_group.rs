@@ -37,11 +37,13 @@ use kube::api::{ApiResource, Patch};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::caches::Caches;
 use super::cluster::{Part, Series, resource, resource_of};
-use super::{Context, Error, group_replication, is_not_found, retry_conflicts};
+use super::{
+    Context, Error, StatusWrite, group_replication, is_not_found, retry_conflicts, write_status,
+};
 use crate::api::ResourceScalingGroup;
 use crate::api::resource_scaling_group::ScalingStrategyType;
 use crate::plan::resource_scaling_group::adapter::{self, Via};
@@ -233,12 +235,12 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
         record(&ctx, &reference, namespace, note).await;
     }
     if me.status.as_ref() != Some(&status) {
-        let patch = Patch::Merge(json!({"status": status}));
         let groups = resource_of::<ResourceScalingGroup>();
-        retry_conflicts(&ctx, &reference, "writing the status", || {
-            cluster.patch(&groups, namespace, name, Part::Status, &patch)
-        })
-        .await?;
+        if write_status(&ctx, &reference, &groups, (namespace, name), &status).await?
+            == StatusWrite::Gone
+        {
+            return Ok(Action::await_change());
+        }
     }
     Ok(Action::requeue(if refusals.is_empty() {
         RESYNC

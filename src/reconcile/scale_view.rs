@@ -21,7 +21,9 @@ use serde_json::json;
 
 use super::caches::Caches;
 use super::cluster::{Part, Series, resource_of};
-use super::{Context, Error, is_conflict, is_not_found, retry_conflicts};
+use super::{
+    Context, Error, StatusWrite, is_conflict, is_not_found, retry_conflicts, write_status,
+};
 use crate::api::{InferenceService, ScaleView};
 use crate::plan::scale_view as view_plan;
 
@@ -55,7 +57,13 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
 
     // The finalizer comes first, so the lock below cannot outlive the view.
     if !deleting && let Some(finalizers) = &pass.finalizers {
-        patch_finalizers(&ctx, &view, name, finalizers).await?;
+        match patch_finalizers(&ctx, &view, name, finalizers).await {
+            Ok(()) => {}
+            // Deleted before it was first seen (its namespace is going, say):
+            // nothing was locked for it, and nothing is.
+            Err(Error::Kube(e)) if is_not_found(&e) => return Ok(Action::await_change()),
+            Err(e) => return Err(e),
+        }
     }
     if let (Some(locks), Some(target)) = (&pass.locks, &target) {
         let patch = Patch::Merge(json!({
@@ -102,11 +110,12 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
     if let Some(status) = &pass.status
         && view.status.as_ref() != Some(status)
     {
-        let patch = Patch::Merge(json!({"status": status}));
-        retry_conflicts(&ctx, &view.object_ref(&()), "writing the status", || {
-            cluster.patch(&views, namespace, name, Part::Status, &patch)
-        })
-        .await?;
+        let reference = view.object_ref(&());
+        if write_status(&ctx, &reference, &views, (namespace, name), status).await?
+            == StatusWrite::Gone
+        {
+            return Ok(Action::await_change());
+        }
     }
 
     let reference = view.object_ref(&());
