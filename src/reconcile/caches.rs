@@ -124,12 +124,29 @@ enum Trim {
     Pod,
 }
 
+/// Why an object is queued. Ordered: when one window holds both, the
+/// object's own change wins ([`super::window::batched`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Cause {
+    /// Something it reads changed: a child, a pod, a target, a lock.
+    Other,
+    /// Its own spec changed (a new generation), or it is new: its next
+    /// reconcile goes ahead of other waiting ones ([`super::turns`]).
+    OwnSpec,
+}
+
+/// One trigger of a controller: the object, and why.
+pub type Trigger<K> = (ObjectRef<K>, Cause);
+
+/// The sending end of a controller's queue, while it runs.
+pub type Sender<K> = Mutex<Option<UnboundedSender<Trigger<K>>>>;
+
 /// The controllers' queues and the indexes that map an event to them.
 #[derive(Default)]
 pub struct Triggers {
-    services: Mutex<Option<UnboundedSender<ObjectRef<InferenceService>>>>,
-    views: Mutex<Option<UnboundedSender<ObjectRef<ScaleView>>>>,
-    groups: Mutex<Option<UnboundedSender<ObjectRef<ResourceScalingGroup>>>>,
+    services: Sender<InferenceService>,
+    views: Sender<ScaleView>,
+    groups: Sender<ResourceScalingGroup>,
     index: Mutex<Index>,
 }
 
@@ -148,13 +165,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn send<K: Resource>(slot: &Mutex<Option<UnboundedSender<ObjectRef<K>>>>, to: ObjectRef<K>)
+fn send<K: Resource>(slot: &Sender<K>, to: ObjectRef<K>, cause: Cause)
 where
     K::DynamicType: Debug + Eq + std::hash::Hash + Clone,
 {
     let mut slot = lock(slot);
     if let Some(sender) = slot.as_ref()
-        && sender.unbounded_send(to).is_err()
+        && sender.unbounded_send((to, cause)).is_err()
     {
         // The controller stopped (leadership handed over).
         *slot = None;
@@ -163,15 +180,31 @@ where
 
 impl Triggers {
     fn service(&self, namespace: &str, name: &str) {
-        send(&self.services, ObjectRef::new(name).within(namespace));
+        self.service_for(namespace, name, Cause::Other);
+    }
+
+    fn service_for(&self, namespace: &str, name: &str, cause: Cause) {
+        send(
+            &self.services,
+            ObjectRef::new(name).within(namespace),
+            cause,
+        );
     }
 
     fn view(&self, namespace: &str, name: &str) {
-        send(&self.views, ObjectRef::new(name).within(namespace));
+        self.view_for(namespace, name, Cause::Other);
+    }
+
+    fn view_for(&self, namespace: &str, name: &str, cause: Cause) {
+        send(&self.views, ObjectRef::new(name).within(namespace), cause);
     }
 
     fn group(&self, namespace: &str, name: &str) {
-        send(&self.groups, ObjectRef::new(name).within(namespace));
+        self.group_for(namespace, name, Cause::Other);
+    }
+
+    fn group_for(&self, namespace: &str, name: &str, cause: Cause) {
+        send(&self.groups, ObjectRef::new(name).within(namespace), cause);
     }
 
     /// The groups that name `group`/`kind` `name` in `namespace`.
@@ -253,23 +286,23 @@ impl Triggers {
 
 /// A controller's queue of objects to reconcile, open while it runs.
 pub trait Queue: Resource<DynamicType = ()> + Sized {
-    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>>;
+    fn slot(triggers: &Triggers) -> &Sender<Self>;
 }
 
 impl Queue for InferenceService {
-    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>> {
+    fn slot(triggers: &Triggers) -> &Sender<Self> {
         &triggers.services
     }
 }
 
 impl Queue for ScaleView {
-    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>> {
+    fn slot(triggers: &Triggers) -> &Sender<Self> {
         &triggers.views
     }
 }
 
 impl Queue for ResourceScalingGroup {
-    fn slot(triggers: &Triggers) -> &Mutex<Option<UnboundedSender<ObjectRef<Self>>>> {
+    fn slot(triggers: &Triggers) -> &Sender<Self> {
         &triggers.groups
     }
 }
@@ -654,7 +687,7 @@ impl Caches {
     /// its objects is sent to it from now on, and every object cached now
     /// is sent first (a controller that starts late, on taking the Lease,
     /// looks at everything once).
-    pub fn queue<K>(&self, store: &Store<K>) -> UnboundedReceiver<ObjectRef<K>>
+    pub fn queue<K>(&self, store: &Store<K>) -> UnboundedReceiver<Trigger<K>>
     where
         K: Queue + Clone + 'static,
     {
@@ -662,7 +695,7 @@ impl Caches {
         *lock(K::slot(&self.triggers)) = Some(sender.clone());
         for object in store.state() {
             // The receiver is held right here, so the send cannot fail.
-            let _ = sender.unbounded_send(ObjectRef::from_obj(object.as_ref()));
+            let _ = sender.unbounded_send((ObjectRef::from_obj(object.as_ref()), Cause::Other));
         }
         receiver
     }
@@ -774,6 +807,18 @@ fn changed_keeping<K: Serialize>(
     }
 }
 
+/// Why an object's own watch event queues it: [`Cause::OwnSpec`] when it is
+/// new or its generation moved (its spec changed), else [`Cause::Other`]
+/// (its metadata, or the locks in its status; a deletion has nothing left
+/// to put ahead).
+fn own_cause<K: Resource>(old: Option<&K>, new: Option<&K>) -> Cause {
+    match (old, new) {
+        (None, Some(_)) => Cause::OwnSpec,
+        (Some(old), Some(new)) if old.meta().generation != new.meta().generation => Cause::OwnSpec,
+        _ => Cause::Other,
+    }
+}
+
 fn on_service(triggers: &Triggers, old: Option<&InferenceService>, new: Option<&InferenceService>) {
     let Some(object) = new.or(old) else { return };
     let (namespace, name) = (
@@ -783,7 +828,7 @@ fn on_service(triggers: &Triggers, old: Option<&InferenceService>, new: Option<&
     // Its own status is written by the reconcile; only the locks that the
     // ScaleView controller writes there concern it.
     if changed_keeping(old, new, false, &["scaleViews"]) {
-        triggers.service(&namespace, &name);
+        triggers.service_for(&namespace, &name, own_cause(old, new));
     }
     if changed(old, new, true) {
         for view in triggers.views_of(&namespace, &name) {
@@ -801,7 +846,7 @@ fn on_view(triggers: &Triggers, old: Option<&ScaleView>, new: Option<&ScaleView>
     );
     triggers.index_view(old, new);
     if changed(old, new, false) {
-        triggers.view(&namespace, &name);
+        triggers.view_for(&namespace, &name, own_cause(old, new));
     }
     if changed(old, new, true) {
         // A view that goes, or moves to another target, may leave a lock.
@@ -820,9 +865,10 @@ fn on_group(
     let Some(object) = new.or(old) else { return };
     triggers.index_group(old, new);
     if changed(old, new, false) {
-        triggers.group(
+        triggers.group_for(
             &ResourceExt::namespace(object).unwrap_or_default(),
             &object.name_any(),
+            own_cause(old, new),
         );
     }
 }

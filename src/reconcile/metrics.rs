@@ -84,6 +84,8 @@ pub struct ControllerMetrics {
     pub cached_objects: Family<CacheLabels, Gauge>,
     pub decisions: Family<DecisionLabels, Counter>,
     pub dependencies: Family<DependencyLabels, Gauge>,
+    /// Reconciles due that wait for a turn (`super::turns`), by controller.
+    pub waiting: Family<ControllerLabels, Gauge>,
     /// Whether the cluster answers the caches' watches (for the log and
     /// `/readyz`).
     pub cluster: Arc<super::health::ClusterHealth>,
@@ -108,6 +110,7 @@ impl Default for ControllerMetrics {
             cached_objects: Family::default(),
             decisions: Family::default(),
             dependencies: Family::default(),
+            waiting: Family::default(),
             cluster: Arc::default(),
         }
     }
@@ -179,6 +182,11 @@ impl ControllerMetrics {
             "decisions",
             "Steps the controllers carried out, by controller, decision and the scale-down policy that chose the replica (none for other steps)",
             metrics.decisions.clone(),
+        );
+        registry.register(
+            "controller_waiting_reconciles",
+            "Reconciles due that wait for a turn, by controller: at most 8 run at once, and a change to an object's own spec goes first",
+            metrics.waiting.clone(),
         );
         registry.register(
             "dependency_info",

@@ -29,12 +29,14 @@ pub mod metrics;
 pub mod rate_limit;
 pub mod resource_scaling_group;
 pub mod scale_view;
+pub mod turns;
 pub mod window;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -44,7 +46,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::ApiResource;
 use kube::runtime::controller::{Action, applier};
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 
 use self::caches::{Caches, Queue};
@@ -110,16 +112,19 @@ impl Error {
 /// How many objects each controller reconciles at once. Unbounded, a cluster
 /// of 1 000 InferenceServices had all 1 000 reconciles in flight after a
 /// restart; a bound keeps a burst's memory to a few reconciles' worth while
-/// the queue holds the rest.
+/// the rest wait for their turn ([`turns`]: each holds only its object's
+/// key while it waits, and reads the object once its turn comes).
 pub const CONCURRENCY: u16 = 8;
 
-/// The controller settings every Tandem controller runs with: at most
-/// [`CONCURRENCY`] reconciles at once, and no debounce. Triggers are batched
-/// before they reach the controller ([`window::batched`]), because
-/// kube-runtime's debounce postpones an object for as long as its triggers
-/// keep coming (issue 37; see [`window`]).
+/// The controller settings every Tandem controller runs with: no debounce,
+/// and no bound of kube-runtime's. Triggers are batched before they reach
+/// the controller ([`window::batched`]), because kube-runtime's debounce
+/// postpones an object for as long as its triggers keep coming (issue 37;
+/// see [`window`]); and each reconcile takes a turn first ([`turns`]), at
+/// most [`CONCURRENCY`] at once, because kube-runtime's own bound starts the
+/// objects that wait in no set order.
 pub fn controller_config() -> kube::runtime::controller::Config {
-    kube::runtime::controller::Config::default().concurrency(CONCURRENCY)
+    kube::runtime::controller::Config::default()
 }
 
 /// What every reconcile needs.
@@ -634,16 +639,56 @@ pub async fn run_controller<K, F, Fut>(
 {
     let kind = K::kind(&()).into_owned();
     caches.ready().await;
+    let waiting = ctx
+        .metrics
+        .waiting
+        .get_or_create(&metrics::ControllerLabels {
+            controller: controller_of(&kind),
+        })
+        .clone();
+    let turns = turns::Turns::new(usize::from(CONCURRENCY), waiting);
+    let marks = turns.clone();
+    // Set once the queue ends (the controller stopping): a reconcile still
+    // waiting for its turn then starts no work, as kube-runtime starts none
+    // once its queue ends.
+    let stopped = Arc::new(AtomicBool::new(false));
+    let ending = stopped.clone();
     let queue = window::batched(caches.queue(&store).take_until(stop), window::BATCH_WINDOW)
-        .map(Ok::<_, Infallible>);
-    // Every reconcile counted and timed (`/metrics`).
-    let mut reconcile = measured(controller_of(&kind), reconcile);
+        .map(move |(object, cause)| {
+            if cause == caches::Cause::OwnSpec {
+                marks.spec_changed(object.clone());
+            }
+            Some(Ok::<_, Infallible>(object))
+        })
+        .chain(futures::stream::once(async move {
+            ending.store(true, Ordering::SeqCst);
+            None
+        }))
+        .filter_map(std::future::ready);
+    // Every reconcile counted and timed (`/metrics`), from when it has its
+    // turn.
+    let reconcile = Arc::new(Mutex::new(measured(controller_of(&kind), reconcile)));
     let label = kind.clone();
+    let objects = store.clone();
     applier(
         move |object: Arc<K>, ctx: Arc<Context>| {
             let key = format!("{label} {}", object_key(object.as_ref()));
-            let reconciling = reconcile(object, ctx.clone());
+            let (turns, objects, reconcile) = (turns.clone(), objects.clone(), reconcile.clone());
+            let stopped = stopped.clone();
             Box::pin(async move {
+                let reference = ObjectRef::from_obj(object.as_ref());
+                let _turn = turns.turn(reference.clone()).await;
+                if stopped.load(Ordering::SeqCst) {
+                    return Ok(Action::await_change());
+                }
+                // Read again now that it is its turn: the newest spec.
+                let Some(object) = objects.get(&reference) else {
+                    return Ok(Action::await_change());
+                };
+                let reconciling = {
+                    let mut reconcile = reconcile.lock().unwrap_or_else(PoisonError::into_inner);
+                    (*reconcile)(object, ctx.clone())
+                };
                 let result = reconciling.await;
                 if result.is_ok() {
                     ctx.failures().remove(&key);

@@ -24,7 +24,7 @@
 //! many triggers) and reconciled as soon as the running one ends; at most
 //! [`super::CONCURRENCY`] reconciles run at once.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -37,10 +37,11 @@ use tokio::time::Instant;
 pub const BATCH_WINDOW: Duration = Duration::from_millis(500);
 
 /// What [`batched`] keeps between items.
-struct Windows<S, T> {
+struct Windows<S, T, L> {
     input: std::pin::Pin<Box<futures::stream::Fuse<S>>>,
-    /// The objects whose window is open.
-    open: HashSet<T>,
+    /// The objects whose window is open, each with the greatest label of
+    /// the triggers it holds.
+    open: HashMap<T, L>,
     /// When each open window closes, in order: every window is equally
     /// long, so they close in the order they opened.
     closing: VecDeque<(Instant, T)>,
@@ -48,17 +49,20 @@ struct Windows<S, T> {
 }
 
 /// `input`, each item held until its window of `window` closes (see the
-/// module's documentation). Ends when `input` ends; items still in an open
+/// module's documentation), with the greatest label of the triggers its
+/// window held (an object's own change outranks a child's: see
+/// [`super::caches::Cause`]). Ends when `input` ends; items still in an open
 /// window are dropped then (the controller is stopping and starts no new
 /// reconcile).
-pub fn batched<T, S>(input: S, window: Duration) -> impl Stream<Item = T>
+pub fn batched<T, L, S>(input: S, window: Duration) -> impl Stream<Item = (T, L)>
 where
     T: Hash + Eq + Clone,
-    S: Stream<Item = T>,
+    L: Ord + Copy,
+    S: Stream<Item = (T, L)>,
 {
     let state = Windows {
         input: Box::pin(input.fuse()),
-        open: HashSet::new(),
+        open: HashMap::<T, L>::new(),
         closing: VecDeque::new(),
         window,
     };
@@ -67,21 +71,23 @@ where
             if let Some((at, _)) = state.closing.front()
                 && *at <= Instant::now()
                 && let Some((_, item)) = state.closing.pop_front()
+                && let Some(label) = state.open.remove(&item)
             {
-                state.open.remove(&item);
-                return Some((item, state));
+                return Some(((item, label), state));
             }
             let next_close = state.closing.front().map(|(at, _)| *at);
             tokio::select! {
                 arrived = state.input.next() => match arrived {
-                    Some(item) => {
-                        if state.open.insert(item.clone()) {
+                    Some((item, label)) => match state.open.get_mut(&item) {
+                        Some(held) => *held = (*held).max(label),
+                        None => {
+                            state.open.insert(item.clone(), label);
                             let now = Instant::now();
                             // Past the end of time (never): at once.
                             let closes = now.checked_add(state.window).unwrap_or(now);
                             state.closing.push_back((closes, item));
                         }
-                    }
+                    },
                     None => return None,
                 },
                 () = sleep_until(next_close) => {}
@@ -155,7 +161,7 @@ mod tests {
         });
         let queue: std::pin::Pin<Box<dyn Stream<Item = ObjectRef<ConfigMap>> + Send>> = match window
         {
-            Some(window) => Box::pin(batched(receiver, window)),
+            Some(window) => Box::pin(batched(receiver.map(|o| (o, ())), window).map(|(o, ())| o)),
             None => Box::pin(receiver),
         };
         let started = Arc::new(Mutex::new(Vec::new()));
@@ -246,8 +252,8 @@ mod tests {
         let (sender, receiver) = futures::channel::mpsc::unbounded();
         let start = Instant::now();
         let out = tokio::spawn(async move {
-            batched(receiver, Duration::from_millis(500))
-                .map(|item: &str| (item, start.elapsed()))
+            batched(receiver.map(|item| (item, ())), Duration::from_millis(500))
+                .map(|(item, ()): (&str, ())| (item, start.elapsed()))
                 .collect::<Vec<_>>()
                 .await
         });
@@ -270,8 +276,29 @@ mod tests {
         sender.unbounded_send(1).expect("open");
         drop(sender);
         let start = Instant::now();
-        let out: Vec<i32> = batched(receiver, Duration::from_secs(60)).collect().await;
+        let out: Vec<(i32, ())> = batched(receiver.map(|i| (i, ())), Duration::from_secs(60))
+            .collect()
+            .await;
         assert!(out.is_empty());
         assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    /// A window that holds an object's own change and its children's
+    /// comes out with the greater label, whichever came first.
+    #[tokio::test(start_paused = true)]
+    async fn a_window_keeps_the_greatest_label_of_its_triggers() {
+        let (sender, receiver) = futures::channel::mpsc::unbounded();
+        let out = tokio::spawn(async move {
+            batched(receiver, Duration::from_millis(500))
+                .collect::<Vec<_>>()
+                .await
+        });
+        sender.unbounded_send(("a", 1)).expect("open");
+        sender.unbounded_send(("a", 2)).expect("open");
+        sender.unbounded_send(("a", 1)).expect("open");
+        sender.unbounded_send(("b", 1)).expect("open");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(sender);
+        assert_eq!(out.await.expect("the batching ends"), [("a", 2), ("b", 1)]);
     }
 }
