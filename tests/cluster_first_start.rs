@@ -16,6 +16,14 @@ use serde_json::json;
 
 /// How many services are stored before the controllers start.
 const SERVICES: usize = 200;
+/// At most this many other services are served between a change to one
+/// service and its being obeyed: the passes already running when the change
+/// is queued (`tandem::reconcile::CONCURRENCY`, 8, each one batch; a
+/// story-1 service's first pass makes its one LeaderWorkerSet), those that
+/// start while its trigger waits its window (500 ms at 20 requests a second,
+/// each pass three requests or more: about 4), and the services served
+/// between this test's last look and its write of the change.
+const MEANWHILE: usize = 24;
 
 /// The service `index` of the scenario.
 fn service_name(index: usize) -> String {
@@ -44,24 +52,23 @@ fn seconds(from: jiff::Timestamp, to: jiff::Timestamp) -> f64 {
 ///   the services have their LeaderWorkerSet is at most a third of the time
 ///   by which all have it (a fair queue serves them in turn, so a tenth
 ///   comes after about a tenth of the catch-up);
-/// - **a spec change to one service during the catch-up does not wait for
-///   the catch-up**: once a fifth of the services are served, the first one
+/// - **a spec change to one service during the catch-up is obeyed within
+///   one batch**: once a fifth of the services are served, the first one
 ///   served is scaled to 2 replicas; its second LeaderWorkerSet is created
-///   before the last service is served (within 120 s). Two quiet runs
-///   obeyed it in 1.0 and 1.5 s with about 44 of 200 served, but a
-///   fresh-clone CI run on 2 busy cores took more than 15 s: every
-///   service's writes wait in one client-side rate limiter (20 a second),
-///   so a change waits behind the requests already queued there, and the
-///   bound of "one batch" holds only in time of the queue, not of the
-///   batch. The time measured is printed;
+///   with at most [`MEANWHILE`] other services served in between (the
+///   passes in flight, one batch each: a change to an object's own spec
+///   takes the next free turn, `src/reconcile/turns.rs`), and before the
+///   last service. The time it took is printed, not asserted: on 2 busy
+///   cores it ranged from 1 s to more than 15 s;
 /// - the scenario invariants: no refused request, no write that changes
 ///   nothing, quiet once settled.
 ///
 /// What fails it: a start that plans every service before writing any, or a
 /// queue that serves one owner's whole burst before the next (the tenth
-/// then comes near the end); a change that waits behind the whole catch-up
-/// (a FIFO of every owner's passes, or a trigger starved while others keep
-/// arriving) is obeyed only after the last service.
+/// then comes near the end); a change that waits behind the catch-up (a
+/// FIFO of every owner's passes, kube-runtime's own bound that starts the
+/// waiting objects in no set order, or a trigger starved while others keep
+/// arriving) sees dozens of other services served first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_start_over_200_services_serves_each_in_turn() {
     if let Some(reason) = control_plane::unavailable() {
@@ -95,7 +102,7 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
     let ready = jiff::Timestamp::now();
 
     // Once a fifth are served, the first one served is scaled to 2.
-    let first_served = scenario
+    let (first_served, served_before) = scenario
         .eventually(120, "a fifth of the services served", || async {
             let sets = scenario.list(LWS, "LeaderWorkerSet").await;
             if sets.len() >= SERVICES / 5 {
@@ -109,7 +116,7 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
                     .and_then(|s| s["metadata"]["labels"]["fusioninfer.io/service"].as_str())
                     .map(str::to_owned)
                     .ok_or("no service label")?;
-                Ok(first)
+                Ok((first, sets.len()))
             } else {
                 Err(format!("{} LeaderWorkerSets", sets.len()))
             }
@@ -128,6 +135,9 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
         .await;
     let obeyed = changed.elapsed();
     let served_when_obeyed = scenario.names(LWS, "LeaderWorkerSet").await.len();
+    // Other services' LeaderWorkerSets made between the last look before the
+    // change and the look after it was obeyed (its own second one left out).
+    let served_meanwhile = served_when_obeyed.saturating_sub(served_before + 1);
 
     scenario
         .eventually(300, "every service served", || async {
@@ -182,7 +192,7 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
          started; first LeaderWorkerSets after {:.1} s, a tenth after {tenth:.1} s, half after \
          {half:.1} s, all after {last:.1} s; every status observed {:.1} s after ready; the \
          change to {first_served} obeyed in {obeyed:?}, with {served_when_obeyed} \
-         LeaderWorkerSets made",
+         LeaderWorkerSets made ({served_meanwhile} other services served meanwhile)",
         seconds(starting, ready),
         times[0],
         seconds(ready, caught_up),
@@ -194,6 +204,11 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
     assert!(
         served_when_obeyed <= SERVICES,
         "the change was obeyed only once all {served_when_obeyed} LeaderWorkerSets were made"
+    );
+    assert!(
+        served_meanwhile <= MEANWHILE,
+        "{served_meanwhile} other services were served before the change was obeyed: it \
+         waited behind the catch-up, not for the passes in flight"
     );
     scenario.assert_writes_sound();
     scenario
