@@ -47,7 +47,9 @@ fn seconds(from: jiff::Timestamp, to: jiff::Timestamp) -> f64 {
 ///
 /// What it checks, and the bounds:
 /// - every service is reconciled: its LeaderWorkerSet created and its
-///   `status.observedGeneration` at its generation, within 300 s;
+///   `status.observedGeneration` at its generation, within 300 s, and its
+///   PodDisruptionBudget created (the next round of batches) within 120 s
+///   more;
 /// - **no service waits for all the others**: the time by which a tenth of
 ///   the services have their LeaderWorkerSet is at most a third of the time
 ///   by which all have it (a fair queue serves them in turn, so a tenth
@@ -169,6 +171,26 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
         })
         .await;
     let caught_up = jiff::Timestamp::now();
+    // Each service's second child comes in the next round of turns, after
+    // every service's first batch: the catch-up ends with the last of them.
+    scenario
+        .eventually(
+            120,
+            "every service's PodDisruptionBudget written",
+            || async {
+                let budgets = scenario
+                    .names("policy/v1", "PodDisruptionBudget")
+                    .await
+                    .len();
+                if budgets == SERVICES {
+                    Ok(())
+                } else {
+                    Err(format!("{budgets} PodDisruptionBudgets"))
+                }
+            },
+        )
+        .await;
+    let written = jiff::Timestamp::now();
 
     // When each service got its first LeaderWorkerSet, from the audit log.
     let writes: Vec<Request> = scenario.writes().into_iter().skip(mark).collect();
@@ -190,12 +212,14 @@ async fn a_first_start_over_200_services_serves_each_in_turn() {
     eprintln!(
         "first start: {SERVICES} services stored in {stored:?}; Tandem ready {:.1} s after it \
          started; first LeaderWorkerSets after {:.1} s, a tenth after {tenth:.1} s, half after \
-         {half:.1} s, all after {last:.1} s; every status observed {:.1} s after ready; the \
+         {half:.1} s, all after {last:.1} s; every status observed {:.1} s after ready, every \
+         PodDisruptionBudget written {:.1} s after ready; the \
          change to {first_served} obeyed in {obeyed:?}, with {served_when_obeyed} \
          LeaderWorkerSets made ({served_meanwhile} other services served meanwhile)",
         seconds(starting, ready),
         times[0],
         seconds(ready, caught_up),
+        seconds(ready, written),
     );
     assert!(
         tenth <= last / 3.0,
