@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::control_plane::{self, ControlPlane, Tandem};
 use common::measure::{env_number, memory};
-use common::scenario::{IS, condition, example, gpu_node};
+use common::scenario::{condition, example, gpu_node, services_api};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -389,21 +389,6 @@ async fn story_4_services_on_kwok_nodes() {
 }
 
 const WIDE_NAMESPACE: &str = "scale-wide";
-
-/// The InferenceServices of `namespace`.
-fn services_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &kube::api::ApiResource {
-            group: "fusioninfer.io".into(),
-            version: "v1alpha1".into(),
-            api_version: IS.into(),
-            kind: "InferenceService".into(),
-            plural: "inferenceservices".into(),
-        },
-    )
-}
 
 /// What the sampler saw at its peak during a phase.
 #[derive(Default, Debug)]

@@ -167,17 +167,7 @@ impl Scenario {
                 floor.check();
             }
         }));
-        let services = Api::<DynamicObject>::namespaced_with(
-            self.client.clone(),
-            &self.namespace,
-            &kube::api::ApiResource {
-                group: "fusioninfer.io".into(),
-                version: "v1alpha1".into(),
-                api_version: IS.into(),
-                kind: "InferenceService".into(),
-                plural: "inferenceservices".into(),
-            },
-        );
+        let services = services_api(&self.client, &self.namespace);
         let floor = self.floor.clone();
         self.tasks.push(tokio::spawn(async move {
             let mut events = watcher(services, watcher::Config::default())
@@ -704,4 +694,19 @@ pub fn gpu_node(namespace: &str, index: usize, gpus: u32) -> Value {
         },
         "status": {"allocatable": resources, "capacity": resources},
     })
+}
+
+/// The InferenceServices of `namespace`, as dynamic objects.
+pub fn services_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &kube::api::ApiResource {
+            group: "fusioninfer.io".into(),
+            version: "v1alpha1".into(),
+            api_version: IS.into(),
+            kind: "InferenceService".into(),
+            plural: "inferenceservices".into(),
+        },
+    )
 }
