@@ -101,6 +101,97 @@ fn steady(c: &mut Criterion) {
     group.finish();
 }
 
+/// A service of story 1's shape (one pod and one LeaderWorkerSet a replica)
+/// with `replicas` wanted.
+fn wide_service(replicas: u32) -> InferenceService {
+    serde_json::from_value(json!({
+        "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "qwen", "namespace": "default", "uid": "u", "generation": 1},
+        "spec": {"roles": [{"name": "inference", "componentType": "worker", "replicas": replicas,
+            "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}]}
+    }))
+    .expect("the benchmark service parses")
+}
+
+/// One reconcile's decision (`service::reconcile`: plan, compare, status)
+/// of a service of n replicas over the world it left: n LeaderWorkerSets as
+/// planned and their n Ready pods. `steady` wants the n (nothing to
+/// write); `down` wants n / 100 (the others drained first), the pass issue
+/// 37's scale-and-back repeats hundreds of times. Per replica, a flat
+/// throughput from 100 to 1 000 means the pass is linear in the replicas.
+fn wide(c: &mut Criterion) {
+    let none = BTreeSet::new();
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH);
+    let options = service::Options::default();
+    let empty = service::World {
+        children: &[],
+        pods: &[],
+        unavailable: &none,
+        installed: &tandem::plan::shared::installed::ASSUMED,
+        scale_views: &[],
+    };
+    let mut group = c.benchmark_group("wide");
+    for n in [100u32, 1_000] {
+        let all = wide_service(n);
+        let children: Vec<Value> = service::desired(&all, &empty, &options, &now)
+            .expect("the service plans")
+            .into_iter()
+            .map(|d| tandem::plan::shared::write::stamp(d.object))
+            .collect();
+        let pods: Vec<Value> = children
+            .iter()
+            .filter(|c| c["kind"] == "LeaderWorkerSet")
+            .map(|set| {
+                let name = format!("{}-0", set["metadata"]["name"].as_str().unwrap_or_default());
+                let mut labels =
+                    set["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"].clone();
+                labels["leaderworkerset.sigs.k8s.io/name"] = set["metadata"]["name"].clone();
+                json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default", "labels": labels},
+                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+            })
+            .collect();
+        assert_eq!(pods.len(), n as usize, "a pod for each replica");
+        let world = service::World {
+            children: &children,
+            pods: &pods,
+            ..empty
+        };
+        let steady = service::reconcile(&all, &world, &options, &now);
+        assert!(
+            steady.apply.is_empty() && steady.delete.is_empty(),
+            "a settled world still changes: {:?} {:?}",
+            steady
+                .apply
+                .iter()
+                .take(2)
+                .map(|a| &a.note)
+                .collect::<Vec<_>>(),
+            steady
+                .delete
+                .iter()
+                .take(2)
+                .map(|d| &d.note)
+                .collect::<Vec<_>>()
+        );
+        let few = wide_service(n / 100);
+        let down = service::reconcile(&few, &world, &options, &now);
+        assert_eq!(
+            down.apply.len(),
+            (n - n / 100) as usize,
+            "each replica that goes is drained first (its pod marked)"
+        );
+        group.throughput(Throughput::Elements(u64::from(n)));
+        for (name, service) in [("steady", &all), ("down", &few)] {
+            group.bench_function(BenchmarkId::new(name, n), |b| {
+                b.iter(|| service::reconcile(black_box(service), &world, &options, &now))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// The ScaleView split over n groups in three priority tiers.
 fn split_groups(c: &mut Criterion) {
     let mut group = c.benchmark_group("split");
@@ -230,6 +321,7 @@ criterion_group!(
     benches,
     topology,
     steady,
+    wide,
     split_groups,
     binpack,
     propagation,

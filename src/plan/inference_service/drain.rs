@@ -49,6 +49,8 @@
 //! LeaderWorkerSet.
 
 use jiff::{SignedDuration, Timestamp};
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
@@ -71,13 +73,40 @@ pub fn is_draining(pod: &Value) -> bool {
     pod["metadata"]["labels"][TRAFFIC] == DRAINING
 }
 
-/// The pods of replica `index` of `role` among `pods`.
-pub fn replica_pods<'a>(pods: &'a [Value], role: &str, index: u32) -> Vec<&'a Value> {
-    let index = index.to_string();
-    pods.iter()
-        .filter(|p| p["metadata"]["labels"][ROLE_NAME] == role)
-        .filter(|p| p["metadata"]["labels"][REPLICA_INDEX] == index.as_str())
-        .collect()
+/// The pods of each replica, by role and replica index, in the order given.
+/// A plan asks for one replica's pods at a time, for every replica of a
+/// role: built once per pass, that is a lookup and not a scan of every pod
+/// (a 1 000-replica service has 1 000 replicas and as many pods).
+#[derive(Clone, Debug, Default)]
+pub struct ReplicaPods<'a> {
+    by_replica: BTreeMap<(&'a str, &'a str), Vec<&'a Value>>,
+}
+
+impl<'a> ReplicaPods<'a> {
+    /// Indexes `pods` by their role and replica index labels; a pod without
+    /// both is no replica's.
+    pub fn new(pods: &'a [Value]) -> Self {
+        let mut by_replica: BTreeMap<(&'a str, &'a str), Vec<&'a Value>> = BTreeMap::new();
+        for pod in pods {
+            let labels = &pod["metadata"]["labels"];
+            if let (Some(role), Some(index)) =
+                (labels[ROLE_NAME].as_str(), labels[REPLICA_INDEX].as_str())
+            {
+                by_replica.entry((role, index)).or_default().push(pod);
+            }
+        }
+        ReplicaPods { by_replica }
+    }
+
+    /// The pods of replica `index` of `role` (its label says `index` in
+    /// decimal, as Tandem writes it).
+    pub fn of(&self, role: &str, index: u32) -> Vec<&'a Value> {
+        let index = index.to_string();
+        self.by_replica
+            .get(&(role, index.as_str()))
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 /// When the drain of a replica with these pods started: the earliest
@@ -329,11 +358,15 @@ mod tests {
         let mut other_role = pod_of(1, 0);
         other_role["metadata"]["labels"][ROLE_NAME] = json!("prefill");
         let pods = vec![pod_of(1, 0), pod_of(2, 0), other_role, pod_of(1, 1)];
-        let names: Vec<&str> = replica_pods(&pods, "decode", 1)
+        let replicas = ReplicaPods::new(&pods);
+        let names: Vec<&str> = replicas
+            .of("decode", 1)
             .iter()
             .map(|p| p["metadata"]["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["qwen-decode-1-0-0", "qwen-decode-1-0-1"]);
+        assert!(replicas.of("decode", 3).is_empty());
+        assert!(replicas.of("router", 1).is_empty());
     }
 
     #[test]

@@ -167,15 +167,22 @@ pub fn observe(
     pods: &[Value],
 ) -> Vec<Replica> {
     let of_role = |o: &&Value| o["metadata"]["labels"][ROLE_NAME] == role;
-    let live_pods: Vec<&Value> = pods
+    // The live pods by replica index, gathered once (not once per replica).
+    let mut live_pods: BTreeMap<u32, Vec<&Value>> = BTreeMap::new();
+    for pod in pods
         .iter()
         .filter(of_role)
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .collect();
+    {
+        if let Some(index) = index_of(pod) {
+            live_pods.entry(index).or_default().push(pod);
+        }
+    }
     let count = |index: u32, revision: Option<&str>| {
         let at: Vec<&&Value> = live_pods
-            .iter()
-            .filter(|p| index_of(p) == Some(index))
+            .get(&index)
+            .into_iter()
+            .flatten()
             .filter(|p| p["metadata"]["labels"][REVISION].as_str() == revision)
             .collect();
         // A draining pod is out of traffic: unavailable to the budgets.

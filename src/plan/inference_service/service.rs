@@ -1,7 +1,7 @@
 //! Everything an InferenceService should have, from its spec and the replica
 //! indices that exist: the plan the reconciler applies and `render` prints.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
@@ -273,6 +273,7 @@ pub fn plan(
         let scheduling = gang::scheduling(spec);
         let members = members(run, world);
         let pods = run_pods(run, world);
+        let replica_pods = drain::ReplicaPods::new(&pods);
         for role in spec.roles.iter().filter(|r| !r.is_router()) {
             let role_run = RoleRun::new(
                 (service, world, rollout),
@@ -280,7 +281,7 @@ pub fn plan(
                 spec,
                 role,
                 &scheduling,
-                (&members, &pods),
+                (&members, &pods, &replica_pods),
             );
             // A replica that goes keeps its PodGroup entry until its pods
             // are gone.
@@ -379,6 +380,11 @@ struct RoleRun<'a> {
     /// The run's LeaderWorkerSets and pods.
     members: &'a [&'a Value],
     pods: &'a [Value],
+    /// The run's pods by replica.
+    replica_pods: &'a drain::ReplicaPods<'a>,
+    /// The role's LeaderWorkerSets in the run, by replica index (the first
+    /// of an index when two claim it).
+    by_index: BTreeMap<u32, &'a Value>,
     seen: RoleReplicas,
     /// The role's replicas at full capacity, and at the run's capacity.
     full: i32,
@@ -401,7 +407,7 @@ impl<'a> RoleRun<'a> {
         spec: &'a InferenceServiceSpec,
         role: &'a Role,
         scheduling: &'a gang::Scheduling,
-        (members, pods): (&'a [&'a Value], &'a [Value]),
+        (members, pods, replica_pods): (&'a [&'a Value], &'a [Value], &'a drain::ReplicaPods<'a>),
     ) -> Self {
         let full = rollout::desired_replicas(service, role);
         // The role as the service's spec has it now (a past revision's role
@@ -427,6 +433,16 @@ impl<'a> RoleRun<'a> {
         } else {
             current.drain_seconds()
         };
+        let mut by_index = BTreeMap::new();
+        for member in members
+            .iter()
+            .copied()
+            .filter(|o| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str())
+        {
+            if let Some(index) = index_of(member) {
+                by_index.entry(index).or_insert(member);
+            }
+        }
         RoleRun {
             service,
             world,
@@ -436,6 +452,8 @@ impl<'a> RoleRun<'a> {
             scheduling,
             members,
             pods,
+            replica_pods,
+            by_index,
             seen: role_replicas(role, members, pods),
             full,
             count: upgrade::replicas_for(full, run.capacity),
@@ -482,10 +500,7 @@ impl<'a> RoleRun<'a> {
 
     /// The run's LeaderWorkerSet of this role at `index`.
     fn at_index(&self, index: u32) -> Option<&'a Value> {
-        let role = self.role.name.as_str();
-        self.members.iter().copied().find(move |o| {
-            o["metadata"]["labels"][children::ROLE_NAME] == role && index_of(o) == Some(index)
-        })
+        self.by_index.get(&index).copied()
     }
 
     /// What every replica's pods of the role share: the scheduler and, when
@@ -580,7 +595,7 @@ impl<'a> RoleRun<'a> {
             }
             pacing::Step::Delete(why) => {
                 if let Some(existing) = self.at_index(index) {
-                    let replica = drain::replica_pods(self.pods, &role.name, index);
+                    let replica = self.replica_pods.of(&role.name, index);
                     let left = drain::leave(&replica, self.drain_seconds, now);
                     if keep_draining(
                         (&role.name, index),
@@ -608,7 +623,7 @@ impl<'a> RoleRun<'a> {
                     revision::of(o) != Some(self.label.as_str())
                         && o["metadata"]["deletionTimestamp"].is_null()
                 }) {
-                    let replica = drain::replica_pods(self.pods, &role.name, index);
+                    let replica = self.replica_pods.of(&role.name, index);
                     let left = drain::leave(&replica, self.drain_seconds, now);
                     if keep_draining(
                         (&role.name, index),
@@ -650,7 +665,7 @@ impl<'a> RoleRun<'a> {
         let seen = &self.seen;
         let mut candidates = seen.candidates.clone();
         for (index, candidate) in &mut candidates {
-            if drain::draining(&drain::replica_pods(self.pods, &role.name, *index)) {
+            if drain::draining(&self.replica_pods.of(&role.name, *index)) {
                 candidate.running = false;
                 candidate.cost = i64::MIN;
             }
@@ -669,7 +684,7 @@ impl<'a> RoleRun<'a> {
             &DrainScope {
                 role: &role.name,
                 seconds: self.drain_seconds,
-                pods: self.pods,
+                pods: self.replica_pods,
                 kept: &indices,
                 live: &seen.existing.difference(&seen.deleting).copied().collect(),
                 replica: &|index| self.at_index(index),
@@ -736,8 +751,8 @@ impl<'a> RoleRun<'a> {
 struct DrainScope<'a, 'b> {
     role: &'a str,
     seconds: i64,
-    /// The pods of the role's run.
-    pods: &'a [Value],
+    /// The pods of the role's run, by replica.
+    pods: &'b drain::ReplicaPods<'a>,
     /// The indices the plan keeps.
     kept: &'a BTreeSet<u32>,
     /// The indices with a LeaderWorkerSet that is not being deleted.
@@ -759,7 +774,7 @@ fn drain_replicas(
 ) {
     let role = scope.role;
     for &index in scope.kept {
-        let back = drain::revive(&drain::replica_pods(scope.pods, role, index));
+        let back = drain::revive(&scope.pods.of(role, index));
         if back.is_empty() {
             continue;
         }
@@ -782,7 +797,7 @@ fn drain_replicas(
             continue;
         };
         let name = text(&existing["metadata"]["name"]).to_owned();
-        let pods = drain::replica_pods(scope.pods, role, index);
+        let pods = scope.pods.of(role, index);
         match drain::leave(&pods, scope.seconds, rollout.now) {
             drain::Leave::Delete(why) if drain::draining(&pods) => {
                 let gone = why_gone(service, rollout, existing, world);
@@ -1192,6 +1207,13 @@ fn plan_or_problems(
 /// The planned objects that differ from what the world has (a drain applies
 /// to pods, which are not children); kinds whose API is missing are left out.
 fn applies(service: &InferenceService, world: &World<'_>, planned: &Plan) -> Vec<Apply> {
+    // A drain applies to pods, which are not children. Indexed once: a
+    // service of 1 000 replicas plans 1 000 objects over 1 000 children
+    // and as many pods.
+    let mut existing: HashMap<(&str, &str, &str), &Value> = HashMap::new();
+    for current in world.children.iter().chain(world.pods) {
+        existing.entry(identity(current)).or_insert(current);
+    }
     let mut apply = Vec::new();
     for planned in &planned.desired {
         let object = stamp(planned.object.clone());
@@ -1200,12 +1222,7 @@ fn applies(service: &InferenceService, world: &World<'_>, planned: &Plan) -> Vec
             continue;
         }
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        // A drain applies to pods, which are not children.
-        let current = world
-            .children
-            .iter()
-            .chain(world.pods)
-            .find(|c| identity(c) == identity(&object));
+        let current = existing.get(&identity(&object)).copied();
         let Some(change) = change_of(&object, current) else {
             continue;
         };
