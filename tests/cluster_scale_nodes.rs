@@ -147,7 +147,50 @@ struct Phase {
 /// Waits until every service is [`done`] (the time from `start`), then
 /// until Tandem has sent no request but watches and its Lease's for
 /// `quiet` (the time of its last one, from `start`).
+/// The Events stored in every namespace, by reason (an Event seen again
+/// counts its `count`): who did what to the pods, nodes and groups during a
+/// phase (the LWS manager's RecreateGroup, the taint eviction controller's
+/// TaintManagerEviction, the node lifecycle controller's NodeNotReady, ...).
+async fn event_reasons(client: &kube::Client) -> BTreeMap<String, u64> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
+    let mut reasons = BTreeMap::new();
+    let Ok(list) = events.list(&ListParams::default()).await else {
+        return reasons;
+    };
+    for event in list.items {
+        let times = event.count.and_then(|c| u64::try_from(c).ok()).unwrap_or(1);
+        *reasons.entry(event.reason.unwrap_or_default()).or_default() += times.max(1);
+    }
+    reasons
+}
+
+/// Those of `now`'s reasons that grew since `before`, as `reason n, ...`.
+fn reasons_since(now: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> String {
+    now.iter()
+        .filter_map(|(reason, n)| {
+            let grew = n.saturating_sub(before.get(reason).copied().unwrap_or(0));
+            (grew > 0).then(|| format!("{reason} {grew}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Reasons that say a pod was taken away from under its replica: printed
+/// as a phase goes, so that a phase that does not end says why.
+const DISRUPTIONS: [&str; 6] = [
+    "RecreateGroup",
+    "TaintManagerEviction",
+    "NodeNotReady",
+    "Preempted",
+    "Evicted",
+    "Killing",
+];
+
+/// Waits for every service to be Ready and Tandem to settle, printing the
+/// progress (and the disruptions' Events) every 20 s; the Events of the
+/// whole wait are printed at its end.
 async fn converge(
+    client: &kube::Client,
     services: &Api<DynamicObject>,
     tandem: &Tandem,
     start: Instant,
@@ -158,6 +201,7 @@ async fn converge(
     let mut last_change = Instant::now();
     let ready;
     let mut polls = 0u32;
+    let reasons_before = event_reasons(client).await;
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = activity(&tandem_requests(tandem).await);
@@ -182,10 +226,13 @@ async fn converge(
                 break;
             }
             if polls.is_multiple_of(40) {
+                let mut reasons = event_reasons(client).await;
+                reasons.retain(|r, _| DISRUPTIONS.contains(&r.as_str()));
                 eprintln!(
-                    "  {:>6.1} s: {pending} of {} services not yet Ready; Tandem's requests {now}",
+                    "  {:>6.1} s: {pending} of {} services not yet Ready; Tandem's requests {now}; Events so far: {}",
                     start.elapsed().as_secs_f64(),
-                    values.len()
+                    values.len(),
+                    reasons_since(&reasons, &reasons_before)
                 );
             }
         }
@@ -197,6 +244,10 @@ async fn converge(
     }
     loop {
         if last_change.elapsed() >= quiet {
+            eprintln!(
+                "  Events stored meanwhile, by reason: {}",
+                reasons_since(&event_reasons(client).await, &reasons_before)
+            );
             return (ready, last_change.duration_since(start));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -354,7 +405,7 @@ async fn story_4_services_on_kwok_nodes() {
             Some(patch) => patch_all(&services, count, patch).await,
         }
         eprintln!("  sent in {:.1} s", start.elapsed().as_secs_f64());
-        let (ready, settled) = converge(&services, tandem, start, quiet, timeout).await;
+        let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout).await;
         let after = costs(plane, tandem, ticks);
         let requests = tandem_requests(tandem).await;
         let mut delta = requests.clone();
@@ -491,7 +542,7 @@ async fn scale_and_back(
         )
         .await
         .expect("the wide service");
-    let (ready, settled) = converge(&services, tandem, start, quiet, timeout).await;
+    let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout).await;
     eprintln!(
         "wide service at 10: Ready {:.1} s, settled {:.1} s",
         ready.as_secs_f64(),
@@ -528,7 +579,7 @@ async fn scale_and_back(
             json!([{"op": "replace", "path": "/spec/roles/0/replicas", "value": replicas}]),
         )
         .await;
-        let (ready, settled) = converge(&services, tandem, start, quiet, timeout).await;
+        let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout).await;
         // The way down: the status may say 10/10 before the surplus is gone.
         let pods: Api<Pod> = Api::namespaced(client.clone(), WIDE_NAMESPACE);
         loop {
