@@ -1387,3 +1387,71 @@ async fn a_crash_loop_under_group_recreation_is_one_degraded_episode_with_the_ex
         .assert_quiet(10, (IS, "InferenceService", &name))
         .await;
 }
+
+/// kwok deletes a pod by name (`tests/cluster/kwok/uid-safe-deletes.yaml`):
+/// its late delete for a pod already gone would hit the next pod of that
+/// name. The policy lets kwok delete only a pod that is being deleted, as a
+/// kubelet's UID-preconditioned delete would: a live pod is refused, and a
+/// terminating one still ends at its grace period through kwok's stage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kwok_deletes_only_a_pod_that_is_being_deleted() {
+    let Some(scenario) = Scenario::start("nodes-kwok-deletes").await else {
+        return;
+    };
+    let node = scenario.nodes(1).await.remove(0);
+    let pods = pods_api(&scenario);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "same-name", "namespace": scenario.namespace},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "model", "image": "vllm/vllm-openai:v0.11.0"}]}
+    }))
+    .expect("a pod");
+    pods.create(&Default::default(), &pod)
+        .await
+        .expect("the pod");
+    scenario
+        .eventually(60, "kwok runs the pod", || async {
+            let pod = pods.get("same-name").await.map_err(|e| e.to_string())?;
+            let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
+            if phase == "Running" {
+                Ok(())
+            } else {
+                Err(phase)
+            }
+        })
+        .await;
+    let kwok: Api<Pod> = Api::namespaced(
+        scenario.plane.as_kwok().await.expect("a client as kwok"),
+        &scenario.namespace,
+    );
+    let refused = kwok
+        .delete(
+            "same-name",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await
+        .expect_err("kwok's delete of a live pod is refused");
+    assert!(
+        refused
+            .to_string()
+            .contains("kwok-deletes-terminating-pods"),
+        "refused by the policy: {refused}"
+    );
+    let live = pods.get("same-name").await.expect("the pod is still there");
+    assert!(live.metadata.deletion_timestamp.is_none());
+    // Deleted as a user deletes it: terminating for its grace period, then
+    // kwok's pod-delete stage removes it, through the policy.
+    pods.delete("same-name", &Default::default())
+        .await
+        .expect("the delete");
+    scenario
+        .eventually(60, "kwok ends the terminating pod", || async {
+            match pods.get_opt("same-name").await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+}

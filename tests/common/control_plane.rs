@@ -603,6 +603,18 @@ impl ControlPlane {
         self.client_for(&self.admin).await
     }
 
+    /// A client acting as kwok (the user `kwok`, of `system:masters`), for
+    /// checking what `tests/cluster/kwok/uid-safe-deletes.yaml` lets it do.
+    pub async fn as_kwok(&self) -> Result<kube::Client, kube::Error> {
+        let kubeconfig = Kubeconfig::read_from(self.dir.join("kwok.kubeconfig"))
+            .map_err(|e| kube::Error::Service(e.into()))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| kube::Error::Service(e.into()))?;
+        kube::Client::try_from(config)
+    }
+
     /// A client acting as Tandem (for checking what its RBAC allows).
     pub async fn as_tandem(&self) -> Result<kube::Client, kube::Error> {
         self.client_for(&self.tandem).await
@@ -652,6 +664,9 @@ impl ControlPlane {
             )))
             .chain(super::yaml_documents(&super::repo_path(
                 "manifests/base/pod-patches.yaml",
+            )))
+            .chain(super::yaml_documents(&super::repo_path(
+                "tests/cluster/kwok/uid-safe-deletes.yaml",
             )))
         {
             apply(&client, &object).await;
