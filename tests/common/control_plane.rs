@@ -579,13 +579,11 @@ impl ControlPlane {
 
     /// A client for `identity`, bound to the calling test's runtime.
     async fn client_for(&self, identity: &Identity) -> Result<kube::Client, kube::Error> {
-        let kubeconfig = Kubeconfig::from_yaml(&self.kubeconfig_for(identity))
-            .map_err(|e| kube::Error::Service(e.into()))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| kube::Error::Service(e.into()))?;
-        kube::Client::try_from(config)
+        client_of(
+            Kubeconfig::from_yaml(&self.kubeconfig_for(identity))
+                .map_err(|e| kube::Error::Service(e.into()))?,
+        )
+        .await
     }
 
     /// A cluster-admin's kubeconfig, as a user running `tandem check` has.
@@ -606,13 +604,11 @@ impl ControlPlane {
     /// A client acting as kwok (the user `kwok`, of `system:masters`), for
     /// checking what `tests/cluster/kwok/uid-safe-deletes.yaml` lets it do.
     pub async fn as_kwok(&self) -> Result<kube::Client, kube::Error> {
-        let kubeconfig = Kubeconfig::read_from(self.dir.join("kwok.kubeconfig"))
-            .map_err(|e| kube::Error::Service(e.into()))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| kube::Error::Service(e.into()))?;
-        kube::Client::try_from(config)
+        client_of(
+            Kubeconfig::read_from(self.dir.join("kwok.kubeconfig"))
+                .map_err(|e| kube::Error::Service(e.into()))?,
+        )
+        .await
     }
 
     /// A client acting as Tandem (for checking what its RBAC allows).
@@ -1185,6 +1181,14 @@ pub async fn resource_of(client: &kube::Client, object: &Value) -> (ApiResource,
             }
         }
     }
+}
+
+/// A client from `kubeconfig`, bound to the calling test's runtime.
+async fn client_of(kubeconfig: Kubeconfig) -> Result<kube::Client, kube::Error> {
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| kube::Error::Service(e.into()))?;
+    kube::Client::try_from(config)
 }
 
 /// An Api for `object`'s kind in its namespace (or cluster-wide).
