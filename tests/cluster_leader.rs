@@ -5,7 +5,7 @@
 mod common;
 
 use common::control_plane::{self, ControlPlane, Tandem};
-use common::scenario::{IS, LWS, Scenario};
+use common::scenario::{IS, LWS, Scenario, wait_ready};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -165,6 +165,10 @@ async fn when_the_leader_dies_mid_scale_the_other_replica_takes_over_and_finishe
             }
         })
         .await;
+    // The third replica's pod is Ready only after kwok's load delay (2 to
+    // 6 s): its status write comes then, and is not a write of a settled
+    // namespace.
+    wait_ready(&scenario, &name).await;
     scenario
         .assert_quiet(10, (IS, "InferenceService", &name))
         .await;
