@@ -48,9 +48,9 @@
 //! So the relabelled pods keep running until Tandem deletes their
 //! LeaderWorkerSet.
 
-use jiff::{SignedDuration, Timestamp};
 use std::collections::BTreeMap;
 
+use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
