@@ -155,6 +155,20 @@ async fn kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out
             },
         )
         .await;
+    // The view's status counts Ready replicas, and each pod turns Ready only
+    // after kwok's load delay: the quiet check starts once all four count.
+    wait_ready(&scenario, "spot-decode").await;
+    scenario
+        .eventually(60, "the view counts 4 Ready replicas", || async {
+            let view = scenario.get(IS, "ScaleView", "spot-decode-sv").await;
+            let ready = view.map(|v| v["status"]["replicas"].clone());
+            if ready == Some(json!(4)) {
+                Ok(())
+            } else {
+                Err(format!("{ready:?}"))
+            }
+        })
+        .await;
     scenario
         .assert_quiet(10, (IS, "ScaleView", "spot-decode-sv"))
         .await;
