@@ -467,7 +467,11 @@ impl ControlPlane {
             .await
             .unwrap_or_else(|e| panic!("creating node {}: {e}", node["metadata"]["name"]));
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // The node lifecycle controller lifts each node's not-ready taint
+        // with a PATCH, at its client's 20 requests a second shared with its
+        // other work: 800 nodes took it more than a minute.
+        let allowed = Duration::from_secs(60) + Duration::from_millis(250) * nodes.len() as u32;
+        let deadline = Instant::now() + allowed;
         for node in nodes {
             let name = node["metadata"]["name"].as_str().expect("a node name");
             loop {
@@ -492,8 +496,9 @@ impl ControlPlane {
                 self.assert_alive();
                 assert!(
                     Instant::now() < deadline,
-                    "node {name} not Ready and schedulable within 60 s: {:?}",
-                    stored.status.and_then(|s| s.conditions)
+                    "node {name} not Ready and schedulable within {allowed:?}: {:?}, taints {:?}",
+                    stored.status.and_then(|s| s.conditions),
+                    stored.spec.and_then(|s| s.taints)
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
