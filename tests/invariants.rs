@@ -8,7 +8,9 @@ mod common;
 
 use common::control_plane::{Request, TANDEM_USER};
 use common::rollout::RolloutBudget;
-use common::scenario::{Floor, reads_in, reconciled_lines, refusals, repeated_writes};
+use common::scenario::{
+    Floor, HEALTH_LABEL, in_motion, reads_in, reconciled_lines, refusals, repeated_writes,
+};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
@@ -249,4 +251,31 @@ fn a_replica_below_the_partition_at_the_new_revision_fails() {
     b.pod(&replica(0, "b", false, false), true);
     assert_eq!(b.violations.len(), 1, "{:?}", b.violations);
     assert!(b.violations[0].contains("below partition 1"));
+}
+
+#[test]
+fn a_quiet_check_waits_for_a_loading_or_terminating_pod_only() {
+    let at = |node: Option<&str>, ready: bool| {
+        let mut pod = pod("svc-decode-0-0", "decode", "svc-decode-0", 1, ready);
+        pod.spec = Some(
+            serde_json::from_value(json!({"containers": [], "nodeName": node})).expect("a spec"),
+        );
+        pod
+    };
+    // Bound and loading: kwok makes it Ready after its load delay, and
+    // Tandem's status follows. This is the race CI hit twice.
+    assert!(in_motion(&at(Some("node-0"), false)));
+    let mut terminating = at(Some("node-0"), true);
+    terminating.metadata.deletion_timestamp =
+        Some(serde_json::from_value(json!("2026-11-27T00:00:00Z")).expect("a time"));
+    assert!(in_motion(&terminating));
+    // At rest: Ready, unschedulable (no node), held unready on purpose.
+    assert!(!in_motion(&at(Some("node-0"), true)));
+    assert!(!in_motion(&at(None, false)));
+    let mut held = at(Some("node-0"), false);
+    held.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(HEALTH_LABEL.into(), "unready".into());
+    assert!(!in_motion(&held));
 }

@@ -306,6 +306,37 @@ impl Scenario {
         }
     }
 
+    /// Waits, at most `limit`, until no pod of this namespace is still on
+    /// a way kwok takes it by itself ([`in_motion`]). Tandem's status
+    /// follows the pods' readiness, so a quiet check begun while a pod is
+    /// still loading sees Tandem's answer to it (CI failed twice on such a
+    /// race). This only waits: a pod still moving at `limit` is printed,
+    /// and the quiet check that follows decides.
+    async fn wait_pods_at_rest(&self, limit: Duration) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut moving = Vec::new();
+        while tokio::time::Instant::now() < deadline {
+            moving = match pods.list(&ListParams::default()).await {
+                Ok(list) => list
+                    .items
+                    .iter()
+                    .filter(|pod| in_motion(pod))
+                    .filter_map(|pod| pod.metadata.name.clone())
+                    .collect(),
+                Err(e) => vec![format!("(pods not listed: {e})")],
+            };
+            if moving.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        eprintln!(
+            "{}: pods still moving after {limit:?}, checking quiet anyway: {moving:?}",
+            self.namespace
+        );
+    }
+
     /// The writes of this namespace in the audit log.
     pub fn writes(&self) -> Vec<Request> {
         self.plane
@@ -337,6 +368,7 @@ impl Scenario {
     /// reconciled that very object, [`reconciled_lines`]), and writes
     /// nothing.
     pub async fn assert_quiet(&self, seconds: u64, touch: (&str, &str, &str)) {
+        self.wait_pods_at_rest(Duration::from_secs(30)).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut seen = self.writes().len();
         loop {
@@ -545,6 +577,28 @@ pub fn group_size(pod: &Pod) -> usize {
         .and_then(|a| a.get("leaderworkerset.sigs.k8s.io/size"))
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
+}
+
+/// Whether kwok will still change `pod` by itself: it is terminating, or
+/// it is bound and running its course to Ready (the load delay). A pod whose
+/// health a test set (unready, crash loop), an unbound one and a finished
+/// one stay as they are.
+pub fn in_motion(pod: &Pod) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return true;
+    }
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
+    let health_set = pod
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(HEALTH_LABEL));
+    bound && !finished && !health_set && !is_ready(pod)
 }
 
 pub fn is_ready(pod: &Pod) -> bool {
