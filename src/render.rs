@@ -70,6 +70,10 @@ pub enum RenderError {
     Empty(String),
     #[error("{0}: no .yaml, .yml or .json files in this directory")]
     EmptyDirectory(String),
+    #[error(
+        "{0}: no objects in this directory's manifests (each is empty, or only comments and `---`)"
+    )]
+    NoObjectsInDirectory(String),
     #[error("{0} is given twice")]
     Duplicate(ObjectKey),
     #[error("{object}: {reason}")]
@@ -127,17 +131,25 @@ pub enum Format {
 
 /// Reads the world from files (`-` is standard input) and directories (their
 /// `.yaml`, `.yml` and `.json` files, sorted by name, not recursing, as
-/// `kubectl -f DIR` does). A file without any object is an error naming it.
+/// `kubectl -f DIR` does). A file named without any object is an error
+/// naming it; in a directory such a file is skipped, as kubectl skips it,
+/// and only a directory with no object in any file is an error.
 pub fn read_world(paths: &[PathBuf], namespace: &str) -> Result<Vec<Value>, RenderError> {
     let mut world = Vec::new();
     for path in paths {
+        let before = world.len();
         for file in files_of(path)? {
             let (name, text) = read_source(&file)?;
             let objects = parse_world(&name, &text, namespace)?;
-            if objects.is_empty() {
+            if objects.is_empty() && !path.is_dir() {
                 return Err(RenderError::Empty(name));
             }
             world.extend(objects);
+        }
+        if world.len() == before {
+            return Err(RenderError::NoObjectsInDirectory(
+                path.display().to_string(),
+            ));
         }
     }
     Ok(world)

@@ -455,6 +455,18 @@ fn render_reads_directories_and_refuses_empty_input() {
         "{}",
         text(&none.stderr)
     );
+    let blank = dir.path().join("blank");
+    std::fs::create_dir(&blank).unwrap();
+    std::fs::write(blank.join("empty.yaml"), "# nothing yet\n").unwrap();
+    let nothing = tandem(&["render", "-f", blank.to_str().unwrap()]);
+    assert_eq!(nothing.status.code(), Some(1));
+    assert_eq!(
+        text(&nothing.stderr),
+        format!(
+            "tandem: {}: no objects in this directory's manifests (each is empty, or only comments and `---`)\n",
+            blank.display()
+        )
+    );
     std::fs::write(world.join("b-service.yaml"), SERVICE).unwrap();
     let view = serde_json::json!({
         "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
@@ -464,6 +476,8 @@ fn render_reads_directories_and_refuses_empty_input() {
     });
     std::fs::write(world.join("a-view.json"), view.to_string()).unwrap();
     std::fs::write(world.join("notes.txt"), "not a manifest").unwrap();
+    // An empty manifest in a directory is skipped, as kubectl skips it.
+    std::fs::write(world.join("c-empty.yaml"), "# nothing yet\n---\n").unwrap();
     let output = tandem(&["render", "-o", "json", "-f", world.to_str().unwrap()]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let rendered: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -1195,7 +1209,7 @@ fn serve_dev_keeps_its_ca_across_restarts_and_a_failed_bind() {
     let mut first = start(&[]);
     let written = first.wait_for("# dev CA", 20);
     assert!(
-        written.contains("written to") && written.contains("(ca.crt is missing)"),
+        written.contains("written to") && written.contains("(none there before)"),
         "{written}"
     );
     first.wait_for("serving admission webhooks", 20);
@@ -1396,4 +1410,37 @@ async fn pd_disaggregation_with_the_default_endpoint_picker_is_warned_about() {
         serde_json::json!([warning]),
         "{answer}"
     );
+}
+
+/// Issue 35: a production replica (no --dev, no --admission-only) with no
+/// cluster to reconcile refuses to start and says what to give; with
+/// --admission-only it serves admission, as asked.
+#[test]
+fn serve_without_a_cluster_runs_only_when_told_to_run_no_controllers() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let made = tandem(&["certs", "--out-dir", certs.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let refused = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--cert-dir", certs.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
+        .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
+        .env("HOME", dir.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    let said = text(&refused.stderr);
+    assert!(
+        said.contains("tandem: no cluster to run the controllers in: ")
+            && said.contains("pass --admission-only to serve admission without controllers"),
+        "{said}"
+    );
+    let mut admission = Serving::start(
+        &["--admission-only", "--cert-dir", certs.to_str().unwrap()],
+        dir,
+    );
+    admission.wait_for("no kubeconfig reachable: serving admission only", 20);
+    admission.wait_for("serving admission webhooks", 20);
 }
