@@ -212,7 +212,7 @@ pub fn dev_certs(dir: &Path, hosts: &[String]) -> Result<(DevCerts, String), Cer
         Ok(FoundCa::Signing(ca)) if ca.not_after > now.saturating_add(DEV_RENEW_BEFORE) => Ok(ca),
         Ok(FoundCa::Signing(ca)) => Err(format!("the CA expires at {}", ca.not_after)),
         Ok(FoundCa::WithoutKey(_)) => Err(format!("{CA_KEY_FILE} is missing")),
-        Ok(FoundCa::None) => Err(format!("{CA_FILE} is missing")),
+        Ok(FoundCa::None) => Err("none there before".to_owned()),
         Err(e) => Err(e.to_string()),
     };
     let ca = match ca {

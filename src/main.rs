@@ -66,7 +66,8 @@ const SERVE_HELP: &str = "\
 Environment: each flag shown with [env: NAME=] can be set by that variable instead; a
 flag given on the command line wins. The cluster comes from --kubeconfig, else
 KUBECONFIG, else ~/.kube/config, else the in-cluster service account
-(KUBERNETES_SERVICE_HOST); with none of them, Tandem serves admission only and its
+(KUBERNETES_SERVICE_HOST). With none of them, serve exits 1 unless it runs no controllers
+(--admission-only, or --dev without --controllers): then it serves admission only and its
 cross-object checks become warnings.
 
 Log level: RUST_LOG, default info. For example RUST_LOG=debug, or RUST_LOG=warn,tandem=debug
@@ -454,20 +455,30 @@ struct ClusterSource {
 }
 
 impl ClusterSource {
-    /// The cluster's client configuration: None when nothing was named and
-    /// none is reachable (admission only, logged); an error when the
-    /// kubeconfig or context the flags name does not load.
-    async fn config(&self) -> Result<Option<kube::Config>, String> {
+    /// The cluster's client configuration: None when nothing was named,
+    /// none is reachable and the controllers are not `required` (admission
+    /// only, logged); an error when the kubeconfig or context the flags
+    /// name does not load, or when none is reachable and the controllers
+    /// are required: a replica meant to reconcile must not start without.
+    async fn config(&self, required: bool) -> Result<Option<kube::Config>, String> {
         let options = kube::config::KubeConfigOptions {
             context: self.context.clone(),
             ..Default::default()
         };
         let loaded = match (&self.kubeconfig, &self.context) {
             (None, None) => {
-                return Ok(kube::Config::infer()
-                    .await
-                    .inspect_err(|e| tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only"))
-                    .ok());
+                return match kube::Config::infer().await {
+                    Ok(config) => Ok(Some(config)),
+                    Err(e) if required => Err(format!(
+                        "no cluster to run the controllers in: {e} (looked at $KUBECONFIG, \
+                         ~/.kube/config and the in-cluster service account); give --kubeconfig, \
+                         or pass --admission-only to serve admission without controllers"
+                    )),
+                    Err(e) => {
+                        tracing::info!(reason = %e, "no kubeconfig reachable: serving admission only");
+                        Ok(None)
+                    }
+                };
             }
             (Some(path), _) => match kube::config::Kubeconfig::read_from(path) {
                 Ok(file) => kube::Config::from_custom_kubeconfig(file, &options).await,
@@ -503,7 +514,7 @@ async fn serve_and_control(
     let caches_ready = Arc::new(AtomicBool::new(true));
     // One registry for the webhook's, the controllers' and the client's metrics.
     let metrics = Arc::new(server::metrics::Metrics::default());
-    let config = match source.config().await {
+    let config = match source.config(args.run).await {
         Ok(config) => config,
         Err(message) => return fail(message),
     };
@@ -530,6 +541,11 @@ async fn serve_and_control(
                     mark_ready(caches.clone(), caches_ready.clone());
                     args.run
                         .then(|| start_controllers(client, caches, &metrics, args, &cluster))
+                }
+                Err(e) if args.run => {
+                    return fail(format!(
+                        "cannot build a client for {cluster} from the kubeconfig: {e}"
+                    ));
                 }
                 Err(e) => {
                     tracing::warn!(%cluster, error = %e, "cannot build a client from the kubeconfig: serving admission only");
@@ -715,7 +731,7 @@ fn check_cluster(
         context: args.context.clone(),
     };
     runtime.block_on(async {
-        let config = source.config().await?.ok_or(
+        let config = source.config(false).await?.ok_or(
             "no cluster to check: give -f CRD files, or a kubeconfig ($KUBECONFIG, --kubeconfig)",
         )?;
         let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
