@@ -188,7 +188,8 @@ const DISRUPTIONS: [&str; 6] = [
 
 /// Waits for every service to be Ready and Tandem to settle, printing the
 /// progress (and the disruptions' Events) every 20 s; the Events of the
-/// whole wait are printed at its end.
+/// whole wait are printed at its end. None when `timeout` ran out first,
+/// and said so: the caller can still print the figures up to then.
 async fn converge(
     client: &kube::Client,
     services: &Api<DynamicObject>,
@@ -196,7 +197,7 @@ async fn converge(
     start: Instant,
     quiet: Duration,
     timeout: Duration,
-) -> (Duration, Duration) {
+) -> Option<(Duration, Duration)> {
     let mut last_activity = activity(&tandem_requests(tandem).await);
     let mut last_change = Instant::now();
     let ready;
@@ -236,11 +237,10 @@ async fn converge(
                 );
             }
         }
-        assert!(
-            start.elapsed() < timeout,
-            "not Ready within {timeout:?}; tandem's log (end):\n{}",
-            common::scenario::tail(&tandem.log(), 40)
-        );
+        if start.elapsed() >= timeout {
+            eprintln!("  not Ready within {timeout:?}");
+            return None;
+        }
     }
     loop {
         if last_change.elapsed() >= quiet {
@@ -248,7 +248,7 @@ async fn converge(
                 "  Events stored meanwhile, by reason: {}",
                 reasons_since(&event_reasons(client).await, &reasons_before)
             );
-            return (ready, last_change.duration_since(start));
+            return Some((ready, last_change.duration_since(start)));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = activity(&tandem_requests(tandem).await);
@@ -256,11 +256,20 @@ async fn converge(
             last_activity = now;
             last_change = Instant::now();
         }
-        assert!(
-            start.elapsed() < timeout,
-            "Tandem not settled within {timeout:?}"
-        );
+        if start.elapsed() >= timeout {
+            eprintln!("  Ready in {ready:?}, but Tandem not settled within {timeout:?}");
+            return None;
+        }
     }
+}
+
+/// Ends the benchmark when a phase did not finish within `timeout`, with
+/// the end of Tandem's log.
+fn stopped(tandem: &Tandem, timeout: Duration) -> ! {
+    panic!(
+        "not done within {timeout:?}; tandem's log (end):\n{}",
+        common::scenario::tail(&tandem.log(), 40)
+    )
 }
 
 async fn pods_ready(client: &kube::Client, namespace: &str) -> usize {
@@ -405,7 +414,8 @@ async fn story_4_services_on_kwok_nodes() {
             Some(patch) => patch_all(&services, count, patch).await,
         }
         eprintln!("  sent in {:.1} s", start.elapsed().as_secs_f64());
-        let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout).await;
+        let outcome = converge(&client, &services, tandem, start, quiet, timeout).await;
+        let (ready, settled) = outcome.unwrap_or((timeout, timeout));
         let after = costs(plane, tandem, ticks);
         let requests = tandem_requests(tandem).await;
         let mut delta = requests.clone();
@@ -414,7 +424,10 @@ async fn story_4_services_on_kwok_nodes() {
         }
         delta.retain(|_, v| *v != 0.0);
         let phase = Phase {
-            name: name.to_owned(),
+            name: match outcome {
+                Some(_) => name.to_owned(),
+                None => format!("{name} (stopped at {timeout:?}: the figures run to then)"),
+            },
             ready,
             settled,
             requests: delta,
@@ -426,6 +439,9 @@ async fn story_4_services_on_kwok_nodes() {
             pods_ready: pods_ready(&client, NAMESPACE).await,
         };
         print_phase(&phase);
+        if outcome.is_none() {
+            stopped(tandem, timeout);
+        }
         phases.push(phase);
         before = after;
         requests_before = requests;
@@ -542,7 +558,9 @@ async fn scale_and_back(
         )
         .await
         .expect("the wide service");
-    let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout).await;
+    let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout)
+        .await
+        .unwrap_or_else(|| stopped(tandem, timeout));
     eprintln!(
         "wide service at 10: Ready {:.1} s, settled {:.1} s",
         ready.as_secs_f64(),
@@ -579,7 +597,9 @@ async fn scale_and_back(
             json!([{"op": "replace", "path": "/spec/roles/0/replicas", "value": replicas}]),
         )
         .await;
-        let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout).await;
+        let (ready, settled) = converge(&client, &services, tandem, start, quiet, timeout)
+            .await
+            .unwrap_or_else(|| stopped(tandem, timeout));
         // The way down: the status may say 10/10 before the surplus is gone.
         let pods: Api<Pod> = Api::namespaced(client.clone(), WIDE_NAMESPACE);
         loop {
