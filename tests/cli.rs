@@ -1421,16 +1421,30 @@ fn serve_without_a_cluster_runs_only_when_told_to_run_no_controllers() {
     let certs = dir.path().join("certs");
     let made = tandem(&["certs", "--out-dir", certs.to_str().unwrap()]);
     assert!(made.status.success(), "{}", text(&made.stderr));
-    let refused = Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["serve", "--cert-dir", certs.to_str().unwrap()])
         .args(["--listen", "127.0.0.1:0", "--probe-listen", "127.0.0.1:0"])
         .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
         .env("HOME", dir.path())
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    // A replica that starts serving instead is the defect: stop it, and say so.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let refused = child.wait_with_output().unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "serve without a cluster did not exit 1 within 20 s: {}",
+        text(&refused.stderr)
+    );
     let said = text(&refused.stderr);
     assert!(
         said.contains("tandem: no cluster to run the controllers in: ")
