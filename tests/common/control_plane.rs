@@ -79,17 +79,17 @@ pub fn unavailable() -> Option<String> {
 }
 
 /// A process under the supervisor: ended when the pipe to it closes.
-struct Supervised {
+pub struct Supervised {
     name: String,
     child: Child,
     /// Closing it (dropping it, or this process ending) tells the
     /// supervisor to end the process; a line `kill` kills it at once.
     lifeline: ChildStdin,
-    log: PathBuf,
+    pub log: PathBuf,
 }
 
 impl Supervised {
-    fn start(
+    pub fn start(
         name: &str,
         dir: &Path,
         command: &Path,
@@ -146,19 +146,19 @@ impl Supervised {
             })
     }
 
-    fn log_tail(&self) -> String {
+    pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
-    fn alive(&mut self) -> bool {
+    pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Kills the process at once (a crash, no graceful shutdown) and waits
     /// for the supervisor to see it.
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         use std::io::Write as _;
         let _ = self.lifeline.write_all(b"kill\n");
         let _ = self.lifeline.flush();
@@ -242,7 +242,7 @@ fn distinguished(common_name: &str, organisations: &[&str]) -> DistinguishedName
     name
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
     listener.local_addr().expect("its address").port()
 }
@@ -275,6 +275,9 @@ pub struct ControlPlane {
     pub ca_pem: String,
     admin: Identity,
     tandem: Identity,
+    /// The run's CA, which signs the identities of service accounts that run
+    /// as processes here (an endpoint picker).
+    authority: Authority,
     /// One JSON line per request that wrote (see [`audit_policy`]).
     pub audit_log: PathBuf,
     processes: Mutex<Vec<Supervised>>,
@@ -371,6 +374,7 @@ impl ControlPlane {
             ca_pem,
             admin,
             tandem,
+            authority,
             audit_log,
             processes: Mutex::new(processes),
         };
@@ -385,11 +389,11 @@ impl ControlPlane {
             &controller_manager_args(&dir, &kcm_kubeconfig),
             &[],
         );
-        plane.start_scheduler(&bin, &authority);
-        plane.start_nodes(&bin, &authority);
+        plane.start_scheduler(&bin, &plane.authority);
+        plane.start_nodes(&bin, &plane.authority);
 
         block_on(plane.install());
-        plane.start_leader_worker_sets(&bin, &authority, &lws);
+        plane.start_leader_worker_sets(&bin, &plane.authority, &lws);
         plane
     }
 
@@ -575,6 +579,18 @@ impl ControlPlane {
             "current-context": "e2e",
         }))
         .expect("a kubeconfig")
+    }
+
+    /// A kubeconfig for ServiceAccount `name` of `namespace`: a client
+    /// certificate with the user and groups the API server gives that
+    /// account's tokens, so the RBAC bound to the account is what applies.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> String {
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        let group = format!("system:serviceaccounts:{namespace}");
+        let identity = self
+            .authority
+            .client(&user, &["system:serviceaccounts", &group]);
+        self.kubeconfig_for(&identity)
     }
 
     /// Tandem's kubeconfig: its service account's identity.

@@ -8,6 +8,7 @@ pub mod fake_api;
 pub mod install;
 pub mod load;
 pub mod measure;
+pub mod picker;
 pub mod rbac;
 pub mod rollout;
 pub mod running;

@@ -21,18 +21,24 @@
 //! for a suffixed one; the RBAC is shared, and the route is the upgrade's
 //! (`super::traffic::pool_route`), which folds in the router's `httproute`.
 //!
-//! Versions. The EPP's flags, ports, probes and RBAC follow GIE v1.6
-//! (`registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0`, the release of
-//! the InferencePool v1 CRD in `shared/crds`): `cmd/epp/runner/options.go`
-//! (flags and defaults), `cmd/epp/runner/health.go` (gRPC health services),
-//! `config/charts/epplib/templates/_deployment.yaml` and
-//! `config/charts/inference-extension/templates/{_rbac,_leader-election-rbac,_service}.yaml`
+//! Versions. The EPP's flags, ports, probes and RBAC follow GIE v1.5.0
+//! (`registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0`, the last
+//! release that ships the endpoint picker: v1.6.0 moved it to llm-d's router
+//! repository and builds only the conformance picker `lwepp`):
+//! `pkg/epp/server/options.go` (flags and defaults), `cmd/epp/runner/health.go`
+//! (gRPC health services), `config/charts/epplib/templates/_deployment.yaml` and
+//! `config/charts/epplib/templates/{_rbac,_leader-election-rbac,_service}.yaml`
 //! in kubernetes-sigs/gateway-api-inference-extension. The plugin names of the
-//! generated configurations come from GIE's `site-src/guides/epp-configuration/config-text.md`
-//! and `config/charts/inferencepool/templates/epp-config.yaml`, and, for
+//! generated configurations are those `cmd/epp/runner/runner.go` registers
+//! (`queue-scorer`, `kv-cache-utilization-scorer`, `prefix-cache-scorer`,
+//! `lora-affinity-scorer`, `max-score-picker`, `single-profile-handler`), as in
+//! GIE's `site-src/guides/epp-configuration/config-text.md` and
+//! `config/charts/inferencepool/templates/epp-config.yaml`, and, for
 //! prefill/decode disaggregation, from llm-d-inference-scheduler's
 //! `docs/architecture.md`, `pkg/plugins/filter/by_label.go` and
 //! `deploy/config/pd-epp-config.yaml` (the v0.3 generation of its plugins).
+//! The tests build GIE v1.5.0's `cmd/epp` from its Go module and run it on
+//! every configuration generated for it (`tests/cluster_pickers.rs`).
 
 use std::collections::BTreeMap;
 
@@ -50,9 +56,11 @@ use crate::plan::shared::children::{
 };
 
 /// The GIE endpoint picker whose flags, ports and plugins this module uses:
-/// GIE v1.6.0, the release of the InferencePool v1 CRD Tandem validates against
-/// (registry path as in GIE's release notes and quickstarts).
-pub const DEFAULT_EPP_IMAGE: &str = "registry.k8s.io/gateway-api-inference-extension/epp:v1.6.0";
+/// GIE v1.5.0, the last release with an `epp` image (registry path as in its
+/// Makefile, `IMAGE_NAME := epp`, and its quickstarts). It serves the
+/// InferencePool `v1` that Tandem writes. `tests/cluster_pickers.rs` holds
+/// this tag to the module version the tests build and run.
+pub const DEFAULT_EPP_IMAGE: &str = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0";
 
 /// llm-d's endpoint picker of the generation whose P/D plugin names
 /// (`pd-profile-handler`, `prefill-header-handler`, `by-label`) the
@@ -202,24 +210,44 @@ pub fn check(spec: &InferenceServiceSpec) -> Findings {
 /// plugins.
 const GIE_EPP_REPOSITORY: &str = "registry.k8s.io/gateway-api-inference-extension/epp";
 
-/// Why the router of `spec` will not work with the endpoint picker
-/// `epp_image`: `strategy: pd-disaggregation` (without an
-/// `endpointPickerConfig` of the user's) configures llm-d's prefill/decode
-/// plugins, which GIE's image (the default, [`DEFAULT_EPP_IMAGE`]) does not
-/// have. A warning, said alike by the webhook and by `tandem render`; None
-/// for any other strategy, a config of the user's, or another image.
+/// Why the router of `spec` will not work with the endpoint picker it
+/// runs: the image of its template's EPP container when set, else
+/// `epp_image` (Tandem's `--epp-image`). `strategy: pd-disaggregation`
+/// (without an `endpointPickerConfig` of the user's) configures llm-d's
+/// prefill/decode plugins, which GIE's image (the default,
+/// [`DEFAULT_EPP_IMAGE`]) does not have. A warning, said alike by the webhook
+/// and by `tandem render`; None for any other strategy, a config of the
+/// user's, or another image.
 pub fn epp_image_warning(spec: &InferenceServiceSpec, epp_image: &str) -> Option<String> {
     let (index, router) = router_of(spec)?;
     let generated_pd = router.strategy == Some(RoutingStrategy::PdDisaggregation)
         && router.endpoint_picker_config.is_none();
-    let gie = epp_image
+    let containers = array_at(
+        router.template.as_ref().and_then(|t| t.get("spec")),
+        "containers",
+    );
+    let own_image = containers
+        .get(epp_index(containers))
+        .and_then(|c| c.get("image"))
+        .and_then(Value::as_str)
+        .filter(|i| !i.trim().is_empty());
+    let image = own_image.unwrap_or(epp_image);
+    let gie = image
         .strip_prefix(GIE_EPP_REPOSITORY)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '@']));
     (generated_pd && gie).then(|| {
+        let fix = if own_image.is_some() {
+            format!("set the image of the router template's {ROUTER_CONTAINER:?} container to {LLM_D_EPP_IMAGE} (or a compatible llm-d release)")
+        } else {
+            format!(
+                "run Tandem with --epp-image {LLM_D_EPP_IMAGE} (or a compatible llm-d release; \
+                 the chart's value endpointPicker.image), or give the router's template an \
+                 {ROUTER_CONTAINER:?} container with that image"
+            )
+        };
         format!(
             "spec.roles[{index}].strategy: pd-disaggregation configures llm-d's prefill/decode plugins, \
-             which exist only in llm-d's endpoint picker; Tandem runs {epp_image}, which has none of them: \
-             run Tandem with --epp-image {LLM_D_EPP_IMAGE} (or a compatible llm-d release)"
+             which exist only in llm-d's endpoint picker; the router runs {image}, which has none of them: {fix}"
         )
     })
 }
@@ -1103,7 +1131,8 @@ mod tests {
         let warned = |router_role: Value, image: &str| {
             epp_image_warning(&service(pd_service(router_role)).spec, image)
         };
-        let pd = router(json!({"strategy": "pd-disaggregation"}));
+        let pd_default = || router(json!({"strategy": "pd-disaggregation"}));
+        let pd = pd_default();
         let said = warned(pd.clone(), DEFAULT_EPP_IMAGE).expect("warned");
         assert!(
             said.starts_with("spec.roles[2].strategy: pd-disaggregation configures llm-d's"),
@@ -1132,6 +1161,29 @@ mod tests {
         );
         let prefix = router(json!({"strategy": "prefix-cache"}));
         assert_eq!(warned(prefix, DEFAULT_EPP_IMAGE), None);
+        // The router template's own image is the one that runs.
+        let template = |image: &str| {
+            router(
+                json!({"strategy": "pd-disaggregation", "template": {"spec": {"containers": [
+                    {"name": "sidecar", "image": "busybox"},
+                    {"name": "epp", "image": image},
+                ]}}}),
+            )
+        };
+        assert_eq!(warned(template(LLM_D_EPP_IMAGE), DEFAULT_EPP_IMAGE), None);
+        let said = warned(template(DEFAULT_EPP_IMAGE), LLM_D_EPP_IMAGE).expect("warned");
+        assert!(
+            said.ends_with(&format!(
+                "the router runs {DEFAULT_EPP_IMAGE}, which has none of them: set the image of \
+                 the router template's \"epp\" container to {LLM_D_EPP_IMAGE} (or a compatible llm-d release)"
+            )),
+            "{said}"
+        );
+        assert!(
+            warned(pd_default(), DEFAULT_EPP_IMAGE)
+                .expect("warned")
+                .contains("the chart's value endpointPicker.image"),
+        );
     }
 
     fn find<'a>(objects: &'a [Value], kind: &str) -> &'a Value {

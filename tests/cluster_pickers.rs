@@ -1,0 +1,286 @@
+//! The endpoint pickers Tandem configures for a router role, run: built
+//! from their released Go modules (`tests/cluster/build-pickers.sh`) and
+//! started as processes on the tests' control plane with kwok nodes, with
+//! the arguments, environment and configuration that Tandem wrote into the
+//! picker's Deployment and ConfigMap, as the ServiceAccount Tandem made for
+//! it (`tests/common/picker.rs`). A picker that refuses a flag, a plugin or
+//! a field of Tandem's configuration exits, and the test fails with its log;
+//! one that lacks a permission never syncs its pool, and never reports
+//! SERVING. Nothing here serves a request: kwok runs no model server, so
+//! the picker's scrapes of the pods' metrics fail, and the test reads only
+//! which endpoints it holds (tests/cluster/README.md).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::picker::{RunningPicker, SERVING, module_version};
+use common::scenario::{IS, Scenario, example, is_ready, set_role_replicas, wait_ready};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const SERVICE: &str = "qwen-pd-routed";
+const EPP: &str = "qwen-pd-routed-epp";
+const POOL: &str = "qwen-pd-routed-pool";
+/// The router's index among the example's roles.
+const ROUTER: usize = 2;
+
+/// The router example with `strategy` (None: Tandem's default, prefix-cache).
+fn routed(strategy: Option<&str>) -> Value {
+    let mut service = example("examples/inferenceservice/router.yaml");
+    let router = &mut service["spec"]["roles"][ROUTER];
+    assert_eq!(router["componentType"], "router");
+    match strategy {
+        Some(strategy) => router["strategy"] = json!(strategy),
+        None => {
+            router.as_object_mut().expect("a role").remove("strategy");
+        }
+    }
+    service
+}
+
+/// The addresses of the pods the InferencePool selects that are Ready:
+/// what the picker should hold as endpoints.
+async fn ready_in_pool(scenario: &Scenario) -> BTreeSet<String> {
+    let pool = scenario
+        .get("inference.networking.k8s.io/v1", "InferencePool", POOL)
+        .await
+        .expect("the InferencePool");
+    let selector: Vec<String> = pool["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("the pool's labels")
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &scenario.namespace);
+    pods.list(&ListParams::default().labels(&selector.join(",")))
+        .await
+        .expect("the pool's pods")
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect()
+}
+
+/// The picker's Deployment and ConfigMap as Tandem wrote them, once
+/// `accept` takes them. The pods of the Deployment are not waited for: the
+/// picker runs here as a process, and kwok holds a replaced picker pod
+/// Terminating for its whole grace period (130 s) before Recreate starts
+/// the next.
+async fn picker_objects<F>(scenario: &Scenario, accept: F) -> (Value, Value)
+where
+    F: Fn(&Value, &Value) -> Result<(), String>,
+{
+    scenario
+        .eventually(60, "the picker's Deployment and ConfigMap", || async {
+            let deployment = scenario
+                .get("apps/v1", "Deployment", EPP)
+                .await
+                .ok_or("no Deployment")?;
+            let config = scenario
+                .get("v1", "ConfigMap", EPP)
+                .await
+                .ok_or("no ConfigMap")?;
+            accept(&deployment, &config)?;
+            Ok((deployment, config))
+        })
+        .await
+}
+
+fn args_of(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The gRPC service the Deployment's readiness probe asks about.
+fn readiness_service(deployment: &Value) -> String {
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpc"]["service"]
+        .as_str()
+        .expect("a gRPC readiness probe")
+        .to_owned()
+}
+
+fn hash_of(deployment: &Value) -> String {
+    deployment["spec"]["template"]["metadata"]["annotations"]["fusioninfer.io/epp-config-hash"]
+        .as_str()
+        .expect("the configuration's hash")
+        .to_owned()
+}
+
+/// Waits until the picker holds as its endpoints exactly the pool's Ready
+/// pods, and they are `expected` many.
+async fn wait_endpoints(scenario: &Scenario, picker: &mut RunningPicker, expected: usize) {
+    for _ in 0..240 {
+        picker.assert_alive();
+        let ready = ready_in_pool(scenario).await;
+        if ready.len() == expected && picker.endpoints() == ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!(
+        "{} holding the pool's {expected} Ready pods: it holds {:?}, the pool's Ready pods are {:?}; its log:\n{}",
+        picker.name,
+        picker.endpoints(),
+        ready_in_pool(scenario).await,
+        common::scenario::tail(&picker.log(), 40)
+    );
+}
+
+fn assert_no_refusal(picker: &RunningPicker) {
+    let log = picker.log();
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("forbidden")).collect();
+    assert!(
+        refused.is_empty(),
+        "{} was refused by the API server with the RBAC Tandem wrote:\n{}",
+        picker.name,
+        refused.join("\n")
+    );
+}
+
+/// GIE's endpoint picker, built from the module whose release Tandem's
+/// default image names: it starts with each configuration Tandem generates
+/// for it, as its ServiceAccount, reports SERVING on the health service its
+/// readiness probe asks, and holds the pool's Ready leaders as endpoints,
+/// following a scale-down. With two replicas, the two pickers elect one
+/// leader through the Lease RBAC Tandem binds, and the other takes over
+/// when the leader dies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_account_and_holds_the_ready_leaders()
+ {
+    let Some(scenario) = Scenario::start("pickers-gie").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    scenario.create_or_fail(&routed(None)).await;
+    wait_ready(&scenario, SERVICE).await;
+
+    let (deployment, config) = picker_objects(&scenario, |_, _| Ok(())).await;
+    let version = module_version("epp", "sigs.k8s.io/gateway-api-inference-extension");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("registry.k8s.io/gateway-api-inference-extension/epp:{version}"),
+        "Tandem's default picker is the release the tests build"
+    );
+    let probe = readiness_service(&deployment);
+    let mut picker = RunningPicker::start(
+        scenario.plane,
+        "epp",
+        &deployment,
+        "epp",
+        &config,
+        "epp-default",
+    );
+    picker.wait_serving(&probe, 90).await;
+    wait_endpoints(&scenario, &mut picker, 6).await;
+    // Two decode replicas fewer: their leaders leave the pool, and the picker.
+    set_role_replicas(&scenario, SERVICE, 1, 2).await;
+    wait_endpoints(&scenario, &mut picker, 4).await;
+    assert_no_refusal(&picker);
+    picker.kill();
+
+    // Every other configuration Tandem generates for GIE's picker.
+    let mut hash = hash_of(&deployment);
+    for strategy in ["kv-cache-utilization", "queue-size", "lora-affinity"] {
+        let patch: json_patch::Patch = serde_json::from_value(json!([{
+            "op": "add", "path": format!("/spec/roles/{ROUTER}/strategy"), "value": strategy
+        }]))
+        .expect("a JSON patch");
+        scenario
+            .api(IS, "InferenceService")
+            .await
+            .patch(SERVICE, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .expect("the strategy set");
+        let scorer = match strategy {
+            "kv-cache-utilization" => "kv-cache-utilization-scorer",
+            "queue-size" => "queue-scorer",
+            _ => "lora-affinity-scorer",
+        };
+        let (deployment, config) = picker_objects(&scenario, |deployment, config| {
+            let text = config["data"]["epp-config.yaml"]
+                .as_str()
+                .unwrap_or_default();
+            if hash_of(deployment) == hash || !text.contains(scorer) {
+                return Err(format!("not yet {strategy}'s: {text}"));
+            }
+            Ok(())
+        })
+        .await;
+        hash = hash_of(&deployment);
+        let mut picker = RunningPicker::start(
+            scenario.plane,
+            "epp",
+            &deployment,
+            "epp",
+            &config,
+            &format!("epp-{strategy}"),
+        );
+        picker.wait_serving(&probe, 90).await;
+        wait_endpoints(&scenario, &mut picker, 4).await;
+        assert_no_refusal(&picker);
+        picker.kill();
+    }
+
+    // Two replicas: leader election, on the Lease permissions Tandem binds
+    // only then. Both pickers are live; only the leader is ready.
+    set_role_replicas(&scenario, SERVICE, ROUTER, 2).await;
+    let (deployment, config) = picker_objects(&scenario, |deployment, _| {
+        let electing = args_of(deployment)
+            .iter()
+            .any(|a| a == "--ha-enable-leader-election");
+        if electing && deployment["spec"]["replicas"] == 2 {
+            Ok(())
+        } else {
+            Err(format!("args {:?}", args_of(deployment)))
+        }
+    })
+    .await;
+    assert!(
+        scenario
+            .get(
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+                &format!("{EPP}-leader-election")
+            )
+            .await
+            .is_some(),
+        "the leader-election RoleBinding"
+    );
+    let mut pickers: Vec<RunningPicker> = ["epp-a", "epp-b"]
+        .iter()
+        .map(|pod| RunningPicker::start(scenario.plane, "epp", &deployment, "epp", &config, pod))
+        .collect();
+    for picker in &mut pickers {
+        picker.wait_serving("liveness", 90).await;
+    }
+    let leader = scenario
+        .eventually(90, "one leader among the two pickers", || async {
+            let mut ready = Vec::new();
+            for (i, picker) in pickers.iter().enumerate() {
+                if picker.health_of(&probe).await == Ok(SERVING) {
+                    ready.push(i);
+                }
+            }
+            match ready.as_slice() {
+                [one] => Ok(*one),
+                other => Err(format!("ready: {other:?}")),
+            }
+        })
+        .await;
+    wait_endpoints(&scenario, &mut pickers[leader], 4).await;
+    pickers[leader].kill();
+    let follower = 1 - leader;
+    pickers[follower].wait_serving(&probe, 90).await;
+    wait_endpoints(&scenario, &mut pickers[follower], 4).await;
+    for picker in &pickers {
+        assert_no_refusal(picker);
+    }
+}

@@ -1,0 +1,358 @@
+//! The endpoint pickers Tandem configures, run for real: built from their
+//! released Go modules (`tests/cluster/build-pickers.sh`) and started as
+//! processes against the tests' control plane with the arguments,
+//! environment and configuration file of the Deployment and ConfigMap that
+//! Tandem wrote, as the ServiceAccount Tandem made for them (a client
+//! certificate of that account, so Tandem's RoleBindings are all they have).
+//!
+//! What a process cannot take as written is replaced, and only that: the
+//! three port numbers (each picker gets free loopback ports, so pickers of
+//! concurrent scenarios do not collide) and the directory the ConfigMap is
+//! mounted at (its files are written to a directory of the test's). The
+//! Downward API's `metadata.namespace` and `metadata.name` become the
+//! Deployment's namespace and the name of one of its pods.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+
+use super::control_plane::{ControlPlane, Supervised, free_port};
+
+/// The flags whose values are ports the picker listens on.
+const PORT_FLAGS: [&str; 3] = ["--grpc-port", "--grpc-health-port", "--metrics-port"];
+
+/// `grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING`.
+pub const SERVING: i32 = 1;
+
+/// The directory of the pickers `tests/cluster/build-pickers.sh` builds,
+/// built or found in its cache once per test binary.
+pub fn binaries() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let script = super::repo_path("tests/cluster/build-pickers.sh");
+        let output = Command::new("bash")
+            .arg(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("tests/cluster/build-pickers.sh runs");
+        assert!(
+            output.status.success(),
+            "tests/cluster/build-pickers.sh failed ({}); run it by hand to see why",
+            output.status
+        );
+        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+    })
+}
+
+/// The version of `module` that `tests/cluster/<dir>/go.mod` requires.
+pub fn module_version(dir: &str, module: &str) -> String {
+    let path = super::repo_path(&format!("tests/cluster/{dir}/go.mod"));
+    let text = std::fs::read_to_string(&path).expect("the pickers' go.mod");
+    text.lines()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            let first = words.next()?;
+            let (name, version) = if first == "require" {
+                (words.next()?, words.next()?)
+            } else {
+                (first, words.next()?)
+            };
+            (name == module).then(|| version.to_owned())
+        })
+        .unwrap_or_else(|| panic!("{} requires no {module}", path.display()))
+}
+
+/// One endpoint picker process.
+pub struct RunningPicker {
+    process: Supervised,
+    pub name: String,
+    pub health: u16,
+    pub metrics: u16,
+    pub ext_proc: u16,
+}
+
+impl RunningPicker {
+    /// Starts `binary` (of [`binaries`]) as the container `container` of
+    /// `deployment`'s pod template would run, as pod `pod_name`, with the
+    /// files of `config_map` where the template mounts it.
+    pub fn start(
+        plane: &ControlPlane,
+        binary: &str,
+        deployment: &Value,
+        container: &str,
+        config_map: &Value,
+        pod_name: &str,
+    ) -> RunningPicker {
+        let namespace = deployment["metadata"]["namespace"]
+            .as_str()
+            .expect("the Deployment's namespace");
+        let pod = &deployment["spec"]["template"]["spec"];
+        let spec = pod["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == container)
+            .unwrap_or_else(|| panic!("no container {container} in {pod}"));
+        let account = pod["serviceAccountName"]
+            .as_str()
+            .expect("the picker's ServiceAccount");
+
+        let dir = plane.dir.join("pickers").join(pod_name);
+        std::fs::create_dir_all(&dir).expect("the picker's directory");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            plane.service_account_kubeconfig(namespace, account),
+        )
+        .expect("the picker's kubeconfig");
+
+        // The ConfigMap's files, where the container would see them.
+        let config_name = config_map["metadata"]["name"].as_str().expect("a name");
+        let volume = pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["configMap"]["name"] == config_name)
+            .and_then(|v| v["name"].as_str())
+            .unwrap_or_else(|| panic!("the pod mounts no ConfigMap {config_name}"));
+        let mount_path = spec["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == volume)
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap_or_else(|| panic!("container {container} does not mount {volume}"));
+        let files = dir.join("config");
+        std::fs::create_dir_all(&files).expect("the config directory");
+        for (key, text) in config_map["data"].as_object().into_iter().flatten() {
+            std::fs::write(files.join(key), text.as_str().expect("text data"))
+                .expect("a config file");
+        }
+
+        let (health, metrics, ext_proc) = (free_port(), free_port(), free_port());
+        let port_of = |flag: &str| match flag {
+            "--grpc-port" => ext_proc,
+            "--grpc-health-port" => health,
+            _ => metrics,
+        };
+        let written: Vec<String> = spec["args"]
+            .as_array()
+            .expect("the container's args")
+            .iter()
+            .map(|a| a.as_str().expect("a string arg").to_owned())
+            .collect();
+        let mut args = Vec::with_capacity(written.len());
+        let mut next_is_port = None;
+        for arg in written {
+            if let Some(flag) = next_is_port.take() {
+                args.push(port_of(flag).to_string());
+                continue;
+            }
+            if let Some(flag) = PORT_FLAGS.iter().find(|f| **f == arg) {
+                next_is_port = Some(*flag);
+                args.push(arg);
+                continue;
+            }
+            if let Some(flag) = PORT_FLAGS
+                .iter()
+                .find(|f| arg.starts_with(&format!("{f}=")))
+            {
+                args.push(format!("{flag}={}", port_of(flag)));
+                continue;
+            }
+            args.push(arg.replace(mount_path, &files.display().to_string()));
+        }
+
+        let mut env = vec![("KUBECONFIG".to_owned(), kubeconfig.display().to_string())];
+        for entry in spec["env"].as_array().into_iter().flatten() {
+            let name = entry["name"].as_str().expect("an env name").to_owned();
+            let value = match (
+                &entry["value"],
+                &entry["valueFrom"]["fieldRef"]["fieldPath"],
+            ) {
+                (Value::String(value), _) => value.clone(),
+                (_, Value::String(path)) if path == "metadata.namespace" => namespace.to_owned(),
+                (_, Value::String(path)) if path == "metadata.name" => pod_name.to_owned(),
+                _ => panic!("an env entry the test cannot give a process: {entry}"),
+            };
+            env.push((name, value));
+        }
+        let env: Vec<(&str, String)> = env.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+
+        let name = format!("picker-{pod_name}");
+        let process = Supervised::start(&name, &dir, &binaries().join(binary), &args, &env);
+        RunningPicker {
+            process,
+            name,
+            health,
+            metrics,
+            ext_proc,
+        }
+    }
+
+    /// What the picker logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.process.log).unwrap_or_default()
+    }
+
+    /// Fails the test, with the log's tail, if the picker has exited.
+    pub fn assert_alive(&mut self) {
+        assert!(
+            self.process.alive(),
+            "{} exited; its log:\n{}",
+            self.name,
+            self.process.log_tail()
+        );
+    }
+
+    /// Waits up to `seconds` until the picker's gRPC health service answers
+    /// SERVING for `service`, failing with the last answer and the log.
+    pub async fn wait_serving(&mut self, service: &str, seconds: u64) {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        loop {
+            self.assert_alive();
+            let answer = grpc_health(self.health, service).await;
+            if answer == Ok(SERVING) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: health of {service:?} not SERVING within {seconds} s (last: {answer:?}); its log:\n{}",
+                self.name,
+                self.process.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The gRPC health status of `service`.
+    pub async fn health_of(&self, service: &str) -> Result<i32, String> {
+        grpc_health(self.health, service).await
+    }
+
+    /// The addresses of the endpoints the picker holds, from its log: GIE's
+    /// data layer starts collecting from each endpoint it adds to its
+    /// datastore and stops when it removes it, and logs both
+    /// (`pkg/epp/datalayer/collector.go`: "starting collection" and
+    /// "terminating collection", with the endpoint's address).
+    pub fn endpoints(&self) -> BTreeSet<String> {
+        let mut held = BTreeSet::new();
+        for line in self.log().lines() {
+            let Ok(entry) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let Some(address) = entry["endpoint"].as_str() else {
+                continue;
+            };
+            match entry["msg"].as_str() {
+                Some("starting collection") => {
+                    held.insert(address.to_owned());
+                }
+                Some("terminating collection") => {
+                    held.remove(address);
+                }
+                _ => {}
+            }
+        }
+        held
+    }
+
+    /// Stops the picker at once.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+}
+
+/// `grpc.health.v1.Health/Check` of `service` on loopback `port`, over
+/// plaintext HTTP/2 as a kubelet's gRPC probe sends it: the status of the
+/// answer (`SERVING` is 1), or what went wrong.
+pub async fn grpc_health(port: u16, service: &str) -> Result<i32, String> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    tokio::spawn(connection);
+    // HealthCheckRequest { string service = 1; }, as one length-prefixed,
+    // uncompressed gRPC message.
+    let mut request = vec![0x0a];
+    request.extend(varint(service.len() as u64));
+    request.extend(service.as_bytes());
+    let mut frame = vec![0u8];
+    frame.extend((request.len() as u32).to_be_bytes());
+    frame.extend(request);
+    let call = hyper::Request::post(format!(
+        "http://127.0.0.1:{port}/grpc.health.v1.Health/Check"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(Full::new(Bytes::from(frame)))
+    .map_err(|e| e.to_string())?;
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(call))
+        .await
+        .map_err(|_| "no answer within 5 s".to_owned())?
+        .map_err(|e| format!("the call: {e}"))?;
+    let headers = response.headers().clone();
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("the answer's body: {e}"))?;
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    let status = trailers
+        .get("grpc-status")
+        .or_else(|| headers.get("grpc-status"))
+        .and_then(|s| s.to_str().ok())
+        .unwrap_or("none");
+    if status != "0" {
+        let message = trailers
+            .get("grpc-message")
+            .or_else(|| headers.get("grpc-message"))
+            .and_then(|m| m.to_str().ok())
+            .unwrap_or_default();
+        return Err(format!("grpc-status {status}: {message}"));
+    }
+    let body = collected.to_bytes();
+    // HealthCheckResponse { ServingStatus status = 1; }: absent is 0
+    // (UNKNOWN), as proto3 leaves a default out.
+    match body.get(5..) {
+        Some([]) => Ok(0),
+        Some([0x08, rest @ ..]) => Ok(read_varint(rest).ok_or("a truncated status")? as i32),
+        _ => Err(format!(
+            "an answer that is not a HealthCheckResponse: {body:?}"
+        )),
+    }
+}
+
+fn varint(mut value: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            bytes.push(byte);
+            return bytes;
+        }
+        bytes.push(byte | 0x80);
+    }
+}
+
+fn read_varint(bytes: &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
