@@ -1363,7 +1363,7 @@ async fn serve_skips_cross_object_checks_with_a_warning_until_the_caches_load() 
 /// default image) is warned about, alike by render and by the webhook.
 #[tokio::test]
 async fn pd_disaggregation_with_the_default_endpoint_picker_is_warned_about() {
-    let warning = "spec.roles[2].strategy: pd-disaggregation configures llm-d's prefill/decode plugins, which exist only in llm-d's endpoint picker; the router runs registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0, which has none of them: run Tandem with --epp-image ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2 (or a compatible llm-d release; the chart's value endpointPicker.image), or give the router's template an \"epp\" container with that image";
+    let warning = "spec.roles[2].strategy: pd-disaggregation configures llm-d's prefill/decode plugins, which exist only in llm-d's endpoint picker; the router runs registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0, which has none of them: run Tandem with --epp-image ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0 (or a compatible llm-d release; the chart's value endpointPicker.image), or give the router's template an \"epp\" container with that image";
     let example = "examples/inferenceservice/router.yaml";
     let rendered = tandem(&["render", "-o", "json", "-f", example]);
     assert!(rendered.status.success(), "{}", text(&rendered.stderr));
@@ -1377,7 +1377,7 @@ async fn pd_disaggregation_with_the_default_endpoint_picker_is_warned_about() {
     let llm_d = tandem(&[
         "render",
         "--epp-image",
-        "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2",
+        "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0",
         "-f",
         example,
     ]);

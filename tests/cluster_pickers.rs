@@ -12,10 +12,10 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::picker::{RunningPicker, SERVING, module_version};
+use common::picker::{Held, RunningPicker, SERVING, module_dir, module_version};
 use common::scenario::{IS, Scenario, example, is_ready, set_role_replicas, wait_ready};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -26,6 +26,36 @@ const EPP: &str = "qwen-pd-routed-epp";
 const POOL: &str = "qwen-pd-routed-pool";
 /// The router's index among the example's roles.
 const ROUTER: usize = 2;
+
+/// The scenario, once the control plane and the pickers can run here, with
+/// the Inference Extension's two `inference.networking.x-k8s.io` CRDs
+/// (InferenceObjective, InferenceModelRewrite) installed, as its release
+/// manifests install them beside the InferencePool: llm-d's picker (GIE
+/// v1.2.0's runner) does not start without InferenceObjective's; GIE
+/// v1.5.0's watches both when they are there. They are v1.5.0's, from the
+/// module the default picker is built from.
+async fn start(namespace: &str) -> Option<Scenario> {
+    if let Some(reason) = common::picker::unavailable() {
+        eprintln!("SKIPPED {namespace}: {reason}");
+        return None;
+    }
+    let scenario = Scenario::start(namespace).await?;
+    common::picker::binaries();
+    let bases =
+        module_dir("epp", "sigs.k8s.io/gateway-api-inference-extension").join("config/crd/bases");
+    let admin = scenario.plane.admin().await.expect("an admin client");
+    for file in [
+        "inference.networking.x-k8s.io_inferenceobjectives.yaml",
+        "inference.networking.x-k8s.io_inferencemodelrewrites.yaml",
+    ] {
+        for crd in common::yaml_documents(&bases.join(file)) {
+            common::control_plane::apply(&admin, &crd).await;
+            let name = crd["metadata"]["name"].as_str().expect("a CRD name");
+            common::control_plane::wait_established(&admin, name).await;
+        }
+    }
+    Some(scenario)
+}
 
 /// The router example with `strategy` (None: Tandem's default, prefix-cache).
 fn routed(strategy: Option<&str>) -> Value {
@@ -41,9 +71,9 @@ fn routed(strategy: Option<&str>) -> Value {
     service
 }
 
-/// The addresses of the pods the InferencePool selects that are Ready:
-/// what the picker should hold as endpoints.
-async fn ready_in_pool(scenario: &Scenario) -> BTreeSet<String> {
+/// The pods the InferencePool selects that are Ready, by name, with their
+/// addresses: what the picker should hold as endpoints.
+async fn ready_in_pool(scenario: &Scenario) -> BTreeMap<String, String> {
     let pool = scenario
         .get("inference.networking.k8s.io/v1", "InferencePool", POOL)
         .await
@@ -61,8 +91,17 @@ async fn ready_in_pool(scenario: &Scenario) -> BTreeSet<String> {
         .items
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
-        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .filter_map(|p| Some((p.metadata.name.clone()?, p.status.as_ref()?.pod_ip.clone()?)))
         .collect()
+}
+
+/// Whether `held` is the pool's Ready pods `ready`: the same addresses, or,
+/// from a picker that logs only additions, the same pods added.
+fn holds(held: &Held, ready: &BTreeMap<String, String>) -> bool {
+    match held {
+        Held::Addresses(addresses) => addresses.iter().eq(ready.values().collect::<BTreeSet<_>>()),
+        Held::Added(pods) => pods.iter().eq(ready.keys()),
+    }
 }
 
 /// The picker's Deployment and ConfigMap as Tandem wrote them, once
@@ -120,7 +159,7 @@ async fn wait_endpoints(scenario: &Scenario, picker: &mut RunningPicker, expecte
     for _ in 0..240 {
         picker.assert_alive();
         let ready = ready_in_pool(scenario).await;
-        if ready.len() == expected && picker.endpoints() == ready {
+        if ready.len() == expected && holds(&picker.endpoints(), &ready) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -155,7 +194,7 @@ fn assert_no_refusal(picker: &RunningPicker) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_account_and_holds_the_ready_leaders()
  {
-    let Some(scenario) = Scenario::start("pickers-gie").await else {
+    let Some(scenario) = start("pickers-gie").await else {
         return;
     };
     scenario.nodes(1).await;
@@ -164,10 +203,15 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
 
     let (deployment, config) = picker_objects(&scenario, |_, _| Ok(())).await;
     let version = module_version("epp", "sigs.k8s.io/gateway-api-inference-extension");
+    let image = format!("registry.k8s.io/gateway-api-inference-extension/epp:{version}");
+    assert_eq!(
+        image,
+        tandem::plan::inference_service::router::DEFAULT_EPP_IMAGE,
+        "Tandem's default picker is the release the tests build"
+    );
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
-        format!("registry.k8s.io/gateway-api-inference-extension/epp:{version}"),
-        "Tandem's default picker is the release the tests build"
+        image
     );
     let probe = readiness_service(&deployment);
     let mut picker = RunningPicker::start(
@@ -283,4 +327,73 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
     for picker in &pickers {
         assert_no_refusal(picker);
     }
+}
+
+/// llm-d's endpoint picker, the one `strategy: pd-disaggregation` needs,
+/// built from the module whose release Tandem names for it and set as the
+/// router template's `epp` image: it starts on the P/D configuration Tandem
+/// generates (llm-d's `pd-profile-handler`, `prefill-header-handler` and two
+/// `by-label` filters on Tandem's component-type label), as the picker's
+/// ServiceAccount, reports SERVING and holds the pool's Ready leaders of
+/// both roles as endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_holds_both_roles_leaders()
+ {
+    let Some(scenario) = start("pickers-pd").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let version = module_version("pd", "github.com/llm-d/llm-d-inference-scheduler");
+    let image = format!("ghcr.io/llm-d/llm-d-inference-scheduler:{version}");
+    assert_eq!(
+        image,
+        tandem::plan::inference_service::router::LLM_D_EPP_IMAGE,
+        "the llm-d picker Tandem names is the release the tests build"
+    );
+    let mut service = routed(Some("pd-disaggregation"));
+    service["spec"]["roles"][ROUTER]["template"] =
+        json!({"spec": {"containers": [{"name": "epp", "image": image}]}});
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, SERVICE).await;
+
+    let (deployment, config) = picker_objects(&scenario, |_, _| Ok(())).await;
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        image
+    );
+    let text = config["data"]["epp-config.yaml"]
+        .as_str()
+        .unwrap_or_default();
+    for plugin in ["pd-profile-handler", "prefill-header-handler", "by-label"] {
+        assert!(text.contains(plugin), "{plugin} in {text}");
+    }
+    let mut picker = RunningPicker::start(
+        scenario.plane,
+        "llm-d-epp",
+        &deployment,
+        "epp",
+        &config,
+        "epp-pd",
+    );
+    picker
+        .wait_serving(&readiness_service(&deployment), 90)
+        .await;
+    // Two prefill and four decode leaders; the filters choose among them
+    // per request.
+    wait_endpoints(&scenario, &mut picker, 6).await;
+    // The configuration as the picker loaded it (its loader logs it, with
+    // every plugin's type and the by-label filters' parameters).
+    let log = picker.log();
+    let loaded = log
+        .lines()
+        .find(|l| l.contains("pd-profile-handler") && l.contains("prefiller-filter/by-label"))
+        .unwrap_or_else(|| panic!("no line of the loaded configuration in:\n{log}"));
+    for part in [
+        "prefill-header-handler",
+        "decoder-filter/by-label",
+        "\\\"validValues\\\":[\\\"prefiller\\\"]",
+    ] {
+        assert!(loaded.contains(part), "{part} in {loaded}");
+    }
+    assert_no_refusal(&picker);
 }

@@ -31,6 +31,39 @@ const PORT_FLAGS: [&str; 3] = ["--grpc-port", "--grpc-health-port", "--metrics-p
 /// `grpc.health.v1.HealthCheckResponse.ServingStatus.SERVING`.
 pub const SERVING: i32 = 1;
 
+/// Why the pickers cannot be built here, or None when they can: llm-d's
+/// links libzmq and an embedded Python through cgo, so their headers must
+/// be installed (Debian's libzmq3-dev and python3-dev, found with
+/// pkg-config; `.ci/run` installs them). Without them the tests that run
+/// the pickers print that they are skipped; with `CI=true` that fails.
+pub fn unavailable() -> Option<String> {
+    let missing: Vec<&str> = [("libzmq", "libzmq3-dev"), ("python3-embed", "python3-dev")]
+        .into_iter()
+        .filter(|(library, _)| {
+            !Command::new("pkg-config")
+                .args(["--exists", library])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(|(_, package)| package)
+        .collect();
+    let reason = (!missing.is_empty()).then(|| {
+        format!(
+            "pkg-config finds no {}: llm-d's endpoint picker links libzmq and an embedded Python \
+             through cgo; install Debian's {} (and pkg-config), as .ci/run does (tests/cluster/README.md)",
+            missing.join(" or "),
+            missing.join(" ")
+        )
+    });
+    if let Some(reason) = &reason {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true, yet the endpoint pickers cannot be built: {reason}"
+        );
+    }
+    reason
+}
+
 /// The directory of the pickers `tests/cluster/build-pickers.sh` builds,
 /// built or found in its cache once per test binary.
 pub fn binaries() -> &'static Path {
@@ -69,9 +102,35 @@ pub fn module_version(dir: &str, module: &str) -> String {
         .unwrap_or_else(|| panic!("{} requires no {module}", path.display()))
 }
 
+/// Where the Go module cache holds `module` as `tests/cluster/<dir>/go.mod`
+/// requires it (the pickers' build downloaded it, held to go.sum).
+pub fn module_dir(dir: &str, module: &str) -> PathBuf {
+    let output = Command::new("go")
+        .args(["list", "-m", "-f", "{{.Dir}}", module])
+        .current_dir(super::repo_path(&format!("tests/cluster/{dir}")))
+        .output()
+        .expect("go list runs");
+    assert!(
+        output.status.success(),
+        "go list -m {module}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
+/// The endpoints a picker holds, as far as its log tells.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Held {
+    /// The addresses of the endpoints it holds now.
+    Addresses(BTreeSet<String>),
+    /// The names of the pods it ever added (it logs no removal).
+    Added(BTreeSet<String>),
+}
+
 /// One endpoint picker process.
 pub struct RunningPicker {
     process: Supervised,
+    binary: String,
     pub name: String,
     pub health: u16,
     pub metrics: u16,
@@ -190,6 +249,7 @@ impl RunningPicker {
         let process = Supervised::start(&name, &dir, &binaries().join(binary), &args, &env);
         RunningPicker {
             process,
+            binary: binary.to_owned(),
             name,
             health,
             metrics,
@@ -237,31 +297,55 @@ impl RunningPicker {
         grpc_health(self.health, service).await
     }
 
-    /// The addresses of the endpoints the picker holds, from its log: GIE's
-    /// data layer starts collecting from each endpoint it adds to its
-    /// datastore and stops when it removes it, and logs both
-    /// (`pkg/epp/datalayer/collector.go`: "starting collection" and
-    /// "terminating collection", with the endpoint's address).
-    pub fn endpoints(&self) -> BTreeSet<String> {
-        let mut held = BTreeSet::new();
+    /// The endpoints the picker holds, from its log, as its release logs
+    /// them at its default verbosity:
+    /// - GIE v1.5.0 (`epp`) logs JSON; its data layer starts collecting from
+    ///   each endpoint it adds to its datastore and stops when it removes
+    ///   it, and logs both with the endpoint's address
+    ///   (`pkg/epp/datalayer/collector.go`: "starting collection",
+    ///   "terminating collection"): [`Held::Addresses`].
+    /// - GIE v1.2.0's runner (llm-d v0.4.0's `llm-d-epp`) logs zap's console
+    ///   lines; its pod reconciler logs "Pod added" with the pod's name at
+    ///   the default verbosity and a removal only at a higher one
+    ///   (`pkg/epp/controller/pod_reconciler.go`, `pkg/epp/datastore/datastore.go`):
+    ///   [`Held::Added`], the pods ever added.
+    pub fn endpoints(&self) -> Held {
+        let mut addresses = BTreeSet::new();
+        let mut added = BTreeSet::new();
         for line in self.log().lines() {
-            let Ok(entry) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            let Some(address) = entry["endpoint"].as_str() else {
-                continue;
-            };
-            match entry["msg"].as_str() {
-                Some("starting collection") => {
-                    held.insert(address.to_owned());
+            // A JSON line, or a console line: time, level, [logger,] caller,
+            // message, then the fields as one JSON object.
+            let (message, fields) = match serde_json::from_str::<Value>(line) {
+                Ok(entry) => (entry["msg"].as_str().unwrap_or_default().to_owned(), entry),
+                Err(_) => {
+                    let mut parts: Vec<&str> = line.split('\t').collect();
+                    let fields = parts
+                        .pop()
+                        .and_then(|f| serde_json::from_str::<Value>(f).ok())
+                        .unwrap_or_default();
+                    (parts.pop().unwrap_or_default().to_owned(), fields)
                 }
-                Some("terminating collection") => {
-                    held.remove(address);
+            };
+            match (message.as_str(), fields["endpoint"].as_str()) {
+                ("starting collection", Some(address)) => {
+                    addresses.insert(address.to_owned());
+                }
+                ("terminating collection", Some(address)) => {
+                    addresses.remove(address);
+                }
+                ("Pod added", _) => {
+                    if let Some(name) = fields["Pod"]["name"].as_str() {
+                        added.insert(name.to_owned());
+                    }
                 }
                 _ => {}
             }
         }
-        held
+        if self.binary == "epp" {
+            Held::Addresses(addresses)
+        } else {
+            Held::Added(added)
+        }
     }
 
     /// Stops the picker at once.

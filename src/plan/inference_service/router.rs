@@ -36,9 +36,12 @@
 //! `config/charts/inferencepool/templates/epp-config.yaml`, and, for
 //! prefill/decode disaggregation, from llm-d-inference-scheduler's
 //! `docs/architecture.md`, `pkg/plugins/filter/by_label.go` and
-//! `deploy/config/pd-epp-config.yaml` (the v0.3 generation of its plugins).
-//! The tests build GIE v1.5.0's `cmd/epp` from its Go module and run it on
-//! every configuration generated for it (`tests/cluster_pickers.rs`).
+//! `deploy/config/pd-epp-config.yaml`, as of v0.4.0 (`pkg/plugins/register.go`,
+//! `pkg/plugins/profile/pd_profile_handler.go`, `pkg/plugins/pre-request/pd_prerequest.go`),
+//! whose runner is GIE v1.2.0's (`cmd/epp/runner/runner.go`: the same flags).
+//! The tests build GIE v1.5.0's `cmd/epp` and llm-d v0.4.0's from their Go
+//! modules and run each on every configuration generated for it
+//! (`tests/cluster_pickers.rs`).
 
 use std::collections::BTreeMap;
 
@@ -62,14 +65,21 @@ use crate::plan::shared::children::{
 /// this tag to the module version the tests build and run.
 pub const DEFAULT_EPP_IMAGE: &str = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0";
 
-/// llm-d's endpoint picker of the generation whose P/D plugin names
-/// (`pd-profile-handler`, `prefill-header-handler`, `by-label`) the
-/// `pd-disaggregation` strategy generates. GIE's image has none of them: pass
-/// this image (or a compatible llm-d release) as `--epp-image` for
-/// `pd-disaggregation`. Later llm-d releases renamed the P/D plugins
-/// (`disagg-profile-handler`, `disagg-headers-handler`) and reshaped their
-/// parameters; with those, set `endpointPickerConfig` instead.
-pub const LLM_D_EPP_IMAGE: &str = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2";
+/// llm-d's endpoint picker whose P/D plugin names (`pd-profile-handler`,
+/// `prefill-header-handler`, `by-label`) the `pd-disaggregation` strategy
+/// generates. GIE's image has none of them: pass this image (or a compatible
+/// llm-d release) as `--epp-image`, or as the router template's `epp`
+/// container image, for `pd-disaggregation`. v0.4.0 is the newest release
+/// the tests can build (v0.5's `llm-d-kv-cache` module is not served by the
+/// Go module proxy), and the first whose runner (GIE v1.2.0's) takes every
+/// flag Tandem writes: v0.3.2's (GIE v1.0.0's `cmd/epp/runner/runner.go`)
+/// defines no `--metrics-endpoint-auth`, and Go's flag package exits on a
+/// flag it does not define. Later llm-d releases renamed
+/// the P/D plugins (`disagg-profile-handler`, `disagg-headers-handler`) and
+/// reshaped their parameters; with those, set `endpointPickerConfig`
+/// instead. `tests/cluster_pickers.rs` holds this tag to the module version
+/// the tests build and run.
+pub const LLM_D_EPP_IMAGE: &str = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0";
 
 /// `app.kubernetes.io/component`: `router` on every router object.
 pub const COMPONENT: &str = "app.kubernetes.io/component";
@@ -1680,7 +1690,7 @@ mod tests {
                 "volumes": [{"name": "certs", "secret": {"secretName": "epp-certs"}}],
                 "containers": [
                     {"name": "proxy", "image": "envoy:1", "ports": [{"containerPort": 15000}]},
-                    {"name": "epp", "image": "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2",
+                    {"name": "epp", "image": "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0",
                      "args": ["--v", "4"],
                      "env": [{"name": "HF_TOKEN", "value": "t"}, {"name": "NAMESPACE", "value": "other"}],
                      "ports": [{"name": "zmq", "containerPort": 5557}, {"name": "grpc", "containerPort": 9100}],
@@ -1712,7 +1722,7 @@ mod tests {
         let epp = &pod["containers"][1];
         assert_eq!(
             epp["image"],
-            "ghcr.io/llm-d/llm-d-inference-scheduler:v0.3.2"
+            "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0"
         );
         assert_eq!(epp["resources"], json!({"limits": {"cpu": "2"}}));
         let args: Vec<&str> = epp["args"]
