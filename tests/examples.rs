@@ -167,3 +167,59 @@ fn the_binpack_example_deletes_what_it_drained_once_the_drain_is_over() {
         deleted[1].1
     );
 }
+
+/// The render worlds whose LeaderWorkerSets were written for a template
+/// without probes (docs/inferenceservice.md, Readiness): their headers
+/// carry the readiness warning instead.
+const WORLDS_WITHOUT_PROBES: [&str; 2] =
+    ["binpack-scale-down.yaml", "incremental-upgrade-step.yaml"];
+
+/// Every example's model servers (the first container of each serving
+/// role of an InferenceService) have a readiness probe and a startup probe
+/// of the server's `/health` on its serving port, so Ready means the model
+/// is loaded; the two worlds that cannot have them yet say so with the
+/// readiness warning in their headers.
+#[test]
+fn every_example_model_server_is_probed_until_its_model_is_loaded() {
+    let mut failures = Vec::new();
+    for path in examples() {
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (_, outcome) = documented(&path);
+        let warned = outcome
+            .iter()
+            .any(|l| l.starts_with("warning: ") && l.contains(".readinessProbe: role "));
+        if WORLDS_WITHOUT_PROBES.contains(&file.as_str()) {
+            if !warned {
+                failures.push(format!(
+                    "{file}: listed as without probes, but not warned about"
+                ));
+            }
+            continue;
+        }
+        if warned {
+            failures.push(format!("{file}: warned about a missing readiness probe"));
+        }
+        for service in common::yaml_documents(&path)
+            .into_iter()
+            .filter(|o| o["kind"] == "InferenceService")
+        {
+            for role in service["spec"]["roles"].as_array().unwrap() {
+                if role["componentType"] == "router" {
+                    continue;
+                }
+                let server = &role["template"]["spec"]["containers"][0];
+                let port = server["ports"][0]["containerPort"].as_i64().unwrap_or(8000);
+                for probe in ["readinessProbe", "startupProbe"] {
+                    let get = &server[probe]["httpGet"];
+                    if get["path"] != "/health" || get["port"].as_i64() != Some(port) {
+                        failures.push(format!(
+                            "{file}: role {}: {probe} is not /health on port {port}: {}",
+                            role["name"], server[probe]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

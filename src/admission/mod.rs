@@ -673,9 +673,11 @@ mod tests {
             "metadata": {"name": "qwen", "namespace": "default"},
             "spec": {"roles": [
                 {"name": "prefill", "componentType": "prefiller", "replicas": 2,
-                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm"}]}}},
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm",
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}]}}},
                 {"name": "decode", "componentType": "decoder",
-                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm"}]}}},
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm",
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}]}}},
             ]}
         })
     }

@@ -1085,7 +1085,10 @@ fn validate_serving_role(role: &Role, at: &str, findings: &mut Findings) {
         }
     }
     match &role.template {
-        Some(template) => validate_template(template, at, TemplateOf::Server, findings),
+        Some(template) => {
+            validate_template(template, at, TemplateOf::Server, findings);
+            warn_without_readiness(role, template, at, findings);
+        }
         None => findings.deny(
             format!("{at}.template"),
             format!(
@@ -1094,6 +1097,47 @@ fn validate_serving_role(role: &Role, at: &str, findings: &mut Findings) {
             ),
         ),
     }
+}
+
+/// A warning when a single-node serving role's model server (the
+/// template's first container) has no readiness probe: its pods are Ready
+/// as soon as the container starts, minutes before the model is loaded, and
+/// every guarantee counted in Ready replicas (the rollout's floor and
+/// `maxUnavailable`, traffic moved only onto Ready replicas, a ScaleView's
+/// `status.replicas`) would count replicas that cannot serve. A multi-node
+/// leader gets Tandem's own probe of `/health` when it has none
+/// (`plan::inference_service::topology`), so only single-node roles are
+/// warned about.
+fn warn_without_readiness(
+    role: &Role,
+    template: &serde_json::Value,
+    at: &str,
+    findings: &mut Findings,
+) {
+    if role.node_count() != 1 {
+        return;
+    }
+    let Some(server) = template
+        .pointer("/spec/containers/0")
+        .and_then(serde_json::Value::as_object)
+    else {
+        return;
+    };
+    if server.get("readinessProbe").is_some_and(|p| !p.is_null()) {
+        return;
+    }
+    let name = server
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("(unnamed)");
+    findings.warn(format!(
+        "{at}.template.spec.containers[0].readinessProbe: role {:?}'s model server {name:?} has none, so its \
+         pods are Ready when the container starts, before the model is loaded, and the rollout floor, \
+         maxUnavailable, traffic shifting and ScaleView replicas count them as serving; probe the server's \
+         health endpoint (vLLM and SGLang: httpGet /health on the serving port), with a startupProbe long \
+         enough to load the model (docs/inferenceservice.md, Readiness)",
+        role.name
+    ));
 }
 
 /// Whose pod template is validated: a serving role's is the whole pod; a
@@ -1290,7 +1334,8 @@ mod tests {
 
     fn container() -> serde_json::Value {
         json!({"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-            "ports": [{"containerPort": 8000, "name": "http"}]}]}})
+            "ports": [{"containerPort": 8000, "name": "http"}],
+            "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}]}})
     }
 
     fn spec(value: serde_json::Value) -> InferenceServiceSpec {
@@ -1315,6 +1360,36 @@ mod tests {
         let findings = validate(&spec(pd()));
         assert!(findings.is_allowed(), "{}", findings.denial_message());
         assert!(findings.warnings.is_empty());
+    }
+
+    /// A single-node serving role without a readiness probe is warned
+    /// about, naming the role, its container and the field; a multi-node
+    /// role is not (its leader gets Tandem's probe), nor is a router.
+    #[test]
+    fn a_model_server_without_a_readiness_probe_is_warned_about() {
+        let mut value = pd();
+        value["roles"][1]["template"]["spec"]["containers"][0]
+            .as_object_mut()
+            .expect("a container")
+            .remove("readinessProbe");
+        let findings = validate(&spec(value.clone()));
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        assert_eq!(findings.warnings.len(), 1, "{:?}", findings.warnings);
+        assert!(
+            findings.warnings[0].starts_with(
+                "spec.roles[1].template.spec.containers[0].readinessProbe: role \"decode\"'s model server \"vllm\" has none"
+            ),
+            "{}",
+            findings.warnings[0]
+        );
+        value["roles"][1]["template"]["spec"]["containers"][0]["readinessProbe"] = json!(null);
+        assert_eq!(
+            validate(&spec(value.clone())).warnings.len(),
+            1,
+            "a null probe is none"
+        );
+        value["roles"][1]["multinode"] = json!({"nodeCount": 2});
+        assert!(validate(&spec(value)).warnings.is_empty());
     }
 
     #[test]
