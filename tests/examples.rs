@@ -168,16 +168,15 @@ fn the_binpack_example_deletes_what_it_drained_once_the_drain_is_over() {
     );
 }
 
-/// The render worlds whose LeaderWorkerSets were written for a template
-/// without probes (docs/inferenceservice.md, Readiness): their headers
-/// carry the readiness warning instead.
-const WORLDS_WITHOUT_PROBES: [&str; 2] =
-    ["binpack-scale-down.yaml", "incremental-upgrade-step.yaml"];
+/// The render world whose LeaderWorkerSets, ControllerRevision and route
+/// were written for a template without probes (docs/inferenceservice.md,
+/// Readiness): its header carries the readiness warning instead.
+const WORLDS_WITHOUT_PROBES: [&str; 1] = ["incremental-upgrade-step.yaml"];
 
 /// Every example's model servers (the first container of each serving
 /// role of an InferenceService) have a readiness probe and a startup probe
 /// of the server's `/health` on its serving port, so Ready means the model
-/// is loaded; the two worlds that cannot have them yet say so with the
+/// is loaded; the world that cannot have them yet says so with the
 /// readiness warning in their headers.
 #[test]
 fn every_example_model_server_is_probed_until_its_model_is_loaded() {
