@@ -173,9 +173,9 @@ fn the_binpack_example_deletes_what_it_drained_once_the_drain_is_over() {
 /// Readiness): its header carries the readiness warning instead.
 const WORLDS_WITHOUT_PROBES: [&str; 1] = ["incremental-upgrade-step.yaml"];
 
-/// Every example's model servers (the first container of each serving
-/// role of an InferenceService) have a readiness probe and a startup probe
-/// of the server's `/health` on its serving port, so Ready means the model
+/// Every example's model servers (a container of each serving role of an
+/// InferenceService) have a readiness probe and a startup probe of the
+/// server's `/health` on one of its ports, so Ready means the model
 /// is loaded; the world that cannot have them yet says so with the
 /// readiness warning in their headers.
 #[test]
@@ -184,9 +184,9 @@ fn every_example_model_server_is_probed_until_its_model_is_loaded() {
     for path in examples() {
         let file = path.file_name().unwrap().to_string_lossy().into_owned();
         let (_, outcome) = documented(&path);
-        let warned = outcome
-            .iter()
-            .any(|l| l.starts_with("warning: ") && l.contains(".readinessProbe: role "));
+        let warned = outcome.iter().any(|l| {
+            l.starts_with("warning: ") && l.contains(".readinessProbe: no container of role ")
+        });
         if WORLDS_WITHOUT_PROBES.contains(&file.as_str()) {
             if !warned {
                 failures.push(format!(
@@ -206,16 +206,29 @@ fn every_example_model_server_is_probed_until_its_model_is_loaded() {
                 if role["componentType"] == "router" {
                     continue;
                 }
-                let server = &role["template"]["spec"]["containers"][0];
-                let port = server["ports"][0]["containerPort"].as_i64().unwrap_or(8000);
-                for probe in ["readinessProbe", "startupProbe"] {
-                    let get = &server[probe]["httpGet"];
-                    if get["path"] != "/health" || get["port"].as_i64() != Some(port) {
-                        failures.push(format!(
-                            "{file}: role {}: {probe} is not /health on port {port}: {}",
-                            role["name"], server[probe]
-                        ));
-                    }
+                // The model server: the container with the probes (a
+                // routing sidecar may come first and take the pool's port).
+                let containers = role["template"]["spec"]["containers"].as_array().unwrap();
+                let probed = containers.iter().any(|server| {
+                    let ports: Vec<i64> = server["ports"]
+                        .as_array()
+                        .map(|p| {
+                            p.iter()
+                                .filter_map(|p| p["containerPort"].as_i64())
+                                .collect()
+                        })
+                        .unwrap_or_else(|| vec![8000]);
+                    ["readinessProbe", "startupProbe"].iter().all(|probe| {
+                        let get = &server[*probe]["httpGet"];
+                        get["path"] == "/health"
+                            && get["port"].as_i64().is_some_and(|p| ports.contains(&p))
+                    })
+                });
+                if !probed {
+                    failures.push(format!(
+                        "{file}: role {}: no container has readiness and startup probes of /health on its own port",
+                        role["name"]
+                    ));
                 }
             }
         }

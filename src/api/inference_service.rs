@@ -1099,15 +1099,17 @@ fn validate_serving_role(role: &Role, at: &str, findings: &mut Findings) {
     }
 }
 
-/// A warning when a single-node serving role's model server (the
-/// template's first container) has no readiness probe: its pods are Ready
-/// as soon as the container starts, minutes before the model is loaded, and
-/// every guarantee counted in Ready replicas (the rollout's floor and
-/// `maxUnavailable`, traffic moved only onto Ready replicas, a ScaleView's
-/// `status.replicas`) would count replicas that cannot serve. A multi-node
-/// leader gets Tandem's own probe of `/health` when it has none
-/// (`plan::inference_service::topology`), so only single-node roles are
-/// warned about.
+/// A warning when no container of a single-node serving role's pods has a
+/// readiness probe: a pod is Ready when each of its containers is, and a
+/// container without a probe is Ready as soon as it starts, minutes before
+/// the model is loaded. Every guarantee counted in Ready replicas (the
+/// rollout's floor and `maxUnavailable`, traffic moved only onto Ready
+/// replicas, a ScaleView's `status.replicas`) would then count replicas that
+/// cannot serve. The probe may sit on another container than the first (the
+/// one whose port the pool targets), as when a routing sidecar fronts the
+/// model server. A multi-node leader gets Tandem's own probe of `/health`
+/// when it has none (`plan::inference_service::topology`), so only
+/// single-node roles are warned about.
 fn warn_without_readiness(
     role: &Role,
     template: &serde_json::Value,
@@ -1117,25 +1119,32 @@ fn warn_without_readiness(
     if role.node_count() != 1 {
         return;
     }
-    let Some(server) = template
-        .pointer("/spec/containers/0")
-        .and_then(serde_json::Value::as_object)
+    let Some(containers) = template
+        .pointer("/spec/containers")
+        .and_then(serde_json::Value::as_array)
     else {
         return;
     };
-    if server.get("readinessProbe").is_some_and(|p| !p.is_null()) {
+    let probed = containers
+        .iter()
+        .any(|c| c.get("readinessProbe").is_some_and(|p| !p.is_null()));
+    let Some(first) = containers.first() else {
+        return;
+    };
+    if probed {
         return;
     }
-    let name = server
+    let name = first
         .get("name")
         .and_then(serde_json::Value::as_str)
         .unwrap_or("(unnamed)");
     findings.warn(format!(
-        "{at}.template.spec.containers[0].readinessProbe: role {:?}'s model server {name:?} has none, so its \
-         pods are Ready when the container starts, before the model is loaded, and the rollout floor, \
-         maxUnavailable, traffic shifting and ScaleView replicas count them as serving; probe the server's \
-         health endpoint (vLLM and SGLang: httpGet /health on the serving port), with a startupProbe long \
-         enough to load the model (docs/inferenceservice.md, Readiness)",
+        "{at}.template.spec.containers[0].readinessProbe: no container of role {:?} has a readiness probe \
+         (its model server is {name:?}), so its pods are Ready when they start, before the model is \
+         loaded, and the rollout floor, maxUnavailable, traffic shifting and ScaleView replicas count \
+         them as serving; probe the server's health endpoint (vLLM and SGLang: httpGet /health on the \
+         serving port), with a startupProbe long enough to load the model (docs/inferenceservice.md, \
+         Readiness)",
         role.name
     ));
 }
@@ -1377,11 +1386,24 @@ mod tests {
         assert_eq!(findings.warnings.len(), 1, "{:?}", findings.warnings);
         assert!(
             findings.warnings[0].starts_with(
-                "spec.roles[1].template.spec.containers[0].readinessProbe: role \"decode\"'s model server \"vllm\" has none"
+                "spec.roles[1].template.spec.containers[0].readinessProbe: no container of role \"decode\" has a readiness probe (its model server is \"vllm\")"
             ),
             "{}",
             findings.warnings[0]
         );
+        // A probe on another container (a routing sidecar first) counts:
+        // the pod is Ready only when that container is.
+        let mut fronted = value.clone();
+        let server = fronted["roles"][1]["template"]["spec"]["containers"][0].clone();
+        let mut probed = server.clone();
+        probed["name"] = json!("sglang");
+        probed["readinessProbe"] = json!({"httpGet": {"path": "/health", "port": 8200}});
+        fronted["roles"][1]["template"]["spec"]["containers"] = json!([
+            {"name": "sidecar", "image": "ghcr.io/llm-d/llm-d-routing-sidecar:v0.4.0",
+             "ports": [{"containerPort": 8000}]},
+            probed,
+        ]);
+        assert!(validate(&spec(fronted)).warnings.is_empty());
         value["roles"][1]["template"]["spec"]["containers"][0]["readinessProbe"] = json!(null);
         assert_eq!(
             validate(&spec(value.clone())).warnings.len(),
