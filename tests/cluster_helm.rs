@@ -174,8 +174,8 @@ fn the_chart_lints_with_the_default_and_the_prod_values() {
 /// The chart and the kustomizations make the same objects: with the default
 /// values `manifests/`, with `values-prod.yaml` `manifests/prod/`, with one
 /// replica and debug logs `manifests/dev/`, with the files of `tandem certs`
-/// `manifests/without-cert-manager/`, with both metrics objects prod plus
-/// `manifests/monitoring/`, and in another namespace
+/// `manifests/without-cert-manager/`, with both metrics objects and the
+/// Grafana dashboard prod plus `manifests/monitoring/`, and in another namespace
 /// `manifests/in-namespace/` moved there.
 #[test]
 fn the_chart_makes_the_objects_of_the_kustomize_installs() {
@@ -249,6 +249,8 @@ fn the_chart_makes_the_objects_of_the_kustomize_installs() {
                 "metrics.serviceMonitor.enabled=true",
                 "--set",
                 "metrics.prometheusRule.enabled=true",
+                "--set",
+                "metrics.grafanaDashboard.enabled=true",
             ],
         )
         .unwrap(),

@@ -582,9 +582,9 @@ async fn the_dev_and_prod_overlays_build_and_the_api_server_takes_them() {
     }
 }
 
-/// `manifests/monitoring/` (the ServiceMonitor and the alerts) against the
-/// Prometheus Operator's own CRDs, from its release's Go module: the real
-/// API server takes both objects, unpruned. The ServiceMonitor finds the
+/// `manifests/monitoring/` (the ServiceMonitor, the alerts and the Grafana
+/// dashboard) against the Prometheus Operator's own CRDs, from its
+/// release's Go module: the real API server takes both objects, unpruned. The ServiceMonitor finds the
 /// metrics Service and its port. (That every metric an alert reads is one
 /// `tandem serve` exports is `tests/controller_metrics.rs`'s, where the
 /// binary has admitted and reconciled.)
@@ -652,6 +652,24 @@ async fn the_monitoring_component_fits_the_operators_crds_and_finds_the_metrics_
     // TandemDown reads the job Prometheus gives the Service's targets.
     let text = serde_json::to_string(&rules).unwrap();
     assert!(text.contains("up{job=\\\"tandem-metrics\\\"}"), "{text}");
+
+    // The Grafana dashboard: a ConfigMap in Tandem's namespace that
+    // Grafana's sidecar loads by its label, whose JSON is a dashboard, and
+    // which the real API server takes as written. (That its queries read
+    // exported metrics and labels is tests/controller_metrics.rs's.)
+    let dashboard = find("ConfigMap", "tandem-grafana-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(dashboard["metadata"]["namespace"], "tandem-system");
+    let json: serde_json::Value = serde_json::from_str(
+        dashboard["data"]["tandem-dashboard.json"]
+            .as_str()
+            .expect("the dashboard's file"),
+    )
+    .expect("the dashboard is JSON");
+    assert_eq!(json["uid"], "tandem");
+    assert!(json["panels"].as_array().is_some_and(|p| p.len() >= 12));
+    let stored = stored_dry_run(&admin, &dashboard).await;
+    assert_eq!(stored["data"], dashboard["data"]);
 }
 
 /// The install without cert-manager in another namespace:

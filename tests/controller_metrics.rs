@@ -160,6 +160,7 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     alerts_read_exported_metrics(&text);
+    dashboard_reads_exported_metrics(&text);
     // What the scenario cost, for `-- --nocapture`.
     for line in text.lines().filter(|l| {
         !l.starts_with('#') && !l.starts_with("tandem_admission") && !l.contains("_bucket")
@@ -287,4 +288,68 @@ fn alerts_read_exported_metrics(exported: &str) {
         }
     }
     assert!(read >= 4, "the alerts read Tandem's metrics ({read})");
+}
+
+/// Every query of the Grafana dashboard (`manifests/monitoring/`, the same
+/// file as the chart's) reads `tandem_*` series the binary exports
+/// (`exported`, as for the alerts), and every label it groups by is a label
+/// of those series: a renamed metric or label would leave a panel empty.
+fn dashboard_reads_exported_metrics(exported: &str) {
+    let text = std::fs::read_to_string(common::repo_path(
+        "manifests/monitoring/tandem-dashboard.json",
+    ))
+    .unwrap();
+    let dashboard: Value = serde_json::from_str(&text).unwrap();
+    let chart = std::fs::read_to_string(common::repo_path(
+        "charts/tandem/dashboards/tandem-dashboard.json",
+    ))
+    .unwrap();
+    assert_eq!(chart, text, "the chart's dashboard is the manifests' one");
+    let mut read = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap();
+        assert!(
+            ids.insert(panel["id"].as_i64().unwrap()),
+            "{title}: a repeated id"
+        );
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}");
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut families = Vec::new();
+            for (at, _) in expr.match_indices("tandem_") {
+                let name: String = expr[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let family = ["_total", "_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|suffix| name.strip_suffix(suffix))
+                    .unwrap_or(&name)
+                    .to_owned();
+                assert!(
+                    exported.contains(&format!("# TYPE {family} ")),
+                    "panel {title:?} reads {name}, which /metrics does not export:\n{exported}"
+                );
+                families.push(family);
+                read += 1;
+            }
+            // The labels of `by (...)`, each on a sample of a family read.
+            for (at, _) in expr.match_indices("by (") {
+                let labels = &expr[at + 4..];
+                let labels = &labels[..labels.find(')').unwrap()];
+                for label in labels.split(',').map(str::trim).filter(|l| *l != "le") {
+                    let on_a_sample = exported.lines().any(|line| {
+                        families.iter().any(|f| line.starts_with(f.as_str()))
+                            && line.contains(&format!("{label}=\""))
+                    });
+                    assert!(
+                        on_a_sample,
+                        "panel {title:?} groups by {label}, which no sample of {families:?} has:\n{exported}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(read >= 12, "the dashboard reads Tandem's metrics ({read})");
 }
