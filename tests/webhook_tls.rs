@@ -191,7 +191,7 @@ async fn warnings_and_denials_name_the_field() {
         reply["status"]["message"]
             .as_str()
             .unwrap()
-            .starts_with("spec.roles[0].replicas: invalid type: string \"two\"")
+            .starts_with("spec.roles[0].replicas: expected a whole number, got the string \"two\"")
     );
 
     // ScaleView: the target is immutable on update.

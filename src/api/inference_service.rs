@@ -1693,7 +1693,7 @@ mod tests {
             ),
             (
                 json!({"spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": "http"}]}]}}),
-                "spec.roles[1].template.spec.containers[0].ports[0].containerPort: not a PodTemplateSpec: invalid type",
+                "spec.roles[1].template.spec.containers[0].ports[0].containerPort: not a PodTemplateSpec: expected a whole number, got the string \"http\"",
             ),
             (
                 json!({"spec": {"containers": "vllm"}}),

@@ -86,8 +86,9 @@ impl Findings {
     }
 }
 
-/// Parses a JSON value as `T`, and on failure names the field that did not fit
-/// (`spec.roles[0].replicas: invalid type: string "two", expected i32`).
+/// Parses a JSON value as `T`, and on failure names the field that did not fit,
+/// in a manifest's terms ([`in_user_terms`]: `spec.roles[0].replicas:
+/// expected a whole number, got the string "two"`).
 pub fn parse<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, Violation> {
     parse_at(value, "")
 }
@@ -114,9 +115,62 @@ pub fn parse_at<T: DeserializeOwned>(
         };
         Violation {
             field,
-            reason: error.into_inner().to_string(),
+            reason: in_user_terms(&error.into_inner().to_string()),
         }
     })
+}
+
+/// A type error of serde's, said in the terms of a YAML manifest rather than
+/// of Rust (`invalid type: string "2", expected i32` becomes `expected a
+/// whole number, got the string "2": write 2 without quotes`). Any other
+/// message is returned as it is.
+pub fn in_user_terms(message: &str) -> String {
+    let (got, expected) = match message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|rest| rest.rsplit_once(", expected "))
+    {
+        Some(parts) => parts,
+        None => return message.to_owned(),
+    };
+    let whole = matches!(
+        expected,
+        "i8" | "i16" | "i32" | "i64" | "isize" | "u8" | "u16" | "u32" | "u64" | "usize"
+    );
+    let wanted = match expected {
+        _ if whole && expected.starts_with('u') => "a whole number, 0 or more".to_owned(),
+        _ if whole => "a whole number".to_owned(),
+        "f32" | "f64" => "a number".to_owned(),
+        "a sequence" => "a list".to_owned(),
+        "a map" => "an object (a map of fields)".to_owned(),
+        other if other.starts_with("struct ") => "an object (a map of fields)".to_owned(),
+        other => other.to_owned(),
+    };
+    let value = |prefix: &str| {
+        got.strip_prefix(prefix)
+            .map(|v| v.trim_matches('`').to_owned())
+    };
+    let (said, hint) = if let Some(text) = value("string ") {
+        let bare = text.trim_matches('"');
+        let number = bare.parse::<i64>().is_ok() || bare.parse::<f64>().is_ok();
+        let hint = ((whole && bare.parse::<i64>().is_ok())
+            || (matches!(expected, "f32" | "f64") && number))
+            .then(|| format!(": write {bare} without quotes"));
+        (format!("the string {text}"), hint)
+    } else if let Some(number) = value("integer ").or_else(|| value("floating point ")) {
+        (format!("the number {number}"), None)
+    } else if let Some(boolean) = value("boolean ") {
+        (boolean, None)
+    } else {
+        let said = match got {
+            "sequence" => "a list".to_owned(),
+            "map" => "an object".to_owned(),
+            "unit value" | "null" => "null".to_owned(),
+            other => other.to_owned(),
+        };
+        (said, None)
+    };
+    format!("expected {wanted}, got {said}{}", hint.unwrap_or_default())
 }
 
 /// Kubernetes' DNS-1123 label: what a role name must be, since it becomes part
@@ -196,7 +250,52 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "spec.roles[1].replicas");
-        assert!(err.reason.contains("invalid type"), "{}", err.reason);
+        assert!(
+            err.reason.starts_with("expected a whole number"),
+            "{}",
+            err.reason
+        );
+    }
+
+    #[test]
+    fn type_errors_are_said_in_a_manifests_terms() {
+        let reason = |value: serde_json::Value| {
+            parse_at::<Outer>(&serde_json::json!({"roles": [{"replicas": value}]}), "spec")
+                .unwrap_err()
+                .reason
+        };
+        assert_eq!(
+            reason(serde_json::json!("2")),
+            "expected a whole number, got the string \"2\": write 2 without quotes"
+        );
+        assert_eq!(
+            reason(serde_json::json!("two")),
+            "expected a whole number, got the string \"two\""
+        );
+        assert_eq!(
+            reason(serde_json::json!(1.5)),
+            "expected a whole number, got the number 1.5"
+        );
+        assert_eq!(
+            reason(serde_json::json!(true)),
+            "expected a whole number, got true"
+        );
+        assert_eq!(
+            reason(serde_json::json!([1])),
+            "expected a whole number, got a list"
+        );
+        let roles = parse_at::<Outer>(&serde_json::json!({"roles": {"a": 1}}), "spec")
+            .unwrap_err()
+            .reason;
+        assert_eq!(roles, "expected a list, got an object");
+        assert_eq!(
+            in_user_terms("missing field `name`"),
+            "missing field `name`"
+        );
+        assert_eq!(
+            in_user_terms("invalid value: integer `-1`, expected u32"),
+            "expected a whole number, 0 or more, got the number -1"
+        );
     }
 
     #[test]
