@@ -197,25 +197,51 @@ pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
     else {
         return findings;
     };
+    let named = said(name, spec, child);
     match child.role {
         Some(i) if room == 0 => findings.deny(
             format!("spec.roles[{i}].name"),
-            format!(
-                "makes {} {:?}, which {why}: shorten the role's name",
-                child.kind, child.name
-            ),
+            format!("makes {named}, which {why}: shorten the role's name"),
         ),
         _ => findings.deny(
             "metadata.name",
             format!(
-                "{name:?} makes {} {:?}, which {why}: use {:?}",
-                child.kind,
-                child.name,
+                "{name:?} makes {named}, which {why}: use {:?}",
                 hint(name, room)
             ),
         ),
     }
     findings
+}
+
+/// How a denial names `child`: its kind and name. A role's LeaderWorkerSet
+/// is checked at the highest index a surge may reach, but named by its first
+/// replica (`qwen-inference-0`), the one a user sees: alone when that name
+/// breaks the rule too, else with the longest it breaks at (`up to
+/// qwen-inference-1`).
+fn said(service: &str, spec: &InferenceServiceSpec, child: &Child) -> String {
+    let first = match (child.kind, child.role.and_then(|i| spec.roles.get(i))) {
+        ("LeaderWorkerSet", Some(role)) => {
+            let naming = if spec.upgrade_type().runs_revisions_side_by_side() {
+                Naming::Suffixed("0".repeat(children::REVISION_LEN))
+            } else {
+                Naming::Plain
+            };
+            Some(naming.replica_name(service, &role.name, 0))
+        }
+        _ => None,
+    };
+    match first {
+        // The first replica's name breaks the rule itself: it is the one to show.
+        Some(first) if child.rule.broken_by(&first).is_some() => {
+            format!("{} {first:?}", child.kind)
+        }
+        Some(first) if first != child.name => format!(
+            "{} {first:?} and, during a surge, up to {:?}, the longest",
+            child.kind, child.name
+        ),
+        _ => format!("{} {:?}", child.kind, child.name),
+    }
 }
 
 fn limit(rule: Rule) -> usize {
@@ -374,9 +400,33 @@ mod tests {
         let findings = check("llama-3.1-8b", &spec(json!([worker("decode", 1)]), None));
         assert_eq!(
             findings.denial_message(),
-            "metadata.name: \"llama-3.1-8b\" makes LeaderWorkerSet \"llama-3.1-8b-decode-1\", which must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit): use \"llama-3-1-8b\""
+            "metadata.name: \"llama-3.1-8b\" makes LeaderWorkerSet \"llama-3.1-8b-decode-0\", which must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit): use \"llama-3-1-8b\""
         );
         assert!(check("llama-3-1-8b", &spec(json!([worker("decode", 1)]), None)).is_allowed());
+    }
+
+    /// The first replica's name is the one shown; the longest only when it
+    /// alone breaks the rule (ten replicas: `-10`, one character more).
+    #[test]
+    fn a_leader_worker_set_is_named_by_its_first_replica() {
+        let one = "a".repeat(54); // "{one}-decode-0" is 63 characters.
+        let message =
+            check(&"b".repeat(56), &spec(json!([worker("decode", 1)]), None)).denial_message();
+        assert!(
+            message.contains(&format!(
+                "makes LeaderWorkerSet \"{}-decode-0\", which",
+                "b".repeat(56)
+            )),
+            "{message}"
+        );
+        let message = check(&one, &spec(json!([worker("decode", 10)]), None)).denial_message();
+        assert!(
+            message.contains(&format!(
+                "makes LeaderWorkerSet \"{one}-decode-0\" and, during a surge, up to \"{one}-decode-10\", the longest, which"
+            )),
+            "{message}"
+        );
+        assert!(check(&one, &spec(json!([worker("decode", 9)]), None)).is_allowed());
     }
 
     #[test]
