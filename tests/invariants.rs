@@ -76,6 +76,19 @@ fn a_write_that_answers_a_version_already_seen_changed_nothing() {
         repeated_writes(&requests(&[write("1"), write("2"), write("2")])).len(),
         1
     );
+    // The last finalizer removed from an object being deleted: the API
+    // server deletes it and answers with its last version, which the status
+    // write before had made. Not a write that changed nothing.
+    let mut status = write("2");
+    status["responseObject"]["metadata"]["deletionTimestamp"] = json!("2026-11-27T18:15:14Z");
+    let mut finalizers = status.clone();
+    finalizers["requestObject"] = json!({"metadata": {"finalizers": [], "resourceVersion": "2"}});
+    assert!(repeated_writes(&requests(&[write("1"), status.clone(), finalizers])).is_empty());
+    assert_eq!(
+        repeated_writes(&requests(&[write("1"), status.clone(), status])).len(),
+        1,
+        "a status write repeated on an object being deleted still counts"
+    );
 }
 
 fn pod(name: &str, role: &str, set: &str, size: usize, ready: bool) -> Pod {

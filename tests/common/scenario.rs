@@ -545,7 +545,8 @@ pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
         let (Some(name), Some(version)) = (&write.name, &write.resource_version) else {
             continue;
         };
-        if write.verb == "delete" || !(200..300).contains(&write.code) {
+        if write.verb == "delete" || !(200..300).contains(&write.code) || completes_deletion(write)
+        {
             continue;
         }
         let key = (write.resource.clone(), name.clone());
@@ -555,6 +556,24 @@ pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
         }
     }
     repeated
+}
+
+/// Whether `write` removed the finalizers of an object being deleted: the
+/// API server then deletes the object, and answers with it as it was last
+/// stored, at the resourceVersion it had (k8s.io/apiserver's
+/// `registry/generic/registry/store.go`, `Update`: `ShouldDeleteDuringUpdate`
+/// then `deleteWithoutFinalizers`), so the same version is no sign of a
+/// write that changed nothing.
+fn completes_deletion(write: &Request) -> bool {
+    let deleting = write
+        .response
+        .as_ref()
+        .is_some_and(|r| !r["metadata"]["deletionTimestamp"].is_null());
+    let finalizers = write
+        .request
+        .as_ref()
+        .is_some_and(|r| r["metadata"]["finalizers"].is_array());
+    deleting && finalizers
 }
 
 /// Whether `pod` serves: Ready, not draining (Tandem's traffic label), not
