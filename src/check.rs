@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::plan::shared::installed::{self, Installed, Report};
-use crate::render::{self, RenderError};
+use crate::render;
 
 use installation::{Check, Outcome};
 
@@ -24,8 +24,21 @@ pub enum Format {
 
 /// The reports for the CRDs in `paths`, and whether Tandem can deploy
 /// InferenceServices with them.
-pub fn check_files(paths: &[PathBuf]) -> Result<(Vec<Report>, bool), RenderError> {
-    let objects = render::read_world(paths, "default")?;
+pub fn check_files(paths: &[PathBuf]) -> Result<(Vec<Report>, bool), String> {
+    let objects = render::read_world(paths, "default").map_err(|e| e.to_string())?;
+    if !objects
+        .iter()
+        .any(|o| o["kind"] == "CustomResourceDefinition")
+    {
+        let given: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!(
+            "no CustomResourceDefinition in {} ({} other object(s) read): check -f reads the CRD \
+             files of the projects Tandem writes objects of (LeaderWorkerSet, Volcano, the \
+             Inference Extension, the Gateway API); without -f it checks the cluster",
+            given.join(", "),
+            objects.len()
+        ));
+    }
     let reports = installed::report(&Installed::from_crds(&objects));
     let ready = installed::ready(&reports);
     Ok((reports, ready))
@@ -49,7 +62,9 @@ pub async fn check_cluster(
 pub fn write(reports: &[Report], checks: &[Check], ready: bool, format: Format) -> String {
     match format {
         Format::Json => {
-            let mut answer = serde_json::json!({"ready": ready, "checks": reports});
+            let mut answer = serde_json::json!({
+                "ready": ready, "except": ruled_out(reports), "checks": reports,
+            });
             if !checks.is_empty() {
                 answer["installation"] = serde_json::json!(checks);
             }
@@ -104,10 +119,59 @@ fn text(reports: &[Report], checks: &[Check], ready: bool) -> String {
         }
         out.push('\n');
     }
-    out.push_str(if ready {
-        "Tandem can deploy InferenceServices here.\n"
-    } else {
-        "Tandem cannot deploy InferenceServices here: fix what FAIL names.\n"
-    });
+    let except = ruled_out(reports);
+    match (ready, except.is_empty()) {
+        (true, true) => out.push_str("Tandem can deploy InferenceServices here.\n"),
+        (true, false) => {
+            let _ = writeln!(
+                out,
+                "Tandem can deploy InferenceServices here, except {}.",
+                except.join("; ")
+            );
+        }
+        (false, _) => {
+            out.push_str("Tandem cannot deploy InferenceServices here: fix what FAIL names.\n")
+        }
+    }
     out
+}
+
+/// What the dependencies that are missing or too old rule out, each once.
+pub fn ruled_out(reports: &[Report]) -> Vec<&'static str> {
+    let mut except: Vec<&'static str> = Vec::new();
+    for limit in reports.iter().filter_map(|r| r.rules_out) {
+        if !except.contains(&limit) {
+            except.push(limit);
+        }
+    }
+    except
+}
+
+/// An error and every cause under it (`client error (Connect): tcp connect
+/// error: Connection refused (os error 111)`), where kube's own message stops
+/// at the first.
+pub fn causes(error: &dyn std::error::Error) -> String {
+    let mut said = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !said.contains(&text) {
+            said = format!("{said}: {text}");
+        }
+        source = cause.source();
+    }
+    said
+}
+
+/// An error of `tandem check`, as `format` says: the message, or under
+/// `-o json` an object a script can read (`ready` false and the `error`).
+pub fn write_error(error: &str, format: Format) -> String {
+    match format {
+        Format::Json => {
+            serde_json::to_string_pretty(&serde_json::json!({"ready": false, "error": error}))
+                .unwrap_or_default()
+                + "\n"
+        }
+        Format::Text => format!("error: {error}\n"),
+    }
 }

@@ -687,9 +687,7 @@ fn check(args: &CheckArgs) -> ExitCode {
     let answer = if args.files.is_empty() {
         check_cluster(args)
     } else {
-        tandem::check::check_files(&args.files)
-            .map(|(reports, ready)| (reports, Vec::new(), ready))
-            .map_err(|e| e.to_string())
+        tandem::check::check_files(&args.files).map(|(reports, ready)| (reports, Vec::new(), ready))
     };
     match answer {
         Ok((reports, checks, ready)) => {
@@ -704,7 +702,11 @@ fn check(args: &CheckArgs) -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            let said = tandem::check::write_error(&e, args.output);
+            match args.output {
+                tandem::check::Format::Json => print!("{said}"),
+                tandem::check::Format::Text => eprint!("{said}"),
+            }
             ExitCode::from(2)
         }
     }
@@ -734,8 +736,12 @@ fn check_cluster(
         let config = source.config(false).await?.ok_or(
             "no cluster to check: give -f CRD files, or a kubeconfig ($KUBECONFIG, --kubeconfig)",
         )?;
-        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-        tandem::check::check_cluster(&client, &args.namespace).await
+        let server = config.cluster_url.to_string();
+        let client = kube::Client::try_from(config)
+            .map_err(|e| format!("the cluster at {server}: {}", tandem::check::causes(&e)))?;
+        tandem::check::check_cluster(&client, &args.namespace)
+            .await
+            .map_err(|e| format!("the cluster at {server}: {e}"))
     })
 }
 

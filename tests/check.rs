@@ -89,3 +89,83 @@ fn a_file_that_cannot_be_read_exits_2_naming_it() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("/no/such/crds.yaml"));
 }
+
+/// With only LeaderWorkerSet installed, Tandem can deploy services, and the
+/// verdict names what it cannot deploy as asked: gang-scheduled services,
+/// router roles, routed upgrades (each once), in text and in JSON.
+#[test]
+fn the_verdict_names_what_the_missing_optional_dependencies_rule_out() {
+    let Some(dir) = common::upstream_crds("the_verdict_names_what") else {
+        return;
+    };
+    let lws = dir.join("leaderworkerset.x-k8s.io_leaderworkersets.yaml");
+    let output = check(&[&lws], &[]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(
+        text.ends_with(
+            "Tandem can deploy InferenceServices here, except gang-scheduled services (no Volcano PodGroup); router roles (no InferencePool); NewRevision and IncrementalUpgrade (no Gateway API).\n"
+        ),
+        "{text}"
+    );
+    let output = check(&[&lws], &["-o", "json"]);
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(answer["ready"], true);
+    assert_eq!(
+        answer["except"].as_array().map(Vec::len),
+        Some(3),
+        "{answer}"
+    );
+}
+
+/// A folder of other objects says that it holds no CRD (exit 2), on stderr,
+/// or under `-o json` as JSON on stdout.
+#[test]
+fn a_folder_without_crds_says_so_in_text_and_in_json() {
+    let examples = common::repo_path("examples/inferenceservice");
+    let output = check(&[&examples], &[]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(
+        said.starts_with("error: no CustomResourceDefinition in "),
+        "{said}"
+    );
+    assert!(output.stdout.is_empty());
+    let output = check(&[&examples], &["-o", "json"]);
+    assert_eq!(output.status.code(), Some(2));
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(answer["ready"], false);
+    assert!(
+        answer["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("no CustomResourceDefinition in ")),
+        "{answer}"
+    );
+}
+
+/// A cluster that does not answer: the error names its address and the
+/// cause under kube's message (the refused connection).
+#[test]
+fn an_unreachable_cluster_is_named_with_its_address_and_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n\
+         current-context: c\n",
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["check", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("tandem check runs");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("the cluster at https://127.0.0.1:1/"),
+        "{said}"
+    );
+    assert!(said.contains("Connection refused"), "{said}");
+}

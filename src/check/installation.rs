@@ -308,7 +308,12 @@ pub async fn gather(client: &Client, namespace: &str) -> Result<Snapshot, String
                 snapshot.dependency_crds.push(crd);
             }
             Ok(None) => {}
-            Err(e) => return Err(format!("reading the CustomResourceDefinition {name}: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "reading the CustomResourceDefinition {name}: {}",
+                    crate::check::causes(&e)
+                ));
+            }
         }
     }
     for own in crate::api::crds::all() {

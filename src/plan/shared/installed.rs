@@ -384,6 +384,10 @@ pub struct Report {
     /// Whether Tandem can deploy every InferenceService with it (false for
     /// a missing LeaderWorkerSet; the others only limit features).
     pub required: bool,
+    /// The services Tandem cannot deploy as asked with what is there (a
+    /// dependency that only limits features, missing or too old); None
+    /// when it limits nothing.
+    pub rules_out: Option<&'static str>,
 }
 
 /// One report per dependency, for `tandem check`.
@@ -417,9 +421,26 @@ fn report_one(installed: &Installed, dependency: &Dependency) -> Report {
         ),
         found: versions,
         fields,
+        rules_out: rules_out(installed, dependency, has),
         effect,
         install,
         required: *dependency == LEADER_WORKER_SET,
+    }
+}
+
+/// What a missing (or too old) dependency that only limits features rules
+/// out, for the verdict of `tandem check` (as `effect` says in full).
+fn rules_out(installed: &Installed, dependency: &Dependency, has: bool) -> Option<&'static str> {
+    match (dependency.kind, has) {
+        ("LeaderWorkerSet", _) => None,
+        ("PodGroup", true) if installed.pod_group_has("subGroupPolicy") => None,
+        ("PodGroup", true) => {
+            Some("gangPolicy: SubGroup (Volcano's PodGroup has no subGroupPolicy)")
+        }
+        ("PodGroup", false) => Some("gang-scheduled services (no Volcano PodGroup)"),
+        (_, true) => None,
+        ("InferencePool", false) => Some("router roles (no InferencePool)"),
+        (_, false) => Some("NewRevision and IncrementalUpgrade (no Gateway API)"),
     }
 }
 
