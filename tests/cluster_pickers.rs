@@ -15,7 +15,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::picker::{Held, RunningPicker, SERVING, module_dir, module_version};
+use common::picker::{Held, RunningPicker, SERVING, module_dir, released_image};
 use common::scenario::{IS, Scenario, example, is_ready, set_role_replicas, wait_ready};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -202,12 +202,11 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
     wait_ready(&scenario, SERVICE).await;
 
     let (deployment, config) = picker_objects(&scenario, |_, _| Ok(())).await;
-    let version = module_version("epp", "sigs.k8s.io/gateway-api-inference-extension");
-    let image = format!("registry.k8s.io/gateway-api-inference-extension/epp:{version}");
-    assert_eq!(
-        image,
+    let image = released_image(
+        "epp",
+        "sigs.k8s.io/gateway-api-inference-extension",
+        "registry.k8s.io/gateway-api-inference-extension/epp",
         tandem::plan::inference_service::router::DEFAULT_EPP_IMAGE,
-        "Tandem's default picker is the release the tests build"
     );
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -343,12 +342,11 @@ async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_ho
         return;
     };
     scenario.nodes(1).await;
-    let version = module_version("pd", "github.com/llm-d/llm-d-inference-scheduler");
-    let image = format!("ghcr.io/llm-d/llm-d-inference-scheduler:{version}");
-    assert_eq!(
-        image,
+    let image = released_image(
+        "pd",
+        "github.com/llm-d/llm-d-inference-scheduler",
+        "ghcr.io/llm-d/llm-d-inference-scheduler",
         tandem::plan::inference_service::router::LLM_D_EPP_IMAGE,
-        "the llm-d picker Tandem names is the release the tests build"
     );
     let mut service = routed(Some("pd-disaggregation"));
     service["spec"]["roles"][ROUTER]["template"] =

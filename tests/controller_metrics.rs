@@ -259,6 +259,25 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
     assert_eq!(stored["spec"]["roles"][0]["replicas"], 2);
 }
 
+/// The `tandem_*` series a PromQL expression reads, each with its metric
+/// family (the name less a counter's or histogram's suffix).
+fn series_read(expr: &str) -> Vec<(String, String)> {
+    expr.match_indices("tandem_")
+        .map(|(at, _)| {
+            let name: String = expr[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(&name)
+                .to_owned();
+            (name, family)
+        })
+        .collect()
+}
+
 /// Every `tandem_*` series an alert of `manifests/monitoring/` reads is one
 /// the binary exports (`exported`: its /metrics after it has admitted and
 /// reconciled; a family shows once it has a sample).
@@ -270,15 +289,7 @@ fn alerts_read_exported_metrics(exported: &str) {
     let mut read = 0;
     for rule in rules["spec"]["groups"][0]["rules"].as_array().unwrap() {
         let expr = rule["expr"].as_str().unwrap();
-        for (at, _) in expr.match_indices("tandem_") {
-            let name: String = expr[at..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let family = ["_total", "_bucket", "_count", "_sum"]
-                .iter()
-                .find_map(|suffix| name.strip_suffix(suffix))
-                .unwrap_or(&name);
+        for (name, family) in series_read(expr) {
             assert!(
                 exported.contains(&format!("# TYPE {family} ")),
                 "{} reads {name}, which /metrics does not export:\n{exported}",
@@ -317,16 +328,7 @@ fn dashboard_reads_exported_metrics(exported: &str) {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
             let mut families = Vec::new();
-            for (at, _) in expr.match_indices("tandem_") {
-                let name: String = expr[at..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                let family = ["_total", "_bucket", "_count", "_sum"]
-                    .iter()
-                    .find_map(|suffix| name.strip_suffix(suffix))
-                    .unwrap_or(&name)
-                    .to_owned();
+            for (name, family) in series_read(expr) {
                 assert!(
                     exported.contains(&format!("# TYPE {family} ")),
                     "panel {title:?} reads {name}, which /metrics does not export:\n{exported}"

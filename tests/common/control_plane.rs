@@ -1107,15 +1107,21 @@ pub fn binaries() -> &'static Path {
 }
 
 fn build() -> PathBuf {
-    let script = super::repo_path("tests/cluster/build.sh");
+    built_by("tests/cluster/build.sh")
+}
+
+/// Runs the build script `script` (a path in the repository), which builds
+/// or finds in its cache what it builds, and prints the directory of the
+/// binaries: that directory.
+pub fn built_by(script: &str) -> PathBuf {
     let output = Command::new("bash")
-        .arg(&script)
+        .arg(super::repo_path(script))
         .stderr(Stdio::inherit())
         .output()
-        .expect("tests/cluster/build.sh runs");
+        .unwrap_or_else(|e| panic!("{script} does not run: {e}"));
     assert!(
         output.status.success(),
-        "tests/cluster/build.sh failed ({}); run it by hand to see why",
+        "{script} failed ({}); run it by hand to see why",
         output.status
     );
     PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())

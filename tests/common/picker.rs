@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
-use super::control_plane::{ControlPlane, Supervised, free_port};
+use super::control_plane::{ControlPlane, Supervised, built_by, free_port};
 
 /// The flags whose values are ports the picker listens on.
 const PORT_FLAGS: [&str; 3] = ["--grpc-port", "--grpc-health-port", "--metrics-port"];
@@ -68,20 +68,7 @@ pub fn unavailable() -> Option<String> {
 /// built or found in its cache once per test binary.
 pub fn binaries() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let script = super::repo_path("tests/cluster/build-pickers.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("tests/cluster/build-pickers.sh runs");
-        assert!(
-            output.status.success(),
-            "tests/cluster/build-pickers.sh failed ({}); run it by hand to see why",
-            output.status
-        );
-        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
-    })
+    BIN.get_or_init(|| built_by("tests/cluster/build-pickers.sh"))
 }
 
 /// The version of `module` that `tests/cluster/<dir>/go.mod` requires.
@@ -100,6 +87,18 @@ pub fn module_version(dir: &str, module: &str) -> String {
             (name == module).then(|| version.to_owned())
         })
         .unwrap_or_else(|| panic!("{} requires no {module}", path.display()))
+}
+
+/// The image `repository:VERSION` of the release of `module` that
+/// `tests/cluster/<dir>/go.mod` requires, held to `named`, the image Tandem
+/// names for it: the picker the tests build is the one Tandem runs.
+pub fn released_image(dir: &str, module: &str, repository: &str, named: &str) -> String {
+    let image = format!("{repository}:{}", module_version(dir, module));
+    assert_eq!(
+        image, named,
+        "Tandem names {named}; the tests build {module} of {image}"
+    );
+    image
 }
 
 /// Where the Go module cache holds `module` as `tests/cluster/<dir>/go.mod`
