@@ -1110,6 +1110,22 @@ fn build() -> PathBuf {
     built_by("tests/cluster/build.sh")
 }
 
+/// Where the Go module cache holds `module` as the Go module at `in_dir` (a
+/// path in the repository) requires it.
+pub fn go_module_dir(in_dir: &str, module: &str) -> PathBuf {
+    let output = Command::new("go")
+        .args(["list", "-m", "-f", "{{.Dir}}", module])
+        .current_dir(super::repo_path(in_dir))
+        .output()
+        .expect("go list runs");
+    assert!(
+        output.status.success(),
+        "go list -m {module} in {in_dir}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+}
+
 /// Runs the build script `script` (a path in the repository), which builds
 /// or finds in its cache what it builds, and prints the directory of the
 /// binaries: that directory.
@@ -1132,20 +1148,8 @@ pub fn built_by(script: &str) -> PathBuf {
 /// read from there, as released).
 fn lws_module_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let output = Command::new("go")
-            .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/lws"])
-            .current_dir(super::repo_path("tests/cluster"))
-            .output()
-            .expect("go list runs");
-        assert!(
-            output.status.success(),
-            "go list -m sigs.k8s.io/lws: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
-    })
-    .clone()
+    DIR.get_or_init(|| go_module_dir("tests/cluster", "sigs.k8s.io/lws"))
+        .clone()
 }
 
 /// The Prometheus Operator's release whose CRDs (ServiceMonitor,

@@ -23,7 +23,7 @@ use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
-use super::control_plane::{ControlPlane, Supervised, built_by, free_port};
+use super::control_plane::{ControlPlane, Supervised, built_by, free_port, go_module_dir};
 
 /// The flags whose values are ports the picker listens on.
 const PORT_FLAGS: [&str; 3] = ["--grpc-port", "--grpc-health-port", "--metrics-port"];
@@ -104,17 +104,7 @@ pub fn released_image(dir: &str, module: &str, repository: &str, named: &str) ->
 /// Where the Go module cache holds `module` as `tests/cluster/<dir>/go.mod`
 /// requires it (the pickers' build downloaded it, held to go.sum).
 pub fn module_dir(dir: &str, module: &str) -> PathBuf {
-    let output = Command::new("go")
-        .args(["list", "-m", "-f", "{{.Dir}}", module])
-        .current_dir(super::repo_path(&format!("tests/cluster/{dir}")))
-        .output()
-        .expect("go list runs");
-    assert!(
-        output.status.success(),
-        "go list -m {module}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
+    go_module_dir(&format!("tests/cluster/{dir}"), module)
 }
 
 /// The endpoints a picker holds, as far as its log tells.
