@@ -95,12 +95,12 @@ async fn ready_in_pool(scenario: &Scenario) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Whether `held` is the pool's Ready pods `ready`: the same addresses, or,
-/// from a picker that logs only additions, the same pods added.
+/// Whether `held` is the pool's Ready pods `ready`: the same addresses, or
+/// the same pods.
 fn holds(held: &Held, ready: &BTreeMap<String, String>) -> bool {
     match held {
         Held::Addresses(addresses) => addresses.iter().eq(ready.values().collect::<BTreeSet<_>>()),
-        Held::Added(pods) => pods.iter().eq(ready.keys()),
+        Held::Pods(pods) => pods.iter().eq(ready.keys()),
     }
 }
 
@@ -334,7 +334,7 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
 /// generates (llm-d's `pd-profile-handler`, `prefill-header-handler` and two
 /// `by-label` filters on Tandem's component-type label), as the picker's
 /// ServiceAccount, reports SERVING and holds the pool's Ready leaders of
-/// both roles as endpoints.
+/// both roles as endpoints, following a scale-down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_holds_both_roles_leaders()
  {
@@ -377,8 +377,10 @@ async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_ho
         .wait_serving(&readiness_service(&deployment), 90)
         .await;
     // Two prefill and four decode leaders; the filters choose among them
-    // per request.
+    // per request. Two decode replicas fewer: their leaders leave.
     wait_endpoints(&scenario, &mut picker, 6).await;
+    set_role_replicas(&scenario, SERVICE, 1, 2).await;
+    wait_endpoints(&scenario, &mut picker, 4).await;
     // The configuration as the picker loaded it (its loader logs it, with
     // every plugin's type and the by-label filters' parameters).
     let log = picker.log();

@@ -112,8 +112,8 @@ pub fn module_dir(dir: &str, module: &str) -> PathBuf {
 pub enum Held {
     /// The addresses of the endpoints it holds now.
     Addresses(BTreeSet<String>),
-    /// The names of the pods it ever added (it logs no removal).
-    Added(BTreeSet<String>),
+    /// The names of the pods whose endpoints it holds now.
+    Pods(BTreeSet<String>),
 }
 
 /// One endpoint picker process.
@@ -294,46 +294,53 @@ impl RunningPicker {
     ///   (`pkg/epp/datalayer/collector.go`: "starting collection",
     ///   "terminating collection"): [`Held::Addresses`].
     /// - GIE v1.2.0's runner (llm-d v0.4.0's `llm-d-epp`) logs zap's console
-    ///   lines; its pod reconciler logs "Pod added" with the pod's name at
-    ///   the default verbosity and a removal only at a higher one
-    ///   (`pkg/epp/controller/pod_reconciler.go`, `pkg/epp/datastore/datastore.go`):
-    ///   [`Held::Added`], the pods ever added.
+    ///   lines; it starts a metrics refresher for each endpoint it adds and
+    ///   stops it when it removes it, and logs both with the endpoint's name,
+    ///   the pod's and its rank (`pkg/epp/backend/metrics/pod_metrics.go`:
+    ///   "Starting refresher", "Stopping refresher"): [`Held::Pods`].
     pub fn endpoints(&self) -> Held {
         let mut addresses = BTreeSet::new();
-        let mut added = BTreeSet::new();
+        let mut pods = BTreeSet::new();
         for line in self.log().lines() {
-            // A JSON line, or a console line: time, level, [logger,] caller,
-            // message, then the fields as one JSON object.
-            let (message, fields) = match serde_json::from_str::<Value>(line) {
-                Ok(entry) => (entry["msg"].as_str().unwrap_or_default().to_owned(), entry),
-                Err(_) => {
-                    let mut parts: Vec<&str> = line.split('\t').collect();
-                    let fields = parts
-                        .pop()
-                        .and_then(|f| serde_json::from_str::<Value>(f).ok())
-                        .unwrap_or_default();
-                    (parts.pop().unwrap_or_default().to_owned(), fields)
-                }
-            };
-            match (message.as_str(), fields["endpoint"].as_str()) {
-                ("starting collection", Some(address)) => {
-                    addresses.insert(address.to_owned());
-                }
-                ("terminating collection", Some(address)) => {
-                    addresses.remove(address);
-                }
-                ("Pod added", _) => {
-                    if let Some(name) = fields["Pod"]["name"].as_str() {
-                        added.insert(name.to_owned());
+            if let Ok(entry) = serde_json::from_str::<Value>(line) {
+                match (entry["msg"].as_str(), entry["endpoint"].as_str()) {
+                    (Some("starting collection"), Some(address)) => {
+                        addresses.insert(address.to_owned());
                     }
+                    (Some("terminating collection"), Some(address)) => {
+                        addresses.remove(address);
+                    }
+                    _ => {}
                 }
-                _ => {}
+                continue;
+            }
+            // A console line: time, level, [logger,] caller, message, then
+            // the fields as JSON, whose first `"name"` is the endpoint's
+            // (zap writes the key `pod` twice, so it is read as text).
+            let started = line.contains("\tStarting refresher\t");
+            if !started && !line.contains("\tStopping refresher\t") {
+                continue;
+            }
+            let Some(name) = line
+                .split_once("\"name\":\"")
+                .and_then(|(_, rest)| rest.split('"').next())
+            else {
+                continue;
+            };
+            let pod = name
+                .rsplit_once("-rank-")
+                .map_or(name, |(pod, _)| pod)
+                .to_owned();
+            if started {
+                pods.insert(pod);
+            } else {
+                pods.remove(&pod);
             }
         }
         if self.binary == "epp" {
             Held::Addresses(addresses)
         } else {
-            Held::Added(added)
+            Held::Pods(pods)
         }
     }
 
