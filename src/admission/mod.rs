@@ -1035,9 +1035,10 @@ mod tests {
         )
         .unwrap_err();
         let message = findings.denial_message();
-        // The highest index a surge may create is 10: "-prefill-10".
+        // The highest index a surge may create is 10: "-prefill-10", which
+        // the hint is sized for; the first replica is the one named first.
         assert!(
-            message.starts_with(&format!("metadata.name: \"{name}\" makes LeaderWorkerSet \"{name}-prefill-10\", which must be at most 63 characters (a DNS-1035 label): use \"{}\"", "s".repeat(52))),
+            message.starts_with(&format!("metadata.name: \"{name}\" makes LeaderWorkerSet \"{name}-prefill-0\" (up to \"{name}-prefill-10\" during a surge), which must be at most 63 characters (a DNS-1035 label): use \"{}\"", "s".repeat(52))),
             "{message}"
         );
         // A 53-character name with 8 prefill replicas fits: "...-prefill-8" is 63.

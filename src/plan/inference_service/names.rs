@@ -216,9 +216,9 @@ pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
 
 /// How a denial names `child`: its kind and name. A role's LeaderWorkerSet
 /// is checked at the highest index a surge may reach, but named by its first
-/// replica (`qwen-inference-0`), the one a user sees: alone when that name
-/// breaks the rule too, else with the longest it breaks at (`up to
-/// qwen-inference-1`).
+/// replica (`qwen-inference-0`), the one a user sees: alone when the longest
+/// is as long, else with the longest (`qwen-inference-10`), which the hint's
+/// length is for.
 fn said(service: &str, spec: &InferenceServiceSpec, child: &Child) -> String {
     let first = match (child.kind, child.role.and_then(|i| spec.roles.get(i))) {
         ("LeaderWorkerSet", Some(role)) => {
@@ -232,15 +232,18 @@ fn said(service: &str, spec: &InferenceServiceSpec, child: &Child) -> String {
         _ => None,
     };
     match first {
-        // The first replica's name breaks the rule itself: it is the one to show.
-        Some(first) if child.rule.broken_by(&first).is_some() => {
-            format!("{} {first:?}", child.kind)
-        }
-        Some(first) if first != child.name => format!(
+        // As long as the longest (one replica: "-0" and "-1"): the first alone.
+        Some(first) if first.len() == child.name.len() => format!("{} {first:?}", child.kind),
+        // The first breaks the rule too: it, and how long the names get.
+        Some(first) if child.rule.broken_by(&first).is_some() => format!(
+            "{} {first:?} (up to {:?} during a surge)",
+            child.kind, child.name
+        ),
+        Some(first) => format!(
             "{} {first:?} and, during a surge, up to {:?}, the longest",
             child.kind, child.name
         ),
-        _ => format!("{} {:?}", child.kind, child.name),
+        None => format!("{} {:?}", child.kind, child.name),
     }
 }
 
