@@ -10,7 +10,7 @@
 //! concurrent scenarios do not collide) and the directory the ConfigMap is
 //! mounted at (its files are written to a directory of the test's). The
 //! Downward API's `metadata.namespace` and `metadata.name` become the
-//! Deployment's namespace and the name of one of its pods.
+//! Deployment's namespace and the pod name the test gives the process.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
