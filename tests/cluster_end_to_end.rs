@@ -1027,7 +1027,7 @@ async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_den
         panic!("expected a denial, got {refused}");
     };
     assert!(
-        status.message.contains(r#"metadata.name: "llama-3.1-8b" makes LeaderWorkerSet "llama-3.1-8b-inference-1", which must be a DNS-1035 label"#)
+        status.message.contains(r#"metadata.name: "llama-3.1-8b" makes LeaderWorkerSet "llama-3.1-8b-inference-0", which must be a DNS-1035 label"#)
             && status.message.contains(r#"use "llama-3-1-8b""#),
         "{}",
         status.message
