@@ -67,6 +67,9 @@ pub struct Child {
     pub rule: Rule,
     /// The role the name comes from (index in `spec.roles`), if any.
     pub role: Option<usize>,
+    /// For a role's LeaderWorkerSet, checked at the highest index: the name
+    /// of its first replica, the one a user sees.
+    pub first: Option<String>,
 }
 
 /// Every name Tandem will make from service `name`: each serving role's
@@ -88,6 +91,7 @@ pub fn children_of(name: &str, spec: &InferenceServiceSpec) -> Vec<Child> {
         name,
         rule,
         role,
+        first: None,
     };
     let mut made = Vec::new();
     for (i, role) in spec
@@ -98,7 +102,10 @@ pub fn children_of(name: &str, spec: &InferenceServiceSpec) -> Vec<Child> {
     {
         let highest = u32::try_from(role.replicas().max(1)).unwrap_or(u32::MAX);
         let set = naming.replica_name(name, &role.name, highest);
-        made.push(child("LeaderWorkerSet", set, Rule::Dns1035Label, Some(i)));
+        made.push(Child {
+            first: Some(naming.replica_name(name, &role.name, 0)),
+            ..child("LeaderWorkerSet", set, Rule::Dns1035Label, Some(i))
+        });
         let budget = disruption::name(name, &role.name);
         made.push(child(
             "PodDisruptionBudget",
@@ -197,7 +204,7 @@ pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
     else {
         return findings;
     };
-    let named = said(name, spec, child);
+    let named = said(child);
     match child.role {
         Some(i) if room == 0 => findings.deny(
             format!("spec.roles[{i}].name"),
@@ -219,23 +226,12 @@ pub fn check(name: &str, spec: &InferenceServiceSpec) -> Findings {
 /// replica (`qwen-inference-0`), the one a user sees: alone when the longest
 /// is as long, else with the longest (`qwen-inference-10`), which the hint's
 /// length is for.
-fn said(service: &str, spec: &InferenceServiceSpec, child: &Child) -> String {
-    let first = match (child.kind, child.role.and_then(|i| spec.roles.get(i))) {
-        ("LeaderWorkerSet", Some(role)) => {
-            let naming = if spec.upgrade_type().runs_revisions_side_by_side() {
-                Naming::Suffixed("0".repeat(children::REVISION_LEN))
-            } else {
-                Naming::Plain
-            };
-            Some(naming.replica_name(service, &role.name, 0))
-        }
-        _ => None,
-    };
-    match first {
+fn said(child: &Child) -> String {
+    match &child.first {
         // As long as the longest (one replica: "-0" and "-1"): the first alone.
         Some(first) if first.len() == child.name.len() => format!("{} {first:?}", child.kind),
         // The first breaks the rule too: it, and how long the names get.
-        Some(first) if child.rule.broken_by(&first).is_some() => format!(
+        Some(first) if child.rule.broken_by(first).is_some() => format!(
             "{} {first:?} (up to {:?} during a surge)",
             child.kind, child.name
         ),
