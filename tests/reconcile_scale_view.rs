@@ -314,6 +314,39 @@ async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
     assert_eq!(role_replicas(&fake)[2], ("decode-spot".to_owned(), 2));
 }
 
+/// The cache can show the view being deleted before it shows the view's
+/// last status write; the finalizer patch, guarded by the resourceVersion,
+/// is then refused (409). That requeues quietly (the cache is behind; nothing
+/// failed), and the next pass, on the fresh copy, lets the view go. A real
+/// API server shows this when a namespace is deleted (cluster_end_to_end).
+#[tokio::test]
+async fn a_view_being_deleted_whose_finalizer_write_meets_a_conflict_requeues_quietly() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store_spot(&fake, 4);
+    reconcile_view(&fake, &ctx, "spot-decode-sv").await;
+    let views: kube::Api<ScaleView> = kube::Api::namespaced(fake.client(), "default");
+    views
+        .delete("spot-decode-sv", &Default::default())
+        .await
+        .unwrap();
+    fake.caught_up().await;
+    fake.take_calls();
+    fake.conflict_next_writes(&format!("{VIEWS}/spot-decode-sv"), 1);
+    let stored: ScaleView = serde_json::from_value(view(&fake, "spot-decode-sv").unwrap()).unwrap();
+    let action = tandem::reconcile::scale_view::reconcile(Arc::new(stored), ctx.clone())
+        .await
+        .expect("a finalizer write refused for its resourceVersion is not a failure");
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
+    );
+    assert!(view(&fake, "spot-decode-sv").is_some(), "still held");
+    reconcile_view(&fake, &ctx, "spot-decode-sv").await;
+    assert!(view(&fake, "spot-decode-sv").is_none(), "the view is gone");
+    assert_eq!(locks(&fake), json!([]));
+}
+
 #[tokio::test]
 async fn a_stale_lock_left_by_a_crash_is_dropped_by_the_service_reconciler() {
     let fake = FakeApi::new();

@@ -6,7 +6,8 @@
 //! role's name before replacing its replicas), the view's status when it
 //! changed; then an Event for each change saying why. The roles and the
 //! status are retried on 409 (`retry_conflicts`); the finalizer and the lock
-//! carry a resourceVersion, so their 409 requeues the reconcile instead.
+//! carry a resourceVersion, so their 409 requeues the reconcile instead,
+//! quietly: it says the cache is behind, not that anything failed.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -62,6 +63,7 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             // Deleted before it was first seen (its namespace is going, say):
             // nothing was locked for it, and nothing is.
             Err(Error::Kube(e)) if is_not_found(&e) => return Ok(Action::await_change()),
+            Err(Error::Kube(e)) if is_conflict(&e) => return Ok(finalizers_raced(name)),
             Err(e) => return Err(e),
         }
     }
@@ -105,7 +107,13 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
         }
     }
     if deleting && let Some(finalizers) = &pass.finalizers {
-        patch_finalizers(&ctx, &view, name, finalizers).await?;
+        match patch_finalizers(&ctx, &view, name, finalizers).await {
+            Ok(()) => {}
+            // The cache showed the view being deleted before it showed our
+            // own last status write: look again once it has caught up.
+            Err(Error::Kube(e)) if is_conflict(&e) => return Ok(finalizers_raced(name)),
+            Err(e) => return Err(e),
+        }
     }
     if let Some(status) = &pass.status
         && view.status.as_ref() != Some(status)
@@ -139,6 +147,19 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
     } else {
         Action::requeue(RESYNC)
     })
+}
+
+/// What a finalizer write refused for its resourceVersion leads to: the view
+/// changed after the cache's copy (a status write of ours not yet seen, or
+/// another manager's finalizer), so the merge patch, which replaces the whole
+/// list, must not land; the reconcile looks again on a fresher copy. Not a
+/// failure: nothing is wrong, the cache is behind.
+fn finalizers_raced(name: &str) -> Action {
+    tracing::debug!(
+        view = name,
+        "the view changed while writing its finalizers; retrying"
+    );
+    Action::requeue(CONFLICT_RETRY)
 }
 
 /// Writes the view's finalizers, guarded by its resourceVersion.
