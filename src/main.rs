@@ -31,7 +31,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "tandem",
     version,
-    about = "Deploys and scales LLM inference services made of roles on Kubernetes"
+    about = "Deploys and scales LLM inference services made of roles on Kubernetes",
+    after_help = tandem::exit::HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,7 +47,7 @@ enum Command {
     /// Say which of LeaderWorkerSet, Volcano, the Inference Extension and
     /// Gateway API are installed, what Tandem will do with what is there, and
     /// what to install. Exits 0 when InferenceServices can be deployed, 1
-    /// otherwise, 2 when the input cannot be read.
+    /// when they cannot, 2 when the input or the cluster cannot be used.
     Check(CheckArgs),
     /// Show what Tandem would do to a world of objects, without a cluster.
     #[command(after_long_help = RENDER_HELP)]
@@ -66,7 +67,7 @@ const SERVE_HELP: &str = "\
 Environment: each flag shown with [env: NAME=] can be set by that variable instead; a
 flag given on the command line wins. The cluster comes from --kubeconfig, else
 KUBECONFIG, else ~/.kube/config, else the in-cluster service account
-(KUBERNETES_SERVICE_HOST). With none of them, serve exits 1 unless it runs no controllers
+(KUBERNETES_SERVICE_HOST). With none of them, serve exits 2 unless it runs no controllers
 (--admission-only, or --dev without --controllers): then it serves admission only and its
 cross-object checks become warnings.
 
@@ -85,10 +86,10 @@ Clock: --now, else the newest time found in the world (creation and deletion
 timestamps, times in annotations and statuses), else the wall clock. With --now, or a
 world that holds a time, the same input gives the same output.
 
-Exit status: 0 rendered; 1 the input could not be read or parsed (a misspelt Tandem
-kind or version, an empty file), or the reconcilers did not settle; 2 an object was
-denied, as the webhook would deny it (each reason on stderr as
-`Kind namespace/name: field.path: reason`).";
+Exit status: 0 rendered; 1 an object was denied, as the webhook would deny it (each
+reason on stderr as `Kind namespace/name: field.path: reason`); 2 the input could not be
+read or parsed (a misspelt Tandem kind or version, a file without objects), or the
+reconcilers did not settle.";
 
 #[derive(clap::Args)]
 struct ServeArgs {
@@ -293,9 +294,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// Trouble: the error on stderr, exit status 2 (see [`tandem::exit`]).
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("tandem: {message}");
-    ExitCode::FAILURE
+    eprintln!("{}{message}", tandem::exit::ERROR_PREFIX);
+    ExitCode::from(tandem::exit::TROUBLE)
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
@@ -673,11 +675,11 @@ fn run_render(args: RenderArgs) -> ExitCode {
             for denial in &denials {
                 eprintln!("{denial}");
             }
-            ExitCode::from(2)
+            ExitCode::from(tandem::exit::NO)
         }
         Err(e) => {
             let code = e.exit_code();
-            eprintln!("tandem: {e}");
+            eprintln!("{}{e}", tandem::exit::ERROR_PREFIX);
             ExitCode::from(code)
         }
     }
@@ -696,9 +698,9 @@ fn check(args: &CheckArgs) -> ExitCode {
                 tandem::check::write(&reports, &checks, ready, args.output)
             );
             if ready {
-                ExitCode::SUCCESS
+                ExitCode::from(tandem::exit::DONE)
             } else {
-                ExitCode::from(1)
+                ExitCode::from(tandem::exit::NO)
             }
         }
         Err(e) => {
@@ -707,7 +709,7 @@ fn check(args: &CheckArgs) -> ExitCode {
                 tandem::check::Format::Json => print!("{said}"),
                 tandem::check::Format::Text => eprint!("{said}"),
             }
-            ExitCode::from(2)
+            ExitCode::from(tandem::exit::TROUBLE)
         }
     }
 }
@@ -781,10 +783,7 @@ fn crds(out_dir: Option<PathBuf>) -> ExitCode {
 fn make_certs(args: CertsArgs) -> ExitCode {
     let ca = match existing_ca(&args.out_dir, args.force) {
         Ok(ca) => ca,
-        Err((code, message)) => {
-            eprintln!("tandem: {message}");
-            return ExitCode::from(code);
-        }
+        Err(message) => return fail(message),
     };
     if let Some(ca) = &ca {
         eprintln!(
@@ -800,8 +799,9 @@ fn make_certs(args: CertsArgs) -> ExitCode {
             return fail(e);
         }
         eprintln!(
-            "wrote {dir}/ca.crt (for tandem serve --client-ca), and {dir}/tls.crt and {dir}/tls.key (client certificate for {client}, for the API server)",
-            dir = args.out_dir.display()
+            "wrote {dir}/ca.crt (for tandem serve --client-ca) and {dir}/ca.key ({ca}), and {dir}/tls.crt and {dir}/tls.key (client certificate for {client}, for the API server)",
+            dir = args.out_dir.display(),
+            ca = which_ca(ca.as_ref()),
         );
         return ExitCode::SUCCESS;
     }
@@ -815,43 +815,47 @@ fn make_certs(args: CertsArgs) -> ExitCode {
         return fail(e);
     }
     eprintln!(
-        "wrote {dir}/ca.crt, {dir}/tls.crt and {dir}/tls.key for {hosts}",
+        "wrote {dir}/ca.crt and {dir}/ca.key ({ca}), and {dir}/tls.crt and {dir}/tls.key (serving certificate for {hosts})\n\
+         the caBundle of the webhook configurations (base64 of ca.crt) follows on stdout:",
         dir = args.out_dir.display(),
+        ca = which_ca(ca.as_ref()),
         hosts = hosts.join(", ")
     );
     println!("{}", bundle.ca_bundle());
     ExitCode::SUCCESS
 }
 
+/// How `certs` names the CA it wrote.
+fn which_ca(kept: Option<&certs::ExistingCa>) -> &'static str {
+    if kept.is_some() {
+        "the CA kept"
+    } else {
+        "a new CA"
+    }
+}
+
 /// The CA in `dir` that signs the new certificate: None to make a new one
 /// (there is none, or --force). A CA that cannot sign (no key, expired) is
 /// refused with exit status 2 rather than replaced without a word.
-fn existing_ca(
-    dir: &std::path::Path,
-    force: bool,
-) -> Result<Option<certs::ExistingCa>, (u8, String)> {
+fn existing_ca(dir: &std::path::Path, force: bool) -> Result<Option<certs::ExistingCa>, String> {
     if force {
         return Ok(None);
     }
-    let found = certs::find_ca(dir).map_err(|e| (1, e.to_string()))?;
+    let found = certs::find_ca(dir).map_err(|e| e.to_string())?;
     match found {
         certs::FoundCa::None => Ok(None),
-        certs::FoundCa::WithoutKey(path) => Err((
-            2,
-            format!(
-                "{} exists but its key {} does not, so it cannot sign a new certificate: pass --force to replace the CA (then replace every caBundle made from it)",
-                path.display(),
-                dir.join(certs::CA_KEY_FILE).display()
-            ),
+        certs::FoundCa::WithoutKey(path) => Err(format!(
+            "{} exists but its key {} does not, so it cannot sign a new certificate: pass --force to replace the CA (then replace every caBundle made from it)",
+            path.display(),
+            dir.join(certs::CA_KEY_FILE).display()
         )),
-        certs::FoundCa::Signing(ca) if ca.not_after <= time::OffsetDateTime::now_utc() => Err((
-            2,
-            format!(
+        certs::FoundCa::Signing(ca) if ca.not_after <= time::OffsetDateTime::now_utc() => {
+            Err(format!(
                 "the CA in {} expired at {}: pass --force to replace it (then replace every caBundle made from it)",
                 dir.display(),
                 ca.not_after
-            ),
-        )),
+            ))
+        }
         certs::FoundCa::Signing(ca) => Ok(Some(ca)),
     }
 }

@@ -85,11 +85,12 @@ pub enum RenderError {
 }
 
 impl RenderError {
-    /// Denials exit with 2, as `tandem render` promises; anything else with 1.
+    /// Denials are the answer no ([`crate::exit::NO`]); anything else is
+    /// trouble ([`crate::exit::TROUBLE`]), as for every subcommand.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RenderError::Denied(_) => 2,
-            _ => 1,
+            RenderError::Denied(_) => crate::exit::NO,
+            _ => crate::exit::TROUBLE,
         }
     }
 }
@@ -744,7 +745,7 @@ items:
             &Options::default(),
         )
         .unwrap_err();
-        assert_eq!(err.exit_code(), 2);
+        assert_eq!(err.exit_code(), 1);
         let RenderError::Denied(denials) = err else {
             panic!("expected denials")
         };

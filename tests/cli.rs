@@ -53,7 +53,7 @@ fn render_reports_denials_with_exit_status_2() {
           spec:\n  roles:\n  - {name: decode, componentType: decoder, multinode: {nodeCount: 0},\n     \
           template: {spec: {containers: [{name: vllm, image: vllm}]}}}\n",
     );
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert!(
         stderr.contains(
@@ -94,7 +94,7 @@ fn render_json_with_a_namespace_and_warnings() {
         "-f",
         "examples/resourcescalinggroup/inplace-scaling.yaml",
     ]);
-    assert_eq!(denied.status.code(), Some(2));
+    assert_eq!(denied.status.code(), Some(1));
     assert!(
         text(&denied.stderr)
             .contains("ResourceScalingGroup default/pd-pool: spec.targetResources[0].namespace")
@@ -104,8 +104,8 @@ fn render_json_with_a_namespace_and_warnings() {
 #[test]
 fn render_of_unreadable_input_says_where() {
     let missing = tandem(&["render", "-f", "does-not-exist.yaml"]);
-    assert_eq!(missing.status.code(), Some(1));
-    assert!(text(&missing.stderr).starts_with("tandem: could not read does-not-exist.yaml"));
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).starts_with("error: could not read does-not-exist.yaml"));
 }
 
 #[test]
@@ -146,6 +146,21 @@ fn certs_writes_a_ca_and_a_serving_certificate() {
         .unwrap();
     assert_eq!(bundle, ca.as_bytes(), "stdout is the caBundle");
     assert!(text(&output.stderr).contains("tandem-webhook.tandem-system.svc, tandem-webhook.tandem-system.svc.cluster.local, webhook.example"));
+    // Every file written is named, the CA's key too, and the blob on stdout
+    // is announced rather than left bare.
+    let out_dir = out.display();
+    assert!(
+        text(&output.stderr).contains(&format!("wrote {out_dir}/ca.crt and {out_dir}/ca.key (a new CA), and {out_dir}/tls.crt and {out_dir}/tls.key")),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(
+        text(&output.stderr).contains(
+            "the caBundle of the webhook configurations (base64 of ca.crt) follows on stdout"
+        ),
+        "{}",
+        text(&output.stderr)
+    );
     let dir_for_load = out.clone();
     tandem::server::tls::load(&dir_for_load).expect("the pair loads");
 }
@@ -298,7 +313,7 @@ fn render_refuses_resource_scaling_groups_that_follow_themselves() {
         group("rsg-b", "decode", "prefill")
     );
     let output = render_stdin(world.as_bytes());
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert!(
         stderr.contains(
@@ -394,13 +409,13 @@ const SERVICE: &str = "apiVersion: fusioninfer.io/v1alpha1\nkind: InferenceServi
 #[test]
 fn render_refuses_misspelt_tandem_kinds_and_suggests_the_right_one() {
     let kind = render_with(&[], &SERVICE.replace("InferenceService", "InferenceSevice"));
-    assert_eq!(kind.status.code(), Some(1));
+    assert_eq!(kind.status.code(), Some(2));
     assert_eq!(
         text(&kind.stderr),
-        "tandem: stdin document 1: apiVersion fusioninfer.io/v1alpha1, kind InferenceSevice: fusioninfer.io serves no such kind: did you mean kind: InferenceService?\n"
+        "error: stdin document 1: apiVersion fusioninfer.io/v1alpha1, kind InferenceSevice: fusioninfer.io serves no such kind: did you mean kind: InferenceService?\n"
     );
     let version = render_with(&[], &SERVICE.replace("v1alpha1", "v1alpah1"));
-    assert_eq!(version.status.code(), Some(1));
+    assert_eq!(version.status.code(), Some(2));
     assert!(
         text(&version.stderr).contains("did you mean apiVersion: fusioninfer.io/v1alpha1?"),
         "{}",
@@ -434,22 +449,22 @@ fn render_reads_directories_and_refuses_empty_input() {
     let empty = dir.path().join("empty.yaml");
     std::fs::write(&empty, "# nothing yet\n---\n").unwrap();
     let output = tandem(&["render", "-f", empty.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         text(&output.stderr),
         format!(
-            "tandem: {}: no objects in it (an empty file, or only comments and `---`)\n",
+            "error: {}: no objects in it (an empty file, or only comments and `---`)\n",
             empty.display()
         )
     );
     let stdin = render_with(&[], "");
-    assert_eq!(stdin.status.code(), Some(1));
-    assert!(text(&stdin.stderr).starts_with("tandem: stdin: no objects"));
+    assert_eq!(stdin.status.code(), Some(2));
+    assert!(text(&stdin.stderr).starts_with("error: stdin: no objects"));
 
     let world = dir.path().join("world");
     std::fs::create_dir(&world).unwrap();
     let none = tandem(&["render", "-f", world.to_str().unwrap()]);
-    assert_eq!(none.status.code(), Some(1));
+    assert_eq!(none.status.code(), Some(2));
     assert!(
         text(&none.stderr).contains("no .yaml, .yml or .json files in this directory"),
         "{}",
@@ -459,11 +474,11 @@ fn render_reads_directories_and_refuses_empty_input() {
     std::fs::create_dir(&blank).unwrap();
     std::fs::write(blank.join("empty.yaml"), "# nothing yet\n").unwrap();
     let nothing = tandem(&["render", "-f", blank.to_str().unwrap()]);
-    assert_eq!(nothing.status.code(), Some(1));
+    assert_eq!(nothing.status.code(), Some(2));
     assert_eq!(
         text(&nothing.stderr),
         format!(
-            "tandem: {}: no objects in this directory's manifests (each is empty, or only comments and `---`)\n",
+            "error: {}: no objects in this directory's manifests (each is empty, or only comments and `---`)\n",
             blank.display()
         )
     );
@@ -511,7 +526,7 @@ fn render_does_not_admit_an_object_being_deleted_as_a_creation() {
     );
     assert_eq!(
         created.status.code(),
-        Some(2),
+        Some(1),
         "the same view, created, is refused: {}",
         text(&created.stderr)
     );
@@ -747,6 +762,11 @@ fn certs_reuses_an_existing_ca_and_never_overwrites_one_silently() {
         text(&second.stderr)
     );
     assert_eq!(first.stdout, second.stdout, "the same caBundle");
+    assert!(
+        text(&second.stderr).contains("ca.key (the CA kept)"),
+        "{}",
+        text(&second.stderr)
+    );
     assert_eq!(std::fs::read(out.join("ca.crt")).unwrap(), ca);
     assert_ne!(std::fs::read(out.join("tls.crt")).unwrap(), leaf);
     verifies(&out, "webhook.example").expect("the new certificate chains to the old CA");
@@ -800,12 +820,47 @@ fn log_format_is_for_serve_only_and_render_help_says_how_it_works() {
         "-f may be given many times",
         "a directory, whose .yaml, .yml and .json files are read in name order",
         "Clock: --now, else the newest time found in the world",
-        "Exit status: 0 rendered; 1 the input could not be read",
-        "2 an object was\ndenied",
+        "Exit status: 0 rendered; 1 an object was denied",
+        "2 the input could not be\nread",
     ] {
         assert!(render.contains(promise), "{promise:?} in {render}");
     }
     assert!(!render.contains("--log-format"), "{render}");
+    // One convention for every subcommand, said once at the top.
+    let top = text(&tandem(&["--help"]).stdout);
+    for promise in [
+        "Exit status, the same for every subcommand: 0 done; 1 the answer is no",
+        "2 trouble",
+        "Errors go to\nstderr as `error: ...`",
+    ] {
+        assert!(top.contains(promise), "{promise:?} in {top}");
+    }
+}
+
+/// Every subcommand's trouble is `error: ...` and exit status 2, as clap's
+/// own usage errors are; the answer no is 1 (render's denial, check's
+/// verdict, tested beside them).
+#[test]
+fn every_subcommand_reports_trouble_the_same_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let missing = missing.to_str().unwrap();
+    let not_a_dir = dir.path().join("file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    let inside_a_file = not_a_dir.join("crds");
+    let inside_a_file = inside_a_file.to_str().unwrap();
+    for args in [
+        vec!["render", "-f", missing],
+        vec!["check", "-f", missing],
+        vec!["crds", "--out-dir", inside_a_file],
+        vec!["certs", "--out-dir", inside_a_file],
+        vec!["render", "--no-such-flag"],
+    ] {
+        let output = tandem(&args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+    }
 }
 
 /// A kubeconfig with two contexts, `one` (current) and `two`, whose API
@@ -1060,9 +1115,9 @@ fn serve_chooses_its_cluster_and_dev_runs_no_controllers_unless_asked() {
         "--kubeconfig",
         missing.to_str().unwrap(),
     ]);
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert!(
-        text(&output.stderr).contains(&format!("tandem: --kubeconfig {}: ", missing.display())),
+        text(&output.stderr).contains(&format!("error: --kubeconfig {}: ", missing.display())),
         "{}",
         text(&output.stderr)
     );
@@ -1225,9 +1280,9 @@ fn serve_dev_keeps_its_ca_across_restarts_and_a_failed_bind() {
         .env("KUBECONFIG", dir.path().join("no-kubeconfig"))
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(output.status.code(), Some(2));
     assert!(
-        text(&output.stderr).contains(&format!("tandem: could not listen on {port}: "))
+        text(&output.stderr).contains(&format!("error: could not listen on {port}: "))
             && text(&output.stderr).contains(&format!(
                 "; the certificates in {} are left as they are",
                 certs.display()
@@ -1441,13 +1496,13 @@ fn serve_without_a_cluster_runs_only_when_told_to_run_no_controllers() {
     let refused = child.wait_with_output().unwrap();
     assert_eq!(
         refused.status.code(),
-        Some(1),
-        "serve without a cluster did not exit 1 within 20 s: {}",
+        Some(2),
+        "serve without a cluster did not exit 2 within 20 s: {}",
         text(&refused.stderr)
     );
     let said = text(&refused.stderr);
     assert!(
-        said.contains("tandem: no cluster to run the controllers in: ")
+        said.contains("error: no cluster to run the controllers in: ")
             && said.contains("pass --admission-only to serve admission without controllers"),
         "{said}"
     );

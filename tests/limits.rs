@@ -282,11 +282,11 @@ fn render(object: &Value) -> Output {
 }
 
 #[test]
-fn over_limit_objects_make_render_exit_2_with_the_message() {
+fn over_limit_objects_make_render_exit_1_with_the_message() {
     for (case, object, expected) in over_limit() {
         let output = render(&object);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{case}: {stderr}");
+        assert_eq!(output.status.code(), Some(1), "{case}: {stderr}");
         let name = object["metadata"]["name"].as_str().unwrap();
         let kind = object["kind"].as_str().unwrap();
         let line = format!("{kind} team/{name}: {expected}");

@@ -48,7 +48,7 @@ fn a_name_lws_refuses_is_denied_with_a_rename_under_every_strategy() {
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert_eq!(
                 output.status.code(),
-                Some(2),
+                Some(1),
                 "{upgrade:?} {routed}: {stderr}"
             );
             assert!(
@@ -75,7 +75,7 @@ fn an_object_name_the_api_server_refuses_is_denied() {
         "spec": {"targetRef": {"name": "qwen", "componentType": "decoder"}}});
     let output = render(&view);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("ScaleView default/Qwen-7B: metadata.name: must be a DNS-1123 subdomain"),
         "{stderr}"

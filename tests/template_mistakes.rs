@@ -1,6 +1,6 @@
 //! Issue 16, item 8: what Kubernetes would refuse later is refused now. A
 //! role's template is checked the way the API server will check the pods
-//! made from it, at admission and in `tandem render` (exit 2), each denial
+//! made from it, at admission and in `tandem render` (exit 1), each denial
 //! naming the path inside the template; `render` also refuses unknown fields
 //! of Tandem's own kinds, as the API server's strict field validation does.
 //! (Every example is still admitted: `tests/artifacts.rs`,
@@ -187,11 +187,11 @@ fn template_mistakes_are_denied_at_admission_with_the_path_inside_the_template()
 }
 
 #[test]
-fn template_mistakes_make_render_exit_2_with_the_path() {
+fn template_mistakes_make_render_exit_1_with_the_path() {
     for (case, template, expected) in mistakes() {
         let output = render(&serde_norway::to_string(&service(template)).unwrap());
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{case}: {stderr}");
+        assert_eq!(output.status.code(), Some(1), "{case}: {stderr}");
         let line = format!("InferenceService team/svc: {expected}");
         assert!(
             stderr.lines().any(|l| l.starts_with(&line)),
@@ -237,7 +237,7 @@ fn the_issue_example_is_refused_by_render_with_every_path() {
          imagePullPolicy: Sometimes\n          resources: {requests: {cpu: lots}}\n",
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
     for expected in [
         "InferenceService default/chat: spec.roles[0].replicsa: unknown field (did you mean \"replicas\"?)",
         "InferenceService default/chat: spec.roles[0].template.spec.containers[0].imagePullPolicy: unsupported value \"Sometimes\"",
@@ -259,7 +259,7 @@ fn render_refuses_unknown_fields_of_every_tandem_kind() {
                  scalingStrategy: {type: GroupReplication, groupConfig: {groupNamePrefix: g, replica: 2}}\n";
     let output = render(world);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
     for expected in [
         "ScaleView default/v: spec.scalePolicy[0].constraint: unknown field (did you mean \"constraints\"?)",
         "ResourceScalingGroup default/g: spec.scalingStrategy.groupConfig.replica: unknown field (did you mean \"replicas\"?)",
