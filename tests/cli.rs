@@ -88,12 +88,14 @@ fn render_json_with_a_namespace_and_warnings() {
     assert_eq!(rendered["delete"], serde_json::json!([]));
     assert_eq!(rendered["warnings"].as_array().unwrap().len(), 1);
     assert!(text(&output.stderr).starts_with("Warning: ResourceScalingGroup ai/pd-pool: "));
-    // Without -n the seed's group lands in default and reaches into ai: denied.
-    let denied = tandem(&[
-        "render",
-        "-f",
+    // Without its namespace the seed's group lands in default and reaches
+    // into ai: denied.
+    let seed = std::fs::read_to_string(repo_path(
         "examples/resourcescalinggroup/inplace-scaling.yaml",
-    ]);
+    ))
+    .unwrap()
+    .replace("  namespace: ai\nspec:", "spec:");
+    let denied = render_with(&[], &seed);
     assert_eq!(denied.status.code(), Some(1));
     assert!(
         text(&denied.stderr)

@@ -112,6 +112,73 @@ fn every_example_renders_as_its_header_says() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Every example renders alone, as written, with exit status 0: no `-n`,
+/// no other file (a ScaleView without its target, a group without its
+/// world, render only warns). What the header's command adds is what the
+/// example needs to show its outcome, never what it needs to be valid.
+#[test]
+fn every_example_renders_alone_as_written() {
+    let mut failures = Vec::new();
+    for path in examples() {
+        let output = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["render", "-f"])
+            .arg(&path)
+            .current_dir(common::repo_path("."))
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap();
+        if !output.status.success() {
+            failures.push(format!(
+                "{}: exit {:?}: {}",
+                path.display(),
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Every image an example would run names a release: a tag other than
+/// `latest`, or a digest. Pods in render worlds are stored objects that
+/// stand for what runs (their image is never pulled), so they are left out.
+#[test]
+fn every_example_image_is_a_pinned_release() {
+    fn images<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(fields) => {
+                for (key, field) in fields {
+                    match (key.as_str(), field) {
+                        ("image", Value::String(image)) => found.push(image),
+                        _ => images(field, found),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| images(item, found)),
+            _ => {}
+        }
+    }
+    let mut failures = Vec::new();
+    for path in examples() {
+        for object in common::yaml_documents(&path) {
+            if object["kind"] == "Pod" {
+                continue;
+            }
+            let mut found = Vec::new();
+            images(&object, &mut found);
+            for image in found {
+                let name = image.rsplit('/').next().unwrap_or(image);
+                let pinned = image.contains("@sha256:")
+                    || name.split_once(':').is_some_and(|(_, tag)| tag != "latest");
+                if !pinned {
+                    failures.push(format!("{}: {image}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "not a pinned release: {failures:#?}");
+}
+
 /// docs/inferenceservice.md: the binpack example's drained replicas are
 /// deleted by a render after their deadline, with the drained pods in the
 /// world, and the Event names the costs it beat.
@@ -168,16 +235,10 @@ fn the_binpack_example_deletes_what_it_drained_once_the_drain_is_over() {
     );
 }
 
-/// The render world whose LeaderWorkerSets, ControllerRevision and route
-/// were written for a template without probes (docs/inferenceservice.md,
-/// Readiness): its header carries the readiness warning instead.
-const WORLDS_WITHOUT_PROBES: [&str; 1] = ["incremental-upgrade-step.yaml"];
-
 /// Every example's model servers (a container of each serving role of an
 /// InferenceService) have a readiness probe and a startup probe of the
 /// server's `/health` on one of its ports, so Ready means the model
-/// is loaded; the world that cannot have them yet says so with the
-/// readiness warning in their headers.
+/// is loaded, and no header shows the readiness warning.
 #[test]
 fn every_example_model_server_is_probed_until_its_model_is_loaded() {
     let mut failures = Vec::new();
@@ -187,14 +248,6 @@ fn every_example_model_server_is_probed_until_its_model_is_loaded() {
         let warned = outcome.iter().any(|l| {
             l.starts_with("warning: ") && l.contains(".readinessProbe: no container of role ")
         });
-        if WORLDS_WITHOUT_PROBES.contains(&file.as_str()) {
-            if !warned {
-                failures.push(format!(
-                    "{file}: listed as without probes, but not warned about"
-                ));
-            }
-            continue;
-        }
         if warned {
             failures.push(format!("{file}: warned about a missing readiness probe"));
         }
