@@ -73,9 +73,9 @@ fn routed(strategy: Option<&str>) -> Value {
 
 /// The pods the InferencePool selects that are Ready, by name, with their
 /// addresses: what the picker should hold as endpoints.
-async fn ready_in_pool(scenario: &Scenario) -> BTreeMap<String, String> {
+async fn ready_in_pool(scenario: &Scenario, pool: &str) -> BTreeMap<String, String> {
     let pool = scenario
-        .get("inference.networking.k8s.io/v1", "InferencePool", POOL)
+        .get("inference.networking.k8s.io/v1", "InferencePool", pool)
         .await
         .expect("the InferencePool");
     let selector: Vec<String> = pool["spec"]["selector"]["matchLabels"]
@@ -109,18 +109,18 @@ fn holds(held: &Held, ready: &BTreeMap<String, String>) -> bool {
 /// picker runs here as a process, and kwok holds a replaced picker pod
 /// Terminating for its whole grace period (130 s) before Recreate starts
 /// the next.
-async fn picker_objects<F>(scenario: &Scenario, accept: F) -> (Value, Value)
+async fn picker_objects<F>(scenario: &Scenario, epp: &str, accept: F) -> (Value, Value)
 where
     F: Fn(&Value, &Value) -> Result<(), String>,
 {
     scenario
         .eventually(60, "the picker's Deployment and ConfigMap", || async {
             let deployment = scenario
-                .get("apps/v1", "Deployment", EPP)
+                .get("apps/v1", "Deployment", epp)
                 .await
                 .ok_or("no Deployment")?;
             let config = scenario
-                .get("v1", "ConfigMap", EPP)
+                .get("v1", "ConfigMap", epp)
                 .await
                 .ok_or("no ConfigMap")?;
             accept(&deployment, &config)?;
@@ -155,10 +155,15 @@ fn hash_of(deployment: &Value) -> String {
 
 /// Waits until the picker holds as its endpoints exactly the pool's Ready
 /// pods, and they are `expected` many.
-async fn wait_endpoints(scenario: &Scenario, picker: &mut RunningPicker, expected: usize) {
+async fn wait_endpoints(
+    scenario: &Scenario,
+    picker: &mut RunningPicker,
+    pool: &str,
+    expected: usize,
+) {
     for _ in 0..240 {
         picker.assert_alive();
-        let ready = ready_in_pool(scenario).await;
+        let ready = ready_in_pool(scenario, pool).await;
         if ready.len() == expected && holds(&picker.endpoints(), &ready) {
             return;
         }
@@ -168,7 +173,7 @@ async fn wait_endpoints(scenario: &Scenario, picker: &mut RunningPicker, expecte
         "{} holding the pool's {expected} Ready pods: it holds {:?}, the pool's Ready pods are {:?}; its log:\n{}",
         picker.name,
         picker.endpoints(),
-        ready_in_pool(scenario).await,
+        ready_in_pool(scenario, pool).await,
         common::scenario::tail(&picker.log(), 40)
     );
 }
@@ -201,7 +206,7 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
     scenario.create_or_fail(&routed(None)).await;
     wait_ready(&scenario, SERVICE).await;
 
-    let (deployment, config) = picker_objects(&scenario, |_, _| Ok(())).await;
+    let (deployment, config) = picker_objects(&scenario, EPP, |_, _| Ok(())).await;
     let image = released_image(
         "epp",
         "sigs.k8s.io/gateway-api-inference-extension",
@@ -222,10 +227,10 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
         "epp-default",
     );
     picker.wait_serving(&probe, 90).await;
-    wait_endpoints(&scenario, &mut picker, 6).await;
+    wait_endpoints(&scenario, &mut picker, POOL, 6).await;
     // Two decode replicas fewer: their leaders leave the pool, and the picker.
     set_role_replicas(&scenario, SERVICE, 1, 2).await;
-    wait_endpoints(&scenario, &mut picker, 4).await;
+    wait_endpoints(&scenario, &mut picker, POOL, 4).await;
     assert_no_refusal(&picker);
     picker.kill();
 
@@ -247,7 +252,7 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
             "queue-size" => "queue-scorer",
             _ => "lora-affinity-scorer",
         };
-        let (deployment, config) = picker_objects(&scenario, |deployment, config| {
+        let (deployment, config) = picker_objects(&scenario, EPP, |deployment, config| {
             let text = config["data"]["epp-config.yaml"]
                 .as_str()
                 .unwrap_or_default();
@@ -267,7 +272,7 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
             &format!("epp-{strategy}"),
         );
         picker.wait_serving(&probe, 90).await;
-        wait_endpoints(&scenario, &mut picker, 4).await;
+        wait_endpoints(&scenario, &mut picker, POOL, 4).await;
         assert_no_refusal(&picker);
         picker.kill();
     }
@@ -275,7 +280,7 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
     // Two replicas: leader election, on the Lease permissions Tandem binds
     // only then. Both pickers are live; only the leader is ready.
     set_role_replicas(&scenario, SERVICE, ROUTER, 2).await;
-    let (deployment, config) = picker_objects(&scenario, |deployment, _| {
+    let (deployment, config) = picker_objects(&scenario, EPP, |deployment, _| {
         let electing = args_of(deployment)
             .iter()
             .any(|a| a == "--ha-enable-leader-election");
@@ -318,11 +323,11 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
             }
         })
         .await;
-    wait_endpoints(&scenario, &mut pickers[leader], 4).await;
+    wait_endpoints(&scenario, &mut pickers[leader], POOL, 4).await;
     pickers[leader].kill();
     let follower = 1 - leader;
     pickers[follower].wait_serving(&probe, 90).await;
-    wait_endpoints(&scenario, &mut pickers[follower], 4).await;
+    wait_endpoints(&scenario, &mut pickers[follower], POOL, 4).await;
     for picker in &pickers {
         assert_no_refusal(picker);
     }
@@ -354,7 +359,7 @@ async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_ho
     scenario.create_or_fail(&service).await;
     wait_ready(&scenario, SERVICE).await;
 
-    let (deployment, config) = picker_objects(&scenario, |_, _| Ok(())).await;
+    let (deployment, config) = picker_objects(&scenario, EPP, |_, _| Ok(())).await;
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
         image
@@ -378,9 +383,9 @@ async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_ho
         .await;
     // Two prefill and four decode leaders; the filters choose among them
     // per request. Two decode replicas fewer: their leaders leave.
-    wait_endpoints(&scenario, &mut picker, 6).await;
+    wait_endpoints(&scenario, &mut picker, POOL, 6).await;
     set_role_replicas(&scenario, SERVICE, 1, 2).await;
-    wait_endpoints(&scenario, &mut picker, 4).await;
+    wait_endpoints(&scenario, &mut picker, POOL, 4).await;
     // The configuration as the picker loaded it (its loader logs it, with
     // every plugin's type and the by-label filters' parameters).
     let log = picker.log();
@@ -396,4 +401,49 @@ async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_ho
         assert!(loaded.contains(part), "{part} in {loaded}");
     }
     assert_no_refusal(&picker);
+}
+
+/// The quickstart without GPUs (docs/quickstart-kind.md), as far as it can
+/// go here: its Gateway and InferenceService, as the example writes them,
+/// are admitted by the real API server through Tandem's webhooks; the two
+/// simulator replicas become Ready (kwok runs no container, so no probe and
+/// no request); GIE's picker, started on the configuration Tandem generates
+/// for the example, as its ServiceAccount, holds both as endpoints, and the
+/// third the guide scales to. The DestinationRule is Istio's, which this
+/// control plane does not serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quickstarts_service_is_admitted_and_gies_picker_holds_its_simulated_replicas() {
+    let Some(scenario) = start("pickers-quickstart").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let documents = common::yaml_documents(&common::repo_path(
+        "examples/quickstart/simulated-router.yaml",
+    ));
+    for kind in ["Gateway", "InferenceService"] {
+        let object = documents
+            .iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("the quickstart has a {kind}"));
+        scenario.create_or_fail(object).await;
+    }
+    wait_ready(&scenario, "sim").await;
+
+    let (deployment, config) = picker_objects(&scenario, "sim-epp", |_, _| Ok(())).await;
+    let mut picker = RunningPicker::start(
+        scenario.plane,
+        "epp",
+        &deployment,
+        "epp",
+        &config,
+        "epp-quickstart",
+    );
+    picker
+        .wait_serving(&readiness_service(&deployment), 90)
+        .await;
+    wait_endpoints(&scenario, &mut picker, "sim-pool", 2).await;
+    set_role_replicas(&scenario, "sim", 0, 3).await;
+    wait_endpoints(&scenario, &mut picker, "sim-pool", 3).await;
+    assert_no_refusal(&picker);
+    picker.kill();
 }

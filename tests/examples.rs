@@ -235,9 +235,14 @@ fn the_binpack_example_deletes_what_it_drained_once_the_drain_is_over() {
     );
 }
 
+/// The model servers' health endpoints that say the model is loaded: vLLM's
+/// and SGLang's `/health`; llm-d's inference simulator's `/health/ready`
+/// (its `/health` is 200 from the start).
+const HEALTH_PATHS: [&str; 2] = ["/health", "/health/ready"];
+
 /// Every example's model servers (a container of each serving role of an
 /// InferenceService) have a readiness probe and a startup probe of the
-/// server's `/health` on one of its ports, so Ready means the model
+/// server's health endpoint on one of its ports, so Ready means the model
 /// is loaded, and no header shows the readiness warning.
 #[test]
 fn every_example_model_server_is_probed_until_its_model_is_loaded() {
@@ -273,13 +278,15 @@ fn every_example_model_server_is_probed_until_its_model_is_loaded() {
                         .unwrap_or_else(|| vec![8000]);
                     ["readinessProbe", "startupProbe"].iter().all(|probe| {
                         let get = &server[*probe]["httpGet"];
-                        get["path"] == "/health"
+                        get["path"]
+                            .as_str()
+                            .is_some_and(|path| HEALTH_PATHS.contains(&path))
                             && get["port"].as_i64().is_some_and(|p| ports.contains(&p))
                     })
                 });
                 if !probed {
                     failures.push(format!(
-                        "{file}: role {}: no container has readiness and startup probes of /health on its own port",
+                        "{file}: role {}: no container has readiness and startup probes of its health endpoint on its own port",
                         role["name"]
                     ));
                 }

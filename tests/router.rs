@@ -11,8 +11,6 @@ use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tandem::api::InferenceService;
 use tandem::plan::inference_service::router::{
@@ -149,26 +147,6 @@ fn one<'a>(name: &str, objects: &'a [Value], kind: &str) -> &'a Value {
     let found = of_kind(objects, kind);
     assert_eq!(found.len(), 1, "{name}: one {kind}");
     found[0]
-}
-
-/// `object` is exactly a `T`: it deserializes (serde_path_to_error names the
-/// field that does not fit) and serializes back to itself, so no field is
-/// misspelt or misplaced (the Kubernetes types ignore unknown fields).
-fn assert_exactly<T: DeserializeOwned + Serialize>(name: &str, object: &Value) {
-    let kind = &object["kind"];
-    let typed: T = serde_path_to_error::deserialize(object).unwrap_or_else(|e| {
-        panic!(
-            "{name}: {kind} is not a {}: {}: {}",
-            std::any::type_name::<T>(),
-            e.path(),
-            e.inner()
-        )
-    });
-    let back = serde_json::to_value(typed).unwrap();
-    assert_eq!(
-        &back, object,
-        "{name}: {kind} has fields its type does not know"
-    );
 }
 
 fn upstream_schema(dir: &Path, file: &str) -> CrdSchema {

@@ -199,6 +199,29 @@ pub fn upstream_schemas(dir: &Path) -> std::collections::BTreeMap<(String, Strin
     schemas
 }
 
+/// `object` is exactly a `T`: it deserializes (serde_path_to_error names the
+/// field that does not fit) and serializes back to itself, so no field is
+/// misspelt or misplaced (the Kubernetes types ignore unknown fields).
+pub fn assert_exactly<T: serde::de::DeserializeOwned + serde::Serialize>(
+    name: &str,
+    object: &Value,
+) {
+    let kind = &object["kind"];
+    let typed: T = serde_path_to_error::deserialize(object).unwrap_or_else(|e| {
+        panic!(
+            "{name}: {kind} is not a {}: {}: {}",
+            std::any::type_name::<T>(),
+            e.path(),
+            e.inner()
+        )
+    });
+    let back = serde_json::to_value(typed).unwrap();
+    assert_eq!(
+        &back, object,
+        "{name}: {kind} has fields its type does not know"
+    );
+}
+
 /// Schemas of Tandem's own CRDs, by kind.
 pub fn tandem_schema(kind: &str) -> CrdSchema {
     let crd = tandem::api::crds::all()
