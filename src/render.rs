@@ -564,9 +564,11 @@ impl Rendered {
         let why = |index: usize| {
             self.changes.get(index).map_or_else(String::new, |change| {
                 format!(
-                    "# {}: {}\n",
+                    "# {} {} {}: {}\n",
                     change.action,
-                    change.reason.replace(['\n', '\r'], " ")
+                    change.kind,
+                    change.name,
+                    change.said().replace(['\n', '\r'], " ")
                 )
             })
         };

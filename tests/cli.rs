@@ -33,7 +33,7 @@ fn render_of_an_example_is_deterministic_and_shows_defaults() {
     assert_eq!(first.stdout, tandem(&args).stdout, "same input, same bytes");
     let out = text(&first.stdout);
     assert!(
-        out.starts_with("---\n# changed: admission fills in defaults: spec.roles, spec.upgradeStrategy; Tandem writes status\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
+        out.starts_with("---\n# changed InferenceService deepseek-r1-disagg: admission fills in defaults: spec.roles[0].disruptionBudget, spec.roles[0].drain, spec.roles[0].scaleDown, spec.roles[1].disruptionBudget, spec.roles[1].drain, spec.roles[1].scaleDown, spec.upgradeStrategy; Tandem writes status\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
         "{out}"
     );
     assert!(
@@ -641,11 +641,11 @@ fn render_says_why_each_object_is_created_changed_or_deleted() {
     assert!(yaml.status.success(), "{}", text(&yaml.stderr));
     let out = text(&yaml.stdout);
     assert!(
-        out.contains("---\n# created: LeaderWorkerSet qwen-rolling-inference-3 created: role inference moves to revision "),
+        out.contains("---\n# created LeaderWorkerSet qwen-rolling-inference-3: role inference moves to revision "),
         "{out}"
     );
     assert!(
-        out.contains("---\n# changed: LeaderWorkerSet qwen-rolling-inference-2 updated: role inference moves to revision ")
+        out.contains("---\n# changed LeaderWorkerSet qwen-rolling-inference-2: role inference moves to revision ")
             && out.contains("(fields: metadata.annotations, metadata.labels, spec.leaderWorkerTemplate)\n"),
         "a change says which fields: {out}"
     );
@@ -654,7 +654,7 @@ fn render_says_why_each_object_is_created_changed_or_deleted() {
         if *line == "---" {
             let why = lines[index + 1];
             assert!(
-                why.starts_with("# created: ") || why.starts_with("# changed: "),
+                why.starts_with("# created ") || why.starts_with("# changed "),
                 "every object says why: {why}"
             );
         }
@@ -674,7 +674,7 @@ fn render_says_why_each_object_is_created_changed_or_deleted() {
     assert_eq!(deletes.len(), 4);
     for index in deletes {
         assert!(
-            lines[index - 1].starts_with("# deleted: Deployment inference-unit-0"),
+            lines[index - 1].starts_with("# deleted Deployment inference-unit-0"),
             "{}",
             lines[index - 1]
         );

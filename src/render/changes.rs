@@ -140,6 +140,19 @@ impl Recording {
     }
 }
 
+impl Change {
+    /// The reason without the object's own name and verb at the head of
+    /// each note (`LeaderWorkerSet x created: `), for a line that already
+    /// names them.
+    pub fn said(&self) -> String {
+        let mut said = self.reason.clone();
+        for verb in ["created", "updated", "deleted"] {
+            said = said.replace(&format!("{} {} {verb}: ", self.kind, self.name), "");
+        }
+        said
+    }
+}
+
 fn change(key: &ObjectKey, action: &'static str, reason: String) -> Change {
     Change {
         kind: key.kind.clone(),
@@ -181,23 +194,55 @@ fn changed_reason(notes: &[String], before: &Value, defaulted: &Value, after: &V
     parts.join("; ")
 }
 
-/// The fields that differ, at most two levels deep (`spec.roles`,
-/// `status.conditions`), in the order of a JSON Patch from `before`.
+/// At most this many fields are named in a reason; the rest are counted.
+const FIELDS_NAMED: usize = 6;
+
+/// The fields that differ, as paths a user reads in the object
+/// (`spec.roles[0].replicas`, `status`), in the order of a JSON Patch from
+/// `before`; past [`FIELDS_NAMED`] (and one), how many more.
 pub fn changed_fields(before: &Value, after: &Value) -> Vec<String> {
     let mut fields: Vec<String> = Vec::new();
     for operation in json_patch::diff(before, after).0 {
-        let path = operation.path().to_string();
-        let field = path
-            .split('/')
-            .skip(1)
-            .take(2)
-            .collect::<Vec<_>>()
-            .join(".");
+        let field = field_path(operation.path().as_ref());
         if !fields.contains(&field) {
             fields.push(field);
         }
     }
+    // "1 more" would take the room of the one it stands for.
+    if fields.len() > FIELDS_NAMED.saturating_add(1) {
+        let more = fields.len().saturating_sub(FIELDS_NAMED);
+        fields.truncate(FIELDS_NAMED);
+        fields.push(format!("{more} more"));
+    }
     fields
+}
+
+/// A JSON Pointer (`/spec/roles/0/replicas`) as a field path
+/// (`spec.roles[0].replicas`); a metadata map's key stays one segment
+/// (`metadata.labels`), since its keys hold dots and slashes.
+fn field_path(pointer: &str) -> String {
+    let mut path = String::new();
+    let segments = pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"));
+    let mut names = 0_usize;
+    for segment in segments {
+        let index = !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit());
+        if index && !path.is_empty() {
+            path.push_str(&format!("[{segment}]"));
+            continue;
+        }
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(&segment);
+        names = names.saturating_add(1);
+        if path == "metadata.labels" || path == "metadata.annotations" || names >= 5 {
+            break;
+        }
+    }
+    path
 }
 
 impl Cluster for Recording {
@@ -312,28 +357,76 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn changed_fields_are_two_levels_deep_and_said_once() {
+    fn changed_fields_are_paths_a_user_reads_each_said_once() {
         let before =
             json!({"spec": {"replicas": 1, "roles": [{"a": 1}]}, "metadata": {"name": "x"}});
         let after = json!({"spec": {"replicas": 2, "roles": [{"a": 2, "b": 1}]},
             "metadata": {"name": "x"}, "status": {"ready": "0/1"}});
         assert_eq!(
             changed_fields(&before, &after),
-            ["spec.replicas", "spec.roles", "status"]
+            [
+                "spec.replicas",
+                "spec.roles[0].a",
+                "spec.roles[0].b",
+                "status"
+            ]
         );
         assert_eq!(
             changed_reason(&[], &before, &before, &after),
-            "Tandem writes spec.replicas, spec.roles, status"
+            "Tandem writes spec.replicas, spec.roles[0].a, spec.roles[0].b, status"
         );
         let mut defaulted = before.clone();
         defaulted["spec"]["roles"][0]["b"] = json!(1);
         assert_eq!(
             changed_reason(&[], &before, &defaulted, &after),
-            "admission fills in defaults: spec.roles; Tandem writes spec.replicas, spec.roles, status"
+            "admission fills in defaults: spec.roles[0].b; Tandem writes spec.replicas, spec.roles[0].a, status"
         );
         assert_eq!(
             changed_reason(&["Scaled".to_owned()], &before, &before, &after),
-            "Scaled (fields: spec.replicas, spec.roles, status)"
+            "Scaled (fields: spec.replicas, spec.roles[0].a, spec.roles[0].b, status)"
         );
+    }
+
+    #[test]
+    fn a_label_key_stays_whole_and_a_long_list_is_counted() {
+        let before = json!({"metadata": {"labels": {"a": "1"}}});
+        let after = json!({"metadata": {"labels": {"a": "2", "fusioninfer.io/role-name": "x"}}});
+        assert_eq!(changed_fields(&before, &after), ["metadata.labels"]);
+        let deep = json!({"spec": {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}});
+        assert_eq!(
+            changed_fields(&json!({}), &deep),
+            ["spec"],
+            "a whole new field is named where it starts"
+        );
+        let mut nested = json!({"spec": {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}});
+        assert_eq!(changed_fields(&deep, &nested), Vec::<String>::new());
+        nested["spec"]["a"]["b"]["c"]["d"]["e"]["f"] = json!(2);
+        assert_eq!(
+            changed_fields(&deep, &nested),
+            ["spec.a.b.c.d"],
+            "five deep at most"
+        );
+        let many: serde_json::Map<String, Value> =
+            (0..9).map(|i| (format!("f{i}"), json!(i))).collect();
+        let seven: serde_json::Map<String, Value> =
+            (0..7).map(|i| (format!("f{i}"), json!(i))).collect();
+        let named = changed_fields(&json!({"spec": {}}), &json!({"spec": seven}));
+        assert_eq!(named.len(), 7, "one more is named, not counted: {named:?}");
+        let fields = changed_fields(&json!({"spec": {}}), &json!({"spec": many}));
+        assert_eq!(fields.len(), FIELDS_NAMED + 1);
+        assert_eq!(fields.last().map(String::as_str), Some("3 more"));
+    }
+
+    #[test]
+    fn a_line_naming_the_object_does_not_repeat_it() {
+        let change = Change {
+            kind: "LeaderWorkerSet".to_owned(),
+            namespace: "default".to_owned(),
+            name: "x-0".to_owned(),
+            action: "created",
+            reason: "LeaderWorkerSet x-0 created: replica 0; LeaderWorkerSet x-0 updated: again"
+                .to_owned(),
+        };
+        assert_eq!(change.said(), "replica 0; again");
     }
 }
