@@ -80,7 +80,7 @@ fn only_volcano_1_13_fails_naming_leader_worker_set_missing_and_sub_groups_absen
         "{text}"
     );
     assert!(text.contains("subGroupPolicy absent"), "{text}");
-    assert!(text.contains("to do: install Volcano >= v1.14"), "{text}");
+    assert!(text.contains("to do: install Volcano v1.15.1"), "{text}");
 }
 
 #[test]
@@ -168,4 +168,74 @@ fn an_unreachable_cluster_is_named_with_its_address_and_the_cause() {
         "{said}"
     );
     assert!(said.contains("Connection refused"), "{said}");
+}
+
+/// What Tandem tells a user to install (check's "to do", the webhook's
+/// denials and warnings, `DependencyMissing`) names the release that
+/// docs/compatibility.md's table says was tested, and that getting-started's
+/// install commands install: never a minimum nobody ran.
+#[test]
+fn every_install_hint_names_the_release_the_docs_test_and_install() {
+    use tandem::plan::shared::installed::{
+        GATEWAY, HTTP_ROUTE, INFERENCE_POOL, LEADER_WORKER_SET, POD_GROUP,
+    };
+    let compatibility =
+        std::fs::read_to_string(common::repo_path("docs/compatibility.md")).expect("the doc");
+    let started =
+        std::fs::read_to_string(common::repo_path("docs/getting-started.md")).expect("the doc");
+    for (dependency, row, download) in [
+        (
+            LEADER_WORKER_SET,
+            "| LeaderWorkerSet | CRD and manager ",
+            "lws/releases/download/",
+        ),
+        (POD_GROUP, "| Volcano | ", "volcano/"),
+        (
+            INFERENCE_POOL,
+            "| Inference Extension | ",
+            "gateway-api-inference-extension/releases/download/",
+        ),
+        (
+            GATEWAY,
+            "| Gateway API | ",
+            "gateway-api/releases/download/",
+        ),
+        (
+            HTTP_ROUTE,
+            "| Gateway API | ",
+            "gateway-api/releases/download/",
+        ),
+    ] {
+        let release = dependency
+            .install
+            .split_whitespace()
+            .find(|word| {
+                word.starts_with('v') && word[1..].starts_with(|c: char| c.is_ascii_digit())
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: no release in {:?}",
+                    dependency.name, dependency.install
+                )
+            })
+            .trim_end_matches(',');
+        assert!(
+            !dependency.install.contains(">="),
+            "{}: a minimum, not the tested release: {}",
+            dependency.name,
+            dependency.install
+        );
+        assert!(
+            compatibility
+                .lines()
+                .any(|l| l.starts_with(row) && l.contains(release)),
+            "{}: {release} is not in a row {row:?} of docs/compatibility.md",
+            dependency.name
+        );
+        assert!(
+            started.contains(&format!("{download}{release}")),
+            "{}: getting-started does not install {download}{release}",
+            dependency.name
+        );
+    }
 }

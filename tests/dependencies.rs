@@ -152,7 +152,7 @@ fn sub_group_asked_for_on_volcano_1_13_is_refused_naming_the_field_and_what_is_i
         "{stderr}"
     );
     assert!(stderr.contains("(serving v1beta1)"), "{stderr}");
-    assert!(stderr.contains("install Volcano >= v1.14"), "{stderr}");
+    assert!(stderr.contains("install Volcano v1.15.1"), "{stderr}");
 
     // The same service on v1.15.1 is admitted; TaskMember on v1.13.3 too.
     let (code, _, stderr) = render(&[dir.join(LWS_CRD), dir.join(VOLCANO_1_15), service], &[]);

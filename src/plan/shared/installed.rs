@@ -28,7 +28,7 @@ pub const LEADER_WORKER_SET: Dependency = Dependency {
     group: "leaderworkerset.x-k8s.io",
     kind: "LeaderWorkerSet",
     version: "v1",
-    install: "install LWS >= v0.7 (kubernetes-sigs/lws releases, manifests.yaml)",
+    install: "install LWS v0.9.0, the release Tandem is tested with (kubernetes-sigs/lws releases, manifests.yaml)",
 };
 
 pub const POD_GROUP: Dependency = Dependency {
@@ -36,7 +36,7 @@ pub const POD_GROUP: Dependency = Dependency {
     group: "scheduling.volcano.sh",
     kind: "PodGroup",
     version: "v1beta1",
-    install: "install Volcano >= v1.14 (volcano-sh/volcano releases) for subGroupPolicy",
+    install: "install Volcano v1.15.1, the release Tandem is tested with (volcano-sh/volcano releases; subGroupPolicy needs v1.14 or later)",
 };
 
 pub const INFERENCE_POOL: Dependency = Dependency {
@@ -44,7 +44,7 @@ pub const INFERENCE_POOL: Dependency = Dependency {
     group: "inference.networking.k8s.io",
     kind: "InferencePool",
     version: "v1",
-    install: "install the Gateway API Inference Extension >= v1.0 (its CRDs give InferencePool v1)",
+    install: "install the Gateway API Inference Extension v1.5.0, the release Tandem is tested with (its manifests.yaml; InferencePool v1)",
 };
 
 pub const GATEWAY: Dependency = Dependency {
@@ -52,7 +52,7 @@ pub const GATEWAY: Dependency = Dependency {
     group: "gateway.networking.k8s.io",
     kind: "Gateway",
     version: "v1",
-    install: "install Gateway API >= v1.0 (standard channel CRDs)",
+    install: "install Gateway API v1.6.1, the release Tandem is tested with (standard-install.yaml, the standard channel)",
 };
 
 pub const HTTP_ROUTE: Dependency = Dependency {
@@ -60,7 +60,7 @@ pub const HTTP_ROUTE: Dependency = Dependency {
     group: "gateway.networking.k8s.io",
     kind: "HTTPRoute",
     version: "v1",
-    install: "install Gateway API >= v1.0 (standard channel CRDs)",
+    install: "install Gateway API v1.6.1, the release Tandem is tested with (standard-install.yaml, the standard channel)",
 };
 
 /// The Inference Extension's pre-GA InferencePool (v0.x, and served beside
