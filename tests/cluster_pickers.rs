@@ -178,6 +178,23 @@ async fn wait_endpoints(
     );
 }
 
+/// The picker `binary`, started as its pod `pod` would run it, on the
+/// Deployment and ConfigMap Tandem wrote, once it reports SERVING on the
+/// health service its readiness probe asks.
+async fn serving_picker(
+    scenario: &Scenario,
+    binary: &str,
+    deployment: &Value,
+    config: &Value,
+    pod: &str,
+) -> RunningPicker {
+    let mut picker = RunningPicker::start(scenario.plane, binary, deployment, "epp", config, pod);
+    picker
+        .wait_serving(&readiness_service(deployment), 90)
+        .await;
+    picker
+}
+
 fn assert_no_refusal(picker: &RunningPicker) {
     let log = picker.log();
     let refused: Vec<&str> = log.lines().filter(|l| l.contains("forbidden")).collect();
@@ -218,15 +235,7 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
         image
     );
     let probe = readiness_service(&deployment);
-    let mut picker = RunningPicker::start(
-        scenario.plane,
-        "epp",
-        &deployment,
-        "epp",
-        &config,
-        "epp-default",
-    );
-    picker.wait_serving(&probe, 90).await;
+    let mut picker = serving_picker(&scenario, "epp", &deployment, &config, "epp-default").await;
     wait_endpoints(&scenario, &mut picker, POOL, 6).await;
     // Two decode replicas fewer: their leaders leave the pool, and the picker.
     set_role_replicas(&scenario, SERVICE, 1, 2).await;
@@ -263,15 +272,8 @@ async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_service_accou
         })
         .await;
         hash = hash_of(&deployment);
-        let mut picker = RunningPicker::start(
-            scenario.plane,
-            "epp",
-            &deployment,
-            "epp",
-            &config,
-            &format!("epp-{strategy}"),
-        );
-        picker.wait_serving(&probe, 90).await;
+        let pod = format!("epp-{strategy}");
+        let mut picker = serving_picker(&scenario, "epp", &deployment, &config, &pod).await;
         wait_endpoints(&scenario, &mut picker, POOL, 4).await;
         assert_no_refusal(&picker);
         picker.kill();
@@ -370,17 +372,7 @@ async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configuration_and_ho
     for plugin in ["pd-profile-handler", "prefill-header-handler", "by-label"] {
         assert!(text.contains(plugin), "{plugin} in {text}");
     }
-    let mut picker = RunningPicker::start(
-        scenario.plane,
-        "llm-d-epp",
-        &deployment,
-        "epp",
-        &config,
-        "epp-pd",
-    );
-    picker
-        .wait_serving(&readiness_service(&deployment), 90)
-        .await;
+    let mut picker = serving_picker(&scenario, "llm-d-epp", &deployment, &config, "epp-pd").await;
     // Two prefill and four decode leaders; the filters choose among them
     // per request. Two decode replicas fewer: their leaders leave.
     wait_endpoints(&scenario, &mut picker, POOL, 6).await;
@@ -430,17 +422,7 @@ async fn the_quickstarts_service_is_admitted_and_gies_picker_holds_its_simulated
     wait_ready(&scenario, "sim").await;
 
     let (deployment, config) = picker_objects(&scenario, "sim-epp", |_, _| Ok(())).await;
-    let mut picker = RunningPicker::start(
-        scenario.plane,
-        "epp",
-        &deployment,
-        "epp",
-        &config,
-        "epp-quickstart",
-    );
-    picker
-        .wait_serving(&readiness_service(&deployment), 90)
-        .await;
+    let mut picker = serving_picker(&scenario, "epp", &deployment, &config, "epp-quickstart").await;
     wait_endpoints(&scenario, &mut picker, "sim-pool", 2).await;
     set_role_replicas(&scenario, "sim", 0, 3).await;
     wait_endpoints(&scenario, &mut picker, "sim-pool", 3).await;

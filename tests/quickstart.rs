@@ -134,17 +134,26 @@ fn served_paths(http: &Path) -> BTreeSet<String> {
 /// (a failure under `CI=true`).
 fn simulator_module(test: &str) -> Option<std::path::PathBuf> {
     let (module, version, sum) = SIMULATOR;
-    match common::upstream::download(module, version, sum) {
-        Ok(dir) => Some(dir),
-        Err(why) => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true, yet {test} cannot run: {why}"
-            );
-            eprintln!("SKIPPED {test}: {why}");
-            None
-        }
-    }
+    available(test, common::upstream::download(module, version, sum))
+}
+
+/// The container's arguments.
+fn args_of(container: &Value) -> Vec<&str> {
+    container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+/// The value after `flag` in `args`.
+fn value_of<'a>(args: &[&'a str], flag: &str) -> &'a str {
+    args.iter()
+        .position(|a| *a == flag)
+        .and_then(|i| args.get(i + 1))
+        .copied()
+        .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
 }
 
 #[test]
@@ -162,12 +171,7 @@ fn the_simulator_runs_flags_and_probes_endpoints_its_release_has() {
     );
     let flags = defined_flags(&module.join("pkg/common/parser.go"));
     assert!(flags.len() > 40 && flags.contains("model"), "{flags:?}");
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let args = args_of(container);
     for arg in &args {
         if let Some(flag) = arg.strip_prefix("--") {
             assert!(
@@ -200,12 +204,7 @@ fn the_simulator_runs_flags_and_probes_endpoints_its_release_has() {
     let guide = std::fs::read_to_string(repo_path(GUIDE)).expect("the guide");
     assert!(http.contains("\"x-inference-pod\"") && guide.contains("`x-inference-pod`"));
     // The port the probes and the pool use is the one it listens on.
-    let port = args
-        .iter()
-        .position(|a| *a == "--port")
-        .and_then(|i| args.get(i + 1))
-        .expect("--port");
-    assert_eq!(*port, "8000");
+    assert_eq!(value_of(&args, "--port"), "8000");
     assert_eq!(container["ports"][0]["containerPort"], 8000);
 }
 
@@ -214,17 +213,8 @@ fn the_guide_asks_the_example_for_what_it_serves() {
     let guide = std::fs::read_to_string(repo_path(GUIDE)).expect("the guide");
     let documents = documents();
     let container = simulator(&documents);
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    let model = args
-        .iter()
-        .position(|a| *a == "--model")
-        .and_then(|i| args.get(i + 1))
-        .expect("--model");
+    let args = args_of(container);
+    let model = value_of(&args, "--model");
     assert!(
         guide.contains(&format!("\"model\": \"{model}\"")),
         "the guide's request names the model the simulator serves, {model}"

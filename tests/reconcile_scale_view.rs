@@ -284,8 +284,8 @@ async fn a_second_view_on_a_locked_group_is_refused() {
     assert_no_writes(&fake);
 }
 
-#[tokio::test]
-async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
+/// The spot view, its lock taken, then deleted: held by its finalizer.
+async fn locked_then_deleted() -> (FakeApi, Arc<Context>) {
     let fake = FakeApi::new();
     let ctx = fake.context();
     store_spot(&fake, 4);
@@ -295,6 +295,12 @@ async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
         .delete("spot-decode-sv", &Default::default())
         .await
         .unwrap();
+    (fake, ctx)
+}
+
+#[tokio::test]
+async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
+    let (fake, ctx) = locked_then_deleted().await;
     let held = view(&fake, "spot-decode-sv").expect("held by the finalizer");
     assert!(!held["metadata"]["deletionTimestamp"].is_null());
     fake.take_calls();
@@ -321,15 +327,7 @@ async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
 /// API server shows this when a namespace is deleted (cluster_end_to_end).
 #[tokio::test]
 async fn a_view_being_deleted_whose_finalizer_write_meets_a_conflict_requeues_quietly() {
-    let fake = FakeApi::new();
-    let ctx = fake.context();
-    store_spot(&fake, 4);
-    reconcile_view(&fake, &ctx, "spot-decode-sv").await;
-    let views: kube::Api<ScaleView> = kube::Api::namespaced(fake.client(), "default");
-    views
-        .delete("spot-decode-sv", &Default::default())
-        .await
-        .unwrap();
+    let (fake, ctx) = locked_then_deleted().await;
     fake.caught_up().await;
     fake.take_calls();
     fake.conflict_next_writes(&format!("{VIEWS}/spot-decode-sv"), 1);

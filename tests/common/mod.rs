@@ -61,8 +61,14 @@ pub fn upstream_crds_dir() -> Option<PathBuf> {
 /// The upstream CRD directory, or None after printing why the caller skips;
 /// with `CI=true` a skip is a failure.
 pub fn upstream_crds(test: &str) -> Option<PathBuf> {
-    match upstream_crds_or_why() {
-        Ok(dir) => Some(dir),
+    available(test, upstream_crds_or_why())
+}
+
+/// What `test` needs, or None after printing why it skips; with `CI=true`
+/// a skip is a failure.
+pub fn available<T>(test: &str, found: Result<T, String>) -> Option<T> {
+    match found {
+        Ok(found) => Some(found),
         Err(why) => {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
