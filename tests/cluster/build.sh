@@ -4,10 +4,12 @@
 # kube-controller-manager, kube-scheduler, the LeaderWorkerSet manager), kwok
 # (kwok/, a module of its own: the nodes and the pods' lifecycles), kustomize's
 # krusty (kustomize/, a module of its own: `kubectl apply -k` without
-# kubectl) and Helm's own command (helm/, a module of its own), once: the
+# kubectl), Helm's own command (helm/, a module of its own) and
+# custom-metrics-apiserver's test adapter (metrics/, a module of its own: the
+# custom metrics API the HPA controller reads), once: the
 # binaries are cached under $CARGO_TARGET_DIR (default
 # target/)/cluster-test/<key>/bin, keyed by a hash of this script and the
-# four modules' go.mod, go.sum and sources, and reused until one of those
+# five modules' go.mod, go.sum and sources, and reused until one of those
 # changes. Prints that bin directory on stdout; progress goes to stderr.
 # Concurrent callers wait for one build (flock).
 set -euo pipefail
@@ -17,9 +19,10 @@ target=${CARGO_TARGET_DIR:-$root/target}
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
 key=$(cat "$here/build.sh" "$here/go.mod" "$here/go.sum" "$here"/etcd/*.go \
   "$here"/kustomize/go.mod "$here"/kustomize/go.sum "$here"/kustomize/*.go \
-  "$here"/helm/go.mod "$here"/helm/go.sum "$here"/kwok/go.mod "$here"/kwok/go.sum | sha256sum | cut -c1-16)
+  "$here"/helm/go.mod "$here"/helm/go.sum "$here"/kwok/go.mod "$here"/kwok/go.sum \
+  "$here"/metrics/go.mod "$here"/metrics/go.sum | sha256sum | cut -c1-16)
 out="$target/cluster-test/$key"
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler lws-manager kwok kustomize helm)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler lws-manager kwok kustomize helm metrics-adapter)
 
 built() {
   for b in "${binaries[@]}"; do [ -x "$out/bin/$b" ] || return 1; done
@@ -57,6 +60,8 @@ mv "$out/partial/cmd" "$out/partial/lws-manager"
 (cd "$here/kustomize" && GOFLAGS=-mod=readonly go build -trimpath -o "$out/partial/kustomize" . >&2)
 (cd "$here/kwok" && GOFLAGS=-mod=readonly go build -trimpath -o "$out/partial/kwok" sigs.k8s.io/kwok/cmd/kwok >&2)
 (cd "$here/helm" && GOFLAGS=-mod=readonly go build -trimpath -o "$out/partial/helm" helm.sh/helm/v3/cmd/helm >&2)
+(cd "$here/metrics" && GOFLAGS=-mod=readonly go build -trimpath -o "$out/partial/metrics-adapter" \
+  sigs.k8s.io/custom-metrics-apiserver/test-adapter >&2)
 rm -rf "$out/bin"
 mv "$out/partial" "$out/bin"
 echo "built in $(( $(date +%s) - start )) s" >&2

@@ -183,9 +183,14 @@ pub struct Identity {
 
 impl Authority {
     fn new() -> Authority {
+        Authority::named("e2e-cluster-ca")
+    }
+
+    /// A CA whose subject is `common_name`.
+    fn named(common_name: &str) -> Authority {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name = distinguished("e2e-cluster-ca", &[]);
+        params.distinguished_name = distinguished(common_name, &[]);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -283,6 +288,9 @@ pub struct ControlPlane {
     processes: Mutex<Vec<Supervised>>,
     /// Where `tandem serve --dev` of this binary keeps its files.
     pub tandem_dir: PathBuf,
+    /// The custom metrics API, once a test has asked for it
+    /// ([`ControlPlane::custom_metrics`]).
+    custom_metrics: tokio::sync::OnceCell<CustomMetrics>,
 }
 
 static SHARED: OnceLock<ControlPlane> = OnceLock::new();
@@ -321,12 +329,21 @@ impl ControlPlane {
             &["system:masters"],
         );
         let account_key = KeyPair::generate().expect("a service account signing key");
+        // The aggregation layer's own CA: kube-apiserver proxies a request
+        // to an aggregated API (the custom metrics API) with a client
+        // certificate of it and the user in headers, which the backend
+        // trusts only from this CA and this name.
+        let front_proxy = Authority::named("e2e-front-proxy-ca");
+        let proxy_client = front_proxy.client(FRONT_PROXY_CLIENT, &[]);
         let files = [
             ("ca.crt", ca_pem.clone()),
             ("apiserver.crt", serving.cert_pem.clone()),
             ("apiserver.key", serving.key_pem.clone()),
             ("sa.key", account_key.serialize_pem()),
             ("sa.pub", account_key.public_key_pem()),
+            ("front-proxy-ca.crt", front_proxy.pem()),
+            ("front-proxy-client.crt", proxy_client.cert_pem),
+            ("front-proxy-client.key", proxy_client.key_pem),
             (
                 "audit-policy.yaml",
                 if audit {
@@ -377,6 +394,7 @@ impl ControlPlane {
             authority,
             audit_log,
             processes: Mutex::new(processes),
+            custom_metrics: tokio::sync::OnceCell::new(),
         };
         block_on(plane.wait_ready());
 
@@ -690,6 +708,134 @@ impl ControlPlane {
         }
     }
 
+    /// The custom metrics API (`custom.metrics.k8s.io` v1beta2 and v1beta1),
+    /// started and registered on first call: custom-metrics-apiserver's test
+    /// adapter as a process, serving on a loopback port with a certificate
+    /// for `custom-metrics-apiserver.custom-metrics.svc`, behind an
+    /// ExternalName Service pointing at `localhost` and an APIService per
+    /// version. Returns once the aggregator reports both Available and the
+    /// API answers. The values it serves are the ones a test writes
+    /// ([`CustomMetrics::set`]); it serves nothing else.
+    pub async fn custom_metrics(&self) -> &CustomMetrics {
+        self.custom_metrics
+            .get_or_init(|| self.start_custom_metrics())
+            .await
+    }
+
+    async fn start_custom_metrics(&self) -> CustomMetrics {
+        // The adapter takes values on a fixed plain-HTTP port of all
+        // interfaces (test-adapter/main.go): say so if something holds it.
+        if let Err(e) = std::net::TcpListener::bind(("0.0.0.0", CustomMetrics::WRITE_PORT)) {
+            panic!(
+                "the custom metrics test adapter takes its values on port {}, which is \
+                 taken here ({e}): free it to run the autoscaling scenarios",
+                CustomMetrics::WRITE_PORT
+            );
+        }
+        let dir = self.dir.join("metrics-adapter");
+        std::fs::create_dir_all(&dir).expect("the adapter's directory");
+        let host = format!("{METRICS_SERVICE}.{METRICS_NAMESPACE}.svc");
+        let serving = self
+            .authority
+            .serving(&[host.as_str(), "localhost", "127.0.0.1"]);
+        std::fs::write(dir.join("tls.crt"), &serving.cert_pem).expect("the adapter's cert");
+        std::fs::write(dir.join("tls.key"), &serving.key_pem).expect("the adapter's key");
+        // It lists the objects a metric describes, reviews the tokens and
+        // access of whoever asks (the HPA controller, through the
+        // aggregator) and reads the aggregator's CA from kube-system.
+        let identity = self
+            .authority
+            .client("e2e-metrics-adapter", &["system:masters"]);
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig_for(&identity)).expect("kubeconfig");
+        let port = free_port();
+        let file = |name: &str| dir.join(name).display().to_string();
+        self.spawn(
+            "metrics-adapter",
+            &binaries().join("metrics-adapter"),
+            &[
+                format!("--secure-port={port}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--tls-cert-file={}", file("tls.crt")),
+                format!("--tls-private-key-file={}", file("tls.key")),
+                format!("--lister-kubeconfig={}", kubeconfig.display()),
+                format!("--authentication-kubeconfig={}", kubeconfig.display()),
+                format!("--authorization-kubeconfig={}", kubeconfig.display()),
+                format!("--cert-dir={}", file("certs")),
+            ],
+            &[],
+        );
+        let client = self.admin().await.expect("an admin client");
+        let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        let mut objects = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": METRICS_NAMESPACE}}),
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": METRICS_SERVICE, "namespace": METRICS_NAMESPACE},
+                   "spec": {"type": "ExternalName", "externalName": "localhost",
+                            "ports": [{"name": "https", "port": port}]}}),
+        ];
+        for (version, priority) in [("v1beta2", 200), ("v1beta1", 100)] {
+            objects.push(json!({
+                "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": format!("{version}.custom.metrics.k8s.io")},
+                "spec": {
+                    "group": "custom.metrics.k8s.io", "version": version,
+                    "service": {"name": METRICS_SERVICE, "namespace": METRICS_NAMESPACE,
+                                "port": port},
+                    "caBundle": b64(&self.ca_pem),
+                    "groupPriorityMinimum": 100, "versionPriority": priority,
+                },
+            }));
+        }
+        for object in &objects {
+            apply(&client, object).await;
+        }
+        let services: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+                "apiservices",
+            ),
+        );
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let mut waiting = Vec::new();
+            for version in ["v1beta2", "v1beta1"] {
+                let name = format!("{version}.custom.metrics.k8s.io");
+                let available = services.get(&name).await.ok().and_then(|s| {
+                    s.data["status"]["conditions"]
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["type"] == "Available")
+                        .cloned()
+                });
+                match available {
+                    Some(c) if c["status"] == "True" => {}
+                    other => waiting.push(format!("{name}: {other:?}")),
+                }
+            }
+            let answered = client
+                .request_text(
+                    http::Request::get("/apis/custom.metrics.k8s.io/v1beta2")
+                        .body(Vec::new())
+                        .expect("a request"),
+                )
+                .await;
+            if waiting.is_empty() && answered.is_ok() {
+                return CustomMetrics {
+                    write: SocketAddr::from(([127, 0, 0, 1], CustomMetrics::WRITE_PORT)),
+                };
+            }
+            self.assert_alive();
+            assert!(
+                Instant::now() < deadline,
+                "the custom metrics API not available within 90 s: {waiting:?}, {answered:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Starts the LeaderWorkerSet manager with its webhooks on loopback and
     /// registers them (as its kustomization does, with the pod webhooks'
     /// object selectors), by URL.
@@ -931,6 +1077,61 @@ impl Request {
 pub const WORKLOAD_GATES: &str =
     "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
 
+/// How often the HPA controller syncs each HorizontalPodAutoscaler.
+pub const HPA_SYNC_SECONDS: u64 = 2;
+
+/// The common name of the client certificate kube-apiserver proxies to
+/// aggregated APIs with.
+const FRONT_PROXY_CLIENT: &str = "e2e-front-proxy-client";
+
+/// Where the custom metrics API is registered: an ExternalName Service of
+/// this name and namespace, pointing at the adapter on loopback.
+const METRICS_SERVICE: &str = "custom-metrics-apiserver";
+const METRICS_NAMESPACE: &str = "custom-metrics";
+
+/// The custom metrics API of the control plane ([`ControlPlane::custom_metrics`]).
+pub struct CustomMetrics {
+    /// The adapter's plain-HTTP port for values.
+    write: SocketAddr,
+}
+
+impl CustomMetrics {
+    /// The port the test adapter takes values on (fixed in its `main.go`).
+    pub const WRITE_PORT: u16 = 8080;
+
+    /// Sets metric `metric` of the object `resource`/`name` (a plural
+    /// resource such as `pods`, or `scaleviews.fusioninfer.io`) in
+    /// `namespace` to `value` (a quantity): what the API serves for it from
+    /// now on, with the time of this write.
+    pub async fn set(
+        &self,
+        namespace: &str,
+        resource: &str,
+        name: &str,
+        metric: &str,
+        value: &str,
+    ) {
+        let path = format!("/write-metrics/namespaces/{namespace}/{resource}/{name}/{metric}");
+        let tcp = tokio::net::TcpStream::connect(self.write)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to the metrics adapter: {e}"));
+        let request = hyper::Request::post(path.as_str())
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                value.to_owned(),
+            )))
+            .expect("a request");
+        let (status, body) = super::exchange(tcp, request)
+            .await
+            .unwrap_or_else(|e| panic!("writing {path}: {e}"));
+        assert!(
+            status == 200,
+            "writing {value} to {path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
+
 /// The label of a scenario's nodes: its namespace.
 pub const FLEET_LABEL: &str = "e2e.tandem/fleet";
 
@@ -992,6 +1193,28 @@ fn apiserver_args(dir: &Path, etcd_port: u16, api_port: u16, audit_log: &Path) -
         "--enable-admission-plugins=PodNodeSelector".into(),
         format!("--default-not-ready-toleration-seconds={NODE_TOLERATION_SECONDS}"),
         format!("--default-unreachable-toleration-seconds={NODE_TOLERATION_SECONDS}"),
+        // The aggregation layer (the custom metrics API): the CA and name of
+        // the client certificate kube-apiserver proxies with, and the
+        // headers that carry the user (empty by default). Requests reach an
+        // APIService's backend through its Service's cluster address, which
+        // for an ExternalName Service is that name
+        // (k8s.io/apiserver/pkg/util/proxy ResolveCluster):
+        // `--enable-aggregator-routing` would route through EndpointSlices
+        // instead, which refuse a loopback address, and refuses ExternalName
+        // Services ("unsupported service type").
+        format!(
+            "--requestheader-client-ca-file={}",
+            file("front-proxy-ca.crt")
+        ),
+        format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+        "--requestheader-username-headers=X-Remote-User".into(),
+        "--requestheader-group-headers=X-Remote-Group".into(),
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+        format!(
+            "--proxy-client-cert-file={}",
+            file("front-proxy-client.crt")
+        ),
+        format!("--proxy-client-key-file={}", file("front-proxy-client.key")),
     ]
 }
 
@@ -1018,9 +1241,15 @@ fn controller_manager_args(dir: &Path, kubeconfig: &Path) -> Vec<String> {
          serviceaccount-token-controller,disruption-controller,endpointslice-controller,\
          root-ca-certificate-publisher-controller,node-lifecycle-controller,\
          taint-eviction-controller,pod-garbage-collector-controller,\
-         podgroup-protection-controller"
+         podgroup-protection-controller,horizontal-pod-autoscaler-controller"
             .into(),
         format!("--feature-gates={WORKLOAD_GATES}"),
+        // The HPA controller: a sync every 2 s instead of 15 s, so a
+        // scenario sees it act within seconds; Kubernetes' defaults for the
+        // rest (a tolerance of 0.1, a 5-minute scale-down stabilization
+        // that each scenario's HPA shortens in its own `behavior`).
+        format!("--horizontal-pod-autoscaler-sync-period={HPA_SYNC_SECONDS}s"),
+        "--horizontal-pod-autoscaler-tolerance=0.1".into(),
         "--node-monitor-period=1s".into(),
         "--concurrent-gc-syncs=5".into(),
     ]
