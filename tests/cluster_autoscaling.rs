@@ -27,24 +27,30 @@ const HPA: &str = "autoscaling/v2";
 /// requests, per pod.
 const WAITING: &str = "vllm:num_requests_waiting";
 
-/// Plays vLLM's `vllm:num_requests_waiting` for the view's pods: every
-/// second, `load` waiting requests shared evenly over the pods the view's
-/// selector picks (as a router spreads its queue), written per pod.
-async fn queue(scenario: &Scenario, metrics: &'static CustomMetrics, view: &str) -> QueueHandle {
+/// Plays vLLM's `vllm:num_requests_waiting` for the pods an HPA scales:
+/// every second, `load` waiting requests shared evenly over the pods that
+/// `target`'s selector (at `selector`, a status field) picks, as a router
+/// spreads its queue, written per pod.
+async fn queue(
+    scenario: &Scenario,
+    metrics: &'static CustomMetrics,
+    (api_version, kind, name): (&str, &str, &str),
+    selector: &'static str,
+) -> QueueHandle {
     let load = Arc::new(Mutex::new(0u64));
     let shared = load.clone();
     let namespace = scenario.namespace.clone();
-    let view = view.to_owned();
-    let views = scenario.api(VIEWS, "ScaleView").await;
+    let name = name.to_owned();
+    let targets = scenario.api(api_version, kind).await;
     let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &namespace);
     let task = tokio::spawn(async move {
         loop {
-            let selector = views
-                .get_opt(&view)
+            let selector = targets
+                .get_opt(&name)
                 .await
                 .ok()
                 .flatten()
-                .and_then(|v| v.data["status"]["selector"].as_str().map(str::to_owned));
+                .and_then(|v| v.data["status"][selector].as_str().map(str::to_owned));
             if let Some(selector) = selector
                 && let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await
             {
@@ -174,7 +180,13 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
         "scaleDown": {"stabilizationWindowSeconds": 6},
         "scaleUp": {"stabilizationWindowSeconds": 0},
     });
-    let load = queue(&scenario, metrics, "spot-decode-sv").await;
+    let load = queue(
+        &scenario,
+        metrics,
+        (VIEWS, "ScaleView", "spot-decode-sv"),
+        "selector",
+    )
+    .await;
     scenario.create_or_fail(&hpa).await;
 
     // The HPA reads the metric (an empty queue) before it rises, so what is
@@ -351,4 +363,412 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
     scenario
         .assert_quiet(10, (IS, "InferenceService", "spot-decode"))
         .await;
+}
+
+/// Waits until HPA `name` reads `metric` per pod and has `replicas` current
+/// and desired, as `kubectl get hpa` would show it.
+async fn hpa_reads(scenario: &Scenario, name: &str, metric: &str, replicas: i64) {
+    scenario
+        .eventually(
+            90,
+            &format!("HPA {name} at {metric} per pod and {replicas} replicas"),
+            || async {
+                let hpa = scenario
+                    .get(HPA, "HorizontalPodAutoscaler", name)
+                    .await
+                    .unwrap_or_default();
+                match hpa_figures(&hpa) {
+                    (m, current, desired)
+                        if m == metric && current == replicas && desired == replicas =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}: {:#}", hpa["status"])),
+                }
+            },
+        )
+        .await;
+}
+
+/// The condition `kind` of an HPA: (status, reason, message).
+fn hpa_condition(hpa: &Value, kind: &str) -> Option<(String, String, String)> {
+    let found = hpa["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?;
+    let text = |key: &str| found[key].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// The `spec.replicas` of a ScaleView.
+async fn view_replicas(scenario: &Scenario, view: &str) -> Option<i64> {
+    scenario
+        .get(VIEWS, "ScaleView", view)
+        .await
+        .and_then(|v| v["spec"]["replicas"].as_i64())
+}
+
+/// `examples/render/hpa-prefill-decode-follows.yaml` in a cluster: an HPA
+/// scales prefill through ScaleView spot-prefill-sv, and
+/// ResourceScalingGroup prefill-decode-ratio keeps decode at 4 per prefill
+/// replica through ScaleView spot-decode-sv (on-demand up to 2, then spot).
+/// The view starts at 1 replica (the file's 3 is an HPA's count already
+/// there) and the HPA stops at 3.
+///
+/// At every HPA step (queue 20 → 2 prefill, 30 → 3, 10 → 1), once settled,
+/// decode's view and LeaderWorkerSets are at 4 × prefill, split on-demand
+/// first; no serving role was ever without a ready replica, no write was
+/// refused or changed nothing, and Tandem is quiet after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_on_prefill_moves_decode_at_its_ratio_at_every_step() {
+    let Some(scenario) = Scenario::start("autoscale-ratio").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    scenario.spot_nodes(2).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    let mut hpa = None;
+    for mut object in common::yaml_documents(&common::repo_path(
+        "examples/render/hpa-prefill-decode-follows.yaml",
+    )) {
+        match object["kind"].as_str() {
+            Some("HorizontalPodAutoscaler") => {
+                hpa = Some(object);
+                continue;
+            }
+            Some("ScaleView") if object["metadata"]["name"] == "spot-prefill-sv" => {
+                object["spec"]["replicas"] = json!(1);
+            }
+            Some("InferenceService") => {
+                for role in object["spec"]["roles"].as_array_mut().expect("roles") {
+                    role["drain"] = json!({"seconds": 2});
+                }
+            }
+            _ => {}
+        }
+        scenario.create_or_fail(&object).await;
+    }
+    let mut hpa = hpa.expect("the example's HPA");
+    hpa["spec"]["maxReplicas"] = json!(3);
+    hpa["spec"]["behavior"] = json!({
+        "scaleDown": {"stabilizationWindowSeconds": 6},
+        "scaleUp": {"stabilizationWindowSeconds": 0},
+    });
+    wait_ready(&scenario, "spot-decode").await;
+    let load = queue(
+        &scenario,
+        metrics,
+        (VIEWS, "ScaleView", "spot-prefill-sv"),
+        "selector",
+    )
+    .await;
+    scenario.create_or_fail(&hpa).await;
+    hpa_reads(&scenario, "spot-prefill-sv", "0", 1).await;
+
+    for (waiting, prefill) in [(20u64, 2usize), (30, 3), (10, 1)] {
+        load.set(waiting);
+        let decode = 4 * prefill;
+        let on_demand = decode.min(2);
+        scenario
+            .eventually(
+                120,
+                &format!("{waiting} waiting: prefill {prefill}, decode {decode} ({on_demand} on-demand), all Ready"),
+                || async {
+                    let roles = replicas_by_role(&scenario).await;
+                    let views = (
+                        view_replicas(&scenario, "spot-prefill-sv").await,
+                        view_replicas(&scenario, "spot-decode-sv").await,
+                    );
+                    let service = scenario
+                        .get(IS, "InferenceService", "spot-decode")
+                        .await
+                        .unwrap_or_default();
+                    let ready = common::scenario::condition(&service, "Ready");
+                    let pods = scenario.names("v1", "Pod").await.len();
+                    let wanted_views = (
+                        i64::try_from(prefill).ok(),
+                        i64::try_from(decode).ok(),
+                    );
+                    if roles.get("prefill") == Some(&prefill)
+                        && roles.get("decode-ondemand") == Some(&on_demand)
+                        && roles.get("decode-spot").copied().unwrap_or(0) == decode - on_demand
+                        && views == wanted_views
+                        && pods == prefill + decode
+                        && ready.as_deref() == Some("True")
+                    {
+                        Ok(())
+                    } else {
+                        Err(format!("{roles:?}, views {views:?}, {pods} pods, Ready {ready:?}"))
+                    }
+                },
+            )
+            .await;
+        eprintln!("{waiting} waiting: prefill {prefill}, decode {decode}, settled");
+    }
+    drop(load);
+    scenario.assert_floor_held();
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "spot-decode"))
+        .await;
+}
+
+const GROUPS: &str = "resourcescalinggroup.com/v1";
+
+/// `examples/resourcescalinggroup/group-replication.yaml` (group
+/// `inference-unit` of Deployments prefill and decode, from
+/// `examples/resourcescalinggroup/world.yaml`) with an HPA on its `/scale`.
+/// The metric is an Object metric on the group itself (the waiting requests
+/// of all its pods, as prometheus-adapter serves a sum) with an
+/// `AverageValue` target of 10 per unit: the HPA divides it by the group's
+/// replicas. A Pods metric would not do here: the HPA multiplies its ratio
+/// by the number of pods, not of replicas (`calcPlainMetricReplicas` in
+/// `pkg/controller/podautoscaler/replica_calculator.go`), so a unit of two
+/// pods would be scaled twice as far (seen here: 40 waiting over 2 pods
+/// gave 3 units, not 2).
+///
+/// 20 waiting is 2 units, 30 is 3, 20 again is 2 and an empty queue 1. Each
+/// unit added is both clones; each removed goes whole, the candidate
+/// `inference-unit-02` first, then `-01`; the originals (`-00`) stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_on_a_replicated_group_adds_and_removes_whole_units() {
+    let Some(scenario) = Scenario::start("autoscale-units").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    for object in common::yaml_documents(&common::repo_path(
+        "examples/resourcescalinggroup/world.yaml",
+    )) {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        if object["kind"] == "Deployment" && (name == "prefill" || name == "decode") {
+            let mut object = object.clone();
+            object["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(2);
+            scenario.create_or_fail(&object).await;
+        }
+    }
+    let mut group = example("examples/resourcescalinggroup/group-replication.yaml");
+    for target in group["spec"]["targetResources"]
+        .as_array_mut()
+        .expect("targets")
+    {
+        target["namespace"] = json!(scenario.namespace);
+    }
+    scenario.create_or_fail(&group).await;
+    let hpa = json!({
+        "apiVersion": HPA, "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "pd-cluster"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": GROUPS, "kind": "ResourceScalingGroup",
+                               "name": "pd-cluster"},
+            "minReplicas": 1, "maxReplicas": 3,
+            "metrics": [{"type": "Object", "object": {
+                "describedObject": {"apiVersion": GROUPS, "kind": "ResourceScalingGroup",
+                                    "name": "pd-cluster"},
+                "metric": {"name": WAITING},
+                "target": {"type": "AverageValue", "averageValue": "10"}}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 6},
+                         "scaleUp": {"stabilizationWindowSeconds": 0}},
+        },
+    });
+    let namespace = scenario.namespace.clone();
+    let waiting_in_group = |waiting: u64| {
+        let namespace = namespace.clone();
+        async move {
+            metrics
+                .set(
+                    &namespace,
+                    "resourcescalinggroups.resourcescalinggroup.com",
+                    "pd-cluster",
+                    WAITING,
+                    &waiting.to_string(),
+                )
+                .await;
+        }
+    };
+    waiting_in_group(0).await;
+    scenario.create_or_fail(&hpa).await;
+    scenario
+        .eventually(90, "the HPA reads the group's queue: 0", || async {
+            let hpa = scenario
+                .get(HPA, "HorizontalPodAutoscaler", "pd-cluster")
+                .await
+                .unwrap_or_default();
+            let status = &hpa["status"];
+            let metric = &status["currentMetrics"][0]["object"]["current"]["averageValue"];
+            if metric == "0" && status["currentReplicas"] == 1 && status["desiredReplicas"] == 1 {
+                Ok(())
+            } else {
+                Err(format!("{status:#}"))
+            }
+        })
+        .await;
+
+    let deployments = || async {
+        scenario
+            .list("apps/v1", "Deployment")
+            .await
+            .iter()
+            .filter(|d| d["metadata"]["deletionTimestamp"].is_null())
+            .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_owned))
+            .collect::<Vec<String>>()
+    };
+    for (waiting, units) in [(20u64, 2usize), (30, 3), (20, 2), (0, 1)] {
+        waiting_in_group(waiting).await;
+        let mut wanted = vec!["decode".to_owned(), "prefill".to_owned()];
+        for unit in 1..units {
+            wanted.push(format!("inference-unit-{unit:02}-decode"));
+            wanted.push(format!("inference-unit-{unit:02}-prefill"));
+        }
+        wanted.sort();
+        scenario
+            .eventually(
+                120,
+                &format!("{waiting} waiting: {units} whole units, their pods Ready"),
+                || async {
+                    let names = deployments().await;
+                    let group = scenario
+                        .get(GROUPS, "ResourceScalingGroup", "pd-cluster")
+                        .await
+                        .unwrap_or_default();
+                    let ready = common::scenario::condition(&group, "Ready");
+                    let pods = scenario.names("v1", "Pod").await.len();
+                    if names == wanted
+                        && group["status"]["currentReplicas"] == json!(units)
+                        && pods == 2 * units
+                        && ready.as_deref() == Some("True")
+                    {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "{names:?}, {pods} pods, status {:#}",
+                            group["status"]
+                        ))
+                    }
+                },
+            )
+            .await;
+        eprintln!("{waiting} waiting: {units} units, settled");
+    }
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (GROUPS, "ResourceScalingGroup", "pd-cluster"))
+        .await;
+}
+
+/// The HPA of `examples/scaleview/hpa.yaml` on the spot/on-demand view with
+/// the spot group bounded (`max: 3`, so the view holds at most 5), and a
+/// metric that is first absent and then absurd:
+///
+/// - **No value served.** The HPA says so (`ScalingActive=False`,
+///   `FailedGetPodsMetric`) and writes nothing; the view stays at 1.
+/// - **A huge value** (10⁹ waiting per pod), with an HPA allowed 1 000
+///   replicas at once: the HPA writes 1 000, the view clamps it to 5 and
+///   says so (`Clamped=True`), the roles stop at their bounds (on-demand 2,
+///   spot 3), and Tandem writes nothing more while the HPA holds there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_loop() {
+    let Some(scenario) = Scenario::start("autoscale-bad-metrics").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    let objects = common::yaml_documents(&common::repo_path(
+        "examples/scaleview/decode-ondemand-spot.yaml",
+    ));
+    for object in &objects {
+        let mut object = object.clone();
+        if object["kind"] == "ScaleView" {
+            object["spec"]["scalePolicy"][1]["constraints"] = json!({"max": 3});
+        }
+        scenario.create_or_fail(&object).await;
+    }
+    wait_ready(&scenario, "spot-decode").await;
+    let mut hpa = example("examples/scaleview/hpa.yaml");
+    hpa["spec"]["maxReplicas"] = json!(1000);
+    hpa["spec"]["behavior"] = json!({
+        "scaleUp": {"stabilizationWindowSeconds": 0,
+                    "policies": [{"type": "Pods", "value": 1000, "periodSeconds": 1}]},
+    });
+    scenario.create_or_fail(&hpa).await;
+
+    // Nothing served for the view's pods.
+    let said = scenario
+        .eventually(60, "the HPA says it cannot read the metric", || async {
+            let hpa = scenario
+                .get(HPA, "HorizontalPodAutoscaler", "spot-decode-sv")
+                .await
+                .unwrap_or_default();
+            match hpa_condition(&hpa, "ScalingActive") {
+                Some((status, reason, message))
+                    if status == "False" && reason == "FailedGetPodsMetric" =>
+                {
+                    Ok(message)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    eprintln!("ScalingActive=False FailedGetPodsMetric: {said}");
+    assert_eq!(view_replicas(&scenario, "spot-decode-sv").await, Some(1));
+
+    // 10⁹ waiting requests per pod.
+    let load = queue(
+        &scenario,
+        metrics,
+        (VIEWS, "ScaleView", "spot-decode-sv"),
+        "selector",
+    )
+    .await;
+    load.set(1_000_000_000);
+    scenario
+        .eventually(60, "the HPA asked for 1000", || async {
+            match view_replicas(&scenario, "spot-decode-sv").await {
+                Some(1000) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    scenario
+        .eventually(90, "the view clamped to 5: on-demand 2, spot 3", || async {
+            let roles = replicas_by_role(&scenario).await;
+            let view = scenario
+                .get(VIEWS, "ScaleView", "spot-decode-sv")
+                .await
+                .unwrap_or_default();
+            let clamped = common::scenario::condition(&view, "Clamped");
+            if roles.get("decode-ondemand") == Some(&2)
+                && roles.get("decode-spot") == Some(&3)
+                && clamped.as_deref() == Some("True")
+            {
+                Ok(())
+            } else {
+                Err(format!("{roles:?}, view status {:#}", view["status"]))
+            }
+        })
+        .await;
+    let view = scenario
+        .get(VIEWS, "ScaleView", "spot-decode-sv")
+        .await
+        .unwrap_or_default();
+    let message = view["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Clamped")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("requested 1000 replicas, applied 5"),
+        "the view says what it did: {message}"
+    );
+    scenario.assert_writes_sound();
+    // The HPA holds at 1000 (its own maximum) and rewrites nothing; Tandem
+    // neither.
+    scenario
+        .assert_quiet(10, (VIEWS, "ScaleView", "spot-decode-sv"))
+        .await;
+    drop(load);
 }
