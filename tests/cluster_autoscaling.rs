@@ -772,3 +772,97 @@ async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_l
         .await;
     drop(load);
 }
+
+/// The HPA's writes of `/scale` of `view` that were refused, with the
+/// answer's message.
+fn refused_scales(scenario: &Scenario, view: &str) -> Vec<String> {
+    scenario
+        .writes()
+        .iter()
+        .filter(|w| w.user == "system:serviceaccount:kube-system:horizontal-pod-autoscaler")
+        .filter(|w| w.subresource.as_deref() == Some("scale"))
+        .filter(|w| w.name.as_deref() == Some(view) && w.code >= 400)
+        .map(|w| format!("{} {}", w.code, w.message))
+        .collect()
+}
+
+/// The HPA of `examples/scaleview/hpa.yaml` on the spot/on-demand view made
+/// strict, with spot bounded (`max: 1`): the view takes 0 to 3 replicas,
+/// and the HPA (maximum 4) asks for 4 on 40 waiting requests.
+///
+/// - The webhook refuses the HPA's `/scale`, and its message reaches the
+///   HPA's conditions: `AbleToScale=False`, `FailedUpdateScale`, naming
+///   the range and the field.
+/// - The HPA retries each sync period (its refused writes keep coming);
+///   the view stays at 1, and Tandem writes nothing meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions() {
+    let Some(scenario) = Scenario::start("autoscale-strict").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    for object in common::yaml_documents(&common::repo_path(
+        "examples/scaleview/decode-ondemand-spot.yaml",
+    )) {
+        let mut object = object.clone();
+        if object["kind"] == "ScaleView" {
+            object["spec"]["strict"] = json!(true);
+            object["spec"]["scalePolicy"][1]["constraints"] = json!({"max": 1});
+        }
+        scenario.create_or_fail(&object).await;
+    }
+    wait_ready(&scenario, "spot-decode").await;
+    let load = queue(
+        &scenario,
+        metrics,
+        (VIEWS, "ScaleView", "spot-decode-sv"),
+        "selector",
+    )
+    .await;
+    scenario
+        .create_or_fail(&example("examples/scaleview/hpa.yaml"))
+        .await;
+    hpa_reads(&scenario, "spot-decode-sv", "0", 1).await;
+
+    load.set(40);
+    let (reason, message) = scenario
+        .eventually(60, "the HPA says its /scale was refused", || async {
+            let hpa = scenario
+                .get(HPA, "HorizontalPodAutoscaler", "spot-decode-sv")
+                .await
+                .unwrap_or_default();
+            match hpa_condition(&hpa, "AbleToScale") {
+                Some((status, reason, message)) if status == "False" => Ok((reason, message)),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    eprintln!("AbleToScale=False {reason}: {message}");
+    assert_eq!(reason, "FailedUpdateScale");
+    assert!(
+        message.contains(
+            "spec.replicas: must be within [0, 3] (the sum of the groups' min and max \
+             constraints) because spec.strict is true, got 4"
+        ),
+        "Tandem's reason reaches the HPA: {message}"
+    );
+    let refused = refused_scales(&scenario, "spot-decode-sv").len();
+    scenario
+        .eventually(30, "the HPA retries its refused /scale", || async {
+            let now = refused_scales(&scenario, "spot-decode-sv");
+            if now.len() >= refused + 2 {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        })
+        .await;
+    assert_eq!(view_replicas(&scenario, "spot-decode-sv").await, Some(1));
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (VIEWS, "ScaleView", "spot-decode-sv"))
+        .await;
+    drop(load);
+}
