@@ -866,3 +866,158 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
         .await;
     drop(load);
 }
+
+/// The HPA of `examples/scaleview/hpa.yaml` on the spot/on-demand view
+/// while the decode roles roll to a new image whose pods take 8 s to load
+/// (one replica at a time, the default pace): the view's lock on the roles
+/// holds throughout. The HPA's scale-up in the middle of the rollout is
+/// neither refused nor lost: the view takes it at once (a newer total; the
+/// docs: a scale change during a rollout is honoured), the new replicas are
+/// made at the new revision, and the rollout and the scale both finish,
+/// with every decode replica at the new image and the floor held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_scaling_a_view_in_the_middle_of_a_rollout_is_honoured() {
+    let Some(scenario) = Scenario::start("autoscale-rollout").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    scenario.spot_nodes(1).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    for object in common::yaml_documents(&common::repo_path(
+        "examples/scaleview/decode-ondemand-spot.yaml",
+    )) {
+        let mut object = object.clone();
+        if object["kind"] == "InferenceService" {
+            for role in object["spec"]["roles"].as_array_mut().expect("roles") {
+                role["drain"] = json!({"seconds": 2});
+            }
+            object["spec"]["roles"][1]["replicas"] = json!(2);
+        }
+        scenario.create_or_fail(&object).await;
+    }
+    wait_ready(&scenario, "spot-decode").await;
+    let load = queue(
+        &scenario,
+        metrics,
+        (VIEWS, "ScaleView", "spot-decode-sv"),
+        "selector",
+    )
+    .await;
+    let mut hpa = example("examples/scaleview/hpa.yaml");
+    hpa["spec"]["behavior"] = json!({"scaleUp": {"stabilizationWindowSeconds": 0}});
+    // 20 waiting over the view's 2 replicas: the HPA keeps 2.
+    load.set(20);
+    scenario.create_or_fail(&hpa).await;
+    hpa_reads(&scenario, "spot-decode-sv", "10", 2).await;
+
+    // Both decode roles move to a new image whose pods load for 8 s.
+    const NEW: &str = "vllm/vllm-openai:v0.11.1";
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/spec/roles/1/template/spec/containers/0/image", "value": NEW},
+        {"op": "replace", "path": "/spec/roles/2/template/spec/containers/0/image", "value": NEW},
+        {"op": "add", "path": "/spec/roles/1/template/metadata",
+         "value": {"annotations": {"e2e.tandem/load-delay": "8s"}}},
+        {"op": "add", "path": "/spec/roles/2/template/metadata/annotations",
+         "value": {"e2e.tandem/load-delay": "8s"}},
+    ]))
+    .expect("a JSON patch");
+    scenario
+        .api(IS, "InferenceService")
+        .await
+        .patch(
+            "spot-decode",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::<()>::Json(patch),
+        )
+        .await
+        .expect("the new image");
+    scenario
+        .eventually(30, "the rollout under way", || async {
+            let service = scenario
+                .get(IS, "InferenceService", "spot-decode")
+                .await
+                .unwrap_or_default();
+            match common::scenario::condition(&service, "Progressing") {
+                Some(status) if status == "True" => Ok(()),
+                other => Err(format!("Progressing {other:?}: {:#}", service["status"])),
+            }
+        })
+        .await;
+
+    // Mid-rollout, 40 waiting: the HPA asks for 4.
+    load.set(40);
+    scenario
+        .eventually(30, "the HPA's 4 taken by the view", || async {
+            match view_replicas(&scenario, "spot-decode-sv").await {
+                Some(4) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    // Taken at once, not held until the rollout ends: the roles are at the
+    // new split while the service is still Progressing.
+    let progressing = scenario
+        .eventually(30, "the view's split in the service's roles", || async {
+            let service = scenario
+                .get(IS, "InferenceService", "spot-decode")
+                .await
+                .unwrap_or_default();
+            let roles = &service["spec"]["roles"];
+            if roles[1]["replicas"] == 2 && roles[2]["replicas"] == 2 {
+                Ok(common::scenario::condition(&service, "Progressing"))
+            } else {
+                Err(format!("{roles:#}"))
+            }
+        })
+        .await;
+    assert_eq!(
+        progressing.as_deref(),
+        Some("True"),
+        "the HPA's scale-up applied in the middle of the rollout"
+    );
+    scenario
+        .eventually(
+            180,
+            "on-demand 2, spot 2, every decode pod at the new image, Ready",
+            || async {
+                let roles = replicas_by_role(&scenario).await;
+                let pods = scenario.list("v1", "Pod").await;
+                let decode: Vec<&Value> = pods
+                    .iter()
+                    .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                    .filter(|p| label(p, "fusioninfer.io/role-name").starts_with("decode"))
+                    .collect();
+                let old: Vec<&str> = decode
+                    .iter()
+                    .filter(|p| p["spec"]["containers"][0]["image"] != NEW)
+                    .filter_map(|p| p["metadata"]["name"].as_str())
+                    .collect();
+                let service = scenario
+                    .get(IS, "InferenceService", "spot-decode")
+                    .await
+                    .unwrap_or_default();
+                let ready = common::scenario::condition(&service, "Ready");
+                if roles.get("decode-ondemand") == Some(&2)
+                    && roles.get("decode-spot") == Some(&2)
+                    && decode.len() == 4
+                    && old.is_empty()
+                    && ready.as_deref() == Some("True")
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{roles:?}, {} decode pods, old {old:?}, Ready {ready:?}",
+                        decode.len()
+                    ))
+                }
+            },
+        )
+        .await;
+    hpa_reads(&scenario, "spot-decode-sv", "10", 4).await;
+    drop(load);
+    scenario.assert_floor_held();
+    scenario.assert_writes_sound();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", "spot-decode"))
+        .await;
+}

@@ -3,9 +3,10 @@
 //! every write and of Tandem's reads), kube-controller-manager (garbage
 //! collection, namespaces, Deployments, ReplicaSets, StatefulSets,
 //! ServiceAccounts, disruption budgets, node lifecycle, taint eviction, pod
-//! garbage collection, PodGroup protection), kube-scheduler, kwok (fake GPU
-//! nodes and the pods' lifecycles) and the LeaderWorkerSet manager with its
-//! webhooks. The binaries are built once from the upstream Go modules pinned
+//! garbage collection, PodGroup protection, the HPA), kube-scheduler, kwok
+//! (fake GPU nodes and the pods' lifecycles) and the LeaderWorkerSet manager
+//! with its webhooks; on demand, a custom metrics API behind the aggregation
+//! layer ([`ControlPlane::custom_metrics`]). The binaries are built once from the upstream Go modules pinned
 //! in `tests/cluster/` by `tests/cluster/build.sh` (see its README).
 //!
 //! One control plane per test binary ([`ControlPlane::shared`]), with
