@@ -125,6 +125,91 @@ fn hpa_figures(hpa: &Value) -> (String, i64, i64) {
     )
 }
 
+/// A scenario in `namespace` running `examples/scaleview/decode-ondemand-spot.yaml`
+/// (service spot-decode, view spot-decode-sv), each object changed by
+/// `adjust` first, Ready, on one on-demand and `spot` spot nodes, with
+/// the custom metrics API up. None when the control plane cannot run here.
+async fn spot_decode(
+    namespace: &str,
+    spot: usize,
+    adjust: impl Fn(&mut Value),
+) -> Option<(Scenario, &'static CustomMetrics)> {
+    let scenario = Scenario::start(namespace).await?;
+    scenario.nodes(1).await;
+    scenario.spot_nodes(spot).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    for mut object in common::yaml_documents(&common::repo_path(
+        "examples/scaleview/decode-ondemand-spot.yaml",
+    )) {
+        adjust(&mut object);
+        let created = scenario.create_or_fail(&object).await;
+        // The view, created right after its service, starts from the
+        // service's replicas even when the webhook's cache has not seen the
+        // service yet (it reads it live): an unset spec.replicas is 0 to
+        // an HPA, which then stops scaling.
+        if object["kind"] == "ScaleView" {
+            assert!(
+                created.data["spec"]["replicas"].is_i64(),
+                "the view's spec.replicas set at creation: {:#}",
+                created.data["spec"]
+            );
+        }
+    }
+    wait_ready(&scenario, "spot-decode").await;
+    Some((scenario, metrics))
+}
+
+/// Waits up to 90 s for spot-decode's decode roles to stand at `on_demand`
+/// and `spot` replicas (no spot LeaderWorkerSet at 0) with one pod each,
+/// and prefill's.
+async fn decode_at(scenario: &Scenario, on_demand: usize, spot: usize, what: &str) {
+    scenario
+        .eventually(90, what, || async {
+            let roles = replicas_by_role(scenario).await;
+            let pods = scenario.names("v1", "Pod").await;
+            if roles.get("decode-ondemand") == Some(&on_demand)
+                && roles.get("decode-spot").copied().unwrap_or(0) == spot
+                && (spot > 0 || !roles.contains_key("decode-spot"))
+                && pods.len() == 1 + on_demand + spot
+            {
+                Ok(())
+            } else {
+                Err(format!("{roles:?}, pods {pods:?}"))
+            }
+        })
+        .await;
+}
+
+/// Waits up to `seconds` for ScaleView `view`'s `spec.replicas` to be
+/// `replicas` (what the HPA writes through `/scale`).
+async fn view_becomes(scenario: &Scenario, view: &str, replicas: i64, seconds: u64) {
+    scenario
+        .eventually(seconds, &format!("{view} at {replicas}"), || async {
+            match view_replicas(scenario, view).await {
+                Some(now) if now == replicas => Ok(()),
+                other => Err(format!("spec.replicas {other:?}")),
+            }
+        })
+        .await;
+}
+
+/// Waits up to 60 s for condition `kind` of HPA `name` to have `status`;
+/// its reason and message.
+async fn hpa_says(scenario: &Scenario, name: &str, kind: &str, status: &str) -> (String, String) {
+    scenario
+        .eventually(60, &format!("HPA {name}: {kind}={status}"), || async {
+            let hpa = scenario
+                .get(HPA, "HorizontalPodAutoscaler", name)
+                .await
+                .unwrap_or_default();
+            match hpa_condition(&hpa, kind) {
+                Some((now, reason, message)) if now == status => Ok((reason, message)),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+}
+
 /// `examples/scaleview/hpa.yaml` on the view of
 /// `examples/scaleview/decode-ondemand-spot.yaml` (on-demand decode at
 /// priority 1 up to 2 replicas, spot decode after), as written but for a
@@ -144,36 +229,20 @@ fn hpa_figures(hpa: &Value) -> (String, i64, i64) {
 ///   and Tandem is quiet after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down_spot_first() {
-    let Some(scenario) = Scenario::start("autoscale-view").await else {
+    let Some((scenario, metrics)) = spot_decode("autoscale-view", 1, |object| {
+        for role in object["spec"]["roles"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["componentType"] == "decoder")
+        {
+            role["drain"] = json!({"seconds": 3});
+        }
+    })
+    .await
+    else {
         return;
     };
-    scenario.nodes(1).await;
-    scenario.spot_nodes(1).await;
-    let metrics = scenario.plane.custom_metrics().await;
-
-    let objects = common::yaml_documents(&common::repo_path(
-        "examples/scaleview/decode-ondemand-spot.yaml",
-    ));
-    let mut service = objects
-        .iter()
-        .find(|o| o["kind"] == "InferenceService")
-        .expect("the example's service")
-        .clone();
-    for role in service["spec"]["roles"]
-        .as_array_mut()
-        .expect("roles")
-        .iter_mut()
-        .filter(|r| r["componentType"] == "decoder")
-    {
-        role["drain"] = json!({"seconds": 3});
-    }
-    let view = objects
-        .iter()
-        .find(|o| o["kind"] == "ScaleView")
-        .expect("the example's view");
-    scenario.create_or_fail(&service).await;
-    scenario.create_or_fail(view).await;
-    wait_ready(&scenario, "spot-decode").await;
 
     let mut hpa = example("examples/scaleview/hpa.yaml");
     hpa["spec"]["behavior"] = json!({
@@ -191,31 +260,12 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
 
     // The HPA reads the metric (an empty queue) before it rises, so what is
     // timed below is the HPA's reaction, not its first discovery of the API.
-    scenario
-        .eventually(60, "the HPA reads the queue: 0 per pod", || async {
-            let hpa = scenario
-                .get(HPA, "HorizontalPodAutoscaler", "spot-decode-sv")
-                .await
-                .unwrap_or_default();
-            match hpa_figures(&hpa) {
-                (metric, 1, 1) if metric == "0" => Ok(()),
-                other => Err(format!("{other:?}: {:#}", hpa["status"])),
-            }
-        })
-        .await;
+    hpa_reads(&scenario, "spot-decode-sv", "0", 1).await;
 
     // Up: 30 waiting requests, 10 per pod wanted.
     let raised = Instant::now();
     load.set(30);
-    scenario
-        .eventually(60, "the HPA scaled the view to 3", || async {
-            let view = scenario.get(VIEWS, "ScaleView", "spot-decode-sv").await;
-            match view.as_ref().and_then(|v| v["spec"]["replicas"].as_i64()) {
-                Some(3) => Ok(()),
-                other => Err(format!("view spec.replicas {other:?}")),
-            }
-        })
-        .await;
+    view_becomes(&scenario, "spot-decode-sv", 3, 60).await;
     eprintln!(
         "the HPA wrote the view's /scale {:.1} s after the queue rose (sync period {HPA_SYNC_SECONDS} s)",
         raised.elapsed().as_secs_f64()
@@ -251,23 +301,7 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
         .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
         .collect();
     assert_eq!(spot_pods.len(), 1, "one spot pod: {spot_pods:?}");
-    let figures = scenario
-        .eventually(
-            30,
-            "kubectl get hpa shows 10 per pod and 3 replicas",
-            || async {
-                let hpa = scenario
-                    .get(HPA, "HorizontalPodAutoscaler", "spot-decode-sv")
-                    .await
-                    .unwrap_or_default();
-                match hpa_figures(&hpa) {
-                    (metric, 3, 3) if metric == "10" => Ok((metric, 3, 3)),
-                    other => Err(format!("{other:?}: {:#}", hpa["status"])),
-                }
-            },
-        )
-        .await;
-    eprintln!("kubectl get hpa: {figures:?}");
+    hpa_reads(&scenario, "spot-decode-sv", "10", 3).await;
 
     // Down: the queue empties. Every pod event from here: when each pod was
     // first seen being deleted, and with which traffic label.
@@ -304,44 +338,22 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
     // 20 waiting requests: 2 replicas are enough, and the view gives up
     // its spot replica, keeping both on-demand ones.
     load.set(20);
-    scenario
-        .eventually(
-            90,
-            "the HPA scaled the view to 2, on-demand only",
-            || async {
-                let roles = replicas_by_role(&scenario).await;
-                let pods = scenario.names("v1", "Pod").await;
-                if roles.get("decode-ondemand") == Some(&2)
-                    && !roles.contains_key("decode-spot")
-                    && pods.len() == 3
-                {
-                    Ok(())
-                } else {
-                    Err(format!("{roles:?}, pods {pods:?}"))
-                }
-            },
-        )
-        .await;
+    decode_at(
+        &scenario,
+        2,
+        0,
+        "the HPA scaled the view to 2, on-demand only",
+    )
+    .await;
     // An empty queue: down to the HPA's minimum, one on-demand replica.
     load.set(0);
-    scenario
-        .eventually(
-            90,
-            "the HPA scaled the view down to 1, on-demand kept",
-            || async {
-                let roles = replicas_by_role(&scenario).await;
-                let pods = scenario.names("v1", "Pod").await;
-                if roles.get("decode-ondemand") == Some(&1)
-                    && !roles.contains_key("decode-spot")
-                    && pods.len() == 2
-                {
-                    Ok(())
-                } else {
-                    Err(format!("{roles:?}, pods {pods:?}"))
-                }
-            },
-        )
-        .await;
+    decode_at(
+        &scenario,
+        1,
+        0,
+        "the HPA scaled the view down to 1, on-demand kept",
+    )
+    .await;
     watch.abort();
     let seen = seen.lock().expect("seen").clone();
     let roles: Vec<&str> = seen.iter().map(|(_, role, _)| role.as_str()).collect();
@@ -668,23 +680,15 @@ async fn an_hpa_on_a_replicated_group_adds_and_removes_whole_units() {
 ///   spot 3), and Tandem writes nothing more while the HPA holds there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_loop() {
-    let Some(scenario) = Scenario::start("autoscale-bad-metrics").await else {
-        return;
-    };
-    scenario.nodes(1).await;
-    scenario.spot_nodes(1).await;
-    let metrics = scenario.plane.custom_metrics().await;
-    let objects = common::yaml_documents(&common::repo_path(
-        "examples/scaleview/decode-ondemand-spot.yaml",
-    ));
-    for object in &objects {
-        let mut object = object.clone();
+    let Some((scenario, metrics)) = spot_decode("autoscale-bad-metrics", 1, |object| {
         if object["kind"] == "ScaleView" {
             object["spec"]["scalePolicy"][1]["constraints"] = json!({"max": 3});
         }
-        scenario.create_or_fail(&object).await;
-    }
-    wait_ready(&scenario, "spot-decode").await;
+    })
+    .await
+    else {
+        return;
+    };
     let mut hpa = example("examples/scaleview/hpa.yaml");
     hpa["spec"]["maxReplicas"] = json!(1000);
     hpa["spec"]["behavior"] = json!({
@@ -694,22 +698,8 @@ async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_l
     scenario.create_or_fail(&hpa).await;
 
     // Nothing served for the view's pods.
-    let said = scenario
-        .eventually(60, "the HPA says it cannot read the metric", || async {
-            let hpa = scenario
-                .get(HPA, "HorizontalPodAutoscaler", "spot-decode-sv")
-                .await
-                .unwrap_or_default();
-            match hpa_condition(&hpa, "ScalingActive") {
-                Some((status, reason, message))
-                    if status == "False" && reason == "FailedGetPodsMetric" =>
-                {
-                    Ok(message)
-                }
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+    let (reason, said) = hpa_says(&scenario, "spot-decode-sv", "ScalingActive", "False").await;
+    assert_eq!(reason, "FailedGetPodsMetric", "{said}");
     eprintln!("ScalingActive=False FailedGetPodsMetric: {said}");
     assert_eq!(view_replicas(&scenario, "spot-decode-sv").await, Some(1));
 
@@ -722,14 +712,7 @@ async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_l
     )
     .await;
     load.set(1_000_000_000);
-    scenario
-        .eventually(60, "the HPA asked for 1000", || async {
-            match view_replicas(&scenario, "spot-decode-sv").await {
-                Some(1000) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+    view_becomes(&scenario, "spot-decode-sv", 1000, 60).await;
     scenario
         .eventually(90, "the view clamped to 5: on-demand 2, spot 3", || async {
             let roles = replicas_by_role(&scenario).await;
@@ -797,23 +780,16 @@ fn refused_scales(scenario: &Scenario, view: &str) -> Vec<String> {
 ///   the view stays at 1, and Tandem writes nothing meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions() {
-    let Some(scenario) = Scenario::start("autoscale-strict").await else {
-        return;
-    };
-    scenario.nodes(1).await;
-    scenario.spot_nodes(1).await;
-    let metrics = scenario.plane.custom_metrics().await;
-    for object in common::yaml_documents(&common::repo_path(
-        "examples/scaleview/decode-ondemand-spot.yaml",
-    )) {
-        let mut object = object.clone();
+    let Some((scenario, metrics)) = spot_decode("autoscale-strict", 1, |object| {
         if object["kind"] == "ScaleView" {
             object["spec"]["strict"] = json!(true);
             object["spec"]["scalePolicy"][1]["constraints"] = json!({"max": 1});
         }
-        scenario.create_or_fail(&object).await;
-    }
-    wait_ready(&scenario, "spot-decode").await;
+    })
+    .await
+    else {
+        return;
+    };
     let load = queue(
         &scenario,
         metrics,
@@ -827,18 +803,7 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
     hpa_reads(&scenario, "spot-decode-sv", "0", 1).await;
 
     load.set(40);
-    let (reason, message) = scenario
-        .eventually(60, "the HPA says its /scale was refused", || async {
-            let hpa = scenario
-                .get(HPA, "HorizontalPodAutoscaler", "spot-decode-sv")
-                .await
-                .unwrap_or_default();
-            match hpa_condition(&hpa, "AbleToScale") {
-                Some((status, reason, message)) if status == "False" => Ok((reason, message)),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+    let (reason, message) = hpa_says(&scenario, "spot-decode-sv", "AbleToScale", "False").await;
     eprintln!("AbleToScale=False {reason}: {message}");
     assert_eq!(reason, "FailedUpdateScale");
     assert!(
@@ -877,25 +842,18 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
 /// with every decode replica at the new image and the floor held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_scaling_a_view_in_the_middle_of_a_rollout_is_honoured() {
-    let Some(scenario) = Scenario::start("autoscale-rollout").await else {
-        return;
-    };
-    scenario.nodes(1).await;
-    scenario.spot_nodes(1).await;
-    let metrics = scenario.plane.custom_metrics().await;
-    for object in common::yaml_documents(&common::repo_path(
-        "examples/scaleview/decode-ondemand-spot.yaml",
-    )) {
-        let mut object = object.clone();
+    let Some((scenario, metrics)) = spot_decode("autoscale-rollout", 1, |object| {
         if object["kind"] == "InferenceService" {
-            for role in object["spec"]["roles"].as_array_mut().expect("roles") {
+            for role in object["spec"]["roles"].as_array_mut().into_iter().flatten() {
                 role["drain"] = json!({"seconds": 2});
             }
             object["spec"]["roles"][1]["replicas"] = json!(2);
         }
-        scenario.create_or_fail(&object).await;
-    }
-    wait_ready(&scenario, "spot-decode").await;
+    })
+    .await
+    else {
+        return;
+    };
     let load = queue(
         &scenario,
         metrics,
@@ -946,14 +904,7 @@ async fn an_hpa_scaling_a_view_in_the_middle_of_a_rollout_is_honoured() {
 
     // Mid-rollout, 40 waiting: the HPA asks for 4.
     load.set(40);
-    scenario
-        .eventually(30, "the HPA's 4 taken by the view", || async {
-            match view_replicas(&scenario, "spot-decode-sv").await {
-                Some(4) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+    view_becomes(&scenario, "spot-decode-sv", 4, 30).await;
     // Taken at once, not held until the rollout ends: the roles are at the
     // new split while the service is still Progressing.
     let progressing = scenario

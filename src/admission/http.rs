@@ -120,11 +120,14 @@ async fn serve(
     outcome.into_response()
 }
 
-/// [`answer`], except that a denial resting on an object the lookup did not
+/// [`answer`], except that an answer resting on an object the lookup did not
 /// find is confirmed first: the objects it missed are read from the API
 /// server ([`Lookup::read_live`]), and if any exists after all (a watch
 /// cache one event behind a creation), the request is answered again with
-/// them. A miss the API server confirms, or cannot answer, stands.
+/// them. A miss the API server confirms, or cannot answer, stands. That is
+/// a denial, or any mutation: a new ScaleView whose target the cache missed
+/// would otherwise be stored without `spec.replicas`, and an HPA reads an
+/// unset `spec.replicas` as 0 and stops scaling ("ScalingDisabled").
 pub async fn answer_confirmed(
     webhook: Webhook,
     resource: &str,
@@ -135,7 +138,8 @@ pub async fn answer_confirmed(
     let noting = Noting::new(lookup);
     let first = answer(webhook, resource, body, &noting, &state.service_account);
     let missing = noting.into_missing();
-    if first.verdict != "denied" || missing.is_empty() {
+    let rests_on_a_miss = first.verdict == "denied" || webhook == Webhook::Mutate;
+    if !rests_on_a_miss || missing.is_empty() {
         return first;
     }
     let mut found = Vec::new();
@@ -549,6 +553,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_new_view_whose_target_the_cache_has_not_seen_starts_from_it_read_live() {
+        let (state, lagging) = state_with(true);
+        let body = view_review("qwen");
+        let confirmed = answer_confirmed(Webhook::Mutate, "scaleviews", &body, &state).await;
+        assert_eq!(lagging.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let Reply::Review(review) = &confirmed.body else {
+            panic!("{confirmed:?}");
+        };
+        use base64::Engine;
+        let mut patched =
+            serde_json::from_slice::<Value>(&body).unwrap()["request"]["object"].clone();
+        let patch = base64::engine::general_purpose::STANDARD
+            .decode(review["response"]["patch"].as_str().expect("a patch"))
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        // The decode role's current replicas (1, its default): what the
+        // view starts from, and what an HPA reads from its /scale.
+        assert_eq!(patched["spec"]["replicas"], 1, "{patched:#}");
+    }
+
+    #[tokio::test]
     async fn a_miss_the_api_server_confirms_is_denied() {
         let (state, lagging) = state_with(false);
         let body = view_review("qwen");
@@ -584,11 +610,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_allowed_answer_reads_nothing_live() {
-        let (state, lagging) = state_with(true);
+    async fn an_answer_the_cache_could_give_reads_nothing_live() {
+        let (mut state, _) = state_with(true);
+        let seen = Arc::new(Lagging {
+            cache: crate::admission::lookup::Objects::new([&serde_json::to_value(
+                &state_with(true).1.service,
+            )
+            .unwrap()]),
+            service: state_with(true).1.service.clone(),
+            exists: true,
+            reads: Default::default(),
+        });
+        state.lookup = seen.clone();
         let body = view_review("qwen");
-        let mutated = answer_confirmed(Webhook::Mutate, "scaleviews", &body, &state).await;
-        assert_ne!(mutated.verdict, "denied");
-        assert_eq!(lagging.reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+        for webhook in [Webhook::Mutate, Webhook::Validate] {
+            let answered = answer_confirmed(webhook, "scaleviews", &body, &state).await;
+            assert_ne!(answered.verdict, "denied", "{answered:?}");
+        }
+        assert_eq!(seen.reads.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }
