@@ -611,13 +611,13 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_the_cache_could_give_reads_nothing_live() {
-        let (mut state, _) = state_with(true);
+        let (mut state, lagging) = state_with(true);
+        let service = lagging.service.clone();
         let seen = Arc::new(Lagging {
-            cache: crate::admission::lookup::Objects::new([&serde_json::to_value(
-                &state_with(true).1.service,
-            )
-            .unwrap()]),
-            service: state_with(true).1.service.clone(),
+            cache: crate::admission::lookup::Objects::new([
+                &serde_json::to_value(&service).unwrap()
+            ]),
+            service,
             exists: true,
             reads: Default::default(),
         });
