@@ -245,22 +245,10 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
     };
 
     let mut hpa = example("examples/scaleview/hpa.yaml");
-    hpa["spec"]["behavior"] = json!({
-        "scaleDown": {"stabilizationWindowSeconds": 6},
-        "scaleUp": {"stabilizationWindowSeconds": 0},
-    });
-    let load = queue(
-        &scenario,
-        metrics,
-        (VIEWS, "ScaleView", "spot-decode-sv"),
-        "selector",
-    )
-    .await;
-    scenario.create_or_fail(&hpa).await;
-
+    hpa["spec"]["behavior"] = fast();
     // The HPA reads the metric (an empty queue) before it rises, so what is
     // timed below is the HPA's reaction, not its first discovery of the API.
-    hpa_reads(&scenario, "spot-decode-sv", "0", 1).await;
+    let load = autoscale_view(&scenario, metrics, &hpa, 1).await;
 
     // Up: 30 waiting requests, 10 per pod wanted.
     let raised = Instant::now();
@@ -377,6 +365,40 @@ async fn an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down
         .await;
 }
 
+/// The `behavior` of the scenarios' HPAs: up at once, down after a 6 s
+/// window instead of Kubernetes' 5 minutes, so a scenario runs in seconds.
+fn fast() -> Value {
+    json!({
+        "scaleDown": {"stabilizationWindowSeconds": 6},
+        "scaleUp": {"stabilizationWindowSeconds": 0},
+    })
+}
+
+/// Plays the queue of ScaleView `view`'s pods ([`queue`], empty at first),
+/// creates `hpa` on the view and waits until it reads the empty queue with
+/// the view at `replicas`: from then on, what the HPA does answers the
+/// queue the scenario sets.
+async fn autoscale_view(
+    scenario: &Scenario,
+    metrics: &'static CustomMetrics,
+    hpa: &Value,
+    replicas: i64,
+) -> QueueHandle {
+    let view = hpa["spec"]["scaleTargetRef"]["name"]
+        .as_str()
+        .expect("the HPA's view");
+    let load = queue(scenario, metrics, (VIEWS, "ScaleView", view), "selector").await;
+    scenario.create_or_fail(hpa).await;
+    hpa_reads(
+        scenario,
+        hpa["metadata"]["name"].as_str().expect("the HPA's name"),
+        "0",
+        replicas,
+    )
+    .await;
+    load
+}
+
 /// Waits until HPA `name` reads `metric` per pod and has `replicas` current
 /// and desired, as `kubectl get hpa` would show it.
 async fn hpa_reads(scenario: &Scenario, name: &str, metric: &str, replicas: i64) {
@@ -462,20 +484,9 @@ async fn an_hpa_on_prefill_moves_decode_at_its_ratio_at_every_step() {
     }
     let mut hpa = hpa.expect("the example's HPA");
     hpa["spec"]["maxReplicas"] = json!(3);
-    hpa["spec"]["behavior"] = json!({
-        "scaleDown": {"stabilizationWindowSeconds": 6},
-        "scaleUp": {"stabilizationWindowSeconds": 0},
-    });
+    hpa["spec"]["behavior"] = fast();
     wait_ready(&scenario, "spot-decode").await;
-    let load = queue(
-        &scenario,
-        metrics,
-        (VIEWS, "ScaleView", "spot-prefill-sv"),
-        "selector",
-    )
-    .await;
-    scenario.create_or_fail(&hpa).await;
-    hpa_reads(&scenario, "spot-prefill-sv", "0", 1).await;
+    let load = autoscale_view(&scenario, metrics, &hpa, 1).await;
 
     for (waiting, prefill) in [(20u64, 2usize), (30, 3), (10, 1)] {
         load.set(waiting);
@@ -579,8 +590,7 @@ async fn an_hpa_on_a_replicated_group_adds_and_removes_whole_units() {
                                     "name": "pd-cluster"},
                 "metric": {"name": WAITING},
                 "target": {"type": "AverageValue", "averageValue": "10"}}}],
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 6},
-                         "scaleUp": {"stabilizationWindowSeconds": 0}},
+            "behavior": fast(),
         },
     });
     let namespace = scenario.namespace.clone();
@@ -790,18 +800,13 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
     else {
         return;
     };
-    let load = queue(
+    let load = autoscale_view(
         &scenario,
         metrics,
-        (VIEWS, "ScaleView", "spot-decode-sv"),
-        "selector",
+        &example("examples/scaleview/hpa.yaml"),
+        1,
     )
     .await;
-    scenario
-        .create_or_fail(&example("examples/scaleview/hpa.yaml"))
-        .await;
-    hpa_reads(&scenario, "spot-decode-sv", "0", 1).await;
-
     load.set(40);
     let (reason, message) = hpa_says(&scenario, "spot-decode-sv", "AbleToScale", "False").await;
     eprintln!("AbleToScale=False {reason}: {message}");
