@@ -6,8 +6,9 @@
 //! garbage collection, PodGroup protection, the HPA), kube-scheduler, kwok
 //! (fake GPU nodes and the pods' lifecycles) and the LeaderWorkerSet manager
 //! with its webhooks; on demand, a custom metrics API behind the aggregation
-//! layer ([`ControlPlane::custom_metrics`]). The binaries are built once from the upstream Go modules pinned
-//! in `tests/cluster/` by `tests/cluster/build.sh` (see its README).
+//! layer ([`ControlPlane::custom_metrics`]). The binaries are built once
+//! from the upstream Go modules pinned in `tests/cluster/` by
+//! `tests/cluster/build.sh` (see its README).
 //!
 //! One control plane per test binary ([`ControlPlane::shared`]), with
 //! Tandem installed as a user would: its CRDs and the upstream ones from
