@@ -27,30 +27,25 @@ const HPA: &str = "autoscaling/v2";
 /// requests, per pod.
 const WAITING: &str = "vllm:num_requests_waiting";
 
-/// Plays vLLM's `vllm:num_requests_waiting` for the pods an HPA scales:
-/// every second, `load` waiting requests shared evenly over the pods that
-/// `target`'s selector (at `selector`, a status field) picks, as a router
-/// spreads its queue, written per pod.
-async fn queue(
-    scenario: &Scenario,
-    metrics: &'static CustomMetrics,
-    (api_version, kind, name): (&str, &str, &str),
-    selector: &'static str,
-) -> QueueHandle {
+/// Plays vLLM's `vllm:num_requests_waiting` for the pods of ScaleView
+/// `view`: every second, `load` waiting requests shared evenly over the
+/// pods its `status.selector` picks (as a router spreads its queue),
+/// written per pod.
+async fn queue(scenario: &Scenario, metrics: &'static CustomMetrics, view: &str) -> QueueHandle {
     let load = Arc::new(Mutex::new(0u64));
     let shared = load.clone();
     let namespace = scenario.namespace.clone();
-    let name = name.to_owned();
-    let targets = scenario.api(api_version, kind).await;
+    let view = view.to_owned();
+    let views = scenario.api(VIEWS, "ScaleView").await;
     let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &namespace);
     let task = tokio::spawn(async move {
         loop {
-            let selector = targets
-                .get_opt(&name)
+            let selector = views
+                .get_opt(&view)
                 .await
                 .ok()
                 .flatten()
-                .and_then(|v| v.data["status"][selector].as_str().map(str::to_owned));
+                .and_then(|v| v.data["status"]["selector"].as_str().map(str::to_owned));
             if let Some(selector) = selector
                 && let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await
             {
@@ -387,7 +382,7 @@ async fn autoscale_view(
     let view = hpa["spec"]["scaleTargetRef"]["name"]
         .as_str()
         .expect("the HPA's view");
-    let load = queue(scenario, metrics, (VIEWS, "ScaleView", view), "selector").await;
+    let load = queue(scenario, metrics, view).await;
     scenario.create_or_fail(hpa).await;
     hpa_reads(
         scenario,
@@ -714,13 +709,7 @@ async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_l
     assert_eq!(view_replicas(&scenario, "spot-decode-sv").await, Some(1));
 
     // 10⁹ waiting requests per pod.
-    let load = queue(
-        &scenario,
-        metrics,
-        (VIEWS, "ScaleView", "spot-decode-sv"),
-        "selector",
-    )
-    .await;
+    let load = queue(&scenario, metrics, "spot-decode-sv").await;
     load.set(1_000_000_000);
     view_becomes(&scenario, "spot-decode-sv", 1000, 60).await;
     scenario
@@ -859,13 +848,7 @@ async fn an_hpa_scaling_a_view_in_the_middle_of_a_rollout_is_honoured() {
     else {
         return;
     };
-    let load = queue(
-        &scenario,
-        metrics,
-        (VIEWS, "ScaleView", "spot-decode-sv"),
-        "selector",
-    )
-    .await;
+    let load = queue(&scenario, metrics, "spot-decode-sv").await;
     let mut hpa = example("examples/scaleview/hpa.yaml");
     hpa["spec"]["behavior"] = json!({"scaleUp": {"stabilizationWindowSeconds": 0}});
     // 20 waiting over the view's 2 replicas: the HPA keeps 2.

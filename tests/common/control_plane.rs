@@ -536,8 +536,9 @@ impl ControlPlane {
 
     /// The process id of each process of the control plane, by name
     /// (`etcd`, `kube-apiserver`, `kube-controller-manager`,
-    /// `kube-scheduler`, `kwok`, `lws-manager`): the process itself, not its
-    /// supervisor.
+    /// `kube-scheduler`, `kwok`, `lws-manager`, and `metrics-adapter` once
+    /// a test has asked for the custom metrics API): the process itself, not
+    /// its supervisor.
     pub fn pids(&self) -> Vec<(String, Option<u32>)> {
         self.processes
             .lock()
