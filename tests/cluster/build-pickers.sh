@@ -56,5 +56,9 @@ cargo build --release --locked --lib --manifest-path "$tokenizers/Cargo.toml" \
   go build -trimpath -o "$out/partial/llm-d-epp" github.com/llm-d/llm-d-inference-scheduler/cmd/epp >&2)
 rm -rf "$out/bin"
 mv "$out/partial" "$out/bin"
+# The tokenizers library is linked into llm-d-epp; its cargo target directory
+# (its intermediates) is never read again, since a change of key
+# builds in a new directory.
+rm -rf "$out/tokenizers"
 echo "built in $(( $(date +%s) - start )) s" >&2
 echo "$out/bin"
