@@ -21,16 +21,31 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// What `render --help` promises: with `--now`, or a world that holds a
+/// time, the same input gives the same output. (Without either, the clock
+/// is the wall clock, whose second may turn between two runs.)
 #[test]
 fn render_of_an_example_is_deterministic_and_shows_defaults() {
     let args = [
         "render",
         "-f",
         "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "--now",
+        "2026-11-28T10:00:00Z",
     ];
     let first = tandem(&args);
     assert!(first.status.success(), "{}", text(&first.stderr));
     assert_eq!(first.stdout, tandem(&args).stdout, "same input, same bytes");
+    // A world that holds a time runs at its newest, without --now.
+    let timed = [
+        "render",
+        "-f",
+        "examples/render/incremental-upgrade-step.yaml",
+    ];
+    let once = tandem(&timed);
+    assert!(once.status.success(), "{}", text(&once.stderr));
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(once.stdout, tandem(&timed).stdout, "same world, same bytes");
     let out = text(&first.stdout);
     assert!(
         out.starts_with("---\n# changed InferenceService deepseek-r1-disagg: admission fills in defaults: spec.roles[0].disruptionBudget, spec.roles[0].drain, spec.roles[0].scaleDown, spec.roles[1].disruptionBudget, spec.roles[1].drain, spec.roles[1].scaleDown, spec.upgradeStrategy; Tandem writes status\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
