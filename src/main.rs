@@ -539,6 +539,7 @@ async fn serve_and_control(
                         client.clone(),
                         metrics.controllers.clone(),
                     );
+                    caches.record_events_as(reconcile::reporter(&args.identity));
                     lookup = caches.clone();
                     mark_ready(caches.clone(), caches_ready.clone());
                     args.run

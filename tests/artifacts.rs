@@ -310,7 +310,14 @@ fn webhook_configurations_match_the_served_routes_and_crds() {
                 serde_json::json!(["v1"]),
                 "{name}"
             );
-            assert_eq!(hook["sideEffects"], "None", "{name}");
+            // Only the ScaleView validation has a side effect: a refused
+            // /scale is recorded on the view, never in a dry run.
+            let side_effects = if name == "validate.scaleviews.fusioninfer.io" {
+                "NoneOnDryRun"
+            } else {
+                "None"
+            };
+            assert_eq!(hook["sideEffects"], side_effects, "{name}");
             assert_eq!(hook["timeoutSeconds"], 5, "{name}");
             assert!(
                 ["Fail", "Ignore"].contains(&hook["failurePolicy"].as_str().unwrap()),

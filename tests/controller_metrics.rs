@@ -161,6 +161,26 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
     };
     alerts_read_exported_metrics(&text);
     dashboard_reads_exported_metrics(&text);
+    // The autoscaling signals, read off the service's status in the cache
+    // at the scrape: the role's five states, desired at the new two.
+    let of_the_role = format!(r#"namespace="default",service="{SERVICE}",role="inference","#);
+    let role = |state: &str| format!(r#"{of_the_role}state="{state}""#);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = metrics(&tandem).await;
+        let states: Vec<_> = samples(&text, "tandem_role_replicas")
+            .into_iter()
+            .filter(|(labels, _)| labels.starts_with(&of_the_role))
+            .collect();
+        if states.len() == 5 && value(&text, "tandem_role_replicas", &role("desired")) == 2.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the role's signals: {states:?}\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // What the scenario cost, for `-- --nocapture`.
     for line in text.lines().filter(|l| {
         !l.starts_with('#') && !l.starts_with("tandem_admission") && !l.contains("_bucket")

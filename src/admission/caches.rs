@@ -8,14 +8,20 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kube::Api;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Resource};
+use serde_json::json;
 
 use super::Lookup;
 use super::lookup::{Found, Missing};
 use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
 use crate::api::{Findings, InferenceService, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
+use crate::plan::scale_view::refusal::{self, Refusal};
+use crate::reconcile::FIELD_MANAGER;
 use crate::reconcile::caches::Caches;
 
 fn in_namespace<K: kube::Resource<DynamicType = ()> + Clone>(
@@ -89,6 +95,56 @@ impl Lookup for Caches {
         self.dependencies.installed()
     }
 
+    /// The view's conditions with the refusal recorded, written with a merge
+    /// patch that carries the cached view's resourceVersion (a 409 says the
+    /// cache is behind a write of the controller's: this refusal is then not
+    /// recorded, and the autoscaler's next retry of it is), then a Warning
+    /// Event `ScaleRefused`. Nothing is written when the view already records
+    /// the same refusal for its generation, or is not cached.
+    fn record_refusal(&self, refusal: &Refusal) -> Option<BoxFuture<'static, Result<(), String>>> {
+        let view = self
+            .views
+            .get(&ObjectRef::new(&refusal.view).within(&refusal.namespace))?;
+        let conditions = refusal::record(&view, refusal, &Time(jiff::Timestamp::now()))?;
+        let client = self.client();
+        let reporter = self.reporter();
+        let note = refusal.message();
+        let (namespace, name) = (refusal.namespace.clone(), refusal.view.clone());
+        let write = async move {
+            let patch = Patch::Merge(json!({
+                "metadata": {"resourceVersion": view.metadata.resource_version},
+                "status": {"conditions": conditions},
+            }));
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            Api::<ScaleView>::namespaced(client.clone(), &namespace)
+                .patch_status(&name, &params, &patch)
+                .await
+                .map_err(|e| format!("writing the ScaleRefused condition: {e}"))?;
+            let event = Event {
+                type_: EventType::Warning,
+                reason: refusal::SCALE_REFUSED.to_owned(),
+                note: Some(note),
+                action: "Scale".to_owned(),
+                secondary: None,
+            };
+            Recorder::new(client, reporter)
+                .publish(&event, &view.object_ref(&()))
+                .await
+                .map_err(|e| format!("recording the ScaleRefused Event: {e}"))
+        };
+        Some(
+            async move {
+                tokio::time::timeout(RECORD_TIMEOUT, write)
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no answer within {RECORD_TIMEOUT:?}")))
+            }
+            .boxed(),
+        )
+    }
+
     /// One GET, given at most [`LIVE_READ_TIMEOUT`] so that the answer still
     /// comes well within the webhook's own request timeout.
     fn read_live(&self, missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {
@@ -123,6 +179,10 @@ impl Lookup for Caches {
         )
     }
 }
+
+/// How long admission gives a refusal's record (the status write, then the
+/// Event): it runs beside the answer, never before it.
+pub const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long admission waits for the API server to confirm a cache miss.
 pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(1);

@@ -24,6 +24,7 @@ use super::answer::{Verdict, reply, verdict_of};
 use super::lookup::{Amended, Found, Noting};
 use super::{Kind, Lookup, Requester, mutate, validate_as, validate_group_scale, validate_scale};
 use crate::api::Findings;
+use crate::plan::scale_view::refusal::Refusal;
 use crate::server::metrics::{AdmissionLabels, Metrics};
 
 /// What the handlers share: the metrics they record and what they may look up.
@@ -78,6 +79,9 @@ async fn serve(
             let outcome = answer_confirmed(webhook, resource, &body, state).await;
             if outcome.verdict == "denied" {
                 log_denial(webhook, &body, &outcome);
+                if let Some(refusal) = scale_refusal(&body, &outcome) {
+                    record_refusal(state, refusal);
+                }
             }
             outcome
         }
@@ -212,6 +216,55 @@ fn log_denial(webhook: Webhook, body: &[u8], outcome: &Answer) {
         reasons = %reasons,
         "admission denied"
     );
+}
+
+/// The refused `/scale` of a ScaleView that `outcome` denies, unless the
+/// request was a dry run (the webhook declares `sideEffects: NoneOnDryRun`).
+pub fn scale_refusal(body: &[u8], outcome: &Answer) -> Option<Refusal> {
+    if outcome.kind != "ScaleView/scale" || outcome.verdict != "denied" {
+        return None;
+    }
+    let review: Value = serde_json::from_slice(body).ok()?;
+    let request = &review["request"];
+    if request["dryRun"].as_bool() == Some(true) {
+        return None;
+    }
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let reason = match &outcome.body {
+        Reply::Review(reply) => text(&reply["response"]["status"]["message"]),
+        Reply::Text(reason) => reason.clone(),
+    };
+    Some(Refusal {
+        namespace: request["namespace"].as_str()?.to_owned(),
+        view: request["name"].as_str()?.to_owned(),
+        requester: text(&request["userInfo"]["username"]),
+        replicas: request["object"]["spec"]["replicas"]
+            .as_i64()
+            .and_then(|r| i32::try_from(r).ok())
+            .unwrap_or(0),
+        reason,
+    })
+}
+
+/// Records `refusal` on its view beside the answer, which does not wait for
+/// it; a record that fails is logged.
+fn record_refusal(state: &State, refusal: Refusal) {
+    let Some(recording) = state.lookup.record_refusal(&refusal) else {
+        return;
+    };
+    tokio::spawn(async move {
+        match recording.await {
+            Ok(()) => tracing::info!(
+                object = %format!("{}/{}", refusal.namespace, refusal.view),
+                "recorded the refused /scale on the ScaleView (condition ScaleRefused, Event)"
+            ),
+            Err(error) => tracing::warn!(
+                object = %format!("{}/{}", refusal.namespace, refusal.view),
+                %error,
+                "could not record the refused /scale on the ScaleView"
+            ),
+        }
+    });
 }
 
 fn bad_request(resource: &str, reason: String) -> Answer {
@@ -485,6 +538,47 @@ mod tests {
             };
             Some(async move { Ok(found) }.boxed())
         }
+    }
+
+    #[test]
+    fn a_denied_scale_of_a_view_is_a_refusal_to_record_unless_a_dry_run() {
+        let review = |dry_run: bool| {
+            serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "1", "namespace": "llm", "name": "decode-sv",
+                    "subResource": "scale", "operation": "UPDATE", "dryRun": dry_run,
+                    "userInfo": {"username": "system:serviceaccount:kube-system:horizontal-pod-autoscaler"},
+                    "object": {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 4}}},
+            }))
+            .expect("JSON")
+        };
+        let denied = |kind: &'static str| Answer {
+            status: StatusCode::OK,
+            body: Reply::Review(
+                json!({"response": {"status": {"message": "spec.replicas: must be within [0, 3]"}}}),
+            ),
+            kind,
+            operation: "UPDATE".to_owned(),
+            verdict: "denied",
+        };
+        assert_eq!(
+            scale_refusal(&review(false), &denied("ScaleView/scale")),
+            Some(Refusal {
+                namespace: "llm".into(),
+                view: "decode-sv".into(),
+                requester: "system:serviceaccount:kube-system:horizontal-pod-autoscaler".into(),
+                replicas: 4,
+                reason: "spec.replicas: must be within [0, 3]".into(),
+            })
+        );
+        assert_eq!(
+            scale_refusal(&review(true), &denied("ScaleView/scale")),
+            None
+        );
+        assert_eq!(scale_refusal(&review(false), &denied("ScaleView")), None);
+        let mut allowed = denied("ScaleView/scale");
+        allowed.verdict = "allowed";
+        assert_eq!(scale_refusal(&review(false), &allowed), None);
     }
 
     fn view_review(target: &str) -> Vec<u8> {

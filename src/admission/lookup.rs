@@ -19,6 +19,7 @@ use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
 use crate::api::{Findings, InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::dag::FollowIndex;
+use crate::plan::scale_view::refusal::Refusal;
 
 /// Objects admission can consult. `None` means "cannot know" (no cluster),
 /// which is different from "does not exist" (`Some(None)` / an empty list).
@@ -72,6 +73,16 @@ pub trait Lookup: Send + Sync {
     /// can come before the cache has the service. None: nothing to read
     /// live from (render's world, a test's objects, no cluster).
     fn read_live(&self, _missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {
+        None
+    }
+
+    /// Records on a ScaleView that the webhook refused a write to its
+    /// `/scale` (a request that was not a dry run): its `ScaleRefused`
+    /// condition and a Warning Event, when they say something new
+    /// ([`crate::plan::scale_view::refusal`]). None: there is no cluster to
+    /// record it in (render's world, a test's objects, `serve` without a
+    /// kubeconfig); the denial's log line is then the only record.
+    fn record_refusal(&self, _refusal: &Refusal) -> Option<BoxFuture<'static, Result<(), String>>> {
         None
     }
 }
@@ -276,6 +287,9 @@ impl Lookup for WithEppImage {
     }
     fn read_live(&self, missing: &Missing) -> Option<BoxFuture<'static, Result<Found, String>>> {
         self.inner.read_live(missing)
+    }
+    fn record_refusal(&self, refusal: &Refusal) -> Option<BoxFuture<'static, Result<(), String>>> {
+        self.inner.record_refusal(refusal)
     }
 }
 

@@ -169,7 +169,8 @@ pub struct ScaleViewStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Ready, Locked, Clamped.
+    /// Ready, Locked, Clamped; ScaleRefused after the webhook refused a
+    /// write to `/scale` at this generation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -331,6 +331,8 @@ pub struct Caches {
     pub dependencies: Arc<WatchedDependencies>,
     /// Where each cache's size is kept (`tandem_cached_objects`).
     metrics: Arc<ControllerMetrics>,
+    /// This replica, in admission's Events ([`Caches::record_events_as`]).
+    reporter: std::sync::OnceLock<kube::runtime::events::Reporter>,
 }
 
 /// The label selection of the pods of services.
@@ -388,6 +390,9 @@ impl Caches {
                 }
             })
         };
+        metrics
+            .signals
+            .read_from(services.clone(), views.clone(), groups.clone());
         let mut wanted: Vec<(String, String, String, Option<String>, Trim)> = WORKLOADS
             .iter()
             .map(|(v, k, p)| {
@@ -432,6 +437,7 @@ impl Caches {
             triggers,
             dependencies,
             metrics,
+            reporter: std::sync::OnceLock::new(),
         });
         let pods = resource("v1", "Pod", "pods");
         caches.watch(&pods, Some(service_pods()), Trim::Pod);
@@ -565,6 +571,22 @@ impl Caches {
     /// answer yet (admission confirming a miss).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Who admission's Events say recorded them: this replica
+    /// ([`Caches::record_events_as`]), else controller `tandem` alone.
+    pub fn reporter(&self) -> kube::runtime::events::Reporter {
+        self.reporter
+            .get()
+            .cloned()
+            .unwrap_or_else(|| kube::runtime::events::Reporter::from(super::FIELD_MANAGER))
+    }
+
+    /// Names this replica in the Events admission records (`tandem serve`
+    /// sets it once, as [`super::reporter`] of its identity; a second call
+    /// changes nothing).
+    pub fn record_events_as(&self, reporter: kube::runtime::events::Reporter) {
+        let _ = self.reporter.set(reporter);
     }
 
     /// Whether the InferenceServices have been listed (admission must not

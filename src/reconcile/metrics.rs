@@ -12,7 +12,11 @@
 //! - `tandem_dependency_info{dependency,version,installed}`: what the
 //!   cluster has of LWS, Volcano, the Inference Extension and Gateway API;
 //! - `tandem_decisions_total{controller,decision,policy}`: each step carried
-//!   out ([`crate::plan::shared::decision`]).
+//!   out ([`crate::plan::shared::decision`]);
+//! - the autoscaling signals, read off the cached statuses at each scrape:
+//!   `tandem_role_replicas`, `tandem_view_replicas`,
+//!   `tandem_view_requested_replicas` and `tandem_ratio_error_replicas`
+//!   ([`super::signals`]).
 //!
 //! `controller` is the kind a controller reconciles: `InferenceService`,
 //! `ScaleView` or `ResourceScalingGroup`.
@@ -89,6 +93,8 @@ pub struct ControllerMetrics {
     /// Whether the cluster answers the caches' watches (for the log and
     /// `/readyz`).
     pub cluster: Arc<super::health::ClusterHealth>,
+    /// The autoscaling signals, read from the caches once they are given.
+    pub signals: Arc<super::signals::SignalCollector>,
 }
 
 fn reconcile_histogram() -> Histogram {
@@ -112,6 +118,7 @@ impl Default for ControllerMetrics {
             dependencies: Family::default(),
             waiting: Family::default(),
             cluster: Arc::default(),
+            signals: Arc::default(),
         }
     }
 }
@@ -193,6 +200,7 @@ impl ControllerMetrics {
             "The projects Tandem writes objects of, as their CustomResourceDefinitions say: 1 per dependency, with the versions served and whether the one Tandem writes is installed",
             metrics.dependencies.clone(),
         );
+        registry.register_collector(Box::new(metrics.signals.clone()));
         metrics
     }
 

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod rate_limit;
 pub mod resource_scaling_group;
 pub mod scale_view;
+pub mod signals;
 pub mod turns;
 pub mod window;
 

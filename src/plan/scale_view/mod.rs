@@ -19,7 +19,9 @@
 //!    generation, per-role replicas) is written when it differs, then every
 //!    role whose replicas differ from the split is scaled.
 //! 5. The view's status: ready replicas of the groups, the selector of their
-//!    pods, the split with ready replicas, conditions Ready, Locked, Clamped.
+//!    pods, the split with ready replicas, conditions Ready, Locked, Clamped,
+//!    and ScaleRefused while the webhook's record of a refused `/scale`
+//!    holds ([`refusal`]).
 //!
 //! An unchanged world gives a pass with nothing to write and no Events.
 //! [`live_locks`] is the other half of the lock's life: the InferenceService
@@ -32,6 +34,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
 pub mod locks;
+pub mod refusal;
 pub mod split;
 
 use crate::api::ScaleView;
@@ -443,7 +446,10 @@ fn blocked(
             ),
             conditions.make("Locked", false, reason, message.clone()),
             conditions.make("Ready", false, reason, message.clone()),
-        ],
+        ]
+        .into_iter()
+        .chain(conditions.refusal())
+        .collect(),
         replicas: ready_total,
         selector: Some(selector),
         locked: false,
@@ -535,7 +541,10 @@ fn applied_status(
             clamped,
             conditions.make("Locked", true, "Held", locked),
             ready,
-        ],
+        ]
+        .into_iter()
+        .chain(conditions.refusal())
+        .collect(),
         replicas: ready_total,
         selector: Some(selector),
         locked: true,
@@ -592,6 +601,12 @@ impl Conditions<'_> {
             last_transition_time: since,
             observed_generation: self.generation,
         }
+    }
+
+    /// A `/scale` the webhook refused at this generation, kept as it was
+    /// written ([`refusal::carried`]).
+    fn refusal(&self) -> Option<Condition> {
+        refusal::carried(self.previous, self.generation)
     }
 }
 
@@ -821,6 +836,42 @@ mod tests {
         // Nothing left to do, even without a target.
         assert_eq!(reconcile(&view, Some(&target), &now()), Pass::default());
         assert_eq!(reconcile(&view, None, &now()), Pass::default());
+    }
+
+    #[test]
+    fn a_refused_scale_stays_in_status_for_its_generation_only() {
+        let mut target = target(json!([]));
+        let mut view = view(Some(1), true);
+        let pass = reconcile(&view, Some(&target), &now());
+        apply(&mut view, &mut target, &pass);
+        // The webhook records a refused /scale at generation 2.
+        let refused = refusal::Refusal {
+            namespace: "default".into(),
+            view: "spot-decode-sv".into(),
+            requester: "hpa".into(),
+            replicas: 9,
+            reason: "spec.replicas: must be within [0, 3]".into(),
+        };
+        let conditions = refusal::record(&view, &refused, &now()).expect("new");
+        view.status.as_mut().expect("a status").conditions = conditions;
+        // The reconcile keeps it: the status it plans is the one stored
+        // (the executor writes nothing), and nothing else moves.
+        let pass = reconcile(&view, Some(&target), &now());
+        assert_eq!(pass.status, view.status);
+        assert!(pass.events.is_empty() && pass.roles.is_empty(), "{pass:?}");
+        // A new spec: the refusal was about the old one, and goes.
+        view.metadata.generation = Some(3);
+        view.spec.replicas = Some(2);
+        let status = reconcile(&view, Some(&target), &now())
+            .status
+            .expect("a new status");
+        assert!(
+            status
+                .conditions
+                .iter()
+                .all(|c| c.type_ != refusal::SCALE_REFUSED),
+            "{status:?}"
+        );
     }
 
     #[test]
