@@ -775,8 +775,11 @@ fn refused_scales(scenario: &Scenario, view: &str) -> Vec<String> {
 /// - The webhook refuses the HPA's `/scale`, and its message reaches the
 ///   HPA's conditions: `AbleToScale=False`, `FailedUpdateScale`, naming
 ///   the range and the field.
+/// - Tandem records the refusal on the view once: condition ScaleRefused
+///   and a Warning Event, each saying who asked for how many and why.
 /// - The HPA retries each sync period (its refused writes keep coming);
-///   the view stays at 1, and Tandem writes nothing meanwhile.
+///   the view stays at 1, and Tandem writes nothing meanwhile: not the
+///   record again (the view's resourceVersion holds), nor anything else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions() {
     let Some((scenario, metrics)) = spot_decode("autoscale-strict", 1, |object| {
@@ -807,6 +810,60 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
         ),
         "Tandem's reason reaches the HPA: {message}"
     );
+    // Tandem's own record of it: the view's ScaleRefused condition, and a
+    // Warning Event of the same reason, naming who asked and why.
+    let said = "system:serviceaccount:kube-system:horizontal-pod-autoscaler asked for 4 \
+                replicas through /scale and was refused: spec.replicas: must be within [0, 3]";
+    let recorded = scenario
+        .eventually(30, "the view records the refusal", || async {
+            let view = scenario
+                .get(VIEWS, "ScaleView", "spot-decode-sv")
+                .await
+                .unwrap_or_default();
+            let refused = view["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "ScaleRefused")
+                .cloned();
+            match refused {
+                Some(c) if c["status"] == "True" && c["reason"] == "AdmissionDenied" => {
+                    Ok((c, view["metadata"]["resourceVersion"].clone()))
+                }
+                other => Err(format!("{other:?} in {:#}", view["status"])),
+            }
+        })
+        .await;
+    let (condition, version) = recorded;
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with(said), "{message}");
+    let events = scenario
+        .eventually(30, "the refusal's Event", || async {
+            let events: Vec<Value> = scenario
+                .list("events.k8s.io/v1", "Event")
+                .await
+                .into_iter()
+                .filter(|e| {
+                    e["reason"] == "ScaleRefused" && e["regarding"]["name"] == "spot-decode-sv"
+                })
+                .collect();
+            if events.is_empty() {
+                Err("no ScaleRefused Event yet".to_owned())
+            } else {
+                Ok(events)
+            }
+        })
+        .await;
+    assert_eq!(events.len(), 1, "one Event: {events:#?}");
+    assert_eq!(events[0]["type"], "Warning");
+    assert!(
+        events[0]["note"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(said),
+        "{:#}",
+        events[0]
+    );
     let refused = refused_scales(&scenario, "spot-decode-sv").len();
     scenario
         .eventually(30, "the HPA retries its refused /scale", || async {
@@ -819,6 +876,12 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
         })
         .await;
     assert_eq!(view_replicas(&scenario, "spot-decode-sv").await, Some(1));
+    // The retries said nothing new: the record was not written again.
+    let view = scenario
+        .get(VIEWS, "ScaleView", "spot-decode-sv")
+        .await
+        .expect("the view");
+    assert_eq!(view["metadata"]["resourceVersion"], version, "{view:#}");
     scenario.assert_writes_sound();
     scenario
         .assert_quiet(10, (VIEWS, "ScaleView", "spot-decode-sv"))
@@ -959,4 +1022,231 @@ async fn an_hpa_scaling_a_view_in_the_middle_of_a_rollout_is_honoured() {
     scenario
         .assert_quiet(10, (IS, "InferenceService", "spot-decode"))
         .await;
+}
+
+/// Every object of the recipes in `examples/autoscaling/`, with its file.
+fn recipes() -> Vec<(String, Value)> {
+    let folder = common::repo_path("examples/autoscaling");
+    let mut files: Vec<_> = std::fs::read_dir(&folder)
+        .expect("examples/autoscaling/")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let recipes: Vec<(String, Value)> = files
+        .iter()
+        .flat_map(|path| {
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            common::yaml_documents(path)
+                .into_iter()
+                .map(move |object| (file.clone(), object))
+        })
+        .collect();
+    assert!(recipes.len() >= 6, "{recipes:#?}");
+    recipes
+}
+
+/// The metric names a PromQL expression reads: each name written before a
+/// `{` selector (the recipes select every series they read).
+fn promql_metrics(query: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for (at, _) in query.match_indices('{') {
+        let name: String = query[..at]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        // `<<.Series>>{…}` in an adapter's metricsQuery names no metric.
+        if !name.is_empty() && !query[..at].ends_with(">>") {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// The metric names a recipe object reads: a ScaledObject's Prometheus
+/// queries, an HPA's metrics, a prometheus-adapter configuration's series
+/// queries.
+fn metrics_read(object: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    match object["kind"].as_str().unwrap_or_default() {
+        "ScaledObject" => {
+            for trigger in object["spec"]["triggers"].as_array().into_iter().flatten() {
+                assert_eq!(trigger["type"], "prometheus", "{trigger:#}");
+                let query = trigger["metadata"]["query"].as_str().expect("a query");
+                names.extend(promql_metrics(query));
+            }
+        }
+        "HorizontalPodAutoscaler" => {
+            for metric in object["spec"]["metrics"].as_array().into_iter().flatten() {
+                let kind = match metric["type"].as_str() {
+                    Some("Pods") => "pods",
+                    Some("Object") => "object",
+                    Some("External") => "external",
+                    other => panic!("a metric of type {other:?}: {metric:#}"),
+                };
+                let name = metric[kind]["metric"]["name"].as_str().expect("a name");
+                names.push(name.to_owned());
+            }
+        }
+        "ConfigMap" => {
+            for file in object["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(_, v)| v)
+            {
+                let config: Value =
+                    serde_norway::from_str(file.as_str().expect("text")).expect("YAML");
+                for key in ["rules", "externalRules"] {
+                    for rule in config[key].as_array().into_iter().flatten() {
+                        let series = rule["seriesQuery"].as_str().expect("a seriesQuery");
+                        names.extend(promql_metrics(series));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    names
+}
+
+/// The metrics docs/autoscaling.md cites: the first code span of each row
+/// of the table under "The metrics the recipes read" (the rows that start
+/// "| `"), by name, with the rest of the row.
+fn cited_metrics() -> BTreeMap<String, String> {
+    let page = std::fs::read_to_string(common::repo_path("docs/autoscaling.md")).unwrap();
+    let section = page
+        .split_once("### The metrics the recipes read\n")
+        .expect("the section of cited metrics")
+        .1;
+    let section = section.split("\n## ").next().unwrap_or_default();
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`'))
+        .map(|(name, row)| (name.to_owned(), row.to_owned()))
+        .collect()
+}
+
+/// Every metric a recipe reads is one the docs cite, at the version of
+/// vLLM, SGLang or the endpoint picker that the examples run, with the file
+/// that exports it; and every metric cited is read by a recipe.
+#[test]
+fn every_metric_a_recipe_reads_is_cited_with_its_exporter() {
+    let cited = cited_metrics();
+    let mut read = BTreeMap::<String, Vec<String>>::new();
+    for (file, object) in recipes() {
+        for name in metrics_read(&object) {
+            read.entry(name).or_default().push(file.clone());
+        }
+    }
+    assert!(!read.is_empty());
+    let uncited: Vec<_> = read.keys().filter(|n| !cited.contains_key(*n)).collect();
+    assert!(
+        uncited.is_empty(),
+        "read by a recipe, not cited in docs/autoscaling.md: {uncited:?}\n{read:#?}"
+    );
+    let unread: Vec<_> = cited.keys().filter(|n| !read.contains_key(*n)).collect();
+    assert!(unread.is_empty(), "cited, read by no recipe: {unread:?}");
+    for (name, row) in &cited {
+        // Each row names its exporter's version and a source file.
+        assert!(
+            row.contains(" v0.") || row.contains(" v1."),
+            "{name}: no version in {row:?}"
+        );
+        assert!(
+            row.contains(".py") || row.contains(".go"),
+            "{name}: no source file in {row:?}"
+        );
+    }
+}
+
+#[test]
+fn promql_metrics_are_the_names_before_selectors() {
+    assert_eq!(
+        promql_metrics(r#"sum(vllm:num_requests_waiting{namespace="llm"}) / count(up{job="x"})"#),
+        ["vllm:num_requests_waiting", "up"]
+    );
+    assert_eq!(
+        promql_metrics("sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"),
+        Vec::<String>::new()
+    );
+}
+
+/// Every recipe object is one the real API server takes as written: KEDA's
+/// ScaledObjects against KEDA's own CRD (from its Go module, pinned by
+/// checksum), the PodMonitor against the Prometheus Operator's, the HPAs
+/// and the adapter's ConfigMap against Kubernetes' own API; nothing pruned
+/// (a field the schema does not know would be). And every `scaleTargetRef`
+/// names a kind whose API has a scale subresource, as the API server's
+/// discovery says with Tandem's CRDs installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_autoscaling_recipe_is_taken_by_the_real_api_server_against_its_crd() {
+    let Some(scenario) = Scenario::start("autoscale-recipes").await else {
+        return;
+    };
+    let admin = scenario.plane.admin().await.expect("an admin client");
+    for plural in ["scaledobjects", "triggerauthentications"] {
+        common::control_plane::install_crd(&admin, &common::control_plane::keda_crd(plural)).await;
+    }
+    common::control_plane::install_crd(
+        &admin,
+        &common::control_plane::prometheus_operator_crd("podmonitors"),
+    )
+    .await;
+    let mut kinds = std::collections::BTreeSet::new();
+    for (file, mut object) in recipes() {
+        let what = format!(
+            "{file}: {} {}",
+            object["kind"].as_str().unwrap_or_default(),
+            object["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        kinds.insert(object["kind"].as_str().unwrap_or_default().to_owned());
+        object["metadata"]["namespace"] = json!(scenario.namespace);
+        let api = common::control_plane::api_for(&admin, &object).await;
+        let name = object["metadata"]["name"].as_str().expect("a name");
+        let params = kube::api::PatchParams::apply("tandem-recipe-test")
+            .force()
+            .dry_run();
+        let stored = api
+            .patch(name, &params, &kube::api::Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let stored = serde_json::to_value(stored).expect("JSON");
+        for part in ["spec", "data"] {
+            assert_eq!(stored[part], object[part], "{what}: {part} as written");
+        }
+        let target = &object["spec"]["scaleTargetRef"];
+        if target.is_object() {
+            let api_version = target["apiVersion"].as_str().expect("an apiVersion");
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let kind = target["kind"].as_str().expect("a kind");
+            let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+            let (_, capabilities) = kube::discovery::pinned_kind(&admin, &gvk)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {api_version} {kind}: {e}"));
+            assert!(
+                capabilities
+                    .subresources
+                    .iter()
+                    .any(|(resource, _)| resource.plural == "scale"),
+                "{what}: {api_version} {kind} has no scale subresource"
+            );
+        }
+    }
+    for kind in [
+        "ScaledObject",
+        "HorizontalPodAutoscaler",
+        "ConfigMap",
+        "PodMonitor",
+    ] {
+        assert!(
+            kinds.contains(kind),
+            "no {kind} among the recipes: {kinds:?}"
+        );
+    }
 }

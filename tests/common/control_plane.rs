@@ -1410,6 +1410,28 @@ pub fn prometheus_operator_crd(plural: &str) -> Value {
     super::yaml_documents(&path).remove(0)
 }
 
+/// KEDA's release whose CRDs (ScaledObject, TriggerAuthentication) the
+/// tests check `examples/autoscaling/` against, taken from its Go module's
+/// `config/crd/bases/`, and the module's checksum as the Go checksum
+/// database records it: upstream's files, not copied into this repository.
+pub const KEDA: (&str, &str, &str) = (
+    "github.com/kedacore/keda/v2",
+    "v2.21.0",
+    "h1:R6z2HZvstK4RLUMxroNACzBj74xGxt3kG59b5Xc+Xps=",
+);
+
+/// KEDA's CRD of `plural` (`scaledobjects`, `triggerauthentications`),
+/// from [`KEDA`]'s module, downloaded through the Go module proxy once and
+/// then read from the module cache.
+pub fn keda_crd(plural: &str) -> Value {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let (module, version, sum) = KEDA;
+        super::upstream::download(module, version, sum).unwrap_or_else(|e| panic!("{e}"))
+    });
+    super::yaml_documents(&dir.join(format!("config/crd/bases/keda.sh_{plural}.yaml"))).remove(0)
+}
+
 /// Applies `crd` and waits until the API server serves its kind.
 pub async fn install_crd(client: &kube::Client, crd: &Value) {
     apply(client, crd).await;
