@@ -734,14 +734,9 @@ async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_l
         .get(VIEWS, "ScaleView", "spot-decode-sv")
         .await
         .unwrap_or_default();
-    let message = view["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Clamped")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or_default()
-        .to_owned();
+    let message = view_condition(&view, "Clamped")
+        .and_then(|c| c["message"].as_str().map(str::to_owned))
+        .unwrap_or_default();
     assert!(
         message.contains("requested 1000 replicas, applied 5"),
         "the view says what it did: {message}"
@@ -753,6 +748,15 @@ async fn absent_then_absurd_metrics_leave_the_view_within_its_bounds_without_a_l
         .assert_quiet(10, (VIEWS, "ScaleView", "spot-decode-sv"))
         .await;
     drop(load);
+}
+
+/// The condition of type `kind` in a view's status.
+fn view_condition(view: &Value, kind: &str) -> Option<Value> {
+    view["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .cloned()
 }
 
 /// The HPA's writes of `/scale` of `view` that were refused, with the
@@ -820,13 +824,7 @@ async fn an_hpa_asking_a_strict_view_for_too_much_is_refused_in_its_conditions()
                 .get(VIEWS, "ScaleView", "spot-decode-sv")
                 .await
                 .unwrap_or_default();
-            let refused = view["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "ScaleRefused")
-                .cloned();
-            match refused {
+            match view_condition(&view, "ScaleRefused") {
                 Some(c) if c["status"] == "True" && c["reason"] == "AdmissionDenied" => {
                     Ok((c, view["metadata"]["resourceVersion"].clone()))
                 }

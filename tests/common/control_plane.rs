@@ -1396,18 +1396,21 @@ pub const PROMETHEUS_OPERATOR: (&str, &str, &str) = (
 );
 
 /// The Prometheus Operator's CRD of `plural` (`servicemonitors`,
-/// `prometheusrules`), from [`PROMETHEUS_OPERATOR`]'s module, downloaded
-/// through the Go module proxy once and then read from the module cache.
+/// `prometheusrules`, `podmonitors`), from [`PROMETHEUS_OPERATOR`]'s module.
 pub fn prometheus_operator_crd(plural: &str) -> Value {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let (module, version, sum) = PROMETHEUS_OPERATOR;
-        super::upstream::download(module, version, sum).unwrap_or_else(|e| panic!("{e}"))
-    });
-    let path = dir.join(format!(
-        "example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml"
-    ));
-    super::yaml_documents(&path).remove(0)
+    module_document(
+        PROMETHEUS_OPERATOR,
+        &format!("example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml"),
+    )
+}
+
+/// The first document of the file at `path` in the Go module `pin`
+/// (module, version, checksum): `go mod download` fetches the module
+/// through the proxy the first time, and finds it in the module cache
+/// after that.
+fn module_document((module, version, sum): (&str, &str, &str), path: &str) -> Value {
+    let dir = super::upstream::download(module, version, sum).unwrap_or_else(|e| panic!("{e}"));
+    super::yaml_documents(&dir.join(path)).remove(0)
 }
 
 /// KEDA's release whose CRDs (ScaledObject, TriggerAuthentication) the
@@ -1421,15 +1424,9 @@ pub const KEDA: (&str, &str, &str) = (
 );
 
 /// KEDA's CRD of `plural` (`scaledobjects`, `triggerauthentications`),
-/// from [`KEDA`]'s module, downloaded through the Go module proxy once and
-/// then read from the module cache.
+/// from [`KEDA`]'s module.
 pub fn keda_crd(plural: &str) -> Value {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let (module, version, sum) = KEDA;
-        super::upstream::download(module, version, sum).unwrap_or_else(|e| panic!("{e}"))
-    });
-    super::yaml_documents(&dir.join(format!("config/crd/bases/keda.sh_{plural}.yaml"))).remove(0)
+    module_document(KEDA, &format!("config/crd/bases/keda.sh_{plural}.yaml"))
 }
 
 /// Applies `crd` and waits until the API server serves its kind.
