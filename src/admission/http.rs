@@ -238,10 +238,7 @@ pub fn scale_refusal(body: &[u8], outcome: &Answer) -> Option<Refusal> {
         namespace: request["namespace"].as_str()?.to_owned(),
         view: request["name"].as_str()?.to_owned(),
         requester: text(&request["userInfo"]["username"]),
-        replicas: request["object"]["spec"]["replicas"]
-            .as_i64()
-            .and_then(|r| i32::try_from(r).ok())
-            .unwrap_or(0),
+        replicas: request["object"]["spec"]["replicas"].as_i64().unwrap_or(0),
         reason,
     })
 }

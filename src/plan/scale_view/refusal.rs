@@ -33,8 +33,8 @@ pub struct Refusal {
     pub view: String,
     /// Who wrote `/scale` (the request's `userInfo.username`).
     pub requester: String,
-    /// The replicas asked for.
-    pub replicas: i32,
+    /// The replicas asked for (`spec.replicas` of the Scale; 0 when unset).
+    pub replicas: i64,
     /// Why admission denied it, as the denial said.
     pub reason: String,
 }
@@ -119,7 +119,7 @@ mod tests {
         view
     }
 
-    fn refusal(replicas: i32) -> Refusal {
+    fn refusal(replicas: i64) -> Refusal {
         Refusal {
             namespace: "llm".into(),
             view: "decode".into(),
