@@ -1029,6 +1029,18 @@ impl Request {
     }
 
     /// `verb resource[/subresource] namespace/name -> code`.
+    /// [`Request::line`] with what was sent, cut at 1500 characters: what
+    /// a failed check on Tandem's writes shows.
+    pub fn line_with_body(&self) -> String {
+        let sent = self
+            .request
+            .as_ref()
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let cut: String = sent.chars().take(1500).collect();
+        format!("{}: {cut}", self.line())
+    }
+
     pub fn line(&self) -> String {
         format!(
             "{} {} {}{} {}/{} -> {}",

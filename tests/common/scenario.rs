@@ -437,13 +437,14 @@ impl Scenario {
         reads_in(&requests[mark.min(requests.len())..], &self.namespace)
     }
 
-    /// Tandem's writes in this namespace after the first `seen` writes.
+    /// Tandem's writes in this namespace after the first `seen` writes, each
+    /// with what it sent, so that a failed quiet check says what changed.
     fn tandem_writes_after(&self, seen: usize) -> Vec<String> {
         self.writes()
             .iter()
             .skip(seen)
             .filter(|w| w.by_tandem())
-            .map(Request::line)
+            .map(Request::line_with_body)
             .collect()
     }
 }
@@ -552,7 +553,7 @@ pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
         let key = (write.resource.clone(), name.clone());
         let known = versions.entry(key).or_default();
         if !known.insert(version.clone()) && write.by_tandem() {
-            repeated.push(write.line());
+            repeated.push(write.line_with_body());
         }
     }
     repeated
