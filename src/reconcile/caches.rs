@@ -22,8 +22,14 @@
 //! ([`Triggers`]): through owner references and labels, and through indexes
 //! updated from the same events (the views of a service, the groups that
 //! name an object), never by scanning a cache. An event whose object did not
-//! change in anything a plan reads (a new resourceVersion, a status Tandem
-//! itself wrote) triggers nothing.
+//! change in anything a plan reads (a new resourceVersion alone) triggers
+//! nothing. A service's or a view's own status does trigger it, Tandem's
+//! own writes included: the reconcile compares with the cached status, and
+//! one that read it before the last write arrived must be followed by one
+//! that reads it after ([`on_service`]). That costs one reconcile from the
+//! caches per status write, which writes nothing. A ResourceScalingGroup's
+//! own status does not trigger it: its reconcile reads its targets' `/scale`
+//! from the API server.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
@@ -797,29 +803,15 @@ fn trim_workload(object: &mut DynamicObject) {
 }
 
 /// Whether `new` differs from `old` in anything but its resourceVersion (and
-/// `status`, when `with_status` is false, except the fields in `kept`).
+/// `status`, when `with_status` is false).
 pub fn changed<K: Serialize>(old: Option<&K>, new: Option<&K>, with_status: bool) -> bool {
-    changed_keeping(old, new, with_status, &[])
-}
-
-fn changed_keeping<K: Serialize>(
-    old: Option<&K>,
-    new: Option<&K>,
-    with_status: bool,
-    kept: &[&str],
-) -> bool {
     let seen = |object: &K| {
         let mut value = serde_json::to_value(object).unwrap_or_default();
         if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("resourceVersion");
         }
         if !with_status && let Some(map) = value.as_object_mut() {
-            let status = map.remove("status");
-            for field in kept {
-                if let Some(v) = status.as_ref().and_then(|s| s.get(*field)) {
-                    value["status"][*field] = v.clone();
-                }
-            }
+            map.remove("status");
         }
         value
     };
@@ -847,12 +839,15 @@ fn on_service(triggers: &Triggers, old: Option<&InferenceService>, new: Option<&
         ResourceExt::namespace(object).unwrap_or_default(),
         object.name_any(),
     );
-    // Its own status is written by the reconcile; only the locks that the
-    // ScaleView controller writes there concern it.
-    if changed_keeping(old, new, false, &["scaleViews"]) {
-        triggers.service_for(&namespace, &name, own_cause(old, new));
-    }
+    // Its status too: the plan reads it (a lost replica's episode, the
+    // locks the ScaleView controller writes), and the reconcile decides
+    // whether to write by comparing with it. A reconcile that starts before
+    // the cache holds the status its predecessor wrote plans from the older
+    // one and may find nothing to write; the written status, once it
+    // arrives, is looked at again, else it stays as written until something
+    // else changes (issue 37's typo scenario saw a touch write it).
     if changed(old, new, true) {
+        triggers.service_for(&namespace, &name, own_cause(old, new));
         for view in triggers.views_of(&namespace, &name) {
             triggers.view(&namespace, &view);
         }
@@ -867,10 +862,11 @@ fn on_view(triggers: &Triggers, old: Option<&ScaleView>, new: Option<&ScaleView>
         object.name_any(),
     );
     triggers.index_view(old, new);
-    if changed(old, new, false) {
-        triggers.view_for(&namespace, &name, own_cause(old, new));
-    }
+    // With its status, as a service's (see [`on_service`]): a reconcile that
+    // compared with a status older than the one written is followed by one
+    // that sees it.
     if changed(old, new, true) {
+        triggers.view_for(&namespace, &name, own_cause(old, new));
         // A view that goes, or moves to another target, may leave a lock.
         for view in [old, new].into_iter().flatten() {
             triggers.service(&namespace, &view.spec.target_ref.name);
@@ -1120,4 +1116,73 @@ where
         }
     });
     receiver
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(resource_version: &str, status: Value) -> InferenceService {
+        serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "svc", "namespace": "ns", "generation": 1,
+                "resourceVersion": resource_version},
+            "spec": {"roles": []},
+            "status": status,
+        }))
+        .expect("a service")
+    }
+
+    fn view(resource_version: &str, status: Value) -> ScaleView {
+        serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView",
+            "metadata": {"name": "sv", "namespace": "ns", "generation": 1,
+                "resourceVersion": resource_version},
+            "spec": {"targetRef": {"name": "svc", "componentType": "decoder"},
+                "scalePolicy": [{"group": "decode", "priority": 0}]},
+            "status": status,
+        }))
+        .expect("a view")
+    }
+
+    fn queued<K: Resource>(receiver: &mut UnboundedReceiver<Trigger<K>>) -> Vec<(String, Cause)>
+    where
+        K::DynamicType: Debug + Eq + std::hash::Hash + Clone,
+    {
+        std::iter::from_fn(|| receiver.try_recv().ok())
+            .map(|(object, cause)| (object.name, cause))
+            .collect()
+    }
+
+    /// A reconcile that read the status before its predecessor's write
+    /// arrived compares with the older one and may write nothing: the
+    /// written status arriving must queue the service again (the typo
+    /// scenario of tests/cluster_batching.rs saw a later touch write it).
+    #[test]
+    fn a_status_that_arrives_queues_its_service_and_a_new_version_alone_does_not() {
+        let triggers = Triggers::default();
+        let (sender, mut receiver) = unbounded();
+        *lock(&triggers.services) = Some(sender);
+        let before = service("1", json!({"observedGeneration": 1, "ready": "0/1"}));
+        let written = service("2", json!({"observedGeneration": 1, "ready": "1/1"}));
+        on_service(&triggers, Some(&before), Some(&written));
+        assert_eq!(queued(&mut receiver), [("svc".to_owned(), Cause::Other)]);
+        let resynced = service("3", json!({"observedGeneration": 1, "ready": "1/1"}));
+        on_service(&triggers, Some(&written), Some(&resynced));
+        assert_eq!(queued(&mut receiver), []);
+    }
+
+    #[test]
+    fn a_status_that_arrives_queues_its_view_and_a_new_version_alone_does_not() {
+        let triggers = Triggers::default();
+        let (sender, mut receiver) = unbounded();
+        *lock(&triggers.views) = Some(sender);
+        let before = view("1", json!({"replicas": 1}));
+        let written = view("2", json!({"replicas": 2}));
+        on_view(&triggers, Some(&before), Some(&written));
+        assert_eq!(queued(&mut receiver), [("sv".to_owned(), Cause::Other)]);
+        let resynced = view("3", json!({"replicas": 2}));
+        on_view(&triggers, Some(&written), Some(&resynced));
+        assert_eq!(queued(&mut receiver), []);
+    }
 }

@@ -9,6 +9,7 @@
 //! kind first read a moment ago, whose cache has not listed yet.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -103,6 +104,76 @@ impl Live {
                     .and_then(|v| serde_json::to_value(v.as_ref()).ok()),
             ),
             _ => None,
+        }
+    }
+}
+
+/// How long a write of one of Tandem's own kinds waits for its cache to
+/// show it ([`Live::await_cached`]), and how often it looks.
+const CACHED_WITHIN: Duration = Duration::from_secs(1);
+const CACHED_POLL: Duration = Duration::from_millis(10);
+
+impl Live {
+    /// The resourceVersion of an InferenceService or a ScaleView in its
+    /// cache (None inside when it is not there); None for any other kind.
+    fn cached_version(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<String>> {
+        match (resource.group.as_str(), resource.kind.as_str()) {
+            ("fusioninfer.io", "InferenceService") => Some(
+                self.service(namespace, name)
+                    .and_then(|s| s.metadata.resource_version.clone()),
+            ),
+            ("fusioninfer.io", "ScaleView") => Some(
+                self.scale_view(namespace, name)
+                    .and_then(|v| v.metadata.resource_version.clone()),
+            ),
+            _ => None,
+        }
+    }
+
+    /// After a write of an InferenceService or a ScaleView (its status, its
+    /// locks, its roles), waits until the cache holds the version written,
+    /// or any version other than the one it held before the write (a later
+    /// write of someone else's), for at most [`CACHED_WITHIN`].
+    ///
+    /// The reconciles compare what they plan with the cached object and
+    /// write the difference; the next reconcile of the object, which may be
+    /// queued already, must not start from the version before this write:
+    /// it would write the same status again (a write that changes nothing),
+    /// or, finding its plan equal to that older status, write nothing and
+    /// leave the status written here standing though the world moved on.
+    /// The controller runs one reconcile of an object at a time, so waiting
+    /// here, inside the reconcile, is enough. Past the bound the write
+    /// stands and its watch event queues the object again
+    /// (`caches::on_service`).
+    async fn await_cached(
+        &self,
+        resource: &ApiResource,
+        (namespace, name): (&str, &str),
+        before: Option<String>,
+        written: &str,
+    ) {
+        let shown = async {
+            loop {
+                let cached = self.cached_version(resource, namespace, name).flatten();
+                if cached.as_deref() == Some(written) || cached != before {
+                    return;
+                }
+                tokio::time::sleep(CACHED_POLL).await;
+            }
+        };
+        if tokio::time::timeout(CACHED_WITHIN, shown).await.is_err() {
+            tracing::debug!(
+                kind = resource.kind,
+                namespace,
+                name,
+                written,
+                "the cache did not show a write within {CACHED_WITHIN:?}"
+            );
         }
     }
 }
@@ -266,11 +337,32 @@ impl Cluster for Live {
                 field_manager: Some(FIELD_MANAGER.to_owned()),
                 ..PatchParams::default()
             };
-            match part {
-                Part::Object => api.patch(name, &params, patch).await.map(drop),
-                Part::Status => api.patch_status(name, &params, patch).await.map(drop),
-                Part::Scale => api.patch_scale(name, &params, patch).await.map(drop),
+            let before = self.cached_version(resource, namespace, name);
+            let written = match part {
+                Part::Object => {
+                    api.patch(name, &params, patch)
+                        .await?
+                        .metadata
+                        .resource_version
+                }
+                Part::Status => {
+                    api.patch_status(name, &params, patch)
+                        .await?
+                        .metadata
+                        .resource_version
+                }
+                Part::Scale => {
+                    api.patch_scale(name, &params, patch)
+                        .await?
+                        .metadata
+                        .resource_version
+                }
+            };
+            if let (Some(before), Some(written)) = (before, written) {
+                self.await_cached(resource, (namespace, name), before, &written)
+                    .await;
             }
+            Ok(())
         }
         .boxed()
     }
