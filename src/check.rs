@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use crate::plan::shared::installed::{self, Installed, Report};
+use crate::plan::shared::native_gang;
 use crate::render;
 
 use installation::{Check, Outcome};
@@ -52,7 +53,8 @@ pub async fn check_cluster(
     namespace: &str,
 ) -> Result<(Vec<Report>, Vec<Check>, bool), String> {
     let snapshot = installation::gather(client, namespace).await?;
-    let reports = installed::report(&installation::installed(&snapshot));
+    let mut reports = installed::report(&installation::installed(&snapshot));
+    reports.push(native_gang::report(&snapshot.native_gang));
     let checks = installation::judge(&snapshot, rustls::pki_types::UnixTime::now());
     let ready = installed::ready(&reports) && checks.iter().all(|c| c.outcome != Outcome::Fail);
     Ok((reports, checks, ready))
@@ -79,7 +81,9 @@ fn text(reports: &[Report], checks: &[Check], ready: bool) -> String {
     let mut out = String::new();
     for report in reports {
         let mark = match (&report.install, report.found.is_empty()) {
-            (None, _) => "ok  ",
+            (None, false) => "ok  ",
+            // Nothing to install: what Tandem does not write yet.
+            (None, true) => "none",
             (Some(_), false) => "old ",
             (Some(_), true) if report.required => "FAIL",
             (Some(_), true) => "none",
@@ -94,12 +98,13 @@ fn text(reports: &[Report], checks: &[Check], ready: bool) -> String {
             "[{mark}] {} ({}): {found}",
             report.dependency, report.api
         );
+        let (yes, no) = if report.fields_probed {
+            ("kept", "dropped")
+        } else {
+            ("present", "absent")
+        };
         for (field, present) in &report.fields {
-            let _ = write!(
-                out,
-                "; {field} {}",
-                if *present { "present" } else { "absent" }
-            );
+            let _ = write!(out, "; {field} {}", if *present { yes } else { no });
         }
         let _ = write!(out, "\n       Tandem: {}", report.effect);
         if let Some(install) = report.install {

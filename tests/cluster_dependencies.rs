@@ -12,6 +12,8 @@
 //!   the PodGroup to `subGroupPolicy`; the running pods are left alone.
 //! - The LeaderWorkerSet CRD removed: a new service is refused, naming what
 //!   to install.
+//! - `tandem check` says which of Kubernetes' gated PodGroup fields the
+//!   API server keeps, from a dry run.
 
 mod common;
 
@@ -300,4 +302,65 @@ async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refu
             }
         })
         .await;
+}
+
+/// `tandem check` asks the API server which of Kubernetes' gated PodGroup
+/// fields it keeps (a dry-run PodGroup, read back): discovery says only that
+/// `scheduling.k8s.io/v1alpha2` is served. The tests' kube-apiserver runs
+/// the gang gates with TopologyAwareWorkloadScheduling and without
+/// WorkloadAwarePreemption, so one field is kept and one dropped: a check
+/// that answered from discovery alone, or the same for every field, fails
+/// here. The dry run stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_which_gated_pod_group_fields_the_api_server_keeps() {
+    if let Some(reason) = control_plane::unavailable() {
+        eprintln!("SKIPPED check_says_which_gated_pod_group_fields_the_api_server_keeps: {reason}");
+        return;
+    }
+    let plane = ControlPlane::shared();
+    let (_, answer) = tandem_check(plane);
+    let native = answer["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["dependency"] == "Kubernetes PodGroup")
+        .cloned()
+        .unwrap_or_else(|| panic!("no Kubernetes PodGroup line: {answer:#}"));
+    assert_eq!(
+        native["found"],
+        json!(["v1alpha2 PodGroup", "v1alpha2 Workload"]),
+        "{native:#}"
+    );
+    assert_eq!(
+        native["fields"],
+        json!({"priority": false, "schedulingConstraints": true}),
+        "{native:#}"
+    );
+    let effect = native["effect"].as_str().unwrap_or_default();
+    assert!(
+        effect.contains("schedulingConstraints kept (TopologyAwareWorkloadScheduling on)")
+            && effect.contains("priority dropped (WorkloadAwarePreemption off)"),
+        "{effect}"
+    );
+    assert_eq!(native["required"], false, "{native:#}");
+
+    let client = plane.admin().await.expect("an admin client");
+    let pod_groups = kube::api::ApiResource {
+        group: "scheduling.k8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "scheduling.k8s.io/v1alpha2".into(),
+        kind: "PodGroup".into(),
+        plural: "podgroups".into(),
+    };
+    let stored = kube::Api::<kube::api::DynamicObject>::all_with(client, &pod_groups)
+        .list(&Default::default())
+        .await
+        .expect("PodGroups listed");
+    let probes: Vec<String> = stored
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .filter(|n| n.starts_with("tandem-check-"))
+        .collect();
+    assert!(probes.is_empty(), "the dry run stored {probes:?}");
 }

@@ -377,6 +377,10 @@ pub struct Report {
     pub found: Vec<String>,
     /// The fields that matter and whether each is there.
     pub fields: BTreeMap<&'static str, bool>,
+    /// Whether `fields` says what the API server kept of an object sent to
+    /// it (a dry run), rather than what a schema has.
+    #[serde(skip)]
+    pub fields_probed: bool,
     /// What Tandem will do with what is there.
     pub effect: String,
     /// What to install, when something is missing; None when all is there.
@@ -421,6 +425,7 @@ fn report_one(installed: &Installed, dependency: &Dependency) -> Report {
         ),
         found: versions,
         fields,
+        fields_probed: false,
         rules_out: rules_out(installed, dependency, has),
         effect,
         install,

@@ -16,6 +16,7 @@ pub mod condition;
 pub mod decision;
 pub mod installed;
 pub mod leadership;
+pub mod native_gang;
 pub mod quantity;
 pub mod reason;
 pub mod replicas;
