@@ -88,7 +88,10 @@ fn text(reports: &[Report], checks: &[Check], ready: bool) -> String {
             (Some(_), true) if report.required => "FAIL",
             (Some(_), true) => "none",
         };
-        let found = if report.found.is_empty() {
+        let found = if report.found.is_empty() && report.fields_probed {
+            // An API of Kubernetes' own, not something to install.
+            "not served".to_owned()
+        } else if report.found.is_empty() {
             "not installed".to_owned()
         } else {
             format!("found {}", report.found.join(", "))
@@ -178,5 +181,43 @@ pub fn write_error(error: &str, format: Format) -> String {
                 + "\n"
         }
         Format::Text => format!("error: {error}\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::shared::native_gang::NativeGang;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn kubernetes_gang_api_reads_as_kept_or_dropped_and_unserved_as_none() {
+        let served = native_gang::report(&NativeGang {
+            pod_groups: true,
+            workloads: true,
+            kept: BTreeMap::from([("schedulingConstraints", true), ("priority", false)]),
+            unknown: None,
+        });
+        let text = write(&[served], &[], true, Format::Text);
+        assert!(
+            text.starts_with(
+                "[ok  ] Kubernetes PodGroup (scheduling.k8s.io/v1alpha2 PodGroup): found \
+                 v1alpha2 PodGroup, v1alpha2 Workload; priority dropped; schedulingConstraints \
+                 kept\n"
+            ),
+            "{text}"
+        );
+        let unserved = native_gang::report(&NativeGang::default());
+        let text = write(&[unserved], &[], true, Format::Text);
+        assert!(
+            text.starts_with(
+                "[none] Kubernetes PodGroup (scheduling.k8s.io/v1alpha2 PodGroup): not served\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("Tandem can deploy InferenceServices here.\n"),
+            "{text}"
+        );
     }
 }
