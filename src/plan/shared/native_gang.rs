@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::installed::Report;
@@ -67,7 +66,7 @@ pub const PROBE_TOPOLOGY_KEY: &str = "topology.kubernetes.io/zone";
 pub const PROBE_NAMESPACE: &str = "default";
 
 /// What a cluster offers of Kubernetes' gang scheduling.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NativeGang {
     /// `scheduling.k8s.io/v1alpha2` PodGroups are served.
     pub pod_groups: bool,
@@ -78,7 +77,6 @@ pub struct NativeGang {
     pub kept: BTreeMap<&'static str, bool>,
     /// Why the probe could not say (forbidden, refused), as the API server
     /// answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub unknown: Option<String>,
 }
 
