@@ -155,21 +155,7 @@ pub fn ruled_out(reports: &[Report]) -> Vec<&'static str> {
     except
 }
 
-/// An error and every cause under it (`client error (Connect): tcp connect
-/// error: Connection refused (os error 111)`), where kube's own message stops
-/// at the first.
-pub fn causes(error: &dyn std::error::Error) -> String {
-    let mut said = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !said.contains(&text) {
-            said = format!("{said}: {text}");
-        }
-        source = cause.source();
-    }
-    said
-}
+pub use crate::logging::causes;
 
 /// An error of `tandem check`, as `format` says: the message, or under
 /// `-o json` an object a script can read (`ready` false and the `error`).

@@ -95,6 +95,22 @@ pub fn init(format: LogFormat) {
     }
 }
 
+/// An error and every cause under it (`client error (Connect): tcp connect
+/// error: Connection refused (os error 111)`), where kube's own message stops
+/// at the first.
+pub fn causes(error: &dyn std::error::Error) -> String {
+    let mut said = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !said.contains(&text) {
+            said = format!("{said}: {text}");
+        }
+        source = cause.source();
+    }
+    said
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

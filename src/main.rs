@@ -209,6 +209,13 @@ struct RenderArgs {
     /// when the world holds no time, the wall clock (then two runs may differ).
     #[arg(long, value_name = "RFC3339")]
     now: Option<jiff::Timestamp>,
+    /// A built-in API version the cluster serves, as Helm's --api-versions:
+    /// `scheduling.k8s.io/v1alpha2` makes Kubernetes' PodGroups served
+    /// (with their gated fields kept), so gangScheduler Kubernetes renders
+    /// and a gang defaults to it when the world's CRDs hold no Volcano.
+    /// Repeat for more. An object of that API in the world says the same.
+    #[arg(long = "api-versions", value_name = "GROUP/VERSION")]
+    api_versions: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -651,6 +658,7 @@ fn start_controllers(
 fn run_render(args: RenderArgs) -> ExitCode {
     let mut options = render::Options::default();
     options.plan.router.epp_image = args.epp_image;
+    options.api_versions = args.api_versions.into_iter().collect();
     let result = render::read_world(&args.files, &args.namespace).and_then(|world| {
         let now = args
             .now

@@ -350,6 +350,10 @@ pub struct Options {
     /// else [`newest_time`], else the wall clock.
     pub now: Time,
     pub plan: service_plan::Options,
+    /// Built-in API versions the cluster serves besides what the world
+    /// shows (`--api-versions`, as Helm's): `scheduling.k8s.io/v1alpha2`
+    /// makes Kubernetes' PodGroups served.
+    pub api_versions: BTreeSet<String>,
 }
 
 impl Default for Options {
@@ -357,6 +361,7 @@ impl Default for Options {
         Options {
             now: Time(jiff::Timestamp::UNIX_EPOCH),
             plan: service_plan::Options::default(),
+            api_versions: BTreeSet::new(),
         }
     }
 }
@@ -382,7 +387,9 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     let mut touched = BTreeSet::new();
     // Admission sees the world as it was given, like a webhook sees its caches.
     let known = admission::lookup::WithEppImage {
-        inner: Arc::new(admission::lookup::Objects::new(by_key.values())),
+        inner: Arc::new(
+            admission::lookup::Objects::new(by_key.values()).serving(&options.api_versions),
+        ),
         epp_image: options.plan.router.epp_image.clone(),
     };
     for (key, object) in by_key.iter_mut() {
@@ -425,7 +432,7 @@ pub fn render(world: Vec<Value>, options: &Options) -> Result<Rendered, RenderEr
     }
 
     let admitted = by_key.clone();
-    let world = Arc::new(Memory::new(by_key));
+    let world = Arc::new(Memory::new(by_key).serving(&options.api_versions));
     for key in touched {
         world.touch(key);
     }

@@ -48,7 +48,7 @@ fn render_of_an_example_is_deterministic_and_shows_defaults() {
     assert_eq!(once.stdout, tandem(&timed).stdout, "same world, same bytes");
     let out = text(&first.stdout);
     assert!(
-        out.starts_with("---\n# changed InferenceService deepseek-r1-disagg: admission fills in defaults: spec.roles[0].disruptionBudget, spec.roles[0].drain, spec.roles[0].scaleDown, spec.roles[1].disruptionBudget, spec.roles[1].drain, spec.roles[1].scaleDown, spec.upgradeStrategy; Tandem writes status\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
+        out.starts_with("---\n# changed InferenceService deepseek-r1-disagg: admission fills in defaults: spec.roles[0].disruptionBudget, spec.roles[0].drain, spec.roles[0].scaleDown, spec.roles[1].disruptionBudget, spec.roles[1].drain, spec.roles[1].scaleDown, 2 more; Tandem writes status\napiVersion: fusioninfer.io/v1alpha1\nkind: InferenceService\n"),
         "{out}"
     );
     assert!(
@@ -59,6 +59,9 @@ fn render_of_an_example_is_deterministic_and_shows_defaults() {
         out.contains("policy: Ordered") && out.contains("type: RollingUpdate"),
         "defaults are shown: {out}"
     );
+    // Nothing is installed in this world (no CRDs): everything is assumed,
+    // so a prefill/decode service is gang-scheduled by Volcano, written down.
+    assert!(out.contains("gangScheduler: Volcano"), "{out}");
 }
 
 #[test]

@@ -1455,3 +1455,210 @@ async fn kwok_deletes_only_a_pod_that_is_being_deleted() {
         })
         .await;
 }
+
+/// Kubernetes' PodGroups of the scenario, by name: their `minCount` and
+/// finalizers.
+async fn native_pod_groups(scenario: &Scenario) -> BTreeMap<String, (i64, Value)> {
+    scenario
+        .list("scheduling.k8s.io/v1alpha2", "PodGroup")
+        .await
+        .into_iter()
+        .map(|g| {
+            (
+                g["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                (
+                    g["spec"]["schedulingPolicy"]["gang"]["minCount"]
+                        .as_i64()
+                        .unwrap_or_default(),
+                    g["metadata"]["finalizers"].clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The pods of replica `index` of `role`, as (PodGroup named, node).
+async fn replica_pods(
+    scenario: &Scenario,
+    role: &str,
+    index: u32,
+) -> Vec<(String, Option<String>)> {
+    scenario
+        .list("v1", "Pod")
+        .await
+        .into_iter()
+        .filter(|p| {
+            label(p, "fusioninfer.io/role-name") == role
+                && label(p, "fusioninfer.io/replica-index") == index.to_string()
+        })
+        .map(|p| {
+            (
+                p["spec"]["schedulingGroup"]["podGroupName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                p["spec"]["nodeName"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// Issue 34, seed 003's gang table on Kubernetes' own gang scheduling
+/// (kube-scheduler v1.36.3, GangScheduling on): prefill and decode of 2
+/// nodes each, on 3 nodes of 8 GPUs. The first replica of each role shares
+/// the core group (4 pods), which cannot fit: none of its pods is bound,
+/// though either replica alone would fit. Decode's second replica, in a
+/// group of its own, starts alone. Three more nodes: the core starts with
+/// nothing done by the user. A scale-up adds a replica in a group of its own; a scale-down
+/// deletes that group once its pods are gone, with no finalizer left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_gang_binds_the_core_pair_all_or_nothing_and_each_further_replica_alone() {
+    let Some(scenario) = Scenario::start("nodes-native-gang").await else {
+        return;
+    };
+    scenario.nodes(3).await;
+    let role = |name: &str, component: &str, replicas: u32| {
+        json!({"name": name, "componentType": component, "replicas": replicas,
+            "multinode": {"nodeCount": 2},
+            "template": {"spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}})
+    };
+    let name = "pd-native";
+    scenario
+        .create_or_fail(&json!({
+            "apiVersion": IS, "kind": "InferenceService",
+            "metadata": {"name": name},
+            "spec": {"schedulingStrategy": {"gangScheduler": "Kubernetes"},
+                "roles": [role("prefill", "prefiller", 1), role("decode", "decoder", 1)]},
+        }))
+        .await;
+
+    // The core pair needs 4 nodes of the 3: not one of its pods is bound,
+    // though either replica alone would fit.
+    let core_pods = || async {
+        replica_pods(&scenario, "prefill", 0)
+            .await
+            .into_iter()
+            .chain(replica_pods(&scenario, "decode", 0).await)
+            .collect::<Vec<_>>()
+    };
+    scenario
+        .eventually(60, "the core pair's pods, unschedulable", || async {
+            let pods = scenario.list("v1", "Pod").await;
+            let unschedulable = pods
+                .iter()
+                .filter(|p| {
+                    p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+                })
+                .count();
+            if pods.len() == 4 && unschedulable == 4 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{unschedulable} of {} pods unschedulable",
+                    pods.len()
+                ))
+            }
+        })
+        .await;
+    // Time for the scheduler to bind what it would.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let core = core_pods().await;
+    assert_eq!(core.len(), 4, "{core:?}");
+    let core_group = core[0].0.clone();
+    assert!(core_group.starts_with("pd-native-core-"), "{core:?}");
+    assert!(
+        core.iter()
+            .all(|(group, node)| group == &core_group && node.is_none()),
+        "the core pair is bound all or nothing: {core:?}"
+    );
+    let stored = scenario
+        .get(IS, "InferenceService", name)
+        .await
+        .expect("the service");
+    let ready = stored["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap_or_default();
+    assert_ne!(ready["status"], "True", "{ready}");
+
+    // A second decode replica, in a group of its own, starts alone.
+    set_role_replicas(&scenario, name, 1, 2).await;
+    let own = scenario
+        .eventually(90, "decode-1 bound, in its own group", || async {
+            let own = replica_pods(&scenario, "decode", 1).await;
+            if own.len() == 2 && own.iter().all(|(_, node)| node.is_some()) {
+                Ok(own)
+            } else {
+                Err(format!("decode-1's pods: {own:?}"))
+            }
+        })
+        .await;
+    assert!(own.iter().all(|(group, _)| group != &core_group));
+    let core = core_pods().await;
+    assert!(
+        core.iter().all(|(_, node)| node.is_none()),
+        "the core pair is still not bound: {core:?}"
+    );
+    let groups = native_pod_groups(&scenario).await;
+    assert_eq!(groups.get(&core_group).map(|g| g.0), Some(4), "{groups:?}");
+    assert_eq!(groups.get(&own[0].0).map(|g| g.0), Some(2), "{groups:?}");
+
+    // Room for the pair: it starts with nothing done by the user.
+    scenario.nodes(3).await;
+    let stored = wait_ready(&scenario, name).await;
+    assert_eq!(stored["status"]["components"]["decode"]["readyReplicas"], 2);
+    assert_eq!(
+        stored["status"]["components"]["prefill"]["readyReplicas"],
+        1
+    );
+
+    // A third decode replica needs two more nodes: in its own group.
+    scenario.nodes(2).await;
+    set_role_replicas(&scenario, name, 1, 3).await;
+    let third = scenario
+        .eventually(90, "decode-2 bound in its own group", || async {
+            let pods = replica_pods(&scenario, "decode", 2).await;
+            if pods.len() == 2 && pods.iter().all(|(_, node)| node.is_some()) {
+                Ok(pods)
+            } else {
+                Err(format!("{pods:?}"))
+            }
+        })
+        .await;
+    let third_group = third[0].0.clone();
+    assert!(third_group.starts_with("pd-native-decode-2-"), "{third:?}");
+    wait_ready(&scenario, name).await;
+
+    // Back to 2: decode-2's group goes once its pods are gone, finalizer
+    // and all; the others stay.
+    set_role_replicas(&scenario, name, 1, 2).await;
+    scenario
+        .eventually(120, "decode-2's PodGroup gone with its pods", || async {
+            let groups = native_pod_groups(&scenario).await;
+            let pods = replica_pods(&scenario, "decode", 2).await;
+            if !groups.contains_key(&third_group) && pods.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("pods {pods:?}, groups {groups:?}"))
+            }
+        })
+        .await;
+    let groups = native_pod_groups(&scenario).await;
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert!(groups.contains_key(&core_group) && groups.contains_key(&own[0].0));
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", name))
+        .await;
+    scenario.assert_floor_held();
+}

@@ -11,7 +11,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use common::{CrdSchema, repo_path};
 
@@ -278,7 +278,10 @@ fn nothing_written_has_a_field_the_installed_schema_would_prune() {
             let example = example.expect("an entry").path();
             let mut files = crds.clone();
             files.push(example.clone());
-            let (code, answer, stderr) = render(&files, &[]);
+            // A cluster that serves Kubernetes' PodGroups too, for
+            // gang-kubernetes.yaml.
+            let (code, answer, stderr) =
+                render(&files, &["--api-versions", "scheduling.k8s.io/v1alpha2"]);
             let asks_sub_groups = common::yaml_documents(&example)
                 .iter()
                 .any(|o| o["spec"]["schedulingStrategy"]["gangPolicy"] == "SubGroup");
@@ -332,11 +335,18 @@ fn without_volcano_a_gang_scheduled_service_is_admitted_with_a_warning_and_no_po
     assert!(applied(&answer, "PodGroup").is_empty(), "{answer:#}");
     assert_eq!(applied(&answer, "LeaderWorkerSet").len(), 3);
     let warnings = answer["warnings"].to_string();
+    // Admission chose no gang (neither Volcano nor Kubernetes' PodGroups
+    // are there), and says so.
     assert!(
-        warnings.contains("spec.schedulingStrategy.schedulerName: a prefill/decode or multi-node service is gang-scheduled through a PodGroup"),
+        warnings.contains("spec.schedulingStrategy.gangScheduler: a prefill/decode or multi-node service is gang-scheduled, and the cluster has neither Volcano's PodGroup (not installed) nor Kubernetes' (not served)"),
         "{warnings}"
     );
     assert!(warnings.contains("install Volcano"), "{warnings}");
+    let service = applied(&answer, "InferenceService");
+    assert_eq!(
+        service[0]["spec"]["schedulingStrategy"]["gangScheduler"], "None",
+        "{answer:#}"
+    );
 }
 
 /// Beneath the decisions, a safety net: an LWS whose schema lacks a field
@@ -386,4 +396,51 @@ fn a_field_the_installed_schema_lacks_is_not_written_and_the_service_says_which(
         message.contains("has no spec.leaderWorkerTemplate.restartPolicy"),
         "{message}"
     );
+}
+
+/// Issue 34: `gangScheduler: Kubernetes` needs Kubernetes' PodGroups
+/// served. In a world of CRDs that says nothing of them it is refused on the
+/// field; `--api-versions scheduling.k8s.io/v1alpha2` (as Helm's) says they
+/// are, and render shows the groups and the pods naming them.
+#[test]
+fn kubernetes_gang_renders_where_the_api_is_served_and_is_refused_where_not() {
+    let Some(dir) = common::upstream_crds("kubernetes_gang_renders") else {
+        return;
+    };
+    let files = [dir.join(LWS_CRD), story("gang-kubernetes.yaml")];
+    let (code, _, stderr) = render(&files, &[]);
+    assert_ne!(code, Some(0));
+    assert!(
+        stderr.contains("spec.schedulingStrategy.gangScheduler: gangScheduler Kubernetes gang-schedules the pods through kube-scheduler's PodGroups, which needs scheduling.k8s.io/v1alpha2 PodGroup; the API server does not serve it"),
+        "{stderr}"
+    );
+    let (code, answer, stderr) = render(&files, &["--api-versions", "scheduling.k8s.io/v1alpha2"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let groups: Vec<(&str, &Value)> = applied(&answer, "PodGroup")
+        .into_iter()
+        .map(|g| {
+            assert_eq!(g["apiVersion"], "scheduling.k8s.io/v1alpha2");
+            (
+                g["metadata"]["name"].as_str().unwrap(),
+                &g["spec"]["schedulingPolicy"]["gang"]["minCount"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            ("deepseek-r1-kube-gang-core-c758d74f", &json!(6)),
+            ("deepseek-r1-kube-gang-decode-1-f5b8a79f", &json!(4)),
+        ]
+    );
+    for lws in applied(&answer, "LeaderWorkerSet") {
+        let group = &lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["schedulingGroup"]
+            ["podGroupName"];
+        let expected = if lws["metadata"]["name"] == "deepseek-r1-kube-gang-decode-1" {
+            groups[1].0
+        } else {
+            groups[0].0
+        };
+        assert_eq!(group, expected, "{lws:#}");
+    }
 }

@@ -6,7 +6,7 @@
 //! Kubernetes' built-in kinds (the checks that need a lookup then become
 //! warnings instead of guesses).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 
 use futures::future::BoxFuture;
@@ -322,6 +322,10 @@ pub struct Objects {
     follows: FollowIndex,
     /// CustomResourceDefinitions of the world, which say which kinds scale.
     crds: Vec<Value>,
+    /// The built-in API versions known to be served: render's
+    /// `--api-versions`, and those of the world's objects
+    /// ([`crate::plan::shared::native_gang::of_world`]).
+    api_versions: BTreeSet<String>,
     groups: BTreeMap<(String, String), ResourceScalingGroup>,
 }
 
@@ -360,10 +364,20 @@ impl Objects {
                 (Some("apiextensions.k8s.io/v1"), Some("CustomResourceDefinition")) => {
                     known.crds.push(object.clone());
                 }
+                (Some(api_version @ "scheduling.k8s.io/v1alpha2"), Some(_)) => {
+                    known.api_versions.insert(api_version.to_owned());
+                }
                 _ => {}
             }
         }
         known
+    }
+
+    /// These objects in a cluster that also serves `api_versions`
+    /// (render's `--api-versions`).
+    pub fn serving(mut self, api_versions: &BTreeSet<String>) -> Objects {
+        self.api_versions.extend(api_versions.iter().cloned());
+        self
     }
 
     /// The follow graph of the world's ResourceScalingGroups.
@@ -404,11 +418,7 @@ impl Lookup for Objects {
     /// The world's CRDs, when it holds any: a dependency not among them is
     /// not installed (as render's reconcilers see it).
     fn installed(&self) -> Installed {
-        if self.crds.is_empty() {
-            Installed::Assumed
-        } else {
-            Installed::from_crds(&self.crds)
-        }
+        crate::plan::shared::native_gang::of_world(&self.crds, &self.api_versions)
     }
     /// Built-in kinds, then the CRDs of the world; a kind neither knows is
     /// unknown (a world need not list its CRDs).

@@ -142,6 +142,10 @@ pub fn mutate(
         violations: vec![violation],
         ..Findings::default()
     })?;
+    let mut defaulted = defaulted;
+    if kind == Kind::InferenceService {
+        choose_gang_scheduler(&mut defaulted, old, &lookup.installed());
+    }
     let mut mutated = object.clone();
     if let Some(map) = mutated.as_object_mut() {
         map.insert("spec".to_owned(), defaulted);
@@ -154,6 +158,28 @@ pub fn mutate(
         patch,
         object: mutated,
     })
+}
+
+/// Writes into a service's defaulted `spec` the gang backend admission
+/// chooses when the spec leaves it out
+/// ([`plan::inference_service::gang::default_gang_scheduler`]). An old
+/// object that does not parse is read as none.
+fn choose_gang_scheduler(spec: &mut Value, old: Option<&Value>, installed: &Installed) {
+    let Ok(parsed) = api::parse_at::<inference_service::InferenceServiceSpec>(spec, "spec") else {
+        return;
+    };
+    let old = old.and_then(|o| {
+        api::parse_at::<inference_service::InferenceServiceSpec>(&o["spec"], "oldObject.spec").ok()
+    });
+    let Some(backend) =
+        plan::inference_service::gang::default_gang_scheduler(&parsed, old.as_ref(), installed)
+    else {
+        return;
+    };
+    if !spec["schedulingStrategy"].is_object() {
+        spec["schedulingStrategy"] = Value::Object(Default::default());
+    }
+    spec["schedulingStrategy"]["gangScheduler"] = serde_json::json!(backend);
 }
 
 /// A new ScaleView's starting replicas and target uid, from its target.

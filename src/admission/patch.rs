@@ -84,10 +84,21 @@ fn spec_path() -> PointerBuf {
 /// The defaults of an InferenceService spec as patch operations.
 /// `spec` is the spec as written without its pod templates and HTTPRoutes
 /// (which `defaults` does not read and the patch never touches).
-pub fn inference_service(spec: InferenceServiceSpec) -> Result<Ops, serde_json::Error> {
+/// `gang_scheduler` is the backend admission chose for a spec that leaves
+/// it out ([`crate::plan::inference_service::gang::default_gang_scheduler`]).
+pub fn inference_service(
+    spec: InferenceServiceSpec,
+    gang_scheduler: Option<inference_service::GangScheduler>,
+) -> Result<Ops, serde_json::Error> {
     let before = spec;
     let mut after = before.clone();
     inference_service::defaults(&mut after);
+    if let Some(backend) = gang_scheduler {
+        after
+            .scheduling_strategy
+            .get_or_insert_default()
+            .gang_scheduler = Some(backend);
+    }
     let mut ops = Ops::default();
     let roles = at(&spec_path(), "roles");
     for (i, (b, a)) in before.roles.iter().zip(&after.roles).enumerate() {
@@ -125,7 +136,14 @@ pub fn inference_service(spec: InferenceServiceSpec) -> Result<Ops, serde_json::
         at(&spec_path(), "schedulingStrategy"),
         &before.scheduling_strategy,
         &after.scheduling_strategy,
-        |ops, path, b, a| ops.field(at(path, "gangPolicy"), &b.gang_policy, &a.gang_policy),
+        |ops, path, b, a| {
+            ops.field(at(path, "gangPolicy"), &b.gang_policy, &a.gang_policy)?;
+            ops.field(
+                at(path, "gangScheduler"),
+                &b.gang_scheduler,
+                &a.gang_scheduler,
+            )
+        },
     )?;
     ops.nested(
         at(&spec_path(), "upgradeStrategy"),
@@ -236,9 +254,23 @@ mod tests {
                 "upgradeStrategy": {"type": "NewRevision"}}),
         ] {
             check(
-                spec,
-                |s| inference_service(s).unwrap(),
+                spec.clone(),
+                |s| inference_service(s, None).unwrap(),
                 inference_service::defaults,
+            );
+            // The backend admission chose lands beside the defaults, in a
+            // schedulingStrategy that is there or not.
+            check(
+                spec,
+                |s| {
+                    inference_service(s, Some(inference_service::GangScheduler::Kubernetes))
+                        .unwrap()
+                },
+                |s| {
+                    inference_service::defaults(s);
+                    s.scheduling_strategy.get_or_insert_default().gang_scheduler =
+                        Some(inference_service::GangScheduler::Kubernetes);
+                },
             );
         }
         for spec in [

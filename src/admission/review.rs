@@ -288,12 +288,19 @@ fn inference_service(
                 return None;
             }
             let mut spec = spec.value;
+            let gang_scheduler = crate::plan::inference_service::gang::default_gang_scheduler(
+                &spec,
+                old.as_ref().map(|o| &o.spec),
+                &lookup.installed(),
+            );
             // The patch never touches them, and defaults do not read them.
             for role in &mut spec.roles {
                 role.template = None;
                 role.httproute = None;
             }
-            Some(patched(patch::inference_service(spec).ok()?))
+            Some(patched(
+                patch::inference_service(spec, gang_scheduler).ok()?,
+            ))
         }
     }
 }

@@ -340,6 +340,14 @@ pub struct SchedulingStrategy {
     /// Scheduler for the pods; `volcano` turns on gang scheduling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_name: Option<String>,
+    /// Who gang-schedules the service: Volcano (a Volcano PodGroup),
+    /// Kubernetes (kube-scheduler's own PodGroups, scheduling.k8s.io/v1alpha2:
+    /// one per replica and one for the first replica of each serving role)
+    /// or None. Left out, admission fills it in when the service needs a
+    /// gang: Volcano when its PodGroup CRD is installed, else Kubernetes when
+    /// the API server serves its PodGroups, else None.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang_scheduler: Option<GangScheduler>,
     /// Volcano queue of the service's PodGroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -351,6 +359,17 @@ pub struct SchedulingStrategy {
     /// seed's minTaskMember layout: all or nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang_policy: Option<GangPolicy>,
+}
+
+/// Who gang-schedules a service's pods.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GangScheduler {
+    /// Volcano's scheduler, through one Volcano PodGroup per service.
+    Volcano,
+    /// kube-scheduler, through Kubernetes' PodGroups (alpha in 1.36).
+    Kubernetes,
+    /// No gang: each pod is scheduled on its own.
+    None,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -1232,6 +1251,45 @@ fn validate_scheduling(scheduling: &SchedulingStrategy, findings: &mut Findings)
             );
         }
     }
+    let scheduler = scheduling
+        .scheduler_name
+        .as_deref()
+        .filter(|n| !n.trim().is_empty());
+    let at = "spec.schedulingStrategy.gangScheduler";
+    match (scheduling.gang_scheduler, scheduler) {
+        (Some(GangScheduler::Volcano), Some(name)) if name != "volcano" => findings.deny(
+            at,
+            format!(
+                "Volcano gang-schedules through the volcano scheduler, and schedulerName names \
+                 {name:?}: leave schedulerName out, or set it to volcano"
+            ),
+        ),
+        (Some(backend @ (GangScheduler::Kubernetes | GangScheduler::None)), Some("volcano")) => {
+            findings.deny(
+                at,
+                format!(
+                    "schedulerName volcano is Volcano's scheduler, which gang-schedules only \
+                     through a Volcano PodGroup, and gangScheduler is {backend:?}: set \
+                     gangScheduler to Volcano, or name another scheduler"
+                ),
+            )
+        }
+        _ => {}
+    }
+    if scheduling.gang_scheduler == Some(GangScheduler::Kubernetes) {
+        if scheduling.queue.is_some() {
+            findings.warn(format!(
+                "spec.schedulingStrategy.queue is ignored: a queue is Volcano's, and {at} is \
+                 Kubernetes"
+            ));
+        }
+        if scheduling.gang_policy.is_some() {
+            findings.warn(format!(
+                "spec.schedulingStrategy.gangPolicy is ignored: it is the layout of Volcano's \
+                 PodGroup, and {at} is Kubernetes (one PodGroup per replica and a core group)"
+            ));
+        }
+    }
 }
 
 /// The rules of `spec.upgradeStrategy`; `plan::inference_service::upgrade` checks the options it
@@ -2024,6 +2082,32 @@ mod tests {
             denial(value),
             "spec.schedulingStrategy.queue: must not be empty when set (leave it out for the default)"
         );
+    }
+
+    #[test]
+    fn a_gang_scheduler_that_contradicts_the_scheduler_is_denied() {
+        let with = |strategy: serde_json::Value| {
+            let mut value = pd();
+            value["schedulingStrategy"] = strategy;
+            value
+        };
+        assert_eq!(
+            denial(with(
+                json!({"gangScheduler": "Volcano", "schedulerName": "kai"})
+            )),
+            "spec.schedulingStrategy.gangScheduler: Volcano gang-schedules through the volcano \
+             scheduler, and schedulerName names \"kai\": leave schedulerName out, or set it to volcano"
+        );
+        assert!(
+            denial(with(json!({"gangScheduler": "Kubernetes", "schedulerName": "volcano"})))
+                .starts_with("spec.schedulingStrategy.gangScheduler: schedulerName volcano is Volcano's scheduler")
+        );
+        // A kube-scheduler profile of the user's own is fine with
+        // Kubernetes' gang; Volcano's queue and layout are ignored, said.
+        let findings = validate(&spec(with(json!({"gangScheduler": "Kubernetes",
+            "schedulerName": "gpu-profile", "queue": "q", "gangPolicy": "TaskMember"}))));
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        assert_eq!(findings.warnings.len(), 2, "{:?}", findings.warnings);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use serde::{Deserialize as _, Serialize};
 use serde_json::Value;
 
 use crate::plan::shared::installed::{self, Installed};
-use crate::plan::shared::native_gang::{self, NativeGang};
+use crate::plan::shared::native_gang::NativeGang;
 
 const RBAC: &str = include_str!("../../manifests/base/rbac.yaml");
 const MUTATING: &str = include_str!("../../webhooks/mutating.yaml");
@@ -350,7 +350,8 @@ pub async fn gather(client: &Client, namespace: &str) -> Result<Snapshot, String
         }
         snapshot.webhook_configurations.push((name, read));
     }
-    snapshot.native_gang = native_gang(client).await;
+    snapshot.native_gang =
+        crate::reconcile::dependencies::native_gang(client, "tandem-check").await;
     snapshot.serving_certificate = serving_certificate(client, namespace).await;
     snapshot.access = access(client, namespace).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
@@ -363,70 +364,6 @@ pub async fn gather(client: &Client, namespace: &str) -> Result<Snapshot, String
         })
     });
     Ok(snapshot)
-}
-
-/// Whether the cluster serves Kubernetes' PodGroups and Workloads (API
-/// discovery), and which gated PodGroup fields its API server keeps: a
-/// PodGroup created with `dryRun=All` and read back
-/// ([`native_gang::probe`]). A group version that is not served answers
-/// 404; any other failure to discover or to probe is said in `unknown`.
-async fn native_gang(client: &Client) -> NativeGang {
-    let group_version = format!("{}/{}", native_gang::GROUP, native_gang::VERSION);
-    let mut gang = NativeGang::default();
-    let served = match client.list_api_group_resources(&group_version).await {
-        Ok(list) => list.resources,
-        Err(kube::Error::Api(status)) if status.code == 404 => return gang,
-        Err(e) => {
-            gang.unknown = Some(format!(
-                "discovering {group_version}: {}",
-                crate::check::causes(&e)
-            ));
-            return gang;
-        }
-    };
-    gang.pod_groups = served
-        .iter()
-        .any(|r| r.name == native_gang::POD_GROUP_PLURAL);
-    gang.workloads = served
-        .iter()
-        .any(|r| r.name == native_gang::WORKLOAD_PLURAL);
-    if !gang.pod_groups {
-        return gang;
-    }
-    let resource = kube::api::ApiResource {
-        group: native_gang::GROUP.into(),
-        version: native_gang::VERSION.into(),
-        api_version: group_version,
-        kind: "PodGroup".into(),
-        plural: native_gang::POD_GROUP_PLURAL.into(),
-    };
-    let api: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(client.clone(), native_gang::PROBE_NAMESPACE, &resource);
-    let probe: kube::api::DynamicObject = match serde_json::from_value(native_gang::probe()) {
-        Ok(probe) => probe,
-        Err(e) => {
-            gang.unknown = Some(format!("the probe PodGroup: {e}"));
-            return gang;
-        }
-    };
-    let params = PostParams {
-        dry_run: true,
-        field_manager: Some("tandem-check".into()),
-    };
-    match api.create(&params, &probe).await {
-        Ok(answer) => match serde_json::to_value(answer) {
-            Ok(answer) => gang.kept = native_gang::kept(&answer),
-            Err(e) => gang.unknown = Some(format!("reading the dry run's answer: {e}")),
-        },
-        Err(e) => {
-            gang.unknown = Some(format!(
-                "a dry-run PodGroup in namespace {}: {}",
-                native_gang::PROBE_NAMESPACE,
-                crate::check::causes(&e)
-            ));
-        }
-    }
-    gang
 }
 
 async fn configuration(client: &Client, plural: &str, name: &str) -> Read<Vec<Webhook>> {

@@ -742,13 +742,15 @@ fn trim_metadata(meta: &mut kube::api::ObjectMeta) {
     }
 }
 
-/// Keeps of a pod what the plans read: its node, phase, conditions and
-/// container states (restarts, waiting reasons).
+/// Keeps of a pod what the plans read: its node, the PodGroup it names,
+/// phase, conditions and container states (restarts, waiting reasons).
 fn trim_pod(pod: &mut DynamicObject) {
     let data = &pod.data;
     let mut kept = json!({"spec": {}, "status": {}});
-    if let Some(node) = data.pointer("/spec/nodeName") {
-        kept["spec"]["nodeName"] = node.clone();
+    for field in ["nodeName", "schedulingGroup"] {
+        if let Some(value) = data["spec"].get(field) {
+            kept["spec"][field] = value.clone();
+        }
     }
     for field in [
         "phase",

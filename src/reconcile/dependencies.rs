@@ -9,6 +9,14 @@
 //! Until every watch has listed, or when one cannot (the ClusterRole of an
 //! older install does not grant CRDs), nothing is known: [`Installed::Assumed`],
 //! as before Tandem read them, and a warning says so.
+//!
+//! Kubernetes' own PodGroups are a built-in API, not a CRD: whether they
+//! are served, and which gated fields the API server keeps, is asked by
+//! API discovery and a dry-run PodGroup ([`crate::plan::shared::native_gang`])
+//! at start and every [`NATIVE_EVERY`] after (an API server's flags change
+//! only when it restarts). A change re-reconciles like a CRD's. A probe that
+//! fails keeps the last answer; before any, the API is taken as not served
+//! and the probe is retried every [`NATIVE_RETRY`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,6 +29,7 @@ use tokio::sync::watch;
 
 use super::metrics::ControllerMetrics;
 use crate::plan::shared::installed::{self, Found, Installed};
+use crate::plan::shared::native_gang::{self as probe, NativeGang};
 
 /// How long after a CRD changed its dependents are re-reconciled. The API
 /// server replaces its handler of a CRD whose schema changed and ends the
@@ -30,6 +39,12 @@ use crate::plan::shared::installed::{self, Found, Installed};
 /// plane (tests/cluster_dependencies.rs): the PodGroup watch ended 1.0 s
 /// after the CRD's patch.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How often serve asks again what the API server serves and keeps of
+/// Kubernetes' PodGroups: two requests each time.
+const NATIVE_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+/// How soon a failed probe is retried.
+const NATIVE_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The CRDs read, by name.
 fn watched_names() -> Vec<String> {
@@ -48,6 +63,12 @@ struct State {
     answered: BTreeMap<String, bool>,
     /// The resourceVersion of each CRD seen, by name.
     versions: BTreeMap<String, String>,
+    /// What the API server serves and keeps of Kubernetes' PodGroups, as
+    /// last answered; None before any answer.
+    native: Option<NativeGang>,
+    /// Whether the first probe of Kubernetes' PodGroups has answered (or
+    /// failed).
+    native_answered: bool,
 }
 
 /// The installed dependencies, as the watches last saw them.
@@ -76,7 +97,8 @@ impl WatchedDependencies {
         let names = watched_names();
         let watched = Arc::new(WatchedDependencies {
             state: Mutex::default(),
-            pending: watch::Sender::new(names.len()),
+            // One more for the first probe of Kubernetes' PodGroups.
+            pending: watch::Sender::new(names.len().saturating_add(1)),
             metrics,
             on_change: Box::new(on_change),
         });
@@ -85,7 +107,54 @@ impl WatchedDependencies {
             let watched = watched.clone();
             tokio::spawn(async move { watched.follow(api, name).await });
         }
+        let probing = watched.clone();
+        let client = client.clone();
+        tokio::spawn(async move { probing.probe_native_gang(client).await });
         watched
+    }
+
+    /// Asks what the API server serves and keeps of Kubernetes' PodGroups
+    /// now and every [`NATIVE_EVERY`] (every [`NATIVE_RETRY`] while it
+    /// cannot say), and re-reconciles when the answer changes.
+    async fn probe_native_gang(self: &Arc<Self>, client: Client) {
+        loop {
+            let gang = native_gang(&client, crate::plan::shared::children::MANAGER).await;
+            let failed = gang.unknown.is_some() && gang.kept.is_empty() && !gang.pod_groups;
+            let (first, changed) = {
+                let mut state = lock(&self.state);
+                let first = !state.native_answered;
+                state.native_answered = true;
+                let changed = if failed {
+                    false
+                } else {
+                    let changed = state.native.as_ref() != Some(&gang);
+                    state.native = Some(gang.clone());
+                    changed
+                };
+                (first, changed)
+            };
+            match &gang.unknown {
+                // Discovery failed: the cluster is unreachable, which
+                // reconcile::health says once per attempt already.
+                Some(why) if failed => tracing::debug!(%why,
+                    "cannot tell whether the API server serves Kubernetes' PodGroups"),
+                Some(why) => tracing::warn!(%why,
+                    "cannot tell which fields of Kubernetes' PodGroups the API server keeps"),
+                None => {}
+            }
+            if first {
+                self.pending.send_modify(|n| *n = n.saturating_sub(1));
+            }
+            if (changed || first) && *self.pending.borrow() == 0 {
+                self.changed();
+            }
+            let next = if lock(&self.state).native.is_some() {
+                NATIVE_EVERY
+            } else {
+                NATIVE_RETRY
+            };
+            tokio::time::sleep(next).await;
+        }
     }
 
     /// What is installed; [`Installed::Assumed`] while a watch has not
@@ -95,7 +164,8 @@ impl WatchedDependencies {
         if *self.pending.borrow() > 0 || state.answered.values().any(|listed| !listed) {
             return Installed::Assumed;
         }
-        Installed::Known(state.found.values().cloned().collect())
+        let installed = Installed::Known(state.found.values().cloned().collect());
+        installed.with_native_pod_groups(state.native.as_ref().and_then(NativeGang::spec_fields))
     }
 
     /// Waits until every watch has listed or found it cannot.
@@ -203,4 +273,64 @@ impl WatchedDependencies {
             (watched.on_change)();
         });
     }
+}
+
+/// Whether the cluster serves Kubernetes' PodGroups and Workloads (API
+/// discovery), and which gated PodGroup fields its API server keeps: a
+/// PodGroup created with `dryRun=All` and read back
+/// ([`native_gang::probe`]). A group version that is not served answers
+/// 404; any other failure to discover or to probe is said in `unknown`.
+pub async fn native_gang(client: &Client, manager: &str) -> NativeGang {
+    let group_version = format!("{}/{}", probe::GROUP, probe::VERSION);
+    let mut gang = NativeGang::default();
+    let served = match client.list_api_group_resources(&group_version).await {
+        Ok(list) => list.resources,
+        Err(kube::Error::Api(status)) if status.code == 404 => return gang,
+        Err(e) => {
+            gang.unknown = Some(format!(
+                "discovering {group_version}: {}",
+                crate::logging::causes(&e)
+            ));
+            return gang;
+        }
+    };
+    gang.pod_groups = served.iter().any(|r| r.name == probe::POD_GROUP_PLURAL);
+    gang.workloads = served.iter().any(|r| r.name == probe::WORKLOAD_PLURAL);
+    if !gang.pod_groups {
+        return gang;
+    }
+    let resource = kube::api::ApiResource {
+        group: probe::GROUP.into(),
+        version: probe::VERSION.into(),
+        api_version: group_version,
+        kind: "PodGroup".into(),
+        plural: probe::POD_GROUP_PLURAL.into(),
+    };
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), probe::PROBE_NAMESPACE, &resource);
+    let probe: kube::api::DynamicObject = match serde_json::from_value(probe::probe()) {
+        Ok(probe) => probe,
+        Err(e) => {
+            gang.unknown = Some(format!("the probe PodGroup: {e}"));
+            return gang;
+        }
+    };
+    let params = kube::api::PostParams {
+        dry_run: true,
+        field_manager: Some(manager.into()),
+    };
+    match api.create(&params, &probe).await {
+        Ok(answer) => match serde_json::to_value(answer) {
+            Ok(answer) => gang.kept = probe::kept(&answer),
+            Err(e) => gang.unknown = Some(format!("reading the dry run's answer: {e}")),
+        },
+        Err(e) => {
+            gang.unknown = Some(format!(
+                "a dry-run PodGroup in namespace {}: {}",
+                probe::PROBE_NAMESPACE,
+                crate::logging::causes(&e)
+            ));
+        }
+    }
+    gang
 }

@@ -50,7 +50,7 @@ fn owned_children(
             ),
             Err(unserved) => {
                 tracing::debug!(%unserved, "a kind the service may create cannot be read");
-                unavailable.insert(kind.kind.to_owned());
+                unavailable.insert(kind.name().to_owned());
             }
         }
     }

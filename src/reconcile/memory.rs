@@ -310,6 +310,9 @@ fn invalid(reason: String) -> kube::Error {
 #[derive(Default)]
 pub struct Memory {
     state: Mutex<State>,
+    /// The built-in API versions served besides the world's own (render's
+    /// `--api-versions`).
+    api_versions: BTreeSet<String>,
 }
 
 impl Memory {
@@ -319,7 +322,15 @@ impl Memory {
                 objects,
                 ..State::default()
             }),
+            api_versions: BTreeSet::new(),
         }
+    }
+
+    /// This world in a cluster that also serves `api_versions` (render's
+    /// `--api-versions`).
+    pub fn serving(mut self, api_versions: &BTreeSet<String>) -> Memory {
+        self.api_versions.extend(api_versions.iter().cloned());
+        self
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -370,12 +381,7 @@ impl Cluster for Memory {
     /// is not installed. Without CRDs, everything is assumed installed.
     fn installed(&self) -> Installed {
         let state = self.state();
-        let crds: Vec<&Value> = state.crds().collect();
-        if crds.is_empty() {
-            Installed::Assumed
-        } else {
-            Installed::from_crds(crds)
-        }
+        crate::plan::shared::native_gang::of_world(state.objects.values(), &self.api_versions)
     }
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<InferenceService>> {

@@ -30,13 +30,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use crate::api::inference_service::{
-    GangPolicy, InferenceService, InferenceServiceSpec, InferenceServiceStatus, UpgradeType,
+    GangPolicy, GangScheduler, InferenceService, InferenceServiceSpec, InferenceServiceStatus,
+    UpgradeType,
 };
 use crate::plan::inference_service::{gang, rollout};
 use crate::plan::shared::condition::condition;
 use crate::plan::shared::installed::{
     self, Dependency, GATEWAY, HTTP_ROUTE, INFERENCE_POOL, Installed, LEADER_WORKER_SET,
-    LEGACY_INFERENCE_POOL, Lack, POD_GROUP, Shortfall,
+    LEGACY_INFERENCE_POOL, Lack, NATIVE_POD_GROUP, POD_GROUP, Shortfall,
 };
 
 /// How a lack is answered at admission.
@@ -99,6 +100,7 @@ fn missing(installed: &Installed, dependency: &Dependency, what_needs_it: &str) 
             "the cluster serves it only at {}",
             found.served.keys().cloned().collect::<Vec<_>>().join(", ")
         ),
+        None if dependency == &NATIVE_POD_GROUP => "the API server does not serve it".to_owned(),
         None => "it is not installed".to_owned(),
     };
     format!(
@@ -190,6 +192,81 @@ pub fn decide(spec: &InferenceServiceSpec, installed: &Installed) -> Dependencie
     }
 }
 
+/// Whether the service's gang is Volcano's and its layout is to be
+/// decided; otherwise what it lacks for another backend (or for none) is
+/// in `lacking`.
+fn volcano_needed(
+    spec: &InferenceServiceSpec,
+    installed: &Installed,
+    lacking: &mut Vec<Needed>,
+) -> bool {
+    let asked = spec
+        .scheduling_strategy
+        .as_ref()
+        .and_then(|s| s.gang_scheduler);
+    match gang::scheduling(spec).backend {
+        None if asked == Some(GangScheduler::None)
+            && gang::needs_gang(spec)
+            && !installed.has(&POD_GROUP)
+            && !installed.has(&NATIVE_POD_GROUP) =>
+        {
+            // What admission chooses where there is no gang scheduler: the
+            // service works, its replicas may start in part.
+            lacking.push(lack(
+                "spec.schedulingStrategy.gangScheduler".to_owned(),
+                &POD_GROUP,
+                Shortfall::Missing,
+                Severity::Warn,
+                format!(
+                    "a prefill/decode or multi-node service is gang-scheduled, and the cluster \
+                     has neither Volcano's PodGroup ({}) nor Kubernetes' ({}), so gangScheduler \
+                     is None: each pod is scheduled on its own, and a replica may start in part \
+                     and hold its GPUs while it waits for the rest; {}, or {}",
+                    installed.found_text(&POD_GROUP),
+                    installed.found_text(&NATIVE_POD_GROUP),
+                    POD_GROUP.install,
+                    NATIVE_POD_GROUP.install
+                ),
+            ));
+            return false;
+        }
+        None => return false,
+        Some(gang::Backend::Kubernetes) => {
+            if !installed.has(&NATIVE_POD_GROUP) {
+                lacking.push(lack(
+                    "spec.schedulingStrategy.gangScheduler".to_owned(),
+                    &NATIVE_POD_GROUP,
+                    Shortfall::Missing,
+                    Severity::Refuse,
+                    missing(
+                        installed,
+                        &NATIVE_POD_GROUP,
+                        "gangScheduler Kubernetes gang-schedules the pods through \
+                         kube-scheduler's PodGroups, which",
+                    ),
+                ));
+            }
+            return false;
+        }
+        Some(gang::Backend::Volcano) => {}
+    }
+    if asked == Some(GangScheduler::Volcano) && !installed.has(&POD_GROUP) {
+        lacking.push(lack(
+            "spec.schedulingStrategy.gangScheduler".to_owned(),
+            &POD_GROUP,
+            Shortfall::Missing,
+            Severity::Refuse,
+            missing(
+                installed,
+                &POD_GROUP,
+                "gangScheduler Volcano gang-schedules the pods through a Volcano PodGroup, which",
+            ),
+        ));
+        return false;
+    }
+    true
+}
+
 /// The PodGroup layout of a gang-scheduled service, and why it differs from
 /// the default when it does.
 fn gang_layout(
@@ -197,7 +274,7 @@ fn gang_layout(
     installed: &Installed,
     lacking: &mut Vec<Needed>,
 ) -> (Option<GangPolicy>, Option<String>) {
-    if !gang::scheduling(spec).gang {
+    if !volcano_needed(spec, installed, lacking) {
         return (None, None);
     }
     let field = "spec.schedulingStrategy.schedulerName";
@@ -594,5 +671,52 @@ mod tests {
                     .all(|l| l.field == "spec.upgradeStrategy.type")
             );
         }
+    }
+
+    #[test]
+    fn a_gang_backend_the_cluster_lacks_is_refused_naming_it() {
+        let bare = Installed::from_crds([&lws()]);
+        let native = |fields: Option<&[&str]>| {
+            Installed::from_crds([&lws()])
+                .with_native_pod_groups(fields.map(|f| f.iter().map(|f| (*f).to_owned()).collect()))
+        };
+        // Kubernetes' PodGroups not served: refused, on the field.
+        let kubernetes = service(json!({"schedulingStrategy": {"gangScheduler": "Kubernetes"}}));
+        let decided = decide(&kubernetes, &bare);
+        let needed = &decided.lacking[0];
+        assert_eq!(needed.severity, Severity::Refuse);
+        assert_eq!(needed.lack.field, "spec.schedulingStrategy.gangScheduler");
+        assert!(
+            needed.lack.message.contains(
+                "needs scheduling.k8s.io/v1alpha2 PodGroup; the API server does not serve it"
+            ),
+            "{}",
+            needed.lack.message
+        );
+        assert_eq!(decided.gang_policy, None);
+        // Served: nothing lacks, and no Volcano layout.
+        let decided = decide(&kubernetes, &native(Some(&["schedulingPolicy"])));
+        assert!(decided.lacking.is_empty(), "{:?}", decided.lacking);
+        assert_eq!(decided.gang_policy, None);
+        // Volcano asked for by gangScheduler and missing: refused (left
+        // out, it is the warning of before).
+        let volcano_asked = service(json!({"schedulingStrategy": {"gangScheduler": "Volcano"}}));
+        let decided = decide(&volcano_asked, &bare);
+        assert_eq!(decided.lacking[0].severity, Severity::Refuse);
+        assert_eq!(
+            decide(&service(json!({})), &bare).lacking[0].severity,
+            Severity::Warn
+        );
+        // None chosen where neither is there: a warning that says so.
+        let none = service(json!({"schedulingStrategy": {"gangScheduler": "None"}}));
+        let decided = decide(&none, &bare);
+        assert_eq!(decided.lacking[0].severity, Severity::Warn);
+        assert!(
+            decided.lacking[0]
+                .lack
+                .message
+                .contains("may start in part")
+        );
+        assert!(decide(&none, &native(Some(&[]))).lacking.is_empty());
     }
 }

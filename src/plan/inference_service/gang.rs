@@ -16,9 +16,10 @@ use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde_json::{Value, json};
 
 use crate::api::inference_service::{
-    ComponentType, GangPolicy, InferenceService, InferenceServiceSpec, Role,
+    ComponentType, GangPolicy, GangScheduler, InferenceService, InferenceServiceSpec, Role,
 };
 use crate::plan::shared::children::{self, GROUP_NAME_ANNOTATION, TASK_SPEC_ANNOTATION};
+use crate::plan::shared::installed::{Installed, NATIVE_POD_GROUP, POD_GROUP};
 use crate::plan::shared::quantity::{Quantity, pod_requests};
 
 /// The scheduler that gang-schedules Tandem's pods.
@@ -27,44 +28,129 @@ pub const VOLCANO: &str = "volcano";
 pub const POD_GROUP_API_VERSION: &str = "scheduling.volcano.sh/v1beta1";
 pub const POD_GROUP_KIND: &str = "PodGroup";
 
+/// Who gang-schedules a service's pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Volcano: one Volcano PodGroup per service, pods annotated with it.
+    Volcano,
+    /// kube-scheduler: Kubernetes' PodGroups (`scheduling.k8s.io/v1alpha2`),
+    /// one per replica and one core group, each pod naming its group in
+    /// `spec.schedulingGroup.podGroupName` ([`super::pod_groups`]).
+    Kubernetes,
+}
+
 /// How the pods of a service's serving roles are scheduled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scheduling {
-    /// Pods join the service's PodGroup and carry the gang annotations.
+    /// Pods are gang-scheduled (by `backend`).
     pub gang: bool,
+    /// Who gang-schedules them; None when `gang` is false.
+    pub backend: Option<Backend>,
     /// `spec.schedulerName` of the serving pods; None leaves the cluster default.
     pub scheduler_name: Option<String>,
+    /// `spec.priorityClassName` of the serving pods whose template names
+    /// none: the service's class with Kubernetes' gang, whose PodGroups
+    /// Tandem writes without one (a PodGroup keeps its own class only under
+    /// the WorkloadAwarePreemption gate, and kube-scheduler reads the pods').
+    /// With Volcano the class is the PodGroup's.
+    pub pod_priority_class: Option<String>,
 }
 
-/// Whether the service is gang-scheduled and by which scheduler.
+/// Whether the service is gang-scheduled, by whom and by which scheduler.
 ///
-/// Gang scheduling is needed when the service is prefill/decode disaggregated
-/// (it has a prefiller and a decoder role), when a serving role is multi-node
-/// (`nodeCount` ≥ 2), or when `schedulingStrategy.schedulerName` is `volcano`;
-/// it then always uses Volcano. A user who names another scheduler opts out:
-/// no gang, that scheduler. The answer depends only on roles' names, component
-/// types and node counts and on the scheduling strategy, all part of the
-/// revision, so scaling never changes it.
+/// A gang is needed when the service is prefill/decode disaggregated (it
+/// has a prefiller and a decoder role) or a serving role is multi-node
+/// (`nodeCount` ≥ 2) ([`needs_gang`]). `schedulingStrategy.gangScheduler`
+/// says who gives it: `Volcano` (the `volcano` scheduler, which also
+/// gang-schedules a service that would need none when `schedulerName` is
+/// `volcano`), `Kubernetes` (the scheduler the user names, else the
+/// cluster's default: kube-scheduler's gang plugins) or `None` (no gang).
+/// Admission fills it in for a service that needs a gang
+/// ([`default_gang_scheduler`]); left out (a service stored before Tandem
+/// filled it in, or `render` of a bare spec), it is Volcano. Naming
+/// another scheduler than `volcano` without `Kubernetes` opts out. The answer depends only on the spec's roles and
+/// scheduling strategy, all part of the revision, so scaling never changes
+/// it.
 pub fn scheduling(spec: &InferenceServiceSpec) -> Scheduling {
-    let requested = spec
-        .scheduling_strategy
-        .as_ref()
+    let strategy = spec.scheduling_strategy.as_ref();
+    let requested = strategy
         .and_then(|s| s.scheduler_name.as_deref())
         .filter(|name| !name.trim().is_empty());
-    let gang = match requested {
-        Some(name) if name != VOLCANO => {
-            return Scheduling {
-                gang: false,
-                scheduler_name: Some(name.to_owned()),
-            };
-        }
-        Some(_) => true,
-        None => is_disaggregated(spec) || spec.roles.iter().any(is_multi_node),
+    let of = |backend: Option<Backend>, scheduler_name: Option<&str>| Scheduling {
+        gang: backend.is_some(),
+        backend,
+        scheduler_name: scheduler_name.map(str::to_owned),
+        pod_priority_class: strategy
+            .and_then(|s| s.priority_class_name.clone())
+            .filter(|_| backend == Some(Backend::Kubernetes)),
     };
-    Scheduling {
-        gang,
-        scheduler_name: gang.then(|| VOLCANO.to_owned()),
+    match (strategy.and_then(|s| s.gang_scheduler), requested) {
+        (Some(GangScheduler::None), name) => of(None, name),
+        (Some(GangScheduler::Kubernetes), name) if needs_gang(spec) => {
+            of(Some(Backend::Kubernetes), name)
+        }
+        (Some(GangScheduler::Kubernetes), name) => of(None, name),
+        // Volcano, or unset: the rule from before gangScheduler.
+        (_, Some(name)) if name != VOLCANO => of(None, Some(name)),
+        (_, Some(_)) => of(Some(Backend::Volcano), Some(VOLCANO)),
+        (_, None) if needs_gang(spec) => of(Some(Backend::Volcano), Some(VOLCANO)),
+        (_, None) => of(None, None),
     }
+}
+
+/// A prefill/decode pair or a multi-node role needs its pods placed
+/// together.
+pub fn needs_gang(spec: &InferenceServiceSpec) -> bool {
+    is_disaggregated(spec) || spec.roles.iter().any(is_multi_node)
+}
+
+/// The `gangScheduler` admission writes into a spec that leaves it out, or
+/// None to leave the spec as it is. Only a service that needs a gang
+/// ([`needs_gang`]) and names no scheduler gets one:
+///
+/// - on update, the value the stored service had, so that a client which
+///   does not send the field back (a server-side apply by a manager that
+///   never set it) keeps it, and a gang never changes behind the user's
+///   back; a service stored without it keeps its old meaning (Volcano);
+/// - on create (or when the update is what first makes it need a gang):
+///   Volcano when its PodGroup CRD is installed, else Kubernetes when the
+///   API server serves its PodGroups, else `None`, whose pods the cluster's
+///   default scheduler places one by one (with the warning that a gang is
+///   missing).
+///
+/// Chosen once and written down, the backend is part of the spec and of
+/// the revision: installing Volcano later rolls nothing.
+pub fn default_gang_scheduler(
+    spec: &InferenceServiceSpec,
+    old: Option<&InferenceServiceSpec>,
+    installed: &Installed,
+) -> Option<GangScheduler> {
+    let strategy = spec.scheduling_strategy.as_ref();
+    if strategy.is_some_and(|s| {
+        s.gang_scheduler.is_some()
+            || s.scheduler_name
+                .as_deref()
+                .is_some_and(|n| !n.trim().is_empty())
+    }) || !needs_gang(spec)
+    {
+        return None;
+    }
+    if let Some(old) = old {
+        let kept = old
+            .scheduling_strategy
+            .as_ref()
+            .and_then(|s| s.gang_scheduler);
+        if kept.is_some() || needs_gang(old) {
+            return kept;
+        }
+    }
+    Some(if installed.has(&POD_GROUP) {
+        GangScheduler::Volcano
+    } else if installed.has(&NATIVE_POD_GROUP) {
+        GangScheduler::Kubernetes
+    } else {
+        GangScheduler::None
+    })
 }
 
 fn is_disaggregated(spec: &InferenceServiceSpec) -> bool {
@@ -141,7 +227,7 @@ pub fn pod_group(
     replicas: &BTreeMap<String, BTreeSet<u32>>,
     policy: GangPolicy,
 ) -> Result<Option<Value>, String> {
-    if !scheduling(&service.spec).gang {
+    if scheduling(&service.spec).backend != Some(Backend::Volcano) {
         return Ok(None);
     }
     let roles = gang_roles(&service.spec, replicas)?;
@@ -386,7 +472,9 @@ mod tests {
             scheduling(&s.spec),
             Scheduling {
                 gang: false,
-                scheduler_name: None
+                backend: None,
+                scheduler_name: None,
+                pod_priority_class: None,
             }
         );
         assert_eq!(
@@ -406,7 +494,9 @@ mod tests {
             scheduling(&s.spec),
             Scheduling {
                 gang: true,
-                scheduler_name: Some("volcano".into())
+                backend: Some(Backend::Volcano),
+                scheduler_name: Some("volcano".into()),
+                pod_priority_class: None,
             }
         );
         assert_eq!(
@@ -456,7 +546,9 @@ mod tests {
             scheduling(&s.spec),
             Scheduling {
                 gang: true,
-                scheduler_name: Some("volcano".into())
+                backend: Some(Backend::Volcano),
+                scheduler_name: Some("volcano".into()),
+                pod_priority_class: None,
             }
         );
         assert_eq!(
@@ -476,7 +568,9 @@ mod tests {
             scheduling(&s.spec),
             Scheduling {
                 gang: false,
-                scheduler_name: Some("kai-scheduler".into())
+                backend: None,
+                scheduler_name: Some("kai-scheduler".into()),
+                pod_priority_class: None,
             }
         );
         assert_eq!(
@@ -627,6 +721,7 @@ mod tests {
             queue: Some("inference".into()),
             priority_class_name: Some("high-priority".into()),
             gang_policy: Some(GangPolicy::TaskMember),
+            gang_scheduler: None,
         });
         let spec = spec_of(&s);
         assert_eq!(spec["queue"], "inference");
@@ -695,6 +790,118 @@ mod tests {
         assert_eq!(
             pod_group(&s, &all_replicas(&s), requested(&s)).unwrap_err(),
             "role \"decode\": container \"vllm\": limits: nvidia.com/gpu: invalid quantity \"eight\": expected a number"
+        );
+    }
+
+    fn with_backend(mut s: InferenceService, backend: GangScheduler) -> InferenceService {
+        s.spec
+            .scheduling_strategy
+            .get_or_insert_default()
+            .gang_scheduler = Some(backend);
+        s
+    }
+
+    /// A cluster with the CRDs named (by kind), and Kubernetes' PodGroups
+    /// served or not.
+    fn cluster(volcano: bool, native: bool) -> Installed {
+        let mut crds = Vec::new();
+        if volcano {
+            crds.push(json!({"kind": "CustomResourceDefinition", "spec": {
+                "group": "scheduling.volcano.sh", "names": {"kind": "PodGroup"},
+                "versions": [{"name": "v1beta1", "served": true}]}}));
+        }
+        crds.push(json!({"kind": "CustomResourceDefinition", "spec": {
+            "group": "leaderworkerset.x-k8s.io", "names": {"kind": "LeaderWorkerSet"},
+            "versions": [{"name": "v1", "served": true}]}}));
+        Installed::from_crds(&crds)
+            .with_native_pod_groups(native.then(|| BTreeSet::from(["schedulingPolicy".into()])))
+    }
+
+    #[test]
+    fn admission_chooses_volcano_then_kubernetes_then_none_and_keeps_the_choice() {
+        let s = story4(None);
+        let choose = |old: Option<&InferenceService>, installed: &Installed| {
+            default_gang_scheduler(&s.spec, old.map(|o| &o.spec), installed)
+        };
+        assert_eq!(
+            choose(None, &cluster(true, true)),
+            Some(GangScheduler::Volcano)
+        );
+        assert_eq!(
+            choose(None, &cluster(false, true)),
+            Some(GangScheduler::Kubernetes)
+        );
+        assert_eq!(
+            choose(None, &cluster(false, false)),
+            Some(GangScheduler::None)
+        );
+        // Nothing known: everything assumed, Volcano first.
+        assert_eq!(
+            choose(None, &Installed::Assumed),
+            Some(GangScheduler::Volcano)
+        );
+        // An update keeps what the stored service has, whatever the cluster.
+        let kubernetes = with_backend(story4(None), GangScheduler::Kubernetes);
+        assert_eq!(
+            choose(Some(&kubernetes), &cluster(true, true)),
+            Some(GangScheduler::Kubernetes)
+        );
+        // A service stored before the field keeps its meaning (Volcano).
+        assert_eq!(choose(Some(&story4(None)), &cluster(false, true)), None);
+        // An update that first makes it need a gang chooses.
+        let single = service("s", json!({"roles": [role("w", "worker", 1, None)]}));
+        assert_eq!(
+            choose(Some(&single), &cluster(false, true)),
+            Some(GangScheduler::Kubernetes)
+        );
+        // Set, or a scheduler named, or no gang needed: nothing chosen.
+        assert_eq!(
+            default_gang_scheduler(&kubernetes.spec, None, &cluster(true, true)),
+            None
+        );
+        assert_eq!(
+            default_gang_scheduler(&single.spec, None, &cluster(true, true)),
+            None
+        );
+    }
+
+    #[test]
+    fn gang_scheduler_picks_who_gives_the_gang_a_service_needs() {
+        let native = scheduling(&with_backend(story4(None), GangScheduler::Kubernetes).spec);
+        assert_eq!(native.backend, Some(Backend::Kubernetes));
+        assert!(native.gang);
+        // kube-scheduler is the cluster's default: no schedulerName, no
+        // Volcano annotations.
+        assert_eq!(native.scheduler_name, None);
+        let none = scheduling(&with_backend(story4(None), GangScheduler::None).spec);
+        assert_eq!((none.gang, none.backend), (false, None));
+        // Volcano written down is the Volcano of a spec that leaves it out.
+        assert_eq!(
+            scheduling(&with_backend(story4(None), GangScheduler::Volcano).spec),
+            scheduling(&story4(None).spec)
+        );
+        // A service that needs no gang gets none, whoever is named.
+        let single = service("s", json!({"roles": [role("w", "worker", 2, None)]}));
+        for backend in [GangScheduler::Kubernetes, GangScheduler::Volcano] {
+            assert!(!scheduling(&with_backend(single.clone(), backend).spec).gang);
+        }
+        // The service's priority class reaches the pods with Kubernetes'
+        // gang only (with Volcano it is the PodGroup's).
+        let mut classed = with_backend(story4(None), GangScheduler::Kubernetes);
+        classed
+            .spec
+            .scheduling_strategy
+            .as_mut()
+            .unwrap()
+            .priority_class_name = Some("high".into());
+        assert_eq!(
+            scheduling(&classed.spec).pod_priority_class.as_deref(),
+            Some("high")
+        );
+        // No Volcano PodGroup for Kubernetes' gang.
+        assert_eq!(
+            pod_group(&classed, &all_replicas(&classed), GangPolicy::SubGroup).unwrap(),
+            None
         );
     }
 }

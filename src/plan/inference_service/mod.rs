@@ -1,5 +1,6 @@
 //! The InferenceService's decisions: its replicas as one LeaderWorkerSet each
-//! (`topology`), the shared PodGroup (`gang`), the router's objects
+//! (`topology`), the shared Volcano PodGroup (`gang`) or Kubernetes'
+//! PodGroups (`pod_groups`), the router's objects
 //! (`router`), status (`status`), revisions and how a rollout moves between
 //! them (`revision`, `rollout`, `pacing`), a replica's drain out of traffic
 //! (`drain`), PodDisruptionBudgets (`disruption`), the names of
@@ -17,6 +18,7 @@ pub mod drain;
 pub mod gang;
 pub mod names;
 pub mod pacing;
+pub mod pod_groups;
 pub mod revision;
 pub mod rollout;
 pub mod router;

@@ -20,7 +20,7 @@ use crate::api::inference_service::InferenceServiceSpec;
 use crate::api::{self, Findings};
 use crate::plan::shared::children::{self, Naming};
 
-use super::{disruption, gang, revision, router, traffic};
+use super::{disruption, gang, pod_groups, revision, router, traffic};
 
 /// What a name must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +72,32 @@ pub struct Child {
     pub first: Option<String>,
 }
 
+/// Kubernetes' PodGroups of each serving role: its first replica's (the
+/// core group, for a core role) and its highest's.
+fn native_pod_groups(name: &str, spec: &InferenceServiceSpec, naming: &Naming) -> Vec<Child> {
+    let mut made = Vec::new();
+    for (i, role) in spec
+        .roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_router())
+    {
+        let highest = u32::try_from(role.replicas().max(1)).unwrap_or(u32::MAX);
+        for index in [0, highest] {
+            if let Ok(group) = pod_groups::group_of(name, spec, naming, role, index) {
+                made.push(Child {
+                    kind: pod_groups::KIND,
+                    name: group.name,
+                    rule: Rule::Dns1123Subdomain,
+                    role: Some(i),
+                    first: None,
+                });
+            }
+        }
+    }
+    made
+}
+
 /// Every name Tandem will make from service `name`: each serving role's
 /// LeaderWorkerSet at the highest index it may reach (its replicas, one
 /// beyond the last, for a surge), with the revision suffix when revisions
@@ -114,7 +140,9 @@ pub fn children_of(name: &str, spec: &InferenceServiceSpec) -> Vec<Child> {
             Some(i),
         ));
     }
-    if gang::scheduling(spec).gang {
+    if gang::scheduling(spec).backend == Some(gang::Backend::Kubernetes) {
+        made.extend(native_pod_groups(name, spec, &naming));
+    } else if gang::scheduling(spec).gang {
         made.push(child(
             gang::POD_GROUP_KIND,
             name.to_owned(),

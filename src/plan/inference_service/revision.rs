@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{drain, gang};
+use super::{drain, gang, pod_groups};
 use crate::api::inference_service::{
     InferenceService, InferenceServiceSpec, Role, SchedulingStrategy,
 };
@@ -196,15 +196,17 @@ fn hash(shape: &Value) -> String {
 /// A short, stable hash of everything that shapes the pods of one serving
 /// role: its name, component type, node count (which decides the multi-node
 /// leader/worker wrapping) and template, and what of the scheduling strategy
-/// reaches its pods (the scheduler, and whether they carry the gang
-/// annotations), the traffic label and the grace period a drain sets.
+/// reaches its pods (the scheduler, whether they carry the gang
+/// annotations, whether they name Kubernetes' PodGroups and, for a role in
+/// the core group, the node counts of that group's roles), the traffic
+/// label and the grace period a drain sets.
 /// Replica counts, scale-down policies, the other roles'
 /// templates, the PodGroup's queue, priority class and gang policy, router
 /// settings and the upgrade strategy do not change it: scaling never restarts
 /// pods, and a change to one role restarts only that role's pods.
 pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
     let scheduling = gang::scheduling(spec);
-    hash(&json!({
+    let mut shape = json!({
         "name": role.name,
         "componentType": role.component_type,
         "nodeCount": role.node_count(),
@@ -219,7 +221,21 @@ pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
             role.template.as_ref().is_some_and(|t| !t["spec"]["terminationGracePeriodSeconds"].is_null()),
             role.drain_seconds(),
         ),
-    }))
+    });
+    // Pods of Kubernetes' gang name their PodGroup instead of carrying
+    // Volcano's annotations. Added only then, so that every other revision
+    // keeps its hash.
+    if scheduling.backend == Some(gang::Backend::Kubernetes) {
+        shape["gangScheduler"] = json!("Kubernetes");
+        shape["priorityClassName"] = json!(scheduling.pod_priority_class);
+        // The first replica of a core role names the core group, whose
+        // name follows the other core roles' node counts.
+        let core = pod_groups::core_roles(spec);
+        if core.iter().any(|r| r.name == role.name) {
+            shape["coreGroup"] = json!(core.iter().map(|r| r.node_count()).collect::<Vec<_>>());
+        }
+    }
+    hash(&shape)
 }
 
 /// The revision of each serving role, by role name.
@@ -505,6 +521,48 @@ mod tests {
         assert_ne!(
             role_revision(&scheduler.spec, &scheduler.spec.roles[1]),
             decode
+        );
+    }
+
+    #[test]
+    fn kubernetes_gang_changes_the_pods_and_the_core_follows_its_roles() {
+        let base = parsed(json!({"apiVersion": "fusioninfer.io/v1alpha1",
+            "kind": "InferenceService", "metadata": {"name": "s"}, "spec": {"roles": [
+            {"name": "prefill", "componentType": "prefiller", "replicas": 1,
+             "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            {"name": "decode", "componentType": "decoder", "replicas": 1,
+             "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}]}}));
+        let with = |backend: &str, decode_nodes: i32| {
+            let mut spec = base.spec.clone();
+            spec.roles[1].multinode =
+                serde_json::from_value(json!({"nodeCount": decode_nodes})).unwrap();
+            spec.scheduling_strategy =
+                serde_json::from_value(json!({"gangScheduler": backend})).unwrap();
+            spec
+        };
+        // Volcano written down by admission changes no revision: no pod
+        // rolls when Tandem fills it in.
+        assert_eq!(
+            spec_revision(&with("Volcano", 1)),
+            spec_revision(&{
+                let mut s = with("Volcano", 1);
+                s.scheduling_strategy = None;
+                s
+            })
+        );
+        let native = with("Kubernetes", 1);
+        assert_ne!(spec_revision(&native), spec_revision(&with("Volcano", 1)));
+        // Decode's node count names another core group, which prefill's
+        // first replica joins: prefill's revision moves too.
+        let wider = with("Kubernetes", 2);
+        assert_ne!(
+            role_revision(&native, &native.roles[0]),
+            role_revision(&wider, &wider.roles[0])
+        );
+        let volcano_wider = with("Volcano", 2);
+        assert_eq!(
+            role_revision(&with("Volcano", 1), &native.roles[0]),
+            role_revision(&volcano_wider, &volcano_wider.roles[0])
         );
     }
 }

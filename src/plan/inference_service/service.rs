@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
 use super::{
-    dependencies, disruption, drain, gang, names, pacing, revision, router, topology, traffic,
-    upgrade,
+    dependencies, disruption, drain, gang, names, pacing, pod_groups, revision, router, topology,
+    traffic, upgrade,
 };
 use crate::api::Findings;
 use crate::api::ScaleView;
@@ -59,9 +59,17 @@ pub const POD_DISRUPTION_BUDGET: ChildKind = ChildKind {
     plural: "poddisruptionbudgets",
 };
 
-pub const CHILD_KINDS: [ChildKind; 12] = [
+/// Kubernetes' own PodGroup ([`pod_groups`]).
+pub const NATIVE_POD_GROUP: ChildKind = ChildKind {
+    api_version: pod_groups::API_VERSION,
+    kind: pod_groups::KIND,
+    plural: "podgroups",
+};
+
+pub const CHILD_KINDS: [ChildKind; 13] = [
     LEADER_WORKER_SET,
     POD_GROUP,
+    NATIVE_POD_GROUP,
     ChildKind {
         api_version: "v1",
         kind: "ServiceAccount",
@@ -268,6 +276,8 @@ pub fn plan(
     let mut plan = Plan::default();
     let decided = dependencies::decide(&service.spec, world.installed);
     let mut gang_members: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    // Kubernetes' PodGroups, by name (the core group is shared).
+    let mut native_groups: BTreeMap<String, Value> = BTreeMap::new();
     for run in &rollout.runs {
         let spec = run.spec.as_ref().unwrap_or(&service.spec);
         let scheduling = gang::scheduling(spec);
@@ -292,10 +302,12 @@ pub fn plan(
             };
             let leaving: BTreeSet<u32> =
                 role_run.seen.with_pods.difference(&kept).copied().collect();
+            let members = victims::pod_group_indices(&kept, &leaving);
+            role_run.native_groups(&members, &mut native_groups)?;
             gang_members
                 .entry(role.name.clone())
                 .or_default()
-                .extend(victims::pod_group_indices(&kept, &leaving));
+                .extend(members);
         }
     }
     // Revisions side by side each have their own pool and endpoint picker;
@@ -323,12 +335,14 @@ pub fn plan(
     for (object, why) in disruption::budgets(service) {
         plan.desired.push(Desired { object, why });
     }
-    // The PodGroup goes first: a new replica's entry (a surge replica of a
+    native_pod_groups(service, world, native_groups, &mut plan);
+    // Volcano's PodGroup goes first: a new replica's entry (a surge replica of a
     // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
     // pods that name it.
+    let volcano = gang::scheduling(&service.spec).backend == Some(gang::Backend::Volcano);
     let pod_group = match decided.gang_policy {
         Some(policy) => gang::pod_group(service, &gang_members, policy)?,
-        None if !gang::scheduling(&service.spec).gang => None,
+        None if !volcano => None,
         None => {
             // A layout the installed Volcano cannot hold: the PodGroup there
             // is left as it is, not deleted under running pods.
@@ -356,7 +370,7 @@ pub fn plan(
     // it, or prune the fields it does not know).
     let missing = world.installed.missing_kinds();
     plan.desired
-        .retain(|d| !missing.contains(d.object["kind"].as_str().unwrap_or_default()));
+        .retain(|d| !Installed::lacks_kind_of(&missing, &d.object));
     let mut decided = decided;
     let (lacking, unwritten) =
         dependencies::unwritable(world.installed, plan.desired.iter().map(|d| &d.object));
@@ -368,6 +382,40 @@ pub fn plan(
     Ok(plan)
 }
 
+/// Kubernetes' PodGroups go first, like Volcano's: a replica's group is
+/// there before its LeaderWorkerSet makes pods that name it. A group that a
+/// pod still names stays as it is (a replaced replica's old pods, a replica
+/// leaving): it goes only once no pod names it, so no group is deleted
+/// under its pods.
+fn native_pod_groups(
+    service: &InferenceService,
+    world: &World<'_>,
+    groups: BTreeMap<String, Value>,
+    plan: &mut Plan,
+) {
+    for (_, object) in groups.into_iter().rev() {
+        plan.desired.insert(
+            0,
+            Desired {
+                object,
+                why: format!(
+                    "gang scheduling with Kubernetes' PodGroups: {}",
+                    gang_reason(service)
+                ),
+            },
+        );
+    }
+    let named: BTreeSet<&str> = world.pods.iter().filter_map(pod_groups::named_by).collect();
+    plan.kept.extend(
+        world
+            .children
+            .iter()
+            .filter(|c| pod_groups::is_pod_group(c))
+            .filter(|c| named.contains(c["metadata"]["name"].as_str().unwrap_or_default()))
+            .map(key),
+    );
+}
+
 /// One serving role within one run of a rollout: what [`plan`] decides its
 /// replicas from.
 struct RoleRun<'a> {
@@ -375,6 +423,8 @@ struct RoleRun<'a> {
     world: &'a World<'a>,
     rollout: &'a Rollout,
     run: &'a Run,
+    /// The spec the run's replicas are made from.
+    spec: &'a InferenceServiceSpec,
     role: &'a Role,
     scheduling: &'a gang::Scheduling,
     /// The run's LeaderWorkerSets and pods.
@@ -448,6 +498,7 @@ impl<'a> RoleRun<'a> {
             world,
             rollout,
             run,
+            spec,
             role,
             scheduling,
             members,
@@ -465,9 +516,44 @@ impl<'a> RoleRun<'a> {
         }
     }
 
+    /// The Kubernetes PodGroup of replica `index` ([`pod_groups::group_of`]).
+    fn pod_group(&self, index: u32) -> Result<pod_groups::Group, String> {
+        pod_groups::group_of(
+            children::service_name(self.service),
+            self.spec,
+            &self.run.naming,
+            self.role,
+            index,
+        )
+    }
+
+    /// With Kubernetes' gang, adds the PodGroups of replicas `indices` to
+    /// `groups` (by name: the core group is shared).
+    fn native_groups(
+        &self,
+        indices: &BTreeSet<u32>,
+        groups: &mut BTreeMap<String, Value>,
+    ) -> Result<(), String> {
+        if self.scheduling.backend != Some(gang::Backend::Kubernetes) {
+            return Ok(());
+        }
+        for &index in indices {
+            let group = self.pod_group(index)?;
+            groups
+                .entry(group.name.clone())
+                .or_insert_with(|| pod_groups::pod_group(self.service, &group));
+        }
+        Ok(())
+    }
+
     /// The LeaderWorkerSet of replica `index`, at revision label `label`.
     fn leader_worker_set(&self, index: u32, label: &str) -> Result<Value, String> {
         let per_replica = self.replica_annotations(index);
+        let group = match self.scheduling.backend {
+            Some(gang::Backend::Kubernetes) => Some(self.pod_group(index)?.name),
+            _ => None,
+        };
+        let group = group.as_deref();
         // The run's own label (nearly every replica) is dressed once.
         if label == self.label {
             let dressed = self
@@ -479,12 +565,12 @@ impl<'a> RoleRun<'a> {
                 })
                 .as_ref()
                 .map_err(Clone::clone)?;
-            return Ok(dressed.leader_worker_set(index, &self.run.naming, &per_replica));
+            return Ok(dressed.leader_worker_set(index, &self.run.naming, &per_replica, group));
         }
         Ok(self
             .templates()?
             .dressed(self.service, self.role, label, &self.placement())
-            .leader_worker_set(index, &self.run.naming, &per_replica))
+            .leader_worker_set(index, &self.run.naming, &per_replica, group))
     }
 
     fn templates(&self) -> Result<&topology::RoleTemplates, String> {
@@ -508,17 +594,18 @@ impl<'a> RoleRun<'a> {
     fn placement(&self) -> topology::Placement {
         topology::Placement {
             scheduler_name: self.scheduling.scheduler_name.clone(),
-            annotations: if self.scheduling.gang {
+            annotations: if self.scheduling.backend == Some(gang::Backend::Volcano) {
                 gang::group_annotations(children::service_name(self.service))
             } else {
                 BTreeMap::new()
             },
+            priority_class_name: self.scheduling.pod_priority_class.clone(),
         }
     }
 
     /// What the pods of replica `index` alone carry: their Volcano task.
     fn replica_annotations(&self, index: u32) -> BTreeMap<String, String> {
-        if self.scheduling.gang {
+        if self.scheduling.backend == Some(gang::Backend::Volcano) {
             gang::task_annotations(&self.role.name, index)
         } else {
             BTreeMap::new()
@@ -985,6 +1072,13 @@ fn gang_reason(service: &InferenceService) -> String {
     if asked == Some(gang::VOLCANO) {
         reasons.push("schedulerName is volcano".to_owned());
     }
+    if let Some(backend) = spec
+        .scheduling_strategy
+        .as_ref()
+        .and_then(|s| s.gang_scheduler)
+    {
+        reasons.push(format!("gangScheduler is {backend:?}"));
+    }
     reasons.join(", ")
 }
 
@@ -993,6 +1087,17 @@ fn gang_reason(service: &InferenceService) -> String {
 pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>) -> String {
     let labels = &object["metadata"]["labels"];
     let kind = object["kind"].as_str().unwrap_or("object");
+    if pod_groups::is_pod_group(object) {
+        return if gang::scheduling(&service.spec).backend == Some(gang::Backend::Kubernetes) {
+            "no pod of the service names this PodGroup any more, and no replica will (its replica \
+             is gone, or was replaced by one in another group)"
+                .to_owned()
+        } else {
+            "the service is no longer gang-scheduled with Kubernetes' PodGroups, and no pod \
+             names this one any more"
+                .to_owned()
+        };
+    }
     match (labels[children::ROLE_NAME].as_str(), kind) {
         (Some(role_name), "LeaderWorkerSet") => {
             let Some(role) = service.spec.roles.iter().find(|r| r.name == role_name) else {
@@ -1088,6 +1193,12 @@ pub struct Pass {
     /// Look again after this long even if nothing changes (the next traffic
     /// step of an upgrade); None when only a change needs a look.
     pub requeue: Option<std::time::Duration>,
+}
+
+/// The name `World::unavailable` knows `object`'s kind by
+/// ([`ChildKind::name`]).
+fn kind_name(object: &Value) -> &str {
+    ChildKind::of(object).map_or_else(|| text(&object["kind"]), |k| k.name())
 }
 
 fn text(value: &Value) -> &str {
@@ -1196,7 +1307,7 @@ fn plan_or_problems(
         if planned
             .desired
             .iter()
-            .any(|d| d.object["kind"] == missing.as_str())
+            .any(|d| kind_name(&d.object) == missing.as_str())
         {
             problems.push(format!("the {missing} API is not installed in the cluster"));
         }
@@ -1218,7 +1329,7 @@ fn applies(service: &InferenceService, world: &World<'_>, planned: &Plan) -> Vec
     for planned in &planned.desired {
         let object = stamp(planned.object.clone());
         let kind = object["kind"].as_str().unwrap_or_default();
-        if world.unavailable.contains(kind) {
+        if world.unavailable.contains(kind_name(&object)) {
             continue;
         }
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
@@ -1665,6 +1776,105 @@ mod tests {
             .filter(|d| d.object["kind"] == "LeaderWorkerSet")
             .map(|d| d.object["metadata"]["name"].as_str().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn kubernetes_gang_puts_each_replica_in_its_group_and_deletes_a_group_no_pod_names() {
+        let service: InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "pd", "namespace": "default", "uid": "u"},
+            "spec": {"schedulingStrategy": {"gangScheduler": "Kubernetes"}, "roles": [
+                {"name": "prefill", "componentType": "prefiller", "replicas": 1,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
+                {"name": "decode", "componentType": "decoder", "replicas": 2,
+                 "multinode": {"nodeCount": 2},
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
+            ]}
+        }))
+        .unwrap();
+        let plan = desired(&service, &world(&[], &[]), &Options::default(), &epoch()).unwrap();
+        // The groups go first: the core (prefill-0 and decode-0, 1 + 2
+        // pods) and decode-1's own.
+        let groups: Vec<(&str, &Value)> = plan
+            .iter()
+            .take_while(|d| pod_groups::is_pod_group(&d.object))
+            .map(|d| {
+                (
+                    d.object["metadata"]["name"].as_str().unwrap(),
+                    &d.object["spec"]["schedulingPolicy"]["gang"]["minCount"],
+                )
+            })
+            .collect();
+        assert_eq!(groups.len(), 2, "{groups:?}");
+        let core = groups
+            .iter()
+            .find(|(n, _)| n.starts_with("pd-core-"))
+            .unwrap();
+        assert_eq!(core.1, 3);
+        let own = groups
+            .iter()
+            .find(|(n, _)| n.starts_with("pd-decode-1-"))
+            .unwrap();
+        assert_eq!(own.1, 2);
+        let template_group = |lws: &str, template: &str| {
+            let lws = plan
+                .iter()
+                .find(|d| d.object["metadata"]["name"] == lws)
+                .unwrap();
+            pod_groups::named_by(&lws.object["spec"]["leaderWorkerTemplate"][template])
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(template_group("pd-prefill-0", "workerTemplate"), core.0);
+        assert_eq!(template_group("pd-decode-0", "leaderTemplate"), core.0);
+        assert_eq!(template_group("pd-decode-0", "workerTemplate"), core.0);
+        assert_eq!(template_group("pd-decode-1", "workerTemplate"), own.0);
+        // No Volcano PodGroup, annotation or scheduler.
+        assert!(
+            !plan
+                .iter()
+                .any(|d| d.object["apiVersion"] == gang::POD_GROUP_API_VERSION)
+        );
+        let lws = &plan
+            .iter()
+            .find(|d| d.object["kind"] == "LeaderWorkerSet")
+            .unwrap()
+            .object;
+        let pod = &lws["spec"]["leaderWorkerTemplate"]["workerTemplate"];
+        assert!(pod["spec"].get("schedulerName").is_none(), "{pod}");
+        assert!(pod["metadata"].get("annotations").is_none(), "{pod}");
+
+        // A group of a replica gone: deleted once no pod names it, kept
+        // while one does.
+        let mut children: Vec<Value> = plan.into_iter().map(|d| d.object).collect();
+        let first = children[0].clone();
+        let stale = |name: &str| {
+            let mut group = first.clone();
+            group["metadata"]["name"] = json!(name);
+            group
+        };
+        children.push(stale("pd-decode-2-0000aaaa"));
+        children.push(stale("pd-decode-3-0000bbbb"));
+        let pods = [json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "pd-decode-3-0", "namespace": "default"},
+            "spec": {"schedulingGroup": {"podGroupName": "pd-decode-3-0000bbbb"}}})];
+        let pass = reconcile(
+            &service,
+            &world(&children, &pods),
+            &Options::default(),
+            &epoch(),
+        );
+        let deleted: Vec<&str> = pass
+            .delete
+            .iter()
+            .map(|d| d.object["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(deleted, ["pd-decode-2-0000aaaa"]);
+        assert!(
+            pass.delete[0]
+                .note
+                .contains("no pod of the service names this PodGroup")
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, HTTPGetAction, PodTem
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Map, Value};
 
-use super::drain;
+use super::{drain, pod_groups};
 use crate::api::inference_service::{InferenceService, Role};
 use crate::plan::shared::children;
 
@@ -32,6 +32,9 @@ pub const DEFAULT_SERVING_PORT: i32 = 8000;
 pub struct Placement {
     pub scheduler_name: Option<String>,
     pub annotations: BTreeMap<String, String>,
+    /// The pods' `priorityClassName`, where the template has none (the
+    /// service's, with Kubernetes' gang).
+    pub priority_class_name: Option<String>,
 }
 
 /// The pod templates of one role's replicas, made once for all of them: the
@@ -98,11 +101,11 @@ impl RoleTemplates {
         placement: &Placement,
     ) -> Value {
         let role_wide = Placement {
-            scheduler_name: placement.scheduler_name.clone(),
             annotations: BTreeMap::new(),
+            ..placement.clone()
         };
         self.dressed(service, role, revision, &role_wide)
-            .leader_worker_set(index, naming, &placement.annotations)
+            .leader_worker_set(index, naming, &placement.annotations, None)
     }
 
     /// The templates with all that the role's replicas in `revision` share:
@@ -127,7 +130,10 @@ impl RoleTemplates {
                 template.clone(),
                 &pod_labels,
                 &annotations,
-                placement.scheduler_name.as_deref(),
+                (
+                    placement.scheduler_name.as_deref(),
+                    placement.priority_class_name.as_deref(),
+                ),
             )
         };
         DressedTemplates {
@@ -155,12 +161,14 @@ pub struct DressedTemplates<'a> {
 
 impl DressedTemplates<'_> {
     /// The LeaderWorkerSet of replica `index`, named by `naming`, its pods
-    /// carrying `annotations` besides the role's.
+    /// carrying `annotations` besides the role's and, with Kubernetes' gang,
+    /// naming their PodGroup `pod_group`.
     pub fn leader_worker_set(
         &self,
         index: u32,
         naming: &children::Naming,
         annotations: &BTreeMap<String, String>,
+        pod_group: Option<&str>,
     ) -> Value {
         let index_label = Map::from_iter([(
             children::REPLICA_INDEX.to_owned(),
@@ -174,6 +182,9 @@ impl DressedTemplates<'_> {
                 if !annotations.is_empty() {
                     add(metadata, "annotations", &annotations);
                 }
+            }
+            if let Some(group) = pod_group {
+                pod_groups::join(&mut template, group);
             }
             template
         };
@@ -228,13 +239,14 @@ pub fn leader_worker_set(
         .leader_worker_set(service, role, index, revision, naming, placement))
 }
 
-/// Adds Tandem's labels, the placement's annotations and scheduler to a pod
-/// template (as JSON); everything else stays as the user wrote it.
+/// Adds Tandem's labels, the placement's annotations, scheduler and
+/// priority class (unless the template names one) to a pod template (as
+/// JSON); everything else stays as the user wrote it.
 fn dress(
     mut template: Value,
     labels: &Map<String, Value>,
     annotations: &Map<String, Value>,
-    scheduler: Option<&str>,
+    (scheduler, priority_class): (Option<&str>, Option<&str>),
 ) -> Value {
     let Some(fields) = template.as_object_mut() else {
         return template;
@@ -256,6 +268,13 @@ fn dress(
         fields.get_mut("spec").and_then(Value::as_object_mut),
     ) {
         spec.insert("schedulerName".to_owned(), Value::from(scheduler));
+    }
+    if let (Some(class), Some(spec)) = (
+        priority_class,
+        fields.get_mut("spec").and_then(Value::as_object_mut),
+    ) {
+        spec.entry("priorityClassName")
+            .or_insert_with(|| Value::from(class));
     }
     template
 }
@@ -433,6 +452,7 @@ mod tests {
                     "inference-1".to_owned(),
                 ),
             ]),
+            priority_class_name: None,
         }
     }
 

@@ -48,6 +48,17 @@ pub const LEADER_WORKER_SET: ChildKind = ChildKind {
 };
 
 impl ChildKind {
+    /// The name of the kind where an unserved API is reported
+    /// (`World::unavailable`): the kind, qualified by its group for
+    /// Kubernetes' PodGroup, whose kind Volcano's shares.
+    pub fn name(&self) -> &'static str {
+        if self.api_version == "scheduling.k8s.io/v1alpha2" && self.kind == "PodGroup" {
+            "PodGroup.scheduling.k8s.io"
+        } else {
+            self.kind
+        }
+    }
+
     pub fn group(&self) -> &'static str {
         self.api_version
             .rsplit_once('/')

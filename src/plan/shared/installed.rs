@@ -63,6 +63,21 @@ pub const HTTP_ROUTE: Dependency = Dependency {
     install: "install Gateway API v1.6.1, the release Tandem is tested with (standard-install.yaml, the standard channel)",
 };
 
+/// Kubernetes' own PodGroup (alpha in 1.36): a built-in API, not a CRD.
+/// What a cluster serves of it is learnt from API discovery and a dry run
+/// ([`super::native_gang`]), and enters [`Installed`] through
+/// [`Installed::with_native_pod_groups`].
+pub const NATIVE_POD_GROUP: Dependency = Dependency {
+    name: "Kubernetes PodGroup",
+    group: "scheduling.k8s.io",
+    kind: "PodGroup",
+    version: "v1alpha2",
+    install: "Kubernetes 1.36 or later with the alpha API on: kube-apiserver \
+              --runtime-config=scheduling.k8s.io/v1alpha2=true and the feature gates \
+              GenericWorkload and GangScheduling on kube-apiserver, kube-scheduler and \
+              kube-controller-manager (docs/inferenceservice.md, \"Gang scheduling by Kubernetes itself\")",
+};
+
 /// The Inference Extension's pre-GA InferencePool (v0.x, and served beside
 /// v1 until v1.2): Tandem does not write it, but says when it is what a
 /// cluster has.
@@ -208,13 +223,61 @@ impl Installed {
         }
     }
 
-    /// The kinds Tandem writes whose version it writes is not served: what
-    /// a plan leaves out. Empty when nothing is known.
-    pub fn missing_kinds(&self) -> BTreeSet<&'static str> {
+    /// The kinds Tandem writes whose version it writes is not served, as
+    /// (group, kind): what a plan leaves out. Empty when nothing is known.
+    pub fn missing_kinds(&self) -> BTreeSet<(&'static str, &'static str)> {
         ALL.iter()
+            .chain([&NATIVE_POD_GROUP])
             .filter(|d| !self.has(d))
-            .map(|d| d.kind)
+            .map(|d| (d.group, d.kind))
             .collect()
+    }
+
+    /// Whether `object` is of a kind in [`Installed::missing_kinds`].
+    pub fn lacks_kind_of(missing: &BTreeSet<(&str, &str)>, object: &Value) -> bool {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        let kind = object["kind"].as_str().unwrap_or_default();
+        missing.contains(&(group, kind))
+    }
+
+    /// This with what the API server serves of Kubernetes' PodGroups
+    /// (discovery and a dry run, [`super::native_gang`]): None when it does
+    /// not serve them, else the `spec` fields it keeps. Nothing changes when
+    /// nothing is known ([`Installed::Assumed`]).
+    pub fn with_native_pod_groups(mut self, fields: Option<BTreeSet<String>>) -> Installed {
+        if let Installed::Known(found) = &mut self {
+            let key = (
+                NATIVE_POD_GROUP.group.to_owned(),
+                NATIVE_POD_GROUP.kind.to_owned(),
+            );
+            match fields {
+                Some(fields) => {
+                    found.insert(
+                        key,
+                        Found {
+                            served: BTreeMap::from([(NATIVE_POD_GROUP.version.to_owned(), fields)]),
+                            ..Found::default()
+                        },
+                    );
+                }
+                None => {
+                    found.remove(&key);
+                }
+            }
+        }
+        self
+    }
+
+    /// Whether the API server keeps `spec.{field}` of Kubernetes' PodGroup
+    /// (assumed so when nothing is known).
+    pub fn native_pod_group_has(&self, field: &str) -> bool {
+        match self.find(&NATIVE_POD_GROUP) {
+            None => true,
+            Some(found) => found
+                .and_then(|f| f.spec_fields(NATIVE_POD_GROUP.version))
+                .is_some_and(|fields| fields.contains(field)),
+        }
     }
 
     /// The fields of `object`'s `spec` that the installed schema of its
@@ -288,6 +351,7 @@ impl Installed {
     pub fn found_text(&self, dependency: &Dependency) -> String {
         match self.find(dependency) {
             None => "assumed installed".to_owned(),
+            Some(None) if dependency == &NATIVE_POD_GROUP => "not served".to_owned(),
             Some(None) => "not installed".to_owned(),
             Some(Some(found)) => {
                 let versions: Vec<&str> = found.served.keys().map(String::as_str).collect();
@@ -303,7 +367,7 @@ impl Installed {
             return Vec::new();
         };
         ALL.iter()
-            .chain([&LEGACY_INFERENCE_POOL])
+            .chain([&LEGACY_INFERENCE_POOL, &NATIVE_POD_GROUP])
             .map(|dependency| {
                 let found = self.find(dependency).flatten();
                 let versions = found

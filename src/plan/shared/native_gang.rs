@@ -10,14 +10,16 @@
 //! read back ([`kept`]). A writer that sent a dropped field would find it
 //! missing on every read, and write it again forever.
 //!
-//! Tandem's gangs are Volcano PodGroups; it does not write these yet. What is
-//! here is what `tandem check` reports of a cluster.
+//! `tandem check` reports it, serve follows it
+//! (`reconcile::dependencies`), and it decides whether a service may ask
+//! for `gangScheduler: Kubernetes` and which fields its PodGroups carry
+//! (`plan::inference_service::pod_groups`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::installed::Report;
+use super::installed::{Installed, Report};
 
 pub const GROUP: &str = "scheduling.k8s.io";
 pub const VERSION: &str = "v1alpha2";
@@ -80,6 +82,71 @@ pub struct NativeGang {
     pub unknown: Option<String>,
 }
 
+impl NativeGang {
+    /// The PodGroup `spec` fields the API server keeps: `schedulingPolicy`
+    /// and each gated field kept ([`NativeGang::kept_fields`]); None when
+    /// PodGroups are not served. What [`Installed::with_native_pod_groups`]
+    /// takes.
+    pub fn spec_fields(&self) -> Option<BTreeSet<String>> {
+        self.pod_groups.then(|| {
+            std::iter::once("schedulingPolicy")
+                .chain(self.kept_fields())
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+
+    /// The PodGroup's `spec` fields, among the gated ones ([`GATED`]),
+    /// that the API server keeps: `schedulingConstraints`, and
+    /// `priorityClassName` when `priority` is resolved.
+    pub fn kept_fields(&self) -> Vec<&'static str> {
+        let mut fields = Vec::new();
+        for gated in GATED {
+            if self.kept.get(gated.field) == Some(&true) {
+                fields.push(gated.field);
+                if gated == PRIORITY {
+                    fields.push("priorityClassName");
+                }
+            }
+        }
+        fields
+    }
+}
+
+/// What a world of objects says is installed (render's, where there is
+/// no API server to ask): its CustomResourceDefinitions, and Kubernetes'
+/// PodGroups when `api_versions` (render's `--api-versions`, as Helm's)
+/// names `scheduling.k8s.io/v1alpha2` or an object of the world is of
+/// that API. Served there, every gated field is taken as kept (the gates
+/// a cluster serving the API would turn on). Without CRDs nothing is
+/// known ([`Installed::Assumed`]).
+pub fn of_world<'a>(
+    objects: impl IntoIterator<Item = &'a Value>,
+    api_versions: &BTreeSet<String>,
+) -> Installed {
+    let native_version = format!("{GROUP}/{VERSION}");
+    let mut crds = Vec::new();
+    let mut native = api_versions
+        .iter()
+        .any(|v| v == &native_version || v.starts_with(&format!("{native_version}/")));
+    for object in objects {
+        if object["kind"] == "CustomResourceDefinition" {
+            crds.push(object);
+        }
+        native |= object["apiVersion"] == native_version.as_str();
+    }
+    if crds.is_empty() {
+        return Installed::Assumed;
+    }
+    let gang = NativeGang {
+        pod_groups: native,
+        workloads: native,
+        kept: GATED.iter().map(|g| (g.field, true)).collect(),
+        unknown: None,
+    };
+    Installed::from_crds(crds).with_native_pod_groups(gang.spec_fields())
+}
+
 /// The PodGroup a dry run creates: a gang of one pod, with every gated
 /// field set (the priority is left to admission, which resolves it from the
 /// default class when its gate is on: naming a class would need one that
@@ -117,8 +184,8 @@ pub fn report(gang: &NativeGang) -> Report {
     }
     let effect = if !gang.pod_groups {
         "not served (alpha in Kubernetes 1.36: gates GenericWorkload and GangScheduling, and \
-         --runtime-config=scheduling.k8s.io/v1alpha2=true); Tandem does not write these: its \
-         gangs are Volcano PodGroups"
+         --runtime-config=scheduling.k8s.io/v1alpha2=true): gangScheduler Kubernetes is \
+         refused, and a service that needs a gang defaults to Volcano, else to none"
             .to_owned()
     } else {
         let gates: Vec<String> = GATED
@@ -133,7 +200,8 @@ pub fn report(gang: &NativeGang) -> Report {
             })
             .collect();
         format!(
-            "served; {}; Tandem does not write these yet: its gangs are Volcano PodGroups",
+            "served; {}; gangScheduler Kubernetes writes one per replica and a core group \
+             (a service that needs a gang defaults to it when Volcano is not installed)",
             gates.join("; ")
         )
     };

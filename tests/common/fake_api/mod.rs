@@ -92,8 +92,10 @@ impl Call {
         format!("{} {}", self.method, self.path)
     }
 
+    /// A request that may change what is stored: not a read, and not a
+    /// dry run.
     pub fn is_write(&self) -> bool {
-        self.method != "GET"
+        self.method != "GET" && !is_dry_run(&self.query)
     }
 
     pub fn is_watch(&self) -> bool {
@@ -480,6 +482,11 @@ fn query_param(query: &str, key: &str) -> Option<String> {
         .filter_map(|pair| pair.split_once('='))
         .find(|(k, _)| *k == key)
         .map(|(_, v)| percent_decode(v))
+}
+
+/// `dryRun=All`: the API server admits the request and stores nothing.
+fn is_dry_run(query: &str) -> bool {
+    query_param(query, "dryRun").as_deref() == Some("All")
 }
 
 fn query_flag(query: &str, key: &str) -> bool {
@@ -1315,6 +1322,10 @@ impl FakeApi {
                 Ok(planned) => planned,
                 Err(refusal) => return refusal,
             };
+            // A dry run is admitted and answered, and stores nothing.
+            if is_dry_run(&request.query) {
+                return (StatusCode::CREATED, planned.stored.object);
+            }
             if let Some(answer) = self.change(|state| finish(state, planned)) {
                 return answer;
             }
@@ -1612,6 +1623,17 @@ fn discovery(state: &State, path: &str) -> Option<(StatusCode, Value)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let group_version = match parts.as_slice() {
         ["api", version] => version.to_string(),
+        // Kubernetes' own PodGroups (alpha in 1.36) are not served, as in a
+        // cluster before 1.36 or without the alpha API: their gang is
+        // proven against the tests' real control plane.
+        ["apis", "scheduling.k8s.io", "v1alpha2"] => {
+            return Some((
+                StatusCode::NOT_FOUND,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": "NotFound", "code": 404,
+                       "message": "the server could not find the requested resource"}),
+            ));
+        }
         ["apis", group, version] => format!("{group}/{version}"),
         _ => return None,
     };
