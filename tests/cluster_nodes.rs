@@ -1506,6 +1506,25 @@ async fn replica_pods(
         .collect()
 }
 
+/// Waits until both pods of replica `index` of `role` are bound; their
+/// (PodGroup, node).
+async fn bound_replica(
+    scenario: &Scenario,
+    role: &str,
+    index: u32,
+) -> Vec<(String, Option<String>)> {
+    scenario
+        .eventually(90, &format!("{role}-{index} bound"), || async {
+            let pods = replica_pods(scenario, role, index).await;
+            if pods.len() == 2 && pods.iter().all(|(_, node)| node.is_some()) {
+                Ok(pods)
+            } else {
+                Err(format!("{role}-{index}'s pods: {pods:?}"))
+            }
+        })
+        .await
+}
+
 /// Issue 34, seed 003's gang table on Kubernetes' own gang scheduling
 /// (kube-scheduler v1.36.3, GangScheduling on): prefill and decode of 2
 /// nodes each, on 3 nodes of 8 GPUs. The first replica of each role shares
@@ -1579,31 +1598,31 @@ async fn kubernetes_gang_binds_the_core_pair_all_or_nothing_and_each_further_rep
             .all(|(group, node)| group == &core_group && node.is_none()),
         "the core pair is bound all or nothing: {core:?}"
     );
-    let stored = scenario
-        .get(IS, "InferenceService", name)
-        .await
-        .expect("the service");
-    let ready = stored["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Ready")
-        .cloned()
-        .unwrap_or_default();
-    assert_ne!(ready["status"], "True", "{ready}");
-
-    // A second decode replica, in a group of its own, starts alone.
-    set_role_replicas(&scenario, name, 1, 2).await;
-    let own = scenario
-        .eventually(90, "decode-1 bound, in its own group", || async {
-            let own = replica_pods(&scenario, "decode", 1).await;
-            if own.len() == 2 && own.iter().all(|(_, node)| node.is_some()) {
-                Ok(own)
+    // The status says which roles wait, with the scheduler's reason.
+    scenario
+        .eventually(60, "the status says why the pair waits", || async {
+            let stored = scenario.get(IS, "InferenceService", name).await;
+            let ready = stored
+                .as_ref()
+                .and_then(|s| s["status"]["conditions"].as_array())
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+                .unwrap_or_default();
+            let message = ready["message"].as_str().unwrap_or_default();
+            if ready["reason"] == "Unschedulable"
+                && message.contains("prefill")
+                && message.contains("decode")
+            {
+                Ok(())
             } else {
-                Err(format!("decode-1's pods: {own:?}"))
+                Err(format!("{ready}"))
             }
         })
         .await;
+
+    // A second decode replica, in a group of its own, starts alone.
+    set_role_replicas(&scenario, name, 1, 2).await;
+    let own = bound_replica(&scenario, "decode", 1).await;
     assert!(own.iter().all(|(group, _)| group != &core_group));
     let core = core_pods().await;
     assert!(
@@ -1622,20 +1641,19 @@ async fn kubernetes_gang_binds_the_core_pair_all_or_nothing_and_each_further_rep
         stored["status"]["components"]["prefill"]["readyReplicas"],
         1
     );
+    // One Warning for the episode, and the Event that it ended.
+    let reasons = event_reasons(&scenario, name).await;
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "Unschedulable").count(),
+        1,
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().any(|r| r == "Scheduled"), "{reasons:?}");
 
     // A third decode replica needs two more nodes: in its own group.
     scenario.nodes(2).await;
     set_role_replicas(&scenario, name, 1, 3).await;
-    let third = scenario
-        .eventually(90, "decode-2 bound in its own group", || async {
-            let pods = replica_pods(&scenario, "decode", 2).await;
-            if pods.len() == 2 && pods.iter().all(|(_, node)| node.is_some()) {
-                Ok(pods)
-            } else {
-                Err(format!("{pods:?}"))
-            }
-        })
-        .await;
+    let third = bound_replica(&scenario, "decode", 2).await;
     let third_group = third[0].0.clone();
     assert!(third_group.starts_with("pd-native-decode-2-"), "{third:?}");
     wait_ready(&scenario, name).await;

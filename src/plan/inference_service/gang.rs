@@ -261,16 +261,7 @@ fn gang_roles<'a>(
         .iter()
         .filter(|role| !role.is_router())
         .map(|role| {
-            let pods = u32::try_from(role.node_count())
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| {
-                    format!(
-                        "role {:?}: nodeCount must be at least 1, got {}",
-                        role.name,
-                        role.node_count()
-                    )
-                })?;
+            let pods = super::pod_groups::pods(role)?;
             Ok(GangRole {
                 role,
                 pods,

@@ -16,7 +16,7 @@
 //! One finding is given for the first child a name breaks, with the field to
 //! change and a name that fits ([`hint`]).
 
-use crate::api::inference_service::InferenceServiceSpec;
+use crate::api::inference_service::{InferenceServiceSpec, Role};
 use crate::api::{self, Findings};
 use crate::plan::shared::children::{self, Naming};
 
@@ -72,17 +72,25 @@ pub struct Child {
     pub first: Option<String>,
 }
 
+/// The serving roles with their index in `spec.roles` and the highest
+/// replica index they may reach (their replicas, one beyond the last, for a
+/// surge).
+fn serving_roles(spec: &InferenceServiceSpec) -> impl Iterator<Item = (usize, &Role, u32)> {
+    spec.roles
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.is_router())
+        .map(|(i, role)| {
+            let highest = u32::try_from(role.replicas().max(1)).unwrap_or(u32::MAX);
+            (i, role, highest)
+        })
+}
+
 /// Kubernetes' PodGroups of each serving role: its first replica's (the
 /// core group, for a core role) and its highest's.
 fn native_pod_groups(name: &str, spec: &InferenceServiceSpec, naming: &Naming) -> Vec<Child> {
     let mut made = Vec::new();
-    for (i, role) in spec
-        .roles
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.is_router())
-    {
-        let highest = u32::try_from(role.replicas().max(1)).unwrap_or(u32::MAX);
+    for (i, role, highest) in serving_roles(spec) {
         for index in [0, highest] {
             if let Ok(group) = pod_groups::group_of(name, spec, naming, role, index) {
                 made.push(Child {
@@ -120,13 +128,7 @@ pub fn children_of(name: &str, spec: &InferenceServiceSpec) -> Vec<Child> {
         first: None,
     };
     let mut made = Vec::new();
-    for (i, role) in spec
-        .roles
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.is_router())
-    {
-        let highest = u32::try_from(role.replicas().max(1)).unwrap_or(u32::MAX);
+    for (i, role, highest) in serving_roles(spec) {
         let set = naming.replica_name(name, &role.name, highest);
         made.push(Child {
             first: Some(naming.replica_name(name, &role.name, 0)),

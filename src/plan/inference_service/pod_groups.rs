@@ -72,7 +72,8 @@ pub fn core_roles(spec: &InferenceServiceSpec) -> Vec<&Role> {
     if core.len() >= 2 { core } else { Vec::new() }
 }
 
-fn pods(role: &Role) -> Result<u32, String> {
+/// The pods of one replica of `role` (its `nodeCount`, at least 1).
+pub fn pods(role: &Role) -> Result<u32, String> {
     u32::try_from(role.node_count())
         .ok()
         .filter(|&n| n >= 1)
