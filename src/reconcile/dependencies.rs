@@ -278,7 +278,7 @@ impl WatchedDependencies {
 /// Whether the cluster serves Kubernetes' PodGroups and Workloads (API
 /// discovery), and which gated PodGroup fields its API server keeps: a
 /// PodGroup created with `dryRun=All` and read back
-/// ([`native_gang::probe`]). A group version that is not served answers
+/// ([`probe::probe`]). A group version that is not served answers
 /// 404; any other failure to discover or to probe is said in `unknown`.
 pub async fn native_gang(client: &Client, manager: &str) -> NativeGang {
     let group_version = format!("{}/{}", probe::GROUP, probe::VERSION);
