@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::rollout::RolloutBudget;
 use common::scenario::{
-    HEALTH_LABEL, IS, LWS, Scenario, condition, example, label, set_role_replicas, wait_ready,
+    HEALTH_LABEL, IS, LWS, RACK_LABEL, Scenario, condition, example, label, set_role_replicas,
+    wait_ready,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -1678,5 +1679,173 @@ async fn kubernetes_gang_binds_the_core_pair_all_or_nothing_and_each_further_rep
     scenario
         .assert_quiet(10, (IS, "InferenceService", name))
         .await;
+    scenario.assert_floor_held();
+}
+
+/// The rack of each node of the scenario's fleet, by node name.
+async fn racks(scenario: &Scenario) -> BTreeMap<String, String> {
+    scenario
+        .list("v1", "Node")
+        .await
+        .iter()
+        .map(|n| {
+            (
+                n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                label(n, RACK_LABEL).to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The racks the pods of service `service` are bound in, by replica
+/// (`{role}-{index}`); a pod not bound yet is in rack "".
+async fn replica_racks(scenario: &Scenario, service: &str) -> BTreeMap<String, Vec<String>> {
+    let racks = racks(scenario).await;
+    let mut by_replica: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pod in scenario.list("v1", "Pod").await {
+        if label(&pod, "fusioninfer.io/service") != service {
+            continue;
+        }
+        let replica = format!(
+            "{}-{}",
+            label(&pod, "fusioninfer.io/role-name"),
+            label(&pod, "fusioninfer.io/replica-index")
+        );
+        let rack = pod["spec"]["nodeName"]
+            .as_str()
+            .and_then(|node| racks.get(node))
+            .cloned()
+            .unwrap_or_default();
+        by_replica.entry(replica).or_default().push(rack);
+    }
+    by_replica
+}
+
+/// A service of `replicas` replicas of `nodes` nodes each (8 GPUs a pod),
+/// each replica required in one rack.
+fn racked(name: &str, backend: &str, replicas: u32, nodes: u32) -> Value {
+    json!({
+        "apiVersion": IS, "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulingStrategy": {"gangScheduler": backend},
+            "placement": {"replica": {"topologyKey": RACK_LABEL, "mode": "Required"}},
+            "roles": [{"name": "worker", "componentType": "worker", "replicas": replicas,
+                "multinode": {"nodeCount": nodes},
+                "template": {"spec": {"containers": [{"name": "vllm",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}],
+        },
+    })
+}
+
+/// Issue 34, placement on Kubernetes' PodGroups (kube-scheduler v1.36.3,
+/// TopologyAwareWorkloadScheduling on): a replica of 6 nodes required in
+/// one rack, on 8 free nodes in 2 racks of 4. The nodes would hold it; no
+/// rack does, so no pod of it is bound, and the status names the role and
+/// the scheduler's reason. A rack of 6 comes: it lands there, with nothing
+/// done by the user. Then the fleet: 3 replicas of 2 nodes on the racks of
+/// 4, each replica's pods in one rack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_gang_keeps_each_replica_in_one_rack_and_waits_whole_for_a_rack_that_holds_it() {
+    let Some(scenario) = Scenario::start("nodes-placement").await else {
+        return;
+    };
+    scenario.labelled_nodes(4, &[(RACK_LABEL, "a")]).await;
+    scenario.labelled_nodes(4, &[(RACK_LABEL, "b")]).await;
+    let big = "rack-six";
+    scenario
+        .create_or_fail(&racked(big, "Kubernetes", 1, 6))
+        .await;
+    scenario
+        .eventually(60, "the replica's 6 pods, unschedulable", || async {
+            let pods = scenario.list("v1", "Pod").await;
+            let unschedulable = pods
+                .iter()
+                .filter(|p| {
+                    p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+                })
+                .count();
+            if pods.len() == 6 && unschedulable == 6 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{unschedulable} of {} pods unschedulable: {:?}",
+                    pods.len(),
+                    pods.iter()
+                        .map(|p| (&p["spec"]["nodeName"], &p["status"]["conditions"]))
+                        .collect::<Vec<_>>()
+                ))
+            }
+        })
+        .await;
+    // Time for the scheduler to bind what it would.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let placed = replica_racks(&scenario, big).await;
+    assert_eq!(placed.get("worker-0").map(Vec::len), Some(6), "{placed:?}");
+    assert!(
+        placed.values().flatten().all(String::is_empty),
+        "no rack holds 6 nodes, so no pod is bound: {placed:?}"
+    );
+    let groups = scenario
+        .list("scheduling.k8s.io/v1alpha2", "PodGroup")
+        .await;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(
+        groups[0]["spec"]["schedulingConstraints"]["topology"],
+        json!([{"key": RACK_LABEL}]),
+        "the API server kept the group's topology"
+    );
+    scenario
+        .eventually(60, "the status says why the replica waits", || async {
+            let stored = scenario.get(IS, "InferenceService", big).await;
+            let ready = stored
+                .as_ref()
+                .and_then(|s| s["status"]["conditions"].as_array())
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+                .unwrap_or_default();
+            let message = ready["message"].as_str().unwrap_or_default();
+            if ready["reason"] == "Unschedulable" && message.contains("worker") {
+                Ok(message.to_owned())
+            } else {
+                Err(format!("{ready}"))
+            }
+        })
+        .await;
+
+    // A rack of 6: the replica lands in it whole.
+    scenario.labelled_nodes(6, &[(RACK_LABEL, "c")]).await;
+    wait_ready(&scenario, big).await;
+    let placed = replica_racks(&scenario, big).await;
+    assert_eq!(placed["worker-0"], vec!["c"; 6], "{placed:?}");
+
+    // The fleet: 3 replicas of 2 nodes, on the 8 nodes of racks a and b.
+    let fleet = "rack-fleet";
+    scenario
+        .create_or_fail(&racked(fleet, "Kubernetes", 3, 2))
+        .await;
+    wait_ready(&scenario, fleet).await;
+    let placed = replica_racks(&scenario, fleet).await;
+    assert_eq!(placed.len(), 3, "{placed:?}");
+    for (replica, racks) in &placed {
+        assert_eq!(racks.len(), 2, "{replica}: {racks:?}");
+        assert!(
+            racks[0] == racks[1] && ["a", "b"].contains(&racks[0].as_str()),
+            "{replica}'s pods share one rack: {placed:?}"
+        );
+    }
+    for name in [big, fleet] {
+        scenario
+            .assert_quiet(10, (IS, "InferenceService", name))
+            .await;
+    }
     scenario.assert_floor_held();
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Value, json};
 use tandem::api::inference_service::{GangPolicy, InferenceService, SchedulingStrategy};
-use tandem::plan::inference_service::{dependencies, gang};
+use tandem::plan::inference_service::{dependencies, gang, placement};
 use tandem::plan::shared::children;
 use tandem::plan::shared::installed::Installed;
 use tandem::plan::shared::quantity::{Quantity, pod_requests};
@@ -134,6 +134,73 @@ fn the_schema_check_rejects_what_volcano_would() {
             errors.contains(path),
             "expected an error at {path}:\n{errors}"
         );
+    }
+}
+
+/// Issue 34: `spec.placement.replica` on Volcano is each multi-node role's
+/// `subGroupPolicy` entry's `networkTopology`, valid strictly against
+/// Volcano v1.15.1's CRD; Volcano v1.13.3's PodGroup has no sub-groups (and
+/// no `highestTierName`), so the placement is refused there, and its schema
+/// would reject the field.
+#[test]
+fn a_replica_placement_on_volcano_fits_v1_15_strictly_and_is_refused_on_v1_13() {
+    let Some(dir) = common::upstream_crds(
+        "a_replica_placement_on_volcano_fits_v1_15_strictly_and_is_refused_on_v1_13",
+    ) else {
+        return;
+    };
+    let crd = |path: &str| {
+        yaml_documents(&dir.join(path))
+            .into_iter()
+            .find(|d| d["kind"] == "CustomResourceDefinition")
+            .expect("the PodGroup CRD")
+    };
+    let (v115, v113) = (
+        crd("scheduling.volcano.sh_podgroups.yaml"),
+        crd("older/scheduling.volcano.sh_podgroups.v1.13.yaml"),
+    );
+    let lws = json!({"kind": "CustomResourceDefinition", "spec": {
+        "group": "leaderworkerset.x-k8s.io", "names": {"kind": "LeaderWorkerSet"},
+        "versions": [{"name": "v1", "served": true}]}});
+    for mode in ["Required", "Preferred"] {
+        let mut service = example(STORY4);
+        service.spec.placement = serde_json::from_value(json!({
+            "replica": {"topologyKey": "network.topology.kubernetes.io/accelerator", "mode": mode},
+        }))
+        .expect("a placement");
+        let mut pod_group = pod_group_of(&service);
+        placement::place_sub_groups(&service.spec, &mut pod_group);
+        let placed: Vec<&Value> = pod_group["spec"]["subGroupPolicy"]
+            .as_array()
+            .expect("sub-groups")
+            .iter()
+            .filter(|e| !e["networkTopology"].is_null())
+            .collect();
+        // Story 4's prefill (2 nodes) and decode (4 nodes) roles.
+        assert_eq!(placed.len(), 2, "{pod_group:#}");
+        assert_eq!(
+            placed[0]["networkTopology"],
+            json!({"mode": if mode == "Required" { "hard" } else { "soft" },
+                "highestTierName": "network.topology.kubernetes.io/accelerator"})
+        );
+        let errors = CrdSchema::from_crd(&v115, Some("v1beta1")).errors(&pod_group);
+        assert!(errors.is_empty(), "{mode}: {errors:#?}\n{pod_group:#}");
+        assert!(
+            !CrdSchema::from_crd(&v113, Some("v1beta1"))
+                .errors(&pod_group)
+                .is_empty(),
+            "v1.13.3 has no subGroupPolicy"
+        );
+
+        let on = |crd: &Value| {
+            dependencies::decide(&service.spec, &Installed::from_crds([&lws, crd]))
+                .lacking
+                .into_iter()
+                .map(|n| n.lack.field)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(on(&v115), Vec::<String>::new(), "{mode}");
+        assert_eq!(on(&v113), ["spec.placement.replica"], "{mode}");
     }
 }
 

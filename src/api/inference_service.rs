@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::limits::{
     self, MAX_NODE_COUNT, MAX_PODS_PER_ROLE, MAX_PODS_PER_SERVICE, MAX_REPLICAS, MAX_ROLES,
 };
+use super::placement::{self, Placement};
 use super::{Findings, dns1123_label_error, parse_at, schema};
 
 /// The desired state of an inference service: its roles and how they are
@@ -89,6 +90,12 @@ pub struct InferenceServiceSpec {
     /// How a change of the pod templates reaches running replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_strategy: Option<UpgradeStrategy>,
+
+    /// Where the replicas land: each multi-node replica in one network
+    /// domain, the prefill/decode pair in one block, single-node replicas
+    /// spread over zones; required or preferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
 }
 
 impl InferenceServiceSpec {
@@ -643,6 +650,9 @@ pub fn defaults(spec: &mut InferenceServiceSpec) {
     // `schedulingStrategy.gangPolicy` is left unset: unset, the layout
     // follows the installed Volcano (plan::inference_service::dependencies),
     // and only a layout asked for is refused on a Volcano that cannot hold it.
+    if let Some(placement) = spec.placement.as_mut() {
+        placement::defaults(placement);
+    }
     let upgrade = spec.upgrade_strategy.get_or_insert_default();
     upgrade.type_.get_or_insert_default();
     if let Some(options) = upgrade.incremental_upgrade_options.as_mut() {
@@ -663,7 +673,21 @@ pub fn validate(spec: &InferenceServiceSpec) -> Findings {
         validate_upgrade(upgrade, &mut findings);
     }
     validate_rolling_update(spec, &mut findings);
+    if let Some(placement) = &spec.placement {
+        placement::validate(placement, placement_shape(spec), &mut findings);
+    }
     findings
+}
+
+/// What the service's serving roles give `spec.placement` to place.
+fn placement_shape(spec: &InferenceServiceSpec) -> placement::Shape {
+    let serving = || spec.roles.iter().filter(|r| !r.is_router());
+    let types: BTreeSet<ComponentType> = serving().map(|r| r.component_type).collect();
+    placement::Shape {
+        multi_node: serving().any(|r| r.node_count() > 1),
+        pair: types.len() >= 2,
+        single_node: serving().any(|r| r.node_count() <= 1),
+    }
 }
 
 /// One budget of a `rollingUpdate` block: a count >= 0 or a percent from 0%

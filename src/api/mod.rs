@@ -8,6 +8,7 @@
 pub mod crds;
 pub mod inference_service;
 pub mod limits;
+pub mod placement;
 pub mod pod_template;
 pub mod resource_scaling_group;
 pub mod scale_view;

@@ -39,6 +39,7 @@ use crate::plan::shared::installed::{
     self, Dependency, GATEWAY, HTTP_ROUTE, INFERENCE_POOL, Installed, LEADER_WORKER_SET,
     LEGACY_INFERENCE_POOL, Lack, NATIVE_POD_GROUP, POD_GROUP, Shortfall,
 };
+use crate::plan::shared::native_gang;
 
 /// How a lack is answered at admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +129,7 @@ pub fn decide(spec: &InferenceServiceSpec, installed: &Installed) -> Dependencie
     }
 
     let (gang_policy, gang_note) = gang_layout(spec, installed, &mut lacking);
+    placement_lacks(spec, installed, gang_policy, &mut lacking);
 
     for (index, role) in spec.roles.iter().enumerate() {
         if role.is_router() && !installed.has(&INFERENCE_POOL) {
@@ -351,6 +353,112 @@ fn gang_layout(
     }
 }
 
+/// What the service's gang backend cannot carry out of `spec.placement` on
+/// this cluster ([`super::placement`] says how each backend writes it):
+///
+/// - Kubernetes' PodGroups keep `schedulingConstraints` only under the
+///   `TopologyAwareWorkloadScheduling` gate (learnt by the dry-run probe):
+///   a required domain a group would carry is refused without it, rather
+///   than written to be dropped (Preferred, by pod affinity, works).
+/// - Volcano places one replica's sub-group in a domain through
+///   `subGroupPolicy[].networkTopology.highestTierName` (Volcano ≥ 1.15):
+///   refused on an older schema, or with the `minTaskMember` layout, whose
+///   only `networkTopology` would pack every replica into one domain.
+/// - Volcano has no field for a pair of sub-groups in one domain: a
+///   required pair is refused on every version.
+fn placement_lacks(
+    spec: &InferenceServiceSpec,
+    installed: &Installed,
+    gang_policy: Option<GangPolicy>,
+    lacking: &mut Vec<Needed>,
+) {
+    let Some(placement) = spec.placement.as_ref() else {
+        return;
+    };
+    let multi_node = spec
+        .roles
+        .iter()
+        .any(|r| !r.is_router() && r.node_count() > 1);
+    let pair = !super::pod_groups::core_roles(spec).is_empty();
+    let replica = placement.replica.as_ref().filter(|_| multi_node);
+    let pair = placement.pair.as_ref().filter(|_| pair);
+    match gang::scheduling(spec).backend {
+        Some(gang::Backend::Kubernetes)
+            if installed.has(&NATIVE_POD_GROUP)
+                && !installed.native_pod_group_has(native_gang::TOPOLOGY.field) =>
+        {
+            for (part, domain) in [("replica", replica), ("pair", pair)] {
+                if domain.is_some_and(|d| d.required()) {
+                    lacking.push(lack(
+                        format!("spec.placement.{part}.mode"),
+                        &NATIVE_POD_GROUP,
+                        Shortfall::TooOld,
+                        Severity::Refuse,
+                        format!(
+                            "a Required {part} domain is the spec.{} of Kubernetes' PodGroup, \
+                             which the API server drops without its {} feature gate (probed \
+                             by a dry run): turn the gate on, or set mode Preferred (pod \
+                             affinity)",
+                            native_gang::TOPOLOGY.field,
+                            native_gang::TOPOLOGY.gate
+                        ),
+                    ));
+                }
+            }
+        }
+        Some(gang::Backend::Volcano) => {
+            if replica.is_some() {
+                let probe = serde_json::json!({
+                    "apiVersion": gang::POD_GROUP_API_VERSION,
+                    "kind": gang::POD_GROUP_KIND,
+                    "spec": {"subGroupPolicy": [{"networkTopology": {"highestTierName": "k"}}]},
+                });
+                let lacks_field = !installed.pruned(&probe).is_empty();
+                if gang_policy == Some(GangPolicy::TaskMember) || lacks_field {
+                    lacking.push(lack(
+                        "spec.placement.replica".to_owned(),
+                        &POD_GROUP,
+                        Shortfall::TooOld,
+                        Severity::Refuse,
+                        format!(
+                            "Volcano places each replica in one domain through \
+                             spec.subGroupPolicy[].networkTopology.highestTierName of its \
+                             PodGroup (Volcano >= 1.15), and {}: a networkTopology on the \
+                             whole PodGroup would pack every replica into one domain; {}, or \
+                             use gangScheduler Kubernetes",
+                            if lacks_field {
+                                format!(
+                                    "the installed PodGroup ({}) has no such field",
+                                    installed.found_text(&POD_GROUP)
+                                )
+                            } else {
+                                "the gang uses the minTaskMember layout, which has no \
+                                 sub-groups"
+                                    .to_owned()
+                            },
+                            POD_GROUP.install
+                        ),
+                    ));
+                }
+            }
+            if pair.is_some_and(|d| d.required()) {
+                lacking.push(lack(
+                    "spec.placement.pair.mode".to_owned(),
+                    &POD_GROUP,
+                    Shortfall::TooOld,
+                    Severity::Refuse,
+                    "Volcano's PodGroup places the whole PodGroup (every replica of the \
+                     service) or one replica's sub-group in a network domain, never a prefill \
+                     and a decode replica together: set mode Preferred (pod affinity), or use \
+                     gangScheduler Kubernetes (the core PodGroup's topology)"
+                        .to_owned(),
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
 /// The objects among `objects` whose `spec` has fields the installed schema
 /// of their kind lacks, as (apiVersion, kind, name), and one lack per kind
 /// naming those fields: a safety net beneath the decisions above, for a
@@ -361,15 +469,16 @@ pub fn unwritable<'a>(
     installed: &Installed,
     objects: impl IntoIterator<Item = &'a Value>,
 ) -> (Vec<Needed>, BTreeSet<(String, String, String)>) {
+    // By dependency name: Volcano's and Kubernetes' PodGroups share a kind.
     let mut by_kind: BTreeMap<&'static str, (Vec<String>, BTreeSet<String>)> = BTreeMap::new();
     let mut unwritten = BTreeSet::new();
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let dependencies = || installed::ALL.iter().chain([&NATIVE_POD_GROUP]);
     for object in objects {
         let group = text(&object["apiVersion"]);
         let group = group.split('/').next().unwrap_or_default();
-        let Some(dependency) = installed::ALL
-            .iter()
-            .find(|d| d.group == group && object["kind"] == d.kind)
+        let Some(dependency) =
+            dependencies().find(|d| d.group == group && object["kind"] == d.kind)
         else {
             continue;
         };
@@ -383,14 +492,15 @@ pub fn unwritable<'a>(
             text(&object["kind"]),
             name.clone(),
         ));
-        let entry = by_kind.entry(dependency.kind).or_default();
+        let entry = by_kind.entry(dependency.name).or_default();
         entry.0.push(name);
         entry.1.extend(pruned);
     }
     let lacking = by_kind
         .into_iter()
-        .filter_map(|(kind, (names, fields))| {
-            let dependency = installed::ALL.iter().find(|d| d.kind == kind)?;
+        .filter_map(|(dependency, (names, fields))| {
+            let dependency = dependencies().find(|d| d.name == dependency)?;
+            let kind = dependency.kind;
             Some(lack(
                 format!("{kind} {}", names.join(", ")),
                 dependency,
@@ -718,5 +828,153 @@ mod tests {
                 .contains("may start in part")
         );
         assert!(decide(&none, &native(Some(&[]))).lacking.is_empty());
+    }
+
+    /// A Volcano PodGroup CRD whose `subGroupPolicy` entries have
+    /// `networkTopology` with `fields`.
+    fn volcano_topology(fields: &[&str]) -> Value {
+        let properties: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| ((*f).to_owned(), json!({"type": "string"})))
+            .collect();
+        json!({"kind": "CustomResourceDefinition",
+            "spec": {"group": "scheduling.volcano.sh", "names": {"kind": "PodGroup"}, "versions": [
+                {"name": "v1beta1", "served": true, "schema": {"openAPIV3Schema":
+                    {"properties": {"spec": {"properties": {
+                        "minMember": {"type": "integer"},
+                        "minTaskMember": {"type": "object"},
+                        "subGroupPolicy": {"type": "array", "items": {"type": "object",
+                            "properties": {"networkTopology": {"type": "object",
+                                "properties": properties}}}}}}}}}}]}})
+    }
+
+    fn placed(backend: &str, placement: Value) -> InferenceServiceSpec {
+        let role = |name: &str, component: &str| {
+            json!({"name": name, "componentType": component, "replicas": 2,
+                "multinode": {"nodeCount": 2},
+                "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}})
+        };
+        service(json!({
+            "roles": [role("prefill", "prefiller"), role("decode", "decoder")],
+            "schedulingStrategy": {"gangScheduler": backend},
+            "placement": placement,
+        }))
+    }
+
+    fn fields(decided: &Dependencies) -> Vec<(&str, Severity)> {
+        decided
+            .lacking
+            .iter()
+            .map(|n| (n.lack.field.as_str(), n.severity))
+            .collect()
+    }
+
+    #[test]
+    fn a_required_domain_on_kubernetes_without_the_topology_gate_is_refused() {
+        let native = |fields: &[&str]| {
+            Installed::from_crds([&lws()])
+                .with_native_pod_groups(Some(fields.iter().map(|f| (*f).to_owned()).collect()))
+        };
+        let rack = json!({"topologyKey": "example.com/rack", "mode": "Required"});
+        let block = json!({"topologyKey": "example.com/block", "mode": "Required"});
+        let required = placed("Kubernetes", json!({"replica": rack, "pair": block}));
+        let gate_off = native(&["schedulingPolicy"]);
+        let decided = decide(&required, &gate_off);
+        assert_eq!(
+            fields(&decided),
+            [
+                ("spec.placement.replica.mode", Severity::Refuse),
+                ("spec.placement.pair.mode", Severity::Refuse)
+            ]
+        );
+        assert!(
+            decided.lacking[0]
+                .lack
+                .message
+                .contains("TopologyAwareWorkloadScheduling")
+        );
+        // With the gate, or Preferred (pod affinity): nothing lacks.
+        let gate_on = native(&["schedulingPolicy", "schedulingConstraints"]);
+        assert!(decide(&required, &gate_on).lacking.is_empty());
+        let preferred = placed(
+            "Kubernetes",
+            json!({"replica": {"topologyKey": "example.com/rack", "mode": "Preferred"}}),
+        );
+        assert!(decide(&preferred, &gate_off).lacking.is_empty());
+        // No gang: pod affinity, on any cluster.
+        assert!(
+            decide(&placed("None", json!({"replica": rack})), &gate_off)
+                .lacking
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn volcano_places_a_replica_only_with_highest_tier_name_and_never_a_required_pair() {
+        let rack = json!({"topologyKey": "example.com/rack", "mode": "Required"});
+        let v115 = Installed::from_crds([&lws(), &volcano_topology(&["mode", "highestTierName"])]);
+        let v114 = Installed::from_crds([&lws(), &volcano_topology(&["mode"])]);
+        let v113 = Installed::from_crds([&lws(), &volcano(&["minMember", "minTaskMember"])]);
+        let replica = placed("Volcano", json!({"replica": rack}));
+        assert!(decide(&replica, &v115).lacking.is_empty());
+        for (installed, says) in [(&v114, "has no such field"), (&v113, "has no such field")] {
+            let decided = decide(&replica, installed);
+            assert_eq!(
+                fields(&decided),
+                [("spec.placement.replica", Severity::Refuse)],
+                "{:?}",
+                decided.lacking
+            );
+            assert!(
+                decided.lacking[0].lack.message.contains(says),
+                "{:?}",
+                decided.lacking
+            );
+        }
+        // The minTaskMember layout asked for: no sub-group to place.
+        let mut task_member = replica.clone();
+        if let Some(strategy) = task_member.scheduling_strategy.as_mut() {
+            strategy.gang_policy = Some(GangPolicy::TaskMember);
+        }
+        let decided = decide(&task_member, &v115);
+        assert!(
+            decided.lacks().any(|l| l.field == "spec.placement.replica"
+                && l.message.contains("minTaskMember layout")),
+            "{:?}",
+            decided.lacking
+        );
+        let pair = placed("Volcano", json!({"pair": rack}));
+        assert_eq!(
+            fields(&decide(&pair, &v115)),
+            [("spec.placement.pair.mode", Severity::Refuse)]
+        );
+        let preferred = placed(
+            "Volcano",
+            json!({"pair": {"topologyKey": "example.com/rack", "mode": "Preferred"}}),
+        );
+        assert!(decide(&preferred, &v115).lacking.is_empty());
+    }
+
+    #[test]
+    fn a_kubernetes_pod_group_with_a_field_its_api_server_drops_is_not_written() {
+        let gate_off = Installed::from_crds([&lws()])
+            .with_native_pod_groups(Some(["schedulingPolicy".to_owned()].into()));
+        let group = json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+            "metadata": {"name": "s-w-0-abc"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": {"topology": [{"key": "example.com/rack"}]}}});
+        let (lacking, unwritten) = unwritable(&gate_off, [&group]);
+        assert_eq!(unwritten.len(), 1);
+        assert_eq!(lacking[0].lack.field, "PodGroup s-w-0-abc");
+        assert!(
+            lacking[0]
+                .lack
+                .message
+                .contains("spec.schedulingConstraints")
+        );
+        // Volcano's PodGroup of the same kind is judged by its own schema.
+        let volcano_group = json!({"apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup", "metadata": {"name": "s"}, "spec": {"minMember": 1}});
+        assert!(unwritable(&gate_off, [&volcano_group]).1.is_empty());
     }
 }

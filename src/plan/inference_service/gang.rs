@@ -286,6 +286,8 @@ fn role_pod_requests(role: &Role) -> Result<BTreeMap<String, Quantity>, String> 
 }
 
 /// `subGroupPolicy` with the minimal viable set as `minMember`/`minResources`.
+/// (`spec.placement` adds each entry's `networkTopology`:
+/// [`super::placement::place_sub_groups`].)
 fn sub_group_spec(service: &str, roles: &[GangRole<'_>]) -> Result<Value, String> {
     let mut required_types = BTreeSet::new();
     let mut policies = Vec::new();

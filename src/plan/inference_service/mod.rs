@@ -18,6 +18,7 @@ pub mod drain;
 pub mod gang;
 pub mod names;
 pub mod pacing;
+pub mod placement;
 pub mod pod_groups;
 pub mod revision;
 pub mod rollout;

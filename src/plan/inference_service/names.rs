@@ -20,7 +20,7 @@ use crate::api::inference_service::{InferenceServiceSpec, Role};
 use crate::api::{self, Findings};
 use crate::plan::shared::children::{self, Naming};
 
-use super::{disruption, gang, pod_groups, revision, router, traffic};
+use super::{disruption, gang, placement, pod_groups, revision, router, traffic};
 
 /// What a name must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +92,8 @@ fn native_pod_groups(name: &str, spec: &InferenceServiceSpec, naming: &Naming) -
     let mut made = Vec::new();
     for (i, role, highest) in serving_roles(spec) {
         for index in [0, highest] {
-            if let Ok(group) = pod_groups::group_of(name, spec, naming, role, index) {
+            let topology_key = placement::group_topology_key(spec, role, index);
+            if let Ok(group) = pod_groups::group_of(name, spec, naming, role, index, topology_key) {
                 made.push(Child {
                     kind: pod_groups::KIND,
                     name: group.name,

@@ -56,6 +56,9 @@ pub struct Group {
     pub min_count: u32,
     /// The replica it holds, as (role, index); None for the core group.
     pub replica: Option<(String, u32)>,
+    /// The node label all its pods share one domain of
+    /// (`schedulingConstraints.topology[0].key`, [`super::placement`]).
+    pub topology_key: Option<String>,
 }
 
 /// The roles whose first replica forms the core group: the first serving
@@ -95,6 +98,7 @@ pub fn group_of(
     naming: &Naming,
     role: &Role,
     index: u32,
+    topology_key: Option<&str>,
 ) -> Result<Group, String> {
     let core = core_roles(spec);
     if index == 0 && core.iter().any(|r| r.name == role.name) {
@@ -109,23 +113,29 @@ pub fn group_of(
             Naming::Suffixed(suffix) => format!("{service}-core-{suffix}"),
         };
         return Ok(Group {
-            name: group_name(&stem, min_count),
+            name: group_name(&stem, min_count, topology_key),
             min_count,
             replica: None,
+            topology_key: topology_key.map(str::to_owned),
         });
     }
     let min_count = pods(role)?;
     Ok(Group {
-        name: group_name(&naming.replica_name(service, &role.name, index), min_count),
+        name: group_name(
+            &naming.replica_name(service, &role.name, index),
+            min_count,
+            topology_key,
+        ),
         min_count,
         replica: Some((role.name.clone(), index)),
+        topology_key: topology_key.map(str::to_owned),
     })
 }
 
 /// `{stem}-{hash}`, the hash taken over the group's spec: a PodGroup's spec
 /// cannot change, so another spec is another group.
-pub fn group_name(stem: &str, min_count: u32) -> String {
-    let bytes = serde_json::to_vec(&spec(min_count)).unwrap_or_default();
+pub fn group_name(stem: &str, min_count: u32, topology_key: Option<&str>) -> String {
+    let bytes = serde_json::to_vec(&spec(min_count, topology_key)).unwrap_or_default();
     let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
     let hash: String = digest.as_ref()[..SPEC_HASH_LEN / 2]
         .iter()
@@ -134,8 +144,15 @@ pub fn group_name(stem: &str, min_count: u32) -> String {
     format!("{stem}-{hash}")
 }
 
-fn spec(min_count: u32) -> Value {
-    json!({"schedulingPolicy": {"gang": {"minCount": min_count}}})
+/// A group's spec: its `minCount` and, with a placement, the one node label
+/// whose domain its pods share. Without one the spec (and so the name) is
+/// what it was before placement.
+fn spec(min_count: u32, topology_key: Option<&str>) -> Value {
+    let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": min_count}}});
+    if let Some(key) = topology_key {
+        spec["schedulingConstraints"] = json!({"topology": [{"key": key}]});
+    }
+    spec
 }
 
 /// The PodGroup object of `group`, owned by `service`.
@@ -150,7 +167,7 @@ pub fn pod_group(service: &InferenceService, group: &Group) -> Value {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": children::metadata(service, &group.name, &labels),
-        "spec": spec(group.min_count),
+        "spec": spec(group.min_count, group.topology_key.as_deref()),
     })
 }
 
@@ -176,6 +193,7 @@ pub fn join(template: &mut Value, group: &str) {
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
 
     fn service(spec: Value) -> InferenceService {
@@ -204,7 +222,8 @@ mod tests {
             role("decode-b", "decoder", 2),
         ]}));
         let spec = &s.spec;
-        let group = |r: usize, i| group_of("ds", spec, &Naming::Plain, &spec.roles[r], i).unwrap();
+        let group =
+            |r: usize, i| group_of("ds", spec, &Naming::Plain, &spec.roles[r], i, None).unwrap();
         // prefill-0 and decode-0 together: 1 + 2 pods.
         assert_eq!(group(0, 0), group(1, 0));
         assert_eq!(group(0, 0).min_count, 3);
@@ -222,26 +241,31 @@ mod tests {
     #[test]
     fn one_role_has_no_core_group() {
         let s = service(json!({"roles": [role("worker", "worker", 4)]}));
-        let g = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 0).unwrap();
+        let g = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 0, None).unwrap();
         assert_eq!(g.replica, Some(("worker".to_owned(), 0)));
         assert_eq!(g.min_count, 4);
     }
 
     #[test]
     fn another_spec_names_another_group_and_revisions_side_by_side_each_have_a_core() {
-        assert_ne!(group_name("ds-w-0", 2), group_name("ds-w-0", 4));
-        assert_eq!(group_name("ds-w-0", 2), group_name("ds-w-0", 2));
+        assert_ne!(group_name("ds-w-0", 2, None), group_name("ds-w-0", 4, None));
+        assert_eq!(group_name("ds-w-0", 2, None), group_name("ds-w-0", 2, None));
+        assert_ne!(
+            group_name("ds-w-0", 2, None),
+            group_name("ds-w-0", 2, Some("example.com/rack"))
+        );
         let s = service(json!({"roles": [
             role("prefill", "prefiller", 1),
             role("decode", "decoder", 1),
         ]}));
-        let plain = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 0).unwrap();
+        let plain = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 0, None).unwrap();
         let suffixed = group_of(
             "ds",
             &s.spec,
             &Naming::Suffixed("abc".into()),
             &s.spec.roles[0],
             0,
+            None,
         )
         .unwrap();
         assert_ne!(plain.name, suffixed.name);
@@ -250,14 +274,29 @@ mod tests {
     #[test]
     fn the_object_is_owned_labelled_and_a_template_names_its_group() {
         let s = service(json!({"roles": [role("worker", "worker", 2)]}));
-        let g = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 1).unwrap();
+        let g = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 1, None).unwrap();
         let object = pod_group(&s, &g);
         assert!(is_pod_group(&object));
         assert_eq!(object["spec"]["schedulingPolicy"]["gang"]["minCount"], 2);
         assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert_eq!(object["metadata"]["labels"][children::REPLICA_INDEX], "1");
+        assert!(object["spec"]["schedulingConstraints"].is_null());
         let mut template = json!({"spec": {"containers": []}});
         join(&mut template, &g.name);
         assert_eq!(named_by(&template), Some(g.name.as_str()));
+    }
+
+    #[test]
+    fn a_required_placement_is_the_groups_topology_and_part_of_its_name() {
+        let s = service(json!({"roles": [role("worker", "worker", 2)]}));
+        let rack = Some("example.com/rack");
+        let g = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 1, rack).unwrap();
+        let object = pod_group(&s, &g);
+        assert_eq!(
+            object["spec"]["schedulingConstraints"],
+            json!({"topology": [{"key": "example.com/rack"}]})
+        );
+        let h = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 1, None).unwrap();
+        assert_ne!(g.name, h.name);
     }
 }

@@ -9,7 +9,7 @@
 //! revision). Its pod templates are then nowhere in the spec, so each revision
 //! that runs side by side is recorded, as a Deployment records its
 //! ReplicaSets' templates: an `apps/v1` ControllerRevision `{svc}-{revision}`
-//! whose `data` holds the serving roles and the scheduling strategy. The
+//! whose `data` holds the serving roles, the scheduling strategy and the placement. The
 //! record is written once (its `data` is immutable) and removed with its
 //! revision.
 
@@ -18,10 +18,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{drain, gang, pod_groups};
+use super::{drain, gang, placement, pod_groups};
 use crate::api::inference_service::{
     InferenceService, InferenceServiceSpec, Role, SchedulingStrategy,
 };
+use crate::api::placement::Placement;
 use crate::plan::shared::children::{self, Naming, REVISION, service_labels, service_name};
 
 pub const CONTROLLER_REVISION_API_VERSION: &str = "apps/v1";
@@ -36,6 +37,8 @@ struct Record {
     roles: Vec<Role>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scheduling_strategy: Option<SchedulingStrategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    placement: Option<Placement>,
 }
 
 /// `{svc}-{revision}`: the ControllerRevision of one revision.
@@ -57,6 +60,7 @@ pub fn record(service: &InferenceService, number: i64) -> Result<Value, String> 
             .cloned()
             .collect(),
         scheduling_strategy: service.spec.scheduling_strategy.clone(),
+        placement: service.spec.placement.clone(),
     };
     let mut labels = service_labels(svc);
     labels.insert(REVISION.to_owned(), revision.clone());
@@ -115,6 +119,7 @@ pub fn recorded(
             roles,
             scheduling_strategy: record.scheduling_strategy,
             upgrade_strategy: service.spec.upgrade_strategy.clone(),
+            placement: record.placement,
         };
         if spec_revision(&spec) == revision {
             specs.insert(revision.to_owned(), spec);
@@ -234,6 +239,11 @@ pub fn role_revision(spec: &InferenceServiceSpec, role: &Role) -> String {
         if core.iter().any(|r| r.name == role.name) {
             shape["coreGroup"] = json!(core.iter().map(|r| r.node_count()).collect::<Vec<_>>());
         }
+    }
+    // Where the pods land (their affinity, spread and PodGroup's topology).
+    // Added only when set, so that every service without one keeps its hash.
+    if let Some(placement) = placement::revision_shape(spec, role) {
+        shape["placement"] = placement;
     }
     hash(&shape)
 }

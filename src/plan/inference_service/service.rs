@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::rollout::{self, Members, Rollout, Run};
 use super::status::{self, Observed};
 use super::{
-    dependencies, disruption, drain, gang, names, pacing, pod_groups, revision, router, topology,
-    traffic, upgrade,
+    dependencies, disruption, drain, gang, names, pacing, placement, pod_groups, revision, router,
+    topology, traffic, upgrade,
 };
 use crate::api::Findings;
 use crate::api::ScaleView;
@@ -357,7 +357,8 @@ pub fn plan(
             None
         }
     };
-    if let Some(pod_group) = pod_group {
+    if let Some(mut pod_group) = pod_group {
+        placement::place_sub_groups(&service.spec, &mut pod_group);
         plan.desired.insert(
             0,
             Desired {
@@ -524,6 +525,7 @@ impl<'a> RoleRun<'a> {
             &self.run.naming,
             self.role,
             index,
+            placement::group_topology_key(self.spec, self.role, index),
         )
     }
 
@@ -553,7 +555,17 @@ impl<'a> RoleRun<'a> {
             Some(gang::Backend::Kubernetes) => Some(self.pod_group(index)?.name),
             _ => None,
         };
-        let group = group.as_deref();
+        let affinity = placement::replica_affinity(
+            self.spec,
+            self.scheduling.backend,
+            children::service_name(self.service),
+            (self.role, index, label),
+        );
+        let replica = topology::ReplicaPlacement {
+            annotations: Some(&per_replica),
+            pod_group: group.as_deref(),
+            affinity: affinity.as_ref(),
+        };
         // The run's own label (nearly every replica) is dressed once.
         if label == self.label {
             let dressed = self
@@ -565,12 +577,12 @@ impl<'a> RoleRun<'a> {
                 })
                 .as_ref()
                 .map_err(Clone::clone)?;
-            return Ok(dressed.leader_worker_set(index, &self.run.naming, &per_replica, group));
+            return Ok(dressed.leader_worker_set(index, &self.run.naming, replica));
         }
         Ok(self
             .templates()?
             .dressed(self.service, self.role, label, &self.placement())
-            .leader_worker_set(index, &self.run.naming, &per_replica, group))
+            .leader_worker_set(index, &self.run.naming, replica))
     }
 
     fn templates(&self) -> Result<&topology::RoleTemplates, String> {
@@ -600,6 +612,7 @@ impl<'a> RoleRun<'a> {
                 BTreeMap::new()
             },
             priority_class_name: self.scheduling.pod_priority_class.clone(),
+            spread: placement::spread(self.spec, children::service_name(self.service), self.role),
         }
     }
 

@@ -35,6 +35,19 @@ pub struct Placement {
     /// The pods' `priorityClassName`, where the template has none (the
     /// service's, with Kubernetes' gang).
     pub priority_class_name: Option<String>,
+    /// A topology spread constraint the pods add to their own
+    /// (`spec.placement.spread`, [`super::placement::spread`]).
+    pub spread: Option<Value>,
+}
+
+/// What the pods of one replica alone carry: their Volcano task
+/// annotations, the Kubernetes PodGroup they name, and the pod affinity
+/// that keeps them (or the pair) in one domain ([`super::placement`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReplicaPlacement<'a> {
+    pub annotations: Option<&'a BTreeMap<String, String>>,
+    pub pod_group: Option<&'a str>,
+    pub affinity: Option<&'a Value>,
 }
 
 /// The pod templates of one role's replicas, made once for all of them: the
@@ -105,7 +118,14 @@ impl RoleTemplates {
             ..placement.clone()
         };
         self.dressed(service, role, revision, &role_wide)
-            .leader_worker_set(index, naming, &placement.annotations, None)
+            .leader_worker_set(
+                index,
+                naming,
+                ReplicaPlacement {
+                    annotations: Some(&placement.annotations),
+                    ..ReplicaPlacement::default()
+                },
+            )
     }
 
     /// The templates with all that the role's replicas in `revision` share:
@@ -126,7 +146,7 @@ impl RoleTemplates {
         pod_labels.insert(drain::TRAFFIC.to_owned(), Value::from(drain::SERVING));
         let annotations = children::label_map(&placement.annotations);
         let dress = |template: &Value| {
-            dress(
+            let mut template = dress(
                 template.clone(),
                 &pod_labels,
                 &annotations,
@@ -134,7 +154,11 @@ impl RoleTemplates {
                     placement.scheduler_name.as_deref(),
                     placement.priority_class_name.as_deref(),
                 ),
-            )
+            );
+            if let Some(spread) = &placement.spread {
+                super::placement::add_spread(&mut template, spread);
+            }
+            template
         };
         DressedTemplates {
             service,
@@ -161,20 +185,22 @@ pub struct DressedTemplates<'a> {
 
 impl DressedTemplates<'_> {
     /// The LeaderWorkerSet of replica `index`, named by `naming`, its pods
-    /// carrying `annotations` besides the role's and, with Kubernetes' gang,
-    /// naming their PodGroup `pod_group`.
+    /// carrying what `replica` places on them besides the role's.
     pub fn leader_worker_set(
         &self,
         index: u32,
         naming: &children::Naming,
-        annotations: &BTreeMap<String, String>,
-        pod_group: Option<&str>,
+        replica: ReplicaPlacement<'_>,
     ) -> Value {
         let index_label = Map::from_iter([(
             children::REPLICA_INDEX.to_owned(),
             Value::String(index.to_string()),
         )]);
-        let annotations = children::label_map(annotations);
+        let annotations = replica
+            .annotations
+            .map(children::label_map)
+            .unwrap_or_default();
+        let (pod_group, affinity) = (replica.pod_group, replica.affinity);
         let replica = |template: &Value| {
             let mut template = template.clone();
             if let Some(metadata) = template.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -185,6 +211,9 @@ impl DressedTemplates<'_> {
             }
             if let Some(group) = pod_group {
                 pod_groups::join(&mut template, group);
+            }
+            if let Some(affinity) = affinity {
+                super::placement::add_affinity(&mut template, affinity);
             }
             template
         };
@@ -453,6 +482,7 @@ mod tests {
                 ),
             ]),
             priority_class_name: None,
+            spread: None,
         }
     }
 

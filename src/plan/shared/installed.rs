@@ -290,12 +290,26 @@ impl Installed {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let kind = object["kind"].as_str().unwrap_or_default();
+        let found = found.get(&(group.to_owned(), kind.to_owned()));
         let Some(schema) = found
-            .get(&(group.to_owned(), kind.to_owned()))
             .and_then(|f| f.spec_schemas.get(version))
             .filter(|schema| !schema.is_null())
         else {
-            return Vec::new();
+            // Kubernetes' PodGroup has no CRD: what its API server keeps of
+            // `spec` is the set of top-level fields the probe learnt.
+            let Some(fields) = found
+                .filter(|f| f.spec_schemas.is_empty())
+                .and_then(|f| f.spec_fields(version))
+            else {
+                return Vec::new();
+            };
+            return object["spec"]
+                .as_object()
+                .into_iter()
+                .flat_map(|spec| spec.keys())
+                .filter(|key| !fields.contains(*key))
+                .map(|key| format!("spec.{key}"))
+                .collect();
         };
         let mut pruned = Vec::new();
         unknown_fields(schema, &object["spec"], "spec", &mut pruned);
