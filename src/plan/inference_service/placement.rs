@@ -3,15 +3,16 @@
 //!
 //! | placement            | Kubernetes' PodGroups                | Volcano                                  | no gang              |
 //! |----------------------|--------------------------------------|------------------------------------------|----------------------|
-//! | replica, Required    | the replica's group: `schedulingConstraints.topology` (a core replica: pod affinity) | `networkTopology` `hard` on the role's `subGroupPolicy` entry | required pod affinity |
+//! | replica, Required    | the replica's group: `schedulingConstraints.topology` (a core replica: preferred pod affinity) | `networkTopology` `hard` on the role's `subGroupPolicy` entry | required pod affinity |
 //! | replica, Preferred   | preferred pod affinity               | `networkTopology` `soft`                 | preferred pod affinity |
 //! | pair, Required       | the core group's `schedulingConstraints.topology` | refused (`dependencies`)     | required pod affinity |
 //! | pair, Preferred      | preferred pod affinity               | preferred pod affinity                   | preferred pod affinity |
 //! | spread               | `topologySpreadConstraints` on single-node roles' pods, on every backend |
 //!
 //! A pod names one Kubernetes PodGroup, and a PodGroup takes one topology
-//! key: the core group carries the pair's key, so the core replicas keep
-//! their replica domain by pod affinity on the replica's own pods. A
+//! key: the core group carries the pair's key, so a core replica's own
+//! domain is only preferred (pod affinity on the replica's own pods; a
+//! required one could hold the gang forever, [`replica_affinity`]). A
 //! replica's affinity selects the pods of that replica at that revision
 //! (its labels), so the first pod lands anywhere (it matches its own term)
 //! and the others follow it. The pair's affinity draws the first replica of
@@ -129,14 +130,15 @@ pub fn replica_affinity(
 ) -> Option<Value> {
     let mut required = Vec::new();
     let mut preferred = Vec::new();
-    let mut add = |domain: &PlacementDomain, selector: Value| {
+    // `preferred_only`: a required domain given as preferred pod affinity.
+    let mut add = |domain: &PlacementDomain, selector: Value, preferred_only: bool| {
         let term = json!({
             "labelSelector": {"matchLabels": selector},
             "topologyKey": domain.topology_key,
         });
         match domain.mode() {
-            PlacementMode::Required => required.push(term),
-            PlacementMode::Preferred => preferred.push(json!({
+            PlacementMode::Required if !preferred_only => required.push(term),
+            _ => preferred.push(json!({
                 "weight": PREFERRED_WEIGHT,
                 "podAffinityTerm": term,
             })),
@@ -144,12 +146,18 @@ pub fn replica_affinity(
     };
     let core = in_core(spec, role, index);
     if let Some(domain) = replica_domain(spec, role) {
-        let by_affinity = match backend {
-            // The group's topology carries a required domain, but a core
-            // replica's group is the core group, which carries the pair's.
-            Some(Backend::Kubernetes) => !domain.required() || core,
-            Some(Backend::Volcano) => false,
-            None => true,
+        let (by_affinity, preferred_only) = match backend {
+            // The group's topology carries a required domain. A core
+            // replica's group is the core group, which carries the pair's
+            // key (one key per group), and a required affinity inside a
+            // gang can hold the group forever: kube-scheduler places the
+            // group's pods one by one without going back, so two replicas'
+            // first pods in one rack can leave no room for the rest
+            // (tests/cluster_nodes.rs saw it). A core replica's domain is
+            // preferred.
+            Some(Backend::Kubernetes) => (!domain.required() || core, core),
+            Some(Backend::Volcano) => (false, false),
+            None => (true, false),
         };
         if by_affinity {
             add(
@@ -160,6 +168,7 @@ pub fn replica_affinity(
                     children::REPLICA_INDEX: index.to_string(),
                     children::REVISION: revision,
                 }),
+                preferred_only,
             );
         }
     }
@@ -181,6 +190,7 @@ pub fn replica_affinity(
                     children::ROLE_NAME: first,
                     children::REPLICA_INDEX: "0",
                 }),
+                false,
             );
         }
     }
@@ -331,15 +341,20 @@ mod tests {
         );
         assert_eq!(group_topology_key(&s, decode, 0), Some("example.com/block"));
         assert_eq!(group_topology_key(&s, decode, 1), Some("example.com/rack"));
-        // The core replicas keep their rack by affinity on their own pods;
-        // a further replica needs none (its group has the key).
+        // The core replicas prefer their rack, by affinity on their own
+        // pods (required, it could hold the gang forever); a further
+        // replica needs none (its group has the key).
         let affinity = replica_affinity(&s, Some(Backend::Kubernetes), "ds", (decode, 0, "r1"))
             .expect("an affinity");
-        let terms = &affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+        assert!(
+            affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_null()
+        );
+        let terms = &affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
         assert_eq!(terms.as_array().map(Vec::len), Some(1), "{affinity}");
-        assert_eq!(terms[0]["topologyKey"], "example.com/rack");
+        let term = &terms[0]["podAffinityTerm"];
+        assert_eq!(term["topologyKey"], "example.com/rack");
         assert_eq!(
-            terms[0]["labelSelector"]["matchLabels"],
+            term["labelSelector"]["matchLabels"],
             json!({"fusioninfer.io/service": "ds", "fusioninfer.io/role-name": "decode",
                 "fusioninfer.io/replica-index": "0", "fusioninfer.io/revision": "r1"})
         );

@@ -57,7 +57,11 @@
 //! - every controller (garbage collection, namespaces, LWS) runs inside the
 //!   writing request, so nothing is ever seen half-done;
 //! - names are not checked against DNS rules, and the LeaderWorkerSet
-//!   controller has no webhook (a name LWS refuses is taken here).
+//!   controller has no webhook (a name LWS refuses is taken here);
+//! - Kubernetes' own `scheduling.k8s.io/v1alpha2` is not served (discovery
+//!   answers 404), so no Kubernetes PodGroup is ever written here; a
+//!   `dryRun=All` request is admitted, stored nowhere and not counted as a
+//!   write.
 //! - webhooks' `matchConditions` are not evaluated: a webhook is called for
 //!   every write its rules match.
 
