@@ -201,11 +201,24 @@ fn every_example_fits_the_crds_and_is_admitted() {
                 // Here: only the fields Tandem means to write.
                 let spec = object["spec"].as_object().expect("a spec");
                 assert!(
-                    spec.keys().all(|k| k == "schedulingPolicy"),
+                    spec.keys()
+                        .all(|k| k == "schedulingPolicy" || k == "schedulingConstraints"),
                     "{}: {spec:?}",
                     path.display()
                 );
                 assert!(object["spec"]["schedulingPolicy"]["gang"]["minCount"].as_i64() >= Some(1));
+                // One topology key at most (v1.36.3's validation), a label key.
+                if let Some(constraints) = spec.get("schedulingConstraints") {
+                    let topology = constraints["topology"].as_array().expect("a topology");
+                    assert_eq!(topology.len(), 1, "{}: {spec:?}", path.display());
+                    let key = topology[0]["key"].as_str().expect("a key");
+                    assert_eq!(
+                        tandem::api::placement::label_key_error(key),
+                        None,
+                        "{}",
+                        path.display()
+                    );
+                }
             } else if let Some(parsed) = parse_core(object) {
                 parsed.unwrap_or_else(|e| {
                     panic!("{}: generated {kind} does not parse: {e}", path.display())

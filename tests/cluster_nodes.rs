@@ -106,10 +106,8 @@ async fn placement(scenario: &Scenario) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `kubectl drain NODE`: cordon it, then evict its pods through the
-/// Eviction API, again and again while a budget refuses (429), until none
-/// is left. The answers, in order: (pod, HTTP code).
-async fn drain(scenario: &Scenario, node: &str, seconds: u64) -> Vec<(String, u16)> {
+/// `kubectl cordon NODE`: no new pod lands on it.
+async fn cordon(scenario: &Scenario, node: &str) {
     let nodes: Api<Node> = Api::all(scenario.client.clone());
     nodes
         .patch(
@@ -119,6 +117,13 @@ async fn drain(scenario: &Scenario, node: &str, seconds: u64) -> Vec<(String, u1
         )
         .await
         .expect("cordoned");
+}
+
+/// `kubectl drain NODE`: cordon it, then evict its pods through the
+/// Eviction API, again and again while a budget refuses (429), until none
+/// is left. The answers, in order: (pod, HTTP code).
+async fn drain(scenario: &Scenario, node: &str, seconds: u64) -> Vec<(String, u16)> {
+    cordon(scenario, node).await;
     let pods = pods_api(scenario);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut answers = Vec::new();
@@ -1970,6 +1975,51 @@ async fn without_a_gang_each_replica_shares_one_rack_by_pod_affinity() {
             .await
             .is_empty()
     );
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", name))
+        .await;
+    scenario.assert_floor_held();
+}
+
+/// Issue 34, Preferred placement on Kubernetes' PodGroups: the replica's
+/// group carries no topology, and its pods prefer one rack by pod
+/// affinity. With three nodes of each rack of 4 cordoned, no rack has room
+/// for a replica of 2 nodes: Required would wait, Preferred schedules it
+/// across the two racks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_rack_schedules_across_racks_when_no_rack_has_room() {
+    let Some(scenario) = Scenario::start("nodes-preferred").await else {
+        return;
+    };
+    for rack in ["a", "b"] {
+        let nodes = scenario.labelled_nodes(4, &[(RACK_LABEL, rack)]).await;
+        for node in &nodes[1..] {
+            cordon(&scenario, node).await;
+        }
+    }
+    let name = "rack-preferred";
+    let mut service = racked(name, "Kubernetes", 1, 2);
+    service["spec"]["placement"]["replica"]["mode"] = json!("Preferred");
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, name).await;
+    let mut racks = replica_racks(&scenario, name).await["worker-0"].clone();
+    racks.sort();
+    assert_eq!(racks, ["a", "b"]);
+    let groups = scenario
+        .list("scheduling.k8s.io/v1alpha2", "PodGroup")
+        .await;
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert!(
+        groups[0]["spec"]["schedulingConstraints"].is_null(),
+        "{groups:?}"
+    );
+    for pod in scenario.list("v1", "Pod").await {
+        let terms = &pod["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(
+            terms[0]["podAffinityTerm"]["topologyKey"], RACK_LABEL,
+            "{pod}"
+        );
+    }
     scenario
         .assert_quiet(10, (IS, "InferenceService", name))
         .await;

@@ -100,6 +100,31 @@ pub fn inference_service(
             .gang_scheduler = Some(backend);
     }
     let mut ops = Ops::default();
+    // In the order of the reference path's diff: its keys sorted.
+    ops.nested(
+        at(&spec_path(), "placement"),
+        &before.placement,
+        &after.placement,
+        |ops, path, b, a| {
+            for (part, b, a) in [
+                ("pair", &b.pair, &a.pair),
+                ("replica", &b.replica, &a.replica),
+            ] {
+                ops.nested(at(path, part), b, a, |ops, path, b, a| {
+                    ops.field(at(path, "mode"), &b.mode, &a.mode)
+                })?;
+            }
+            ops.nested(
+                at(path, "spread"),
+                &b.spread,
+                &a.spread,
+                |ops, path, b, a| {
+                    ops.field(at(path, "maxSkew"), &b.max_skew, &a.max_skew)?;
+                    ops.field(at(path, "mode"), &b.mode, &a.mode)
+                },
+            )
+        },
+    )?;
     let roles = at(&spec_path(), "roles");
     for (i, (b, a)) in before.roles.iter().zip(&after.roles).enumerate() {
         let role = at(&roles, &i.to_string());
@@ -252,6 +277,11 @@ mod tests {
                 "drain": {"seconds": 0}, "disruptionBudget": {"maxUnavailableReplicas": 2}}],
                 "schedulingStrategy": {"gangPolicy": "TaskMember"},
                 "upgradeStrategy": {"type": "NewRevision"}}),
+            json!({"roles": [role("p", "prefiller"), role("d", "decoder")],
+                "placement": {"replica": {"topologyKey": "k"}, "pair": {"topologyKey": "b",
+                    "mode": "Preferred"}, "spread": {"topologyKey": "z", "maxSkew": 2}}}),
+            json!({"roles": [role("p", "prefiller")],
+                "placement": {"spread": {"topologyKey": "z", "mode": "Preferred"}}}),
         ] {
             check(
                 spec.clone(),

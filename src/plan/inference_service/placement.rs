@@ -120,6 +120,15 @@ pub fn place_sub_groups(spec: &InferenceServiceSpec, pod_group: &mut Value) {
     }
 }
 
+/// The tier Volcano's PodGroup `pod_group` places its sub-groups in
+/// ([`place_sub_groups`]), if any.
+pub fn sub_groups_placed(pod_group: &Value) -> Option<&str> {
+    pod_group["spec"]["subGroupPolicy"]
+        .as_array()?
+        .iter()
+        .find_map(|entry| entry["networkTopology"]["highestTierName"].as_str())
+}
+
 /// The pod affinity that replica `index` of `role` at revision `revision`
 /// adds to its pods' `spec.affinity`, or None.
 pub fn replica_affinity(
@@ -508,6 +517,7 @@ mod tests {
         let mut sub_groups =
             json!({"spec": {"subGroupPolicy": [{"name": "prefill"}, {"name": "decode"}]}});
         place_sub_groups(&s, &mut sub_groups);
+        assert_eq!(sub_groups_placed(&sub_groups), Some("example.com/rack"));
         assert_eq!(
             sub_groups["spec"]["subGroupPolicy"],
             json!([{"name": "prefill"}, {"name": "decode",

@@ -171,6 +171,11 @@ pub fn pod_group(service: &InferenceService, group: &Group) -> Value {
     })
 }
 
+/// The node label whose one domain a PodGroup's pods share, if it has one.
+pub fn topology_key(object: &Value) -> Option<&str> {
+    object["spec"]["schedulingConstraints"]["topology"][0]["key"].as_str()
+}
+
 /// Whether `object` is one of Kubernetes' PodGroups.
 pub fn is_pod_group(object: &Value) -> bool {
     object["apiVersion"] == API_VERSION && object["kind"] == KIND
@@ -296,6 +301,7 @@ mod tests {
             object["spec"]["schedulingConstraints"],
             json!({"topology": [{"key": "example.com/rack"}]})
         );
+        assert_eq!(topology_key(&object), rack);
         let h = group_of("ds", &s.spec, &Naming::Plain, &s.spec.roles[0], 1, None).unwrap();
         assert_ne!(g.name, h.name);
     }

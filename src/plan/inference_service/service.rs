@@ -15,8 +15,8 @@ use super::{
 use crate::api::Findings;
 use crate::api::ScaleView;
 use crate::api::inference_service::{
-    self, ComponentType, InferenceService, InferenceServiceSpec, InferenceServiceStatus, Role,
-    RoleScaleDownPolicy, ScaleViewLock, UpgradeType,
+    self, ComponentType, GangPolicy, InferenceService, InferenceServiceSpec,
+    InferenceServiceStatus, Role, RoleScaleDownPolicy, ScaleViewLock, UpgradeType,
 };
 use crate::plan::shared::children::{self, ChildKind, LEADER_WORKER_SET};
 use crate::plan::shared::installed::Installed;
@@ -336,12 +336,42 @@ pub fn plan(
         plan.desired.push(Desired { object, why });
     }
     native_pod_groups(service, world, native_groups, &mut plan);
-    // Volcano's PodGroup goes first: a new replica's entry (a surge replica of a
-    // RollingUpdate, a scale-up) is there before its LeaderWorkerSet makes
-    // pods that name it.
+    volcano_pod_group(
+        service,
+        world,
+        (decided.gang_policy, &gang_members),
+        &mut plan,
+    )?;
+    // What the cluster lacks is not written (the API server would refuse
+    // it, or prune the fields it does not know).
+    let missing = world.installed.missing_kinds();
+    plan.desired
+        .retain(|d| !Installed::lacks_kind_of(&missing, &d.object));
+    let mut decided = decided;
+    let (lacking, unwritten) =
+        dependencies::unwritable(world.installed, plan.desired.iter().map(|d| &d.object));
+    decided.lacking.extend(lacking);
+    plan.desired
+        .retain(|d| !unwritten.contains(&key(&d.object)));
+    plan.kept.extend(unwritten);
+    plan.dependencies = Some(decided);
+    Ok(plan)
+}
+
+/// Volcano's PodGroup, placed (`spec.placement`), goes first: a new
+/// replica's entry (a surge replica of a RollingUpdate, a scale-up) is there
+/// before its LeaderWorkerSet makes pods that name it. `gang_policy` is the
+/// layout `dependencies::decide` chose, `gang_members` each role's replica
+/// indices.
+fn volcano_pod_group(
+    service: &InferenceService,
+    world: &World<'_>,
+    (gang_policy, gang_members): (Option<GangPolicy>, &BTreeMap<String, BTreeSet<u32>>),
+    plan: &mut Plan,
+) -> Result<(), String> {
     let volcano = gang::scheduling(&service.spec).backend == Some(gang::Backend::Volcano);
-    let pod_group = match decided.gang_policy {
-        Some(policy) => gang::pod_group(service, &gang_members, policy)?,
+    let pod_group = match gang_policy {
+        Some(policy) => gang::pod_group(service, gang_members, policy)?,
         None if !volcano => None,
         None => {
             // A layout the installed Volcano cannot hold: the PodGroup there
@@ -359,28 +389,21 @@ pub fn plan(
     };
     if let Some(mut pod_group) = pod_group {
         placement::place_sub_groups(&service.spec, &mut pod_group);
+        let placed = placement::sub_groups_placed(&pod_group)
+            .map(|key| format!("; each multi-node replica in one {key} tier (spec.placement)"))
+            .unwrap_or_default();
         plan.desired.insert(
             0,
             Desired {
                 object: pod_group,
-                why: format!("gang scheduling with Volcano: {}", gang_reason(service)),
+                why: format!(
+                    "gang scheduling with Volcano: {}{placed}",
+                    gang_reason(service)
+                ),
             },
         );
     }
-    // What the cluster lacks is not written (the API server would refuse
-    // it, or prune the fields it does not know).
-    let missing = world.installed.missing_kinds();
-    plan.desired
-        .retain(|d| !Installed::lacks_kind_of(&missing, &d.object));
-    let mut decided = decided;
-    let (lacking, unwritten) =
-        dependencies::unwritable(world.installed, plan.desired.iter().map(|d| &d.object));
-    decided.lacking.extend(lacking);
-    plan.desired
-        .retain(|d| !unwritten.contains(&key(&d.object)));
-    plan.kept.extend(unwritten);
-    plan.dependencies = Some(decided);
-    Ok(plan)
+    Ok(())
 }
 
 /// Kubernetes' PodGroups go first, like Volcano's: a replica's group is
@@ -395,12 +418,15 @@ fn native_pod_groups(
     plan: &mut Plan,
 ) {
     for (_, object) in groups.into_iter().rev() {
+        let placed = pod_groups::topology_key(&object)
+            .map(|key| format!("; its pods in one {key} domain (spec.placement)"))
+            .unwrap_or_default();
         plan.desired.insert(
             0,
             Desired {
                 object,
                 why: format!(
-                    "gang scheduling with Kubernetes' PodGroups: {}",
+                    "gang scheduling with Kubernetes' PodGroups: {}{placed}",
                     gang_reason(service)
                 ),
             },
