@@ -1940,13 +1940,15 @@ async fn kubernetes_gang_lands_the_prefill_decode_pair_in_one_block() {
 
 /// Issue 34, placement without a gang scheduler (`gangScheduler: None`):
 /// required pod affinity on the replica's own pods. Three replicas of 2
-/// pods (a node each) on three racks of 6 nodes: each replica's pods share
-/// one rack, with no PodGroup written. Without a gang the first pod of each
-/// replica lands anywhere and the other follows it, so each rack has room
-/// for every pod: with less, first pods could fill a rack and leave a
-/// replica waiting, which is what a gang is for. Without the affinity, the
-/// scheduler spreads the pods over empty nodes and a replica's two pods
-/// share a rack by chance about one time in three.
+/// pods (4 GPUs each, two to a node) on three racks of 4 nodes: every pod
+/// requires its replica's rack, and each replica's pods share one rack,
+/// with no PodGroup written. Without a gang the first pod of each replica
+/// lands anywhere and the other follows it, so each rack has room for
+/// every pod (8 places for 6 pods): with less, first pods can fill a rack
+/// and leave a replica waiting, which is what a gang is for (racks of 2
+/// nodes failed 2 runs of 5 that way). Without the affinity the scheduler
+/// often packs a replica's pods into one rack by itself (it split one in 2
+/// runs of 3 here), so the test also checks the term on every pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_gang_each_replica_shares_one_rack_by_pod_affinity() {
     let Some(scenario) = Scenario::start("nodes-affinity").await else {
@@ -1975,6 +1977,15 @@ async fn without_a_gang_each_replica_shares_one_rack_by_pod_affinity() {
             .await
             .is_empty()
     );
+    for pod in scenario.list("v1", "Pod").await {
+        let terms = &pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(terms[0]["topologyKey"], RACK_LABEL, "{pod}");
+        assert_eq!(
+            terms[0]["labelSelector"]["matchLabels"]["fusioninfer.io/replica-index"],
+            label(&pod, "fusioninfer.io/replica-index"),
+            "{pod}"
+        );
+    }
     scenario
         .assert_quiet(10, (IS, "InferenceService", name))
         .await;
