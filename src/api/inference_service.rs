@@ -679,8 +679,9 @@ pub fn validate(spec: &InferenceServiceSpec) -> Findings {
     findings
 }
 
-/// What the service's serving roles give `spec.placement` to place.
-fn placement_shape(spec: &InferenceServiceSpec) -> placement::Shape {
+/// What the service's serving roles give `spec.placement` to place (the
+/// admission rules and the plan's both read it).
+pub fn placement_shape(spec: &InferenceServiceSpec) -> placement::Shape {
     let serving = || spec.roles.iter().filter(|r| !r.is_router());
     let types: BTreeSet<ComponentType> = serving().map(|r| r.component_type).collect();
     placement::Shape {

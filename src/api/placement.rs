@@ -44,6 +44,11 @@ pub struct PlacementDomain {
     /// scheduler tries, and places them apart when it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<PlacementMode>,
+    /// `replica` only: each replica alone in its domain, one replica per
+    /// domain and no other LeaderWorkerSet's pods beside it (LWS's
+    /// exclusive-topology). Without a gang scheduler only, and Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
 }
 
 /// Spread of single-node replicas over the domains of a node label.
@@ -77,6 +82,10 @@ impl PlacementDomain {
 
     pub fn required(&self) -> bool {
         self.mode() == PlacementMode::Required
+    }
+
+    pub fn exclusive(&self) -> bool {
+        self.exclusive == Some(true)
     }
 }
 
@@ -148,6 +157,29 @@ pub fn validate(placement: &Placement, shape: Shape, findings: &mut Findings) {
                  its domain must hold a whole replica; name the replica's domain or a wider one",
                 pair.topology_key, replica.topology_key
             ),
+        );
+    }
+    if placement
+        .pair
+        .as_ref()
+        .is_some_and(PlacementDomain::exclusive)
+    {
+        findings.deny(
+            format!("{at}.pair.exclusive"),
+            "only a replica's domain can be exclusive (placement.replica.exclusive): a pair is \
+             two replicas that share theirs"
+                .to_owned(),
+        );
+    }
+    if let Some(replica) = &placement.replica
+        && replica.exclusive()
+        && !replica.required()
+    {
+        findings.deny(
+            format!("{at}.replica.exclusive"),
+            "an exclusive domain is LeaderWorkerSet's exclusive-topology, a required pod \
+             anti-affinity: set mode Required, or drop exclusive"
+                .to_owned(),
         );
     }
     if let Some(spread) = &placement.spread
@@ -249,7 +281,7 @@ mod tests {
     fn domain(key: &str) -> Option<PlacementDomain> {
         Some(PlacementDomain {
             topology_key: key.to_owned(),
-            mode: None,
+            ..PlacementDomain::default()
         })
     }
 
@@ -346,6 +378,46 @@ mod tests {
                 "spec.placement.spread.maxSkew"
             ]
         );
+    }
+
+    #[test]
+    fn only_a_required_replica_domain_can_be_exclusive() {
+        let exclusive = |key: &str, mode| {
+            Some(PlacementDomain {
+                topology_key: key.to_owned(),
+                mode,
+                exclusive: Some(true),
+            })
+        };
+        let mut findings = Findings::default();
+        let placement = Placement {
+            replica: exclusive("example.com/rack", Some(PlacementMode::Preferred)),
+            pair: exclusive("example.com/block", None),
+            spread: None,
+        };
+        validate(&placement, ALL, &mut findings);
+        let fields: Vec<&str> = findings
+            .violations
+            .iter()
+            .map(|v| v.field.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.placement.pair.exclusive",
+                "spec.placement.replica.exclusive"
+            ]
+        );
+        assert!(findings.violations[1].reason.contains("mode Required"));
+        for mode in [None, Some(PlacementMode::Required)] {
+            let mut findings = Findings::default();
+            let placement = Placement {
+                replica: exclusive("example.com/rack", mode),
+                ..Placement::default()
+            };
+            validate(&placement, ALL, &mut findings);
+            assert!(findings.is_allowed(), "{mode:?}: {findings:?}");
+        }
     }
 
     #[test]

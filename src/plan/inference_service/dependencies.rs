@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::api::inference_service::{
     GangPolicy, GangScheduler, InferenceService, InferenceServiceSpec, InferenceServiceStatus,
-    UpgradeType,
+    UpgradeType, placement_shape,
 };
 use crate::plan::inference_service::{gang, rollout};
 use crate::plan::shared::condition::condition;
@@ -375,11 +375,8 @@ fn placement_lacks(
     let Some(placement) = spec.placement.as_ref() else {
         return;
     };
-    let multi_node = spec
-        .roles
-        .iter()
-        .any(|r| !r.is_router() && r.node_count() > 1);
-    let pair = !super::pod_groups::core_roles(spec).is_empty();
+    let shape = placement_shape(spec);
+    let (multi_node, pair) = (shape.multi_node, shape.pair);
     let replica = placement.replica.as_ref().filter(|_| multi_node);
     let pair = placement.pair.as_ref().filter(|_| pair);
     match gang::scheduling(spec).backend {
@@ -408,12 +405,7 @@ fn placement_lacks(
         }
         Some(gang::Backend::Volcano) => {
             if replica.is_some() {
-                let probe = serde_json::json!({
-                    "apiVersion": gang::POD_GROUP_API_VERSION,
-                    "kind": gang::POD_GROUP_KIND,
-                    "spec": {"subGroupPolicy": [{"networkTopology": {"highestTierName": "k"}}]},
-                });
-                let lacks_field = !installed.pruned(&probe).is_empty();
+                let lacks_field = !installed.volcano_places_sub_groups();
                 if gang_policy == Some(GangPolicy::TaskMember) || lacks_field {
                     lacking.push(lack(
                         "spec.placement.replica".to_owned(),

@@ -26,9 +26,10 @@
 
 use serde_json::{Map, Value, json};
 
-use super::gang::Backend;
+use super::gang::{self, Backend};
 use super::pod_groups;
-use crate::api::inference_service::{InferenceServiceSpec, Role};
+use crate::api::Findings;
+use crate::api::inference_service::{InferenceServiceSpec, Role, placement_shape};
 use crate::api::placement::{PlacementDomain, PlacementMode};
 use crate::plan::shared::children;
 
@@ -43,6 +44,57 @@ fn replica_domain<'a>(spec: &'a InferenceServiceSpec, role: &Role) -> Option<&'a
         .as_ref()
         .and_then(|p| p.replica.as_ref())
         .filter(|_| role.node_count() > 1)
+}
+
+/// LeaderWorkerSet's annotation that puts each of its replicas alone in one
+/// domain of a node label: its webhook gives the leader a required pod
+/// affinity to its own group and an anti-affinity to every other group
+/// (any LeaderWorkerSet's), and its controller creates the workers only
+/// once the leader is bound, pinned to the leader's domain.
+pub const EXCLUSIVE_TOPOLOGY: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
+
+/// The node label of `role`'s exclusive replica domain
+/// (`spec.placement.replica.exclusive`), which goes on each of its
+/// LeaderWorkerSets as [`EXCLUSIVE_TOPOLOGY`]: multi-node roles, Required,
+/// and without a gang only. LWS creates a replica's workers once its leader
+/// is bound, and a gang binds none of its pods until all exist, so on a
+/// gang backend it would wait forever: admission refuses it there
+/// (`dependencies::placement_lacks`), and it is never written there.
+pub fn exclusive_topology<'a>(
+    spec: &'a InferenceServiceSpec,
+    backend: Option<Backend>,
+    role: &Role,
+) -> Option<&'a str> {
+    replica_domain(spec, role)
+        .filter(|d| backend.is_none() && d.exclusive() && d.required())
+        .map(|d| d.topology_key.as_str())
+}
+
+/// What the service's gang backend cannot carry out of its placement on any
+/// cluster (what depends on the installed versions is
+/// `dependencies::placement_lacks`'): an exclusive replica domain under a
+/// gang ([`exclusive_topology`]).
+pub fn check(spec: &InferenceServiceSpec) -> Findings {
+    let mut findings = Findings::default();
+    let exclusive = spec
+        .placement
+        .as_ref()
+        .and_then(|p| p.replica.as_ref())
+        .is_some_and(PlacementDomain::exclusive);
+    let multi_node = placement_shape(spec).multi_node;
+    if let (true, true, Some(backend)) = (exclusive, multi_node, gang::scheduling(spec).backend) {
+        findings.deny(
+            "spec.placement.replica.exclusive",
+            format!(
+                "an exclusive domain is LeaderWorkerSet's exclusive-topology, which creates a \
+                 replica's workers only once its leader is bound, and the {backend:?} gang \
+                 binds none of a replica's pods until all of them exist: it would wait \
+                 forever. Set spec.schedulingStrategy.gangScheduler to None, or drop exclusive \
+                 (each replica still lands whole in one domain)"
+            ),
+        );
+    }
+    findings
 }
 
 /// The pair domain, when the service has a pair (a core group).
@@ -185,12 +237,9 @@ pub fn replica_affinity(
     if let (Some(domain), true, Some(first)) = (pair_domain(spec), core, first_core)
         && first != role.name
     {
-        let by_affinity = match backend {
-            Some(Backend::Kubernetes) => !domain.required(),
-            // A required pair on Volcano is refused at admission.
-            Some(Backend::Volcano) => !domain.required(),
-            None => true,
-        };
+        // On a gang backend a required pair is the core group's topology
+        // (Kubernetes), or refused at admission (Volcano).
+        let by_affinity = backend.is_none() || !domain.required();
         if by_affinity {
             add(
                 domain,
@@ -222,9 +271,9 @@ pub fn replica_affinity(
     Some(json!({"podAffinity": pod_affinity}))
 }
 
-/// The topology spread constraint of `role`'s pods at revision `revision`
-/// (`spec.placement.spread`, single-node roles only): the role's pods of
-/// one revision spread over the label's domains.
+/// The topology spread constraint of `role`'s pods (`spec.placement.spread`,
+/// single-node roles only): the role's pods of one revision spread over the
+/// label's domains (the revision label is among its `matchLabelKeys`).
 pub fn spread(spec: &InferenceServiceSpec, service: &str, role: &Role) -> Option<Value> {
     let spread = spec.placement.as_ref()?.spread.as_ref()?;
     if role.node_count() > 1 {
@@ -529,6 +578,53 @@ mod tests {
             task_members,
             json!({"spec": {"minTaskMember": {"decode-0": 2}}})
         );
+    }
+
+    /// An exclusive replica domain is LWS's exclusive-topology on each
+    /// multi-node replica's LeaderWorkerSet, without a gang only: under a
+    /// gang LWS would hold the workers until the leader is bound, and the
+    /// gang the leader until the workers exist. Refused there, by name.
+    #[test]
+    fn an_exclusive_domain_is_lws_exclusive_topology_without_a_gang_only() {
+        let exclusive = json!({"topologyKey": "example.com/rack", "exclusive": true});
+        let mut s = spec(
+            json!({"replica": exclusive}),
+            json!([
+                role("prefill", "prefiller", 1),
+                role("decode", "decoder", 2)
+            ]),
+        );
+        s.scheduling_strategy =
+            Some(serde_json::from_value(json!({"gangScheduler": "None"})).expect("a strategy"));
+        assert!(check(&s).is_allowed());
+        let (prefill, decode) = (&s.roles[0], &s.roles[1]);
+        assert_eq!(
+            exclusive_topology(&s, None, decode),
+            Some("example.com/rack")
+        );
+        assert_eq!(exclusive_topology(&s, None, prefill), None, "single-node");
+        for backend in [Backend::Kubernetes, Backend::Volcano] {
+            assert_eq!(exclusive_topology(&s, Some(backend), decode), None);
+        }
+        for gang in ["Kubernetes", "Volcano"] {
+            s.scheduling_strategy =
+                Some(serde_json::from_value(json!({"gangScheduler": gang})).expect("a strategy"));
+            let findings = check(&s);
+            assert_eq!(findings.violations.len(), 1, "{gang}: {findings:?}");
+            assert_eq!(
+                findings.violations[0].field,
+                "spec.placement.replica.exclusive"
+            );
+            assert!(
+                findings.violations[0]
+                    .reason
+                    .contains("gangScheduler to None"),
+                "{findings:?}"
+            );
+        }
+        // Not exclusive, or nothing multi-node to place: nothing to refuse.
+        s.placement = serde_json::from_value(json!({"replica": rack("Required")})).ok();
+        assert!(check(&s).is_allowed());
     }
 
     #[test]

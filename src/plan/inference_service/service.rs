@@ -138,7 +138,8 @@ pub struct Options {
 }
 
 /// Everything that makes an InferenceService unusable: the single-object rules
-/// of `api::inference_service`, the router's rules, and names of children that
+/// of `api::inference_service`, the router's rules, the placement its gang
+/// backend cannot carry out on any cluster, and names of children that
 /// Kubernetes would refuse. The webhook and the reconciler both call this, so
 /// the webhook rejects exactly what the controller could not apply.
 pub fn validate(service: &InferenceService) -> Findings {
@@ -147,6 +148,7 @@ pub fn validate(service: &InferenceService) -> Findings {
     findings.extend(router::check(&service.spec));
     findings.extend(names::check(name, &service.spec));
     findings.extend(traffic::check(&service.spec));
+    findings.extend(placement::check(&service.spec));
     findings
 }
 
@@ -591,6 +593,11 @@ impl<'a> RoleRun<'a> {
             annotations: Some(&per_replica),
             pod_group: group.as_deref(),
             affinity: affinity.as_ref(),
+            exclusive_topology: placement::exclusive_topology(
+                self.spec,
+                self.scheduling.backend,
+                self.role,
+            ),
         };
         // The run's own label (nearly every replica) is dressed once.
         if label == self.label {
@@ -1479,6 +1486,11 @@ fn observed_status(
         update_revisions,
         draining: planned.draining.clone(),
         changing,
+        pod_groups: world
+            .children
+            .iter()
+            .filter(|c| pod_groups::is_pod_group(c))
+            .collect(),
     };
     let mut status = status::status(service, &observed, now);
     status.scale_views = live_scale_views(service, &status.scale_views, world.scale_views);

@@ -9,8 +9,9 @@
 //!
 //! - **failing** replicas: not ready, a container crash looping or an image
 //!   that does not come ([`crash_loop`]);
-//! - **unschedulable** replicas: a pod of theirs bound to no node whose
-//!   `PodScheduled` condition is False with reason `Unschedulable`; the
+//! - **unschedulable** replicas: a pod of theirs bound to no node, whose
+//!   Kubernetes PodGroup's `PodGroupScheduled` condition is False, or whose
+//!   own `PodScheduled` condition is False with reason `Unschedulable`; the
 //!   reason carries the scheduler's own message ([`unschedulable_replicas`]);
 //! - **lost** replicas: see [`lost_replicas`].
 //!
@@ -25,20 +26,20 @@
 //! `Status` printer column): `Unschedulable`, `ReplicaFailing`,
 //! `ReplicasUnavailable`, else `ComponentsNotReady`.
 //!
-//! The PodGroup's own `PodGroupScheduled` condition (Kubernetes' gang
-//! scheduling) is not read: it is an alpha API, one of three gang backends
-//! (Volcano's PodGroup has conditions of its own), and the status would need
-//! the PodGroup beside the pods to say which replica waits. The pods'
-//! `PodScheduled` is what every scheduler that tries a pod and fails sets,
-//! with its message; a gang the scheduler holds back without trying its
-//! pods shows as pods not ready, without the scheduler's reason.
+//! Kubernetes' gang scheduler says why a gang waits on its PodGroup: the
+//! `PodGroupScheduled` condition, False with reason `Unschedulable` (no
+//! domain or not enough room for the whole gang) or `SchedulerError`, and
+//! the gang's message. It writes it per scheduling attempt of the group and
+//! never sets it back to False once True. A group held before any attempt
+//! (fewer pods than its `minCount`) has no condition: then the pods' own
+//! `PodScheduled` is what there is, as on every other scheduler.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
-use super::drain;
+use super::{drain, pod_groups};
 use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
@@ -175,6 +176,9 @@ pub struct Observed<'a> {
     /// (a RollingUpdate in progress, revisions side by side during an
     /// upgrade): ready replicas they lose are not lost ([`lost_replicas`]).
     pub changing: BTreeSet<String>,
+    /// The service's Kubernetes PodGroups (`scheduling.k8s.io`), which say
+    /// why a gang waits ([`unschedulable_replicas`]).
+    pub pod_groups: Vec<&'a Value>,
 }
 
 /// One role's state and, when failing, why.
@@ -610,11 +614,34 @@ fn unschedulable(pod: &Value) -> Option<&str> {
         .map(|c| c["message"].as_str().unwrap_or_default())
 }
 
+/// Why the Kubernetes PodGroup named `name` (among `pod_groups`) waits:
+/// its `PodGroupScheduled` condition when False, as "reason: message".
+fn group_unschedulable(groups: &[&Value], name: &str) -> Option<String> {
+    let group = groups
+        .iter()
+        .find(|g| g["metadata"]["name"] == name && g["metadata"]["deletionTimestamp"].is_null())?;
+    let condition = group["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "PodGroupScheduled" && c["status"] == "False")?;
+    let reason = condition["reason"].as_str().unwrap_or(UNSCHEDULABLE);
+    Some(
+        match condition["message"].as_str().filter(|m| !m.is_empty()) {
+            Some(message) => format!("{reason}: {message}"),
+            None => reason.to_owned(),
+        },
+    )
+}
+
 /// The replicas among `pods` (of one role, not being deleted) that wait for
-/// the scheduler ([`unschedulable`]), by revision and replica index, each
-/// with its first such pod (by name) and the scheduler's message:
-/// "replica 1: pod x-decode-1-0 unschedulable: 0/8 nodes are available: …".
-pub fn unschedulable_replicas(pods: &[&Value]) -> Vec<String> {
+/// the scheduler, by revision and replica index, each with why: the words of
+/// the PodGroup (among `groups`) an unbound pod of it names, when the gang
+/// scheduler says there why the gang waits (which domains it tried), then
+/// its first pod (by name) that waits ([`unschedulable`]) with the
+/// scheduler's message (why the nodes of the first domain did not do):
+/// "replica 0: PodGroup x-worker-0-1a2b Unschedulable: 0/2 placements are
+/// available, …; pod x-worker-0 unschedulable: 0/4 nodes are available: …".
+pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String> {
     let mut by_replica: BTreeMap<(u32, &str), Vec<&Value>> = BTreeMap::new();
     for pod in pods {
         if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
@@ -626,15 +653,27 @@ pub fn unschedulable_replicas(pods: &[&Value]) -> Vec<String> {
         .into_iter()
         .filter_map(|((index, _), mut group)| {
             group.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
-            group.iter().find_map(|p| {
+            let gang = group.iter().find_map(|p| {
+                let name = pod_groups::named_by(p).filter(|_| p["spec"]["nodeName"].is_null())?;
+                Some(format!(
+                    "PodGroup {name} {}",
+                    group_unschedulable(groups, name)?
+                ))
+            });
+            let pod = group.iter().find_map(|p| {
                 let message = unschedulable(p)?;
                 let name = p["metadata"]["name"].as_str().unwrap_or("pod");
                 Some(if message.is_empty() {
-                    format!("replica {index}: pod {name} unschedulable")
+                    format!("pod {name} unschedulable")
                 } else {
-                    format!("replica {index}: pod {name} unschedulable: {message}")
+                    format!("pod {name} unschedulable: {message}")
                 })
-            })
+            });
+            match (gang, pod) {
+                (Some(gang), Some(pod)) => Some(format!("replica {index}: {gang}; {pod}")),
+                (Some(why), None) | (None, Some(why)) => Some(format!("replica {index}: {why}")),
+                (None, None) => None,
+            }
         })
         .collect()
 }
@@ -667,7 +706,7 @@ fn serving_component(
     let ready_replicas = ready_replicas(&serving, nodes);
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
     let failing = failing_replicas(&role_pods, nodes);
-    let waiting_for_scheduler = unschedulable_replicas(&pods);
+    let waiting_for_scheduler = unschedulable_replicas(&pods, &observed.pod_groups);
     let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
     let failure = pods.iter().find_map(|p| pod_failure(p));
     let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
@@ -1120,6 +1159,77 @@ mod tests {
             find(&s, DEGRADED).status,
             "False",
             "waiting is not degraded"
+        );
+    }
+
+    /// Kubernetes' gang scheduler says why the gang waits on its PodGroup;
+    /// that is the replica's reason while a pod of it, naming the group, is
+    /// unbound. A group with no False condition (not tried yet, or
+    /// scheduled) or being deleted leaves the pods' own words.
+    #[test]
+    fn a_waiting_gang_says_why_in_its_pod_groups_words() {
+        const GANG: &str =
+            "0/2 placements are available, first placement status: pod group is unschedulable";
+        let pod = |name: &str, index: &str, node: Option<&str>, scheduled: Value| {
+            json!({
+                "metadata": {"name": name, "labels": {
+                    children::REPLICA_INDEX: index, children::REVISION: "r1"}},
+                "spec": {"nodeName": node, "schedulingGroup": {"podGroupName": "ds-worker-0-ab"}},
+                "status": {"conditions": [scheduled]},
+            })
+        };
+        let group = |conditions: Value, deleting: bool| {
+            json!({
+                "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                "metadata": {"name": "ds-worker-0-ab",
+                    "deletionTimestamp": deleting.then_some("2026-11-21T10:00:00Z")},
+                "status": {"conditions": conditions},
+            })
+        };
+        let refused = json!({"type": "PodGroupScheduled", "status": "False",
+            "reason": "Unschedulable", "message": GANG});
+        let gated = json!({"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"});
+        let waiting = [
+            pod("ds-worker-0-0", "0", None, unschedulable_condition()),
+            pod("ds-worker-0-0-1", "0", None, unschedulable_condition()),
+        ];
+        let waiting: Vec<&Value> = waiting.iter().collect();
+        let by_pod = format!("replica 0: pod ds-worker-0-0 unschedulable: {NO_GPU}");
+        let gang = format!("PodGroup ds-worker-0-ab Unschedulable: {GANG}");
+        let by_group = format!("replica 0: {gang}; pod ds-worker-0-0 unschedulable: {NO_GPU}");
+        for (groups, expected) in [
+            (vec![group(json!([refused.clone()]), false)], &by_group),
+            (vec![group(json!([refused.clone()]), true)], &by_pod),
+            (
+                vec![group(
+                    json!([{"type": "PodGroupScheduled", "status": "True"}]),
+                    false,
+                )],
+                &by_pod,
+            ),
+            (vec![group(json!([]), false)], &by_pod),
+            (vec![], &by_pod),
+        ] {
+            let groups: Vec<&Value> = groups.iter().collect();
+            assert_eq!(
+                unschedulable_replicas(&waiting, &groups),
+                vec![expected.clone()],
+                "{groups:?}"
+            );
+        }
+        // The group's words without the pods': the scheduler held the pods
+        // without a verdict of their own.
+        let held = [pod("ds-worker-0-0", "0", None, gated.clone())];
+        let refused_group = [group(json!([refused.clone()]), false)];
+        let refused_group: Vec<&Value> = refused_group.iter().collect();
+        assert_eq!(
+            unschedulable_replicas(&held.iter().collect::<Vec<_>>(), &refused_group),
+            vec![format!("replica 0: {gang}")]
+        );
+        // Bound pods do not wait, whatever the group said before.
+        let bound = [pod("ds-worker-0-0", "0", Some("n1"), gated)];
+        assert!(
+            unschedulable_replicas(&bound.iter().collect::<Vec<_>>(), &refused_group).is_empty()
         );
     }
 

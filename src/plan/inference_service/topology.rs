@@ -48,6 +48,9 @@ pub struct ReplicaPlacement<'a> {
     pub annotations: Option<&'a BTreeMap<String, String>>,
     pub pod_group: Option<&'a str>,
     pub affinity: Option<&'a Value>,
+    /// The node label LWS keeps the replica alone in a domain of
+    /// ([`super::placement::exclusive_topology`]).
+    pub exclusive_topology: Option<&'a str>,
 }
 
 /// The pod templates of one role's replicas, made once for all of them: the
@@ -201,6 +204,7 @@ impl DressedTemplates<'_> {
             .map(children::label_map)
             .unwrap_or_default();
         let (pod_group, affinity) = (replica.pod_group, replica.affinity);
+        let exclusive_topology = replica.exclusive_topology;
         let replica = |template: &Value| {
             let mut template = template.clone();
             if let Some(metadata) = template.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -241,14 +245,18 @@ impl DressedTemplates<'_> {
         );
         object.insert("kind".to_owned(), Value::from("LeaderWorkerSet"));
         let service_name = children::service_name(self.service);
-        object.insert(
-            "metadata".to_owned(),
-            children::metadata_labelled(
-                self.service,
-                &naming.replica_name(service_name, &self.role.name, index),
-                labels,
-            ),
+        let mut metadata = children::metadata_labelled(
+            self.service,
+            &naming.replica_name(service_name, &self.role.name, index),
+            labels,
         );
+        if let (Some(key), Some(fields)) = (exclusive_topology, metadata.as_object_mut()) {
+            fields.insert(
+                "annotations".to_owned(),
+                serde_json::json!({super::placement::EXCLUSIVE_TOPOLOGY: key}),
+            );
+        }
+        object.insert("metadata".to_owned(), metadata);
         object.insert("spec".to_owned(), Value::Object(spec));
         Value::Object(object)
     }

@@ -280,6 +280,19 @@ impl Installed {
         }
     }
 
+    /// Whether the installed Volcano PodGroup takes a domain per sub-group
+    /// (`subGroupPolicy[].networkTopology.highestTierName`, Volcano 1.15),
+    /// where `spec.placement.replica` goes; true when nothing is known of
+    /// its CRD (nothing is pruned then).
+    pub fn volcano_places_sub_groups(&self) -> bool {
+        let probe = serde_json::json!({
+            "apiVersion": format!("{}/{}", POD_GROUP.group, POD_GROUP.version),
+            "kind": POD_GROUP.kind,
+            "spec": {"subGroupPolicy": [{"networkTopology": {"highestTierName": "k"}}]},
+        });
+        self.pruned(&probe).is_empty()
+    }
+
     /// The fields of `object`'s `spec` that the installed schema of its
     /// kind and version does not have, so that the API server would drop
     /// them (as `spec.a.b[0].c`); empty when nothing is known of its CRD.
@@ -542,12 +555,22 @@ fn effect(
             missing("every InferenceService is refused: each replica is a LeaderWorkerSet")
         }
         ("PodGroup", true) if installed.pod_group_has("subGroupPolicy") => (
-            "gang scheduling with subGroupPolicy (each replica atomic, one of each gang role together)".to_owned(),
+            format!(
+                "gang scheduling with subGroupPolicy (each replica atomic, one of each gang role \
+                 together); {}",
+                if installed.volcano_places_sub_groups() {
+                    "spec.placement.replica is each sub-group's networkTopology.highestTierName"
+                } else {
+                    "spec.placement.replica is refused (no subGroupPolicy[].networkTopology.\
+                     highestTierName before Volcano 1.15)"
+                }
+            ),
             None,
         ),
         ("PodGroup", true) => (
             "no subGroupPolicy: a gang-scheduled service without gangPolicy gets the minTaskMember \
-             layout (it starts only when every replica fits), and gangPolicy: SubGroup is refused"
+             layout (it starts only when every replica fits), and gangPolicy: SubGroup and \
+             spec.placement.replica are refused"
                 .to_owned(),
             Some(dependency.install),
         ),

@@ -33,8 +33,10 @@ pub struct GatedField {
     pub field: &'static str,
     /// kube-apiserver's feature gate that keeps it.
     pub gate: &'static str,
-    /// What a gang needs it for.
+    /// What Tandem writes it for, when it is kept.
     pub serves: &'static str,
+    /// What follows when it is dropped.
+    pub without: &'static str,
 }
 
 /// `spec.schedulingConstraints`: every pod of the group in one domain of a
@@ -42,7 +44,10 @@ pub struct GatedField {
 pub const TOPOLOGY: GatedField = GatedField {
     field: "schedulingConstraints",
     gate: "TopologyAwareWorkloadScheduling",
-    serves: "required placement of a gang in one topology domain (a rack, a block)",
+    serves: "a Required spec.placement replica or pair domain is the topology of the gang's \
+             group",
+    without: "a Required spec.placement replica or pair domain on gangScheduler Kubernetes is \
+              refused (Preferred, by pod affinity, is admitted)",
 };
 
 /// `spec.priority`: kube-apiserver's Priority admission plugin resolves a
@@ -53,7 +58,8 @@ pub const TOPOLOGY: GatedField = GatedField {
 pub const PRIORITY: GatedField = GatedField {
     field: "priority",
     gate: "WorkloadAwarePreemption",
-    serves: "a PodGroup's own priority (the pods' priorityClassName works without it)",
+    serves: "not written by Tandem: the gang's pods carry the priorityClassName",
+    without: "not needed: the gang's pods carry the priorityClassName",
 };
 
 /// The gated fields, in the order `tandem check` lists them.
@@ -191,9 +197,9 @@ pub fn report(gang: &NativeGang) -> Report {
         let gates: Vec<String> = GATED
             .iter()
             .map(|g| match (gang.kept.get(g.field), &gang.unknown) {
-                (Some(true), _) => format!("{} kept ({} on)", g.field, g.gate),
+                (Some(true), _) => format!("{} kept ({} on): {}", g.field, g.gate, g.serves),
                 (Some(false), _) => {
-                    format!("{} dropped ({} off): no {}", g.field, g.gate, g.serves)
+                    format!("{} dropped ({} off): {}", g.field, g.gate, g.without)
                 }
                 (None, Some(why)) => format!("{} unknown: {why}", g.field),
                 (None, None) => format!("{} unknown", g.field),
