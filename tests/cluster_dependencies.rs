@@ -43,29 +43,6 @@ async fn install_crd(plane: &ControlPlane, file: &str) {
     control_plane::apply(&client, &crd).await;
 }
 
-/// `tandem check -o json` with a cluster admin's kubeconfig: its exit code
-/// and answer.
-fn tandem_check(plane: &ControlPlane) -> (Option<i32>, Value) {
-    let dir = tempfile::tempdir().expect("a scratch folder");
-    let kubeconfig = dir.path().join("admin.kubeconfig");
-    std::fs::write(&kubeconfig, plane.admin_kubeconfig()).expect("the kubeconfig written");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .arg("check")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["-o", "json"])
-        .output()
-        .expect("tandem check runs");
-    let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-        panic!(
-            "tandem check answered no JSON: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    (output.status.code(), answer)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refused() {
     if let Some(reason) = control_plane::unavailable() {
@@ -146,7 +123,7 @@ async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refu
     // feature), Tandem's CRDs are this binary's, its RBAC is granted and
     // tandem-0 leads. The webhooks are reached by URL here, which the
     // check says it cannot follow.
-    let (code, answer) = tandem_check(plane);
+    let (code, answer) = plane.tandem_check();
     assert_eq!(code, Some(0), "{answer:#}");
     assert_eq!(
         answer["checks"][1]["fields"]["subGroupPolicy"], false,
@@ -270,7 +247,7 @@ async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refu
         "{text}"
     );
     // `tandem check` now fails, naming LeaderWorkerSet.
-    let (code, answer) = tandem_check(plane);
+    let (code, answer) = plane.tandem_check();
     assert_eq!(code, Some(1), "{answer:#}");
     assert_eq!(answer["checks"][0]["dependency"], "LeaderWorkerSet");
     assert!(
@@ -318,7 +295,7 @@ async fn check_says_which_gated_pod_group_fields_the_api_server_keeps() {
         return;
     }
     let plane = ControlPlane::shared();
-    let (_, answer) = tandem_check(plane);
+    let (_, answer) = plane.tandem_check();
     let native = answer["checks"]
         .as_array()
         .into_iter()

@@ -301,7 +301,7 @@ impl ControlPlane {
     /// The control plane of this test binary, started on first use (the
     /// binaries are built first when they are not cached yet).
     pub fn shared() -> &'static ControlPlane {
-        SHARED.get_or_init(|| ControlPlane::start(true))
+        SHARED.get_or_init(|| ControlPlane::start(true, WORKLOAD_GATES))
     }
 
     /// [`ControlPlane::shared`] with no audit log (the API server logs
@@ -309,10 +309,18 @@ impl ControlPlane {
     /// bodies would be most of the API server's work. [`ControlPlane::requests`]
     /// then finds none. The first call in a test binary decides.
     pub fn shared_without_audit() -> &'static ControlPlane {
-        SHARED.get_or_init(|| ControlPlane::start(false))
+        SHARED.get_or_init(|| ControlPlane::start(false, WORKLOAD_GATES))
     }
 
-    fn start(audit: bool) -> ControlPlane {
+    /// [`ControlPlane::shared`] with feature gates `gates` on kube-apiserver,
+    /// kube-controller-manager and kube-scheduler instead of
+    /// [`WORKLOAD_GATES`]: a cluster whose gates differ (a test binary of its
+    /// own). The first call in a test binary decides.
+    pub fn shared_with_gates(gates: &'static str) -> &'static ControlPlane {
+        SHARED.get_or_init(|| ControlPlane::start(true, gates))
+    }
+
+    fn start(audit: bool, gates: &'static str) -> ControlPlane {
         let bin = binaries().to_path_buf();
         remove_stale_runs();
         let dir = std::env::temp_dir().join(format!("tandem-e2e-{}", std::process::id()));
@@ -381,7 +389,7 @@ impl ControlPlane {
             "kube-apiserver",
             &dir,
             &bin.join("kube-apiserver"),
-            &apiserver_args(&dir, etcd_port, api_port, &audit_log),
+            &apiserver_args(&dir, (etcd_port, api_port), &audit_log, gates),
             &[],
         );
         processes.push(apiserver);
@@ -406,10 +414,10 @@ impl ControlPlane {
         plane.spawn(
             "kube-controller-manager",
             &bin.join("kube-controller-manager"),
-            &controller_manager_args(&dir, &kcm_kubeconfig),
+            &controller_manager_args(&dir, &kcm_kubeconfig, gates),
             &[],
         );
-        plane.start_scheduler(&bin, &plane.authority);
+        plane.start_scheduler(&bin, &plane.authority, gates);
         plane.start_nodes(&bin, &plane.authority);
 
         block_on(plane.install());
@@ -419,12 +427,13 @@ impl ControlPlane {
 
     /// Starts kube-scheduler as `system:kube-scheduler` (the bootstrap
     /// ClusterRole of that name is what it runs under), with the gang and
-    /// topology gates ([`WORKLOAD_GATES`]). It has two profiles: the default
+    /// feature gates `gates` (the gang and topology ones, [`WORKLOAD_GATES`],
+    /// but for a cluster without them). It has two profiles: the default
     /// scheduler, and one named `volcano` that binds the pods Tandem gives
     /// to Volcano like any other pod. Volcano's own scheduler cannot be
     /// built here (tests/cluster/README.md), so that profile does not
     /// gang-schedule: no test claims Volcano's gang.
-    fn start_scheduler(&self, bin: &Path, authority: &Authority) {
+    fn start_scheduler(&self, bin: &Path, authority: &Authority, gates: &str) {
         let identity = authority.client("system:kube-scheduler", &[]);
         let kubeconfig = self.dir.join("kube-scheduler.kubeconfig");
         std::fs::write(&kubeconfig, self.kubeconfig_for(&identity)).expect("kubeconfig");
@@ -445,7 +454,7 @@ impl ControlPlane {
             &bin.join("kube-scheduler"),
             &[
                 format!("--config={}", config.display()),
-                format!("--feature-gates={}", WORKLOAD_GATES),
+                format!("--feature-gates={gates}"),
                 "--secure-port=0".into(),
             ],
             &[],
@@ -631,6 +640,29 @@ impl ControlPlane {
     /// A cluster-admin's kubeconfig, as a user running `tandem check` has.
     pub fn admin_kubeconfig(&self) -> String {
         self.kubeconfig_for(&self.admin)
+    }
+
+    /// `tandem check -o json` with a cluster admin's kubeconfig: its exit
+    /// code and answer.
+    pub fn tandem_check(&self) -> (Option<i32>, Value) {
+        let dir = tempfile::tempdir().expect("a scratch folder");
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        std::fs::write(&kubeconfig, self.admin_kubeconfig()).expect("the kubeconfig written");
+        let output = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("check")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["-o", "json"])
+            .output()
+            .expect("tandem check runs");
+        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+            panic!(
+                "tandem check answered no JSON: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code(), answer)
     }
 
     /// The objects `kubectl apply -k DIR` would send ([`kustomize`]).
@@ -1177,7 +1209,12 @@ fn audit_policy() -> String {
         .to_owned()
 }
 
-fn apiserver_args(dir: &Path, etcd_port: u16, api_port: u16, audit_log: &Path) -> Vec<String> {
+fn apiserver_args(
+    dir: &Path,
+    (etcd_port, api_port): (u16, u16),
+    audit_log: &Path,
+    gates: &str,
+) -> Vec<String> {
     let file = |name: &str| dir.join(name).display().to_string();
     vec![
         format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
@@ -1200,7 +1237,7 @@ fn apiserver_args(dir: &Path, etcd_port: u16, api_port: u16, audit_log: &Path) -
         "--audit-log-mode=blocking".into(),
         "--audit-log-maxsize=0".into(),
         format!("--cert-dir={}", file("apiserver-certs")),
-        format!("--feature-gates={WORKLOAD_GATES}"),
+        format!("--feature-gates={gates}"),
         "--runtime-config=scheduling.k8s.io/v1alpha2=true".into(),
         // A scenario's pods land on its own nodes only: its namespace names
         // them (scheduler.alpha.kubernetes.io/node-selector), so scenarios
@@ -1233,7 +1270,7 @@ fn apiserver_args(dir: &Path, etcd_port: u16, api_port: u16, audit_log: &Path) -
     ]
 }
 
-fn controller_manager_args(dir: &Path, kubeconfig: &Path) -> Vec<String> {
+fn controller_manager_args(dir: &Path, kubeconfig: &Path, gates: &str) -> Vec<String> {
     vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         "--leader-elect=false".into(),
@@ -1258,7 +1295,7 @@ fn controller_manager_args(dir: &Path, kubeconfig: &Path) -> Vec<String> {
          taint-eviction-controller,pod-garbage-collector-controller,\
          podgroup-protection-controller,horizontal-pod-autoscaler-controller"
             .into(),
-        format!("--feature-gates={WORKLOAD_GATES}"),
+        format!("--feature-gates={gates}"),
         // The HPA controller: a sync every 2 s instead of 15 s, so a
         // scenario sees it act within seconds; Kubernetes' defaults for the
         // rest (a tolerance of 0.1, a 5-minute scale-down stabilization

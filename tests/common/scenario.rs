@@ -784,3 +784,73 @@ pub fn services_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject
         },
     )
 }
+
+/// The value of label `key` of each node of the scenario's fleet, by node
+/// name.
+pub async fn node_labels(scenario: &Scenario, key: &str) -> BTreeMap<String, String> {
+    scenario
+        .list("v1", "Node")
+        .await
+        .iter()
+        .map(|n| {
+            (
+                n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                label(n, key).to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The domains of node label `key` the pods of service `service` are bound
+/// in, by replica (`{role}-{index}`); a pod not bound yet is in domain "".
+pub async fn replica_domains(
+    scenario: &Scenario,
+    service: &str,
+    key: &str,
+) -> BTreeMap<String, Vec<String>> {
+    let domains = node_labels(scenario, key).await;
+    let mut by_replica: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pod in scenario.list("v1", "Pod").await {
+        if label(&pod, "fusioninfer.io/service") != service {
+            continue;
+        }
+        let replica = format!(
+            "{}-{}",
+            label(&pod, "fusioninfer.io/role-name"),
+            label(&pod, "fusioninfer.io/replica-index")
+        );
+        let domain = pod["spec"]["nodeName"]
+            .as_str()
+            .and_then(|node| domains.get(node))
+            .cloned()
+            .unwrap_or_default();
+        by_replica.entry(replica).or_default().push(domain);
+    }
+    by_replica
+}
+
+/// The racks the pods of `service` are bound in, by replica.
+pub async fn replica_racks(scenario: &Scenario, service: &str) -> BTreeMap<String, Vec<String>> {
+    replica_domains(scenario, service, RACK_LABEL).await
+}
+
+/// A service of `replicas` replicas of `nodes` nodes each (8 GPUs a pod),
+/// each replica required in one rack.
+pub fn racked(name: &str, backend: &str, replicas: u32, nodes: u32) -> Value {
+    json!({
+        "apiVersion": IS, "kind": "InferenceService",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulingStrategy": {"gangScheduler": backend},
+            "placement": {"replica": {"topologyKey": RACK_LABEL, "mode": "Required"}},
+            "roles": [{"name": "worker", "componentType": "worker", "replicas": replicas,
+                "multinode": {"nodeCount": nodes},
+                "template": {"spec": {"containers": [{"name": "vllm",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}],
+        },
+    })
+}
