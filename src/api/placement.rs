@@ -45,8 +45,9 @@ pub struct PlacementDomain {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<PlacementMode>,
     /// `replica` only: each replica alone in its domain, one replica per
-    /// domain and no other LeaderWorkerSet's pods beside it (LWS's
-    /// exclusive-topology). Without a gang scheduler only, and Required.
+    /// domain and no pods of another LeaderWorkerSet of the namespace beside
+    /// it (LWS's exclusive-topology). Without a gang scheduler only, and
+    /// Required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<bool>,
 }

@@ -48,8 +48,8 @@ fn replica_domain<'a>(spec: &'a InferenceServiceSpec, role: &Role) -> Option<&'a
 
 /// LeaderWorkerSet's annotation that puts each of its replicas alone in one
 /// domain of a node label: its webhook gives the leader a required pod
-/// affinity to its own group and an anti-affinity to every other group
-/// (any LeaderWorkerSet's), and its controller creates the workers only
+/// affinity to its own group and an anti-affinity to every other group in
+/// the namespace (any LeaderWorkerSet's), and its controller creates the workers only
 /// once the leader is bound, pinned to the leader's domain.
 pub const EXCLUSIVE_TOPOLOGY: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
 
@@ -59,7 +59,7 @@ pub const EXCLUSIVE_TOPOLOGY: &str = "leaderworkerset.sigs.k8s.io/exclusive-topo
 /// and without a gang only. LWS creates a replica's workers once its leader
 /// is bound, and a gang binds none of its pods until all exist, so on a
 /// gang backend it would wait forever: admission refuses it there
-/// (`dependencies::placement_lacks`), and it is never written there.
+/// ([`check`]), and it is never written there.
 pub fn exclusive_topology<'a>(
     spec: &'a InferenceServiceSpec,
     backend: Option<Backend>,
@@ -622,7 +622,7 @@ mod tests {
                 "{findings:?}"
             );
         }
-        // Not exclusive, or nothing multi-node to place: nothing to refuse.
+        // Not exclusive: nothing to refuse under a gang.
         s.placement = serde_json::from_value(json!({"replica": rack("Required")})).ok();
         assert!(check(&s).is_allowed());
     }
