@@ -295,14 +295,7 @@ async fn check_says_which_gated_pod_group_fields_the_api_server_keeps() {
         return;
     }
     let plane = ControlPlane::shared();
-    let (_, answer) = plane.tandem_check();
-    let native = answer["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["dependency"] == "Kubernetes PodGroup")
-        .cloned()
-        .unwrap_or_else(|| panic!("no Kubernetes PodGroup line: {answer:#}"));
+    let native = plane.tandem_check_line("Kubernetes PodGroup");
     assert_eq!(
         native["found"],
         json!(["v1alpha2 PodGroup", "v1alpha2 Workload"]),

@@ -37,14 +37,7 @@ async fn without_the_topology_gate_a_required_placement_is_refused_and_nothing_d
     let plane = ControlPlane::shared_with_gates(GANG_WITHOUT_TOPOLOGY);
 
     // What the cluster keeps, from the dry run: not the topology.
-    let (_, answer) = plane.tandem_check();
-    let native = answer["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["dependency"] == "Kubernetes PodGroup")
-        .cloned()
-        .unwrap_or_else(|| panic!("no Kubernetes PodGroup line: {answer:#}"));
+    let native = plane.tandem_check_line("Kubernetes PodGroup");
     assert_eq!(
         native["fields"]["schedulingConstraints"], false,
         "{native:#}"
@@ -103,7 +96,9 @@ async fn without_the_topology_gate_a_required_placement_is_refused_and_nothing_d
         "{spec:#}"
     );
     assert!(spec.get("schedulingConstraints").is_none(), "{spec:#}");
-    for pod in scenario.list("v1", "Pod").await {
+    let pods = scenario.list("v1", "Pod").await;
+    assert_eq!(pods.len(), 2, "the replica's two pods");
+    for pod in pods {
         let terms = &pod["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
         assert_eq!(
             terms[0]["podAffinityTerm"]["topologyKey"], RACK_LABEL,

@@ -2203,11 +2203,17 @@ async fn an_exclusive_rack_holds_one_replica_and_the_next_waits_for_a_rack_of_it
         .collect();
     racks.sort();
     assert_eq!(racks, ["a", "b"], "one replica per rack: {placed:?}");
-    for pod in scenario.list("v1", "Pod").await {
+    // LWS's webhook gave each leader (the third's too) the anti-affinity.
+    let leaders: Vec<Value> = scenario
+        .list("v1", "Pod")
+        .await
+        .into_iter()
+        .filter(|p| label(p, "leaderworkerset.sigs.k8s.io/worker-index") == "0")
+        .collect();
+    assert_eq!(leaders.len(), 3, "{leaders:#?}");
+    for pod in leaders {
         let anti = &pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
-        if pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0" {
-            assert_eq!(anti[0]["topologyKey"], RACK_LABEL, "{pod}");
-        }
+        assert_eq!(anti[0]["topologyKey"], RACK_LABEL, "{pod}");
     }
 
     scenario.labelled_nodes(4, &[(RACK_LABEL, "c")]).await;

@@ -665,6 +665,19 @@ impl ControlPlane {
         (output.status.code(), answer)
     }
 
+    /// The line of [`ControlPlane::tandem_check`]'s answer about `dependency`
+    /// ("Kubernetes PodGroup", …); panics naming the answer when there is none.
+    pub fn tandem_check_line(&self, dependency: &str) -> Value {
+        let (_, answer) = self.tandem_check();
+        answer["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["dependency"] == dependency)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {dependency} line: {answer:#}"))
+    }
+
     /// The objects `kubectl apply -k DIR` would send ([`kustomize`]).
     pub fn kustomize(&self, dir: &Path) -> Result<Vec<Value>, String> {
         kustomize(dir)
