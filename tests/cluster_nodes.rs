@@ -222,6 +222,126 @@ async fn a_node_drain_through_the_eviction_api_is_held_by_each_roles_budget() {
         .await;
 }
 
+/// The names of the pods of role `role` not being deleted, in order.
+async fn role_pods(scenario: &Scenario, role: &str) -> Vec<String> {
+    pods_api(scenario)
+        .list(&ListParams::default().labels(&format!("fusioninfer.io/role-name={role}")))
+        .await
+        .expect("the role's pods")
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Evicts pod `name` once; the HTTP code of the answer.
+async fn evict(scenario: &Scenario, name: &str) -> u16 {
+    match pods_api(scenario)
+        .evict(name, &EvictParams::default())
+        .await
+    {
+        Ok(_) => 201,
+        Err(kube::Error::Api(status)) => status.code,
+        Err(e) => panic!("evicting {name}: {e}"),
+    }
+}
+
+/// Sets the namespace's ResourceQuota on pods to `pods`.
+async fn pod_quota(scenario: &Scenario, pods: usize) {
+    let quota = json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "pods", "namespace": scenario.namespace},
+        "spec": {"hard": {"pods": pods.to_string()}},
+    });
+    scenario
+        .api("v1", "ResourceQuota")
+        .await
+        .patch(
+            "pods",
+            &PatchParams::apply("e2e-admin").force(),
+            &Patch::Apply(quota),
+        )
+        .await
+        .expect("the quota set");
+}
+
+/// Each replica is a LeaderWorkerSet with StatefulSets of its own, so a
+/// replica whose pods are gone (evicted, and not yet made again) leaves no
+/// pod through which the disruption controller could find its controller.
+/// Here a ResourceQuota keeps the evicted prefill replica's pod from coming
+/// back, and the role's budget must still refuse to evict the other
+/// replica's: a budget of `maxUnavailable` counts only the controllers of the
+/// pods that exist, and let it go (both prefill replicas out of service, as
+/// a node drain did on CI). Once the quota allows the pod again, the replica
+/// comes back and the second eviction passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_pods_cannot_come_back_still_counts_in_its_roles_budget() {
+    let Some(scenario) = Scenario::start("nodes-budget-gap").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut service = example("examples/inferenceservice/story2-prefill-decode.yaml");
+    grace(&mut service, 3);
+    let name = service["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    wait_ready(&scenario, &name).await;
+    let prefill = role_pods(&scenario, "prefill").await;
+    assert_eq!(prefill.len(), 2, "{prefill:?}");
+    let all = placement(&scenario).await.len();
+    assert_eq!(all, 6, "story 2's six pods");
+    // One pod fewer than there are: an evicted pod is not made again.
+    pod_quota(&scenario, all - 1).await;
+    assert_eq!(
+        evict(&scenario, &prefill[0]).await,
+        201,
+        "the first replica"
+    );
+    scenario
+        .eventually(30, &format!("pod {} gone", prefill[0]), || async {
+            match pods_api(&scenario).get_opt(&prefill[0]).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    // For 20 s, with the first replica's pod gone and refused by the
+    // quota, the budget refuses the second replica's pod every time.
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        assert_eq!(
+            role_pods(&scenario, "prefill").await,
+            [prefill[1].clone()],
+            "the first replica's pod is still kept out by the quota"
+        );
+        assert_eq!(
+            evict(&scenario, &prefill[1]).await,
+            429,
+            "the budget refuses the role's last replica"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // The quota lifted, the first replica comes back, and the second may go.
+    pod_quota(&scenario, 100).await;
+    wait_ready(&scenario, &name).await;
+    scenario
+        .eventually(90, &format!("pod {} evicted", prefill[1]), || async {
+            match evict(&scenario, &prefill[1]).await {
+                201 => Ok(()),
+                code => Err(format!("HTTP {code}")),
+            }
+        })
+        .await;
+    wait_ready(&scenario, &name).await;
+    scenario.assert_floor_held();
+    scenario
+        .assert_quiet(10, (IS, "InferenceService", &name))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_comes_back_elsewhere() {
     let Some(scenario) = Scenario::start("nodes-lost").await else {

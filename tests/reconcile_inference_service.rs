@@ -129,6 +129,9 @@ async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_hi
         [
             format!("PATCH {LWS_PATH}/deepseek-r1-inference-inference-2"),
             EVENTS.to_owned(),
+            // The budget keeps all replicas now but one available: 2 of 3.
+            format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference"),
+            EVENTS.to_owned(),
             status_patch(&name)
         ]
     );
@@ -137,8 +140,20 @@ async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_hi
         s["spec"]["roles"][0]["replicas"] = json!(1)
     });
     reconcile_stored(&fake, &ctx, &name).await;
+    let writes = fake.take_writes();
+    // The budget first: one replica now (the others have no pod to drain),
+    // so none need stay available. Its Event is the same as the scale-up's
+    // (object and reason), so it joins that Event's series.
     assert_eq!(
-        fake.take_writes(),
+        writes[0],
+        format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference")
+    );
+    assert!(
+        writes[1].starts_with("PATCH /apis/events.k8s.io/v1/namespaces/default/events/"),
+        "{writes:?}"
+    );
+    assert_eq!(
+        writes[2..],
         [
             format!("DELETE {LWS_PATH}/deepseek-r1-inference-inference-1"),
             EVENTS.to_owned(),
@@ -1042,7 +1057,7 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
             EVENTS.to_owned(),
             status_patch(&name),
         ],
-        "the two cheapest go; the PodGroup is not touched while their pods remain"
+        "the two cheapest go; the PodGroup and the budget (4 replicas now) are not touched while their pods remain"
     );
     assert_eq!(task_members(&fake)["inference-2"], 2);
     let notes = fake.event_notes();
@@ -1085,6 +1100,21 @@ async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_unti
         task_members(&fake),
         json!({"inference-0": 2, "inference-3": 2})
     );
+    // And the budget counts the two replicas left: one of them (2 pods)
+    // stays available.
+    assert!(
+        writes.contains(&format!("PATCH {PDB_PATH}/deepseek-r1-inference-inference")),
+        "{writes:?}"
+    );
+    let budget = fake
+        .get(
+            "policy/v1",
+            "PodDisruptionBudget",
+            "default",
+            "deepseek-r1-inference-inference",
+        )
+        .unwrap();
+    assert_eq!(budget["spec"]["minAvailable"], 2, "{budget}");
 
     // Scaling back to 4 refills the freed indices, lowest first.
     fake.edit(IS, "InferenceService", "default", &name, |s| {

@@ -34,6 +34,7 @@ const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/lea
 const ROUTE_PATH: &str = "/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes";
 const SERVICE_PATH: &str = "/api/v1/namespaces/default/services";
 const RECORD_PATH: &str = "/apis/apps/v1/namespaces/default/controllerrevisions";
+const BUDGET_PATH: &str = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
 const STATUS: &str = "PATCH /apis/fusioninfer.io/v1alpha1/namespaces/default/inferenceservices/qwen-incremental/status";
 
 /// A reconcile context whose clock reads `at`.
@@ -194,6 +195,10 @@ async fn one_capacity_step_then_one_traffic_step_then_nothing_within_the_interva
             EVENTS.to_owned(),
             path(RECORD_PATH, &format!("{NAME}-{v2}")),
             EVENTS.to_owned(),
+            // The role has 5 replicas now over both revisions: its budget
+            // keeps 4 of them available.
+            path(BUDGET_PATH, &format!("{NAME}-inference")),
+            EVENTS.to_owned(),
             EVENTS.to_owned(),
             EVENTS.to_owned(),
             STATUS.to_owned(),
@@ -289,15 +294,16 @@ async fn each_upgrade_step_and_write_is_counted_as_a_decision() {
     .await
     .expect("reconcile succeeds");
     // The first capacity step (see the test above): the pending revision's
-    // replica, the route, the revision's Service and its record, and the
-    // two steps' Events.
+    // replica, the route, the revision's Service and its record, the role's
+    // budget, and the two steps' Events.
     let decided = |decision| ctx.metrics.decisions("InferenceService", decision, "none");
     assert_eq!(
         ctx.metrics
             .decisions("InferenceService", "replica_created", "Ordered"),
         1
     );
-    assert_eq!(decided("child_updated"), 1);
+    // The route, and the budget for the replica more.
+    assert_eq!(decided("child_updated"), 2);
     assert_eq!(decided("child_created"), 2);
     assert_eq!(decided("upgrade_started"), 1);
     assert_eq!(decided("upgrade_capacity"), 1);
@@ -335,6 +341,10 @@ async fn a_router_service_steps_capacity_then_traffic_through_one_pool_per_revis
             path(ROUTE_PATH, &format!("{NAME}-route")),
             EVENTS.to_owned(),
             path(RECORD_PATH, &format!("{NAME}-{v2}")),
+            EVENTS.to_owned(),
+            // The role has 5 replicas now over both revisions: its budget
+            // keeps 4 of them available.
+            path(BUDGET_PATH, &format!("{NAME}-inference")),
             EVENTS.to_owned(),
             EVENTS.to_owned(),
             EVENTS.to_owned(),

@@ -261,7 +261,8 @@ impl Drain {
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionBudget {
     /// Replicas whose pods may be evicted at the same time; the
-    /// PodDisruptionBudget's maxUnavailable is this times nodeCount. Default 1.
+    /// PodDisruptionBudget's minAvailable is the role's replicas less this,
+    /// times nodeCount. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max_unavailable_replicas: Option<i32>,

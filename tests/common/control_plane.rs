@@ -1300,13 +1300,15 @@ fn controller_manager_args(dir: &Path, kubeconfig: &Path, gates: &str) -> Vec<St
         // taint eviction controller evicts its pods once their toleration
         // ends, the pod garbage collector removes the pods of a node that
         // is gone, and the PodGroup protection controller lifts the
-        // finalizer the API server puts on Kubernetes' PodGroups.
+        // finalizer the API server puts on Kubernetes' PodGroups. The
+        // resource quota controller counts what a ResourceQuota holds.
         "--controllers=namespace-controller,garbage-collector-controller,deployment-controller,\
          replicaset-controller,statefulset-controller,serviceaccount-controller,\
          serviceaccount-token-controller,disruption-controller,endpointslice-controller,\
          root-ca-certificate-publisher-controller,node-lifecycle-controller,\
          taint-eviction-controller,pod-garbage-collector-controller,\
-         podgroup-protection-controller,horizontal-pod-autoscaler-controller"
+         podgroup-protection-controller,horizontal-pod-autoscaler-controller,\
+         resourcequota-controller"
             .into(),
         format!("--feature-gates={gates}"),
         // The HPA controller: a sync every 2 s instead of 15 s, so a

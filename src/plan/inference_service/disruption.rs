@@ -4,14 +4,27 @@
 //! at a time (default 1).
 //!
 //! A budget counts pods, so the replica count is translated through
-//! `nodeCount`: `maxUnavailable = maxUnavailableReplicas × nodeCount`. That
-//! holds one replica's worth of pods because every LeaderWorkerSet restarts a
-//! replica as a unit (`topology::RESTART_POLICY`): the first eviction of a
-//! multi-node replica's pod makes LWS recreate all of its pods, which stop
-//! being ready and so use up the whole budget until the replica is ready
-//! again. (Between that eviction and LWS recreating the group, a second
-//! eviction of another replica's pod can still pass: the budget narrows the
-//! window, it cannot close it.)
+//! `nodeCount`: `minAvailable = (replicas - maxUnavailableReplicas) ×
+//! nodeCount`, where `replicas` is the role's replicas that exist now (the
+//! ones the plan keeps, and the ones leaving that still have pods, of every
+//! revision). That holds one replica's worth of pods because every
+//! LeaderWorkerSet restarts a replica as a unit (`topology::RESTART_POLICY`):
+//! the first eviction of a multi-node replica's pod makes LWS recreate all of
+//! its pods, which stop being ready and so use up the whole budget until the
+//! replica is ready again. (Between that eviction and LWS recreating the
+//! group, a second eviction of another replica's pod can still pass: the
+//! budget narrows the window, it cannot close it.)
+//!
+//! Why `minAvailable` and not `maxUnavailable`: for `maxUnavailable` the
+//! disruption controller counts the pods it expects from the controllers of
+//! the pods that exist now. Each replica is a LeaderWorkerSet of its own, with
+//! StatefulSets of its own, so a replica whose pods are all gone for a moment
+//! (evicted and not yet recreated) drops out of that count, and the budget
+//! then lets a second replica go: a node drain took both replicas of a
+//! prefill role out of service at once in `cluster_nodes`' drain scenario.
+//! An integer `minAvailable` does not depend on which pods exist; Tandem
+//! counts the replicas itself and rewrites the budget when that count
+//! changes (a scale, a surge replica, a replica gone).
 //!
 //! `unhealthyPodEvictionPolicy: AlwaysAllow`: a pod that is not ready (crash
 //! looping, never scheduled) can always be evicted, so a broken replica never
@@ -20,8 +33,10 @@
 //! A one-replica role with the default budget allows its only replica to be
 //! evicted: a node drain takes the role down until the replica is ready
 //! elsewhere (Kubernetes' own advice for a single replica). Setting
-//! `maxUnavailableReplicas: 0` blocks every eviction of the role's pods
+//! `maxUnavailableReplicas: 0` blocks every eviction of the role's ready pods
 //! instead, and a node drain waits until an operator moves the replica.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
@@ -36,46 +51,61 @@ pub fn name(service: &str, role: &str) -> String {
     format!("{service}-{role}")
 }
 
-/// Pods of one replica times the replicas that may be disrupted at once,
-/// within an i32 (the API's int).
-pub fn max_unavailable_pods(role: &Role) -> i32 {
-    role.max_unavailable_replicas()
+/// The replicas of a role that must stay available while `replicas` exist:
+/// all but `maxUnavailableReplicas`, and never below 0.
+pub fn min_available_replicas(role: &Role, replicas: usize) -> i32 {
+    i32::try_from(replicas)
+        .unwrap_or(i32::MAX)
+        .saturating_sub(role.max_unavailable_replicas().max(0))
         .max(0)
-        .saturating_mul(role.node_count().max(1))
 }
 
-/// The PodDisruptionBudget of serving role `role`: it selects the role's
-/// pods (every revision's) by the service and role labels every one of them
-/// carries.
-pub fn pod_disruption_budget(service: &InferenceService, role: &Role) -> Value {
+/// Their pods (`nodeCount` a replica), within an i32 (the API's int).
+pub fn min_available_pods(role: &Role, replicas: usize) -> i32 {
+    min_available_replicas(role, replicas).saturating_mul(role.node_count().max(1))
+}
+
+/// The PodDisruptionBudget of serving role `role` with `replicas` replicas
+/// now: it selects the role's pods (every revision's) by the service and
+/// role labels every one of them carries.
+pub fn pod_disruption_budget(service: &InferenceService, role: &Role, replicas: usize) -> Value {
     let svc = children::service_name(service);
     json!({
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": children::metadata(service, &name(svc, &role.name), &children::role_labels(svc, role)),
         "spec": {
-            "maxUnavailable": max_unavailable_pods(role),
+            "minAvailable": min_available_pods(role, replicas),
             "selector": {"matchLabels": {SERVICE: svc, ROLE_NAME: role.name}},
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     })
 }
 
-/// The budgets of every serving role of the service, with why.
-pub fn budgets(service: &InferenceService) -> Vec<(Value, String)> {
+/// The budgets of every serving role of the service, with why. `replicas`
+/// holds each role's replicas now (kept or still with pods, over every
+/// revision); a role it lacks counts its `spec.roles[].replicas`.
+pub fn budgets(
+    service: &InferenceService,
+    replicas: &BTreeMap<String, usize>,
+) -> Vec<(Value, String)> {
     service
         .spec
         .roles
         .iter()
         .filter(|r| !r.is_router())
         .map(|role| {
+            let now = replicas.get(&role.name).copied().unwrap_or_else(|| {
+                usize::try_from(role.replicas().max(0)).unwrap_or_default()
+            });
             (
-                pod_disruption_budget(service, role),
+                pod_disruption_budget(service, role, now),
                 format!(
-                    "a node drain may evict the pods of at most {} replica(s) of role {} at a time ({} pod(s))",
+                    "a node drain may evict the pods of at most {} replica(s) of role {} at a time: {} of its {now} replica(s) stay available ({} pod(s))",
                     role.max_unavailable_replicas().max(0),
                     role.name,
-                    max_unavailable_pods(role)
+                    min_available_replicas(role, now),
+                    min_available_pods(role, now)
                 ),
             )
         })
@@ -140,7 +170,7 @@ mod tests {
              "multinode": {"nodeCount": 4}, "template": template()},
             {"name": "router", "componentType": "router"},
         ]));
-        let budgets = budgets(&service);
+        let budgets = budgets(&service, &BTreeMap::new());
         assert_eq!(budgets.len(), 2, "none for the router");
         let parsed: Vec<PodDisruptionBudget> = budgets
             .iter()
@@ -162,11 +192,11 @@ mod tests {
             "u-1"
         );
         let spec = |b: &PodDisruptionBudget| b.spec.clone().unwrap();
-        // One replica's pods: 1 for a single-node role, nodeCount for a
-        // multi-node one.
-        assert_eq!(spec(prefill).max_unavailable, Some(IntOrString::Int(1)));
-        assert_eq!(spec(decode).max_unavailable, Some(IntOrString::Int(4)));
-        assert_eq!(spec(prefill).min_available, None);
+        // All replicas but one stay available, in pods: 1 a replica for a
+        // single-node role, nodeCount for a multi-node one.
+        assert_eq!(spec(prefill).min_available, Some(IntOrString::Int(2)));
+        assert_eq!(spec(decode).min_available, Some(IntOrString::Int(4)));
+        assert_eq!(spec(prefill).max_unavailable, None);
         assert_eq!(
             spec(decode).unhealthy_pod_eviction_policy.as_deref(),
             Some("AlwaysAllow")
@@ -189,23 +219,36 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_follows_max_unavailable_replicas() {
+    fn the_budget_keeps_all_replicas_now_but_max_unavailable_replicas_available() {
         let service = service(json!([
             {"name": "decode", "componentType": "decoder", "replicas": 8,
              "multinode": {"nodeCount": 2}, "disruptionBudget": {"maxUnavailableReplicas": 3},
              "template": template()},
             {"name": "solo", "componentType": "worker",
              "disruptionBudget": {"maxUnavailableReplicas": 0}, "template": template()},
+            {"name": "few", "componentType": "worker", "replicas": 2,
+             "disruptionBudget": {"maxUnavailableReplicas": 5}, "template": template()},
         ]));
-        let budgets = budgets(&service);
-        assert_eq!(budgets[0].0["spec"]["maxUnavailable"], 6);
+        let budgets = budgets(&service, &BTreeMap::new());
+        assert_eq!(budgets[0].0["spec"]["minAvailable"], 10, "(8 - 3) x 2 pods");
         assert_eq!(
             budgets[0].1,
-            "a node drain may evict the pods of at most 3 replica(s) of role decode at a time (6 pod(s))"
+            "a node drain may evict the pods of at most 3 replica(s) of role decode at a time: 5 of its 8 replica(s) stay available (10 pod(s))"
         );
         assert_eq!(
-            budgets[1].0["spec"]["maxUnavailable"], 0,
-            "0 blocks evictions"
+            budgets[1].0["spec"]["minAvailable"], 1,
+            "0 blocks evictions of the ready pod"
         );
+        assert_eq!(budgets[2].0["spec"]["minAvailable"], 0, "never below 0");
+        // The replicas that exist count, not the spec's: a surge replica
+        // of a rollout, or a replica still draining after a scale-down.
+        let budgets = budgets_now(&service, &[("decode", 9), ("solo", 2)]);
+        assert_eq!(budgets[0].0["spec"]["minAvailable"], 12, "(9 - 3) x 2 pods");
+        assert_eq!(budgets[1].0["spec"]["minAvailable"], 2);
+    }
+
+    fn budgets_now(service: &InferenceService, now: &[(&str, usize)]) -> Vec<(Value, String)> {
+        let now: BTreeMap<String, usize> = now.iter().map(|(r, n)| ((*r).to_owned(), *n)).collect();
+        budgets(service, &now)
     }
 }

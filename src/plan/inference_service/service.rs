@@ -280,6 +280,9 @@ pub fn plan(
     let mut gang_members: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     // Kubernetes' PodGroups, by name (the core group is shared).
     let mut native_groups: BTreeMap<String, Value> = BTreeMap::new();
+    // Each role's replicas now, over every revision: what its disruption
+    // budget keeps available.
+    let mut replicas_now: BTreeMap<String, usize> = BTreeMap::new();
     for run in &rollout.runs {
         let spec = run.spec.as_ref().unwrap_or(&service.spec);
         let scheduling = gang::scheduling(spec);
@@ -304,6 +307,8 @@ pub fn plan(
             };
             let leaving: BTreeSet<u32> =
                 role_run.seen.with_pods.difference(&kept).copied().collect();
+            let now = replicas_now.entry(role.name.clone()).or_default();
+            *now = now.saturating_add(kept.len()).saturating_add(leaving.len());
             let members = victims::pod_group_indices(&kept, &leaving);
             role_run.native_groups(&members, &mut native_groups)?;
             gang_members
@@ -334,7 +339,7 @@ pub fn plan(
     if let Some(traffic) = &rollout.traffic {
         traffic_objects(service, world, rollout, traffic, &mut plan)?;
     }
-    for (object, why) in disruption::budgets(service) {
+    for (object, why) in disruption::budgets(service, &replicas_now) {
         plan.desired.push(Desired { object, why });
     }
     native_pod_groups(service, world, native_groups, &mut plan);
