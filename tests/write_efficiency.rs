@@ -216,9 +216,10 @@ async fn inference_service_reconciles_write_only_what_changed() {
     });
     reconcile_service(&fake, &ctx, &name).await;
     let scaled = table.row(&fake, "scale decode 2 -> 3");
-    // The new replica's LeaderWorkerSet; the PodGroup's minimum does not move.
+    // The new replica's LeaderWorkerSet and decode's budget (3 replicas now,
+    // 2 of them kept available); the PodGroup's minimum does not move.
     assert!(
-        scaled.patches <= 2 && scaled.deletes == 0 && scaled.status <= 1,
+        scaled.patches == 2 && scaled.deletes == 0 && scaled.status <= 1,
         "{scaled:?}"
     );
     assert_eq!(scaled.events, scaled.patches);
