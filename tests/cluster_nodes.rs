@@ -156,13 +156,9 @@ async fn drain(scenario: &Scenario, node: &str, seconds: u64) -> Vec<(String, u1
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_drain_through_the_eviction_api_is_held_by_each_roles_budget() {
-    let Some(scenario) = Scenario::start("nodes-drain").await else {
-        return;
-    };
-    // Story 2 (2 prefill, 4 decode, one GPU each) on one node of 8 GPUs.
-    let first = scenario.nodes(1).await;
+/// Story 2 (2 prefill, 4 decode, one GPU each), with a grace period of 3 s,
+/// created and Ready; its name.
+async fn story_two_ready(scenario: &Scenario) -> String {
     let mut service = example("examples/inferenceservice/story2-prefill-decode.yaml");
     grace(&mut service, 3);
     let name = service["metadata"]["name"]
@@ -170,7 +166,18 @@ async fn a_node_drain_through_the_eviction_api_is_held_by_each_roles_budget() {
         .expect("a name")
         .to_owned();
     scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
+    wait_ready(scenario, &name).await;
+    name
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_drain_through_the_eviction_api_is_held_by_each_roles_budget() {
+    let Some(scenario) = Scenario::start("nodes-drain").await else {
+        return;
+    };
+    // Story 2 (2 prefill, 4 decode, one GPU each) on one node of 8 GPUs.
+    let first = scenario.nodes(1).await;
+    let name = story_two_ready(&scenario).await;
     assert!(
         placement(&scenario).await.values().all(|n| *n == first[0]),
         "every pod on the only node"
@@ -281,14 +288,7 @@ async fn a_replica_whose_pods_cannot_come_back_still_counts_in_its_roles_budget(
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story2-prefill-decode.yaml");
-    grace(&mut service, 3);
-    let name = service["metadata"]["name"]
-        .as_str()
-        .expect("a name")
-        .to_owned();
-    scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, &name).await;
+    let name = story_two_ready(&scenario).await;
     let prefill = role_pods(&scenario, "prefill").await;
     assert_eq!(prefill.len(), 2, "{prefill:?}");
     let all = placement(&scenario).await.len();
