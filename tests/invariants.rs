@@ -9,8 +9,10 @@ mod common;
 use common::control_plane::{Request, TANDEM_USER};
 use common::rollout::RolloutBudget;
 use common::scenario::{
-    Floor, HEALTH_LABEL, in_motion, reads_in, reconciled_lines, refusals, repeated_writes,
+    Floor, HEALTH_LABEL, in_motion, leaders_without_workers, reads_in, reconciled_lines, refusals,
+    repeated_writes, short_of_pods,
 };
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
@@ -291,4 +293,76 @@ fn a_quiet_check_waits_for_a_loading_or_terminating_pod_only() {
         .get_or_insert_default()
         .insert(HEALTH_LABEL.into(), "unready".into());
     assert!(!in_motion(&held));
+}
+
+fn statefulset(
+    name: &str,
+    generation: i64,
+    wanted: i32,
+    status: Option<(i64, i32)>,
+) -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "generation": generation},
+        "spec": {"replicas": wanted, "serviceName": name, "selector": {},
+            "template": {"spec": {"containers": []}}},
+        "status": status.map(|(observed, created)| json!({"observedGeneration": observed,
+            "replicas": created})),
+    }))
+    .expect("a StatefulSet")
+}
+
+#[test]
+fn a_quiet_check_waits_for_the_pods_a_statefulset_has_not_created_yet() {
+    // What CI hit: LWS wrote the StatefulSet of a new replica, and
+    // kube-controller-manager, busy elsewhere, created its pod 18 s later.
+    let fresh = statefulset("svc-decode-1", 1, 1, None);
+    assert!(
+        short_of_pods(&fresh).is_some_and(|why| why.contains("not observed")),
+        "{:?}",
+        short_of_pods(&fresh)
+    );
+    let seen_not_created = statefulset("svc-decode-1", 1, 1, Some((1, 0)));
+    assert!(
+        short_of_pods(&seen_not_created).is_some_and(|why| why.contains("0 of 1 pods")),
+        "{:?}",
+        short_of_pods(&seen_not_created)
+    );
+    let scaled = statefulset("svc-decode-1", 2, 3, Some((1, 1)));
+    assert!(short_of_pods(&scaled).is_some());
+    let mut deleting = statefulset("svc-decode-1", 1, 1, Some((1, 0)));
+    deleting.metadata.deletion_timestamp =
+        Some(serde_json::from_value(json!("2026-11-27T00:00:00Z")).expect("a time"));
+    assert_eq!(short_of_pods(&deleting), None);
+    assert_eq!(
+        short_of_pods(&statefulset("svc-decode-1", 2, 1, Some((2, 1)))),
+        None
+    );
+}
+
+#[test]
+fn a_quiet_check_waits_for_the_workers_of_a_multi_node_leader() {
+    let mut leader = pod("svc-decode-0", "decode", "svc-decode", 2, true);
+    leader.metadata.labels.get_or_insert_default().insert(
+        "leaderworkerset.sigs.k8s.io/worker-index".into(),
+        "0".into(),
+    );
+    let single = {
+        let mut p = pod("svc-prefill-0", "prefill", "svc-prefill", 1, true);
+        p.metadata.labels.get_or_insert_default().insert(
+            "leaderworkerset.sigs.k8s.io/worker-index".into(),
+            "0".into(),
+        );
+        p
+    };
+    let leaders_only = [statefulset("svc-decode", 1, 1, Some((1, 1)))];
+    let pods = [leader, single];
+    assert_eq!(
+        leaders_without_workers(&pods, &leaders_only),
+        vec!["leader svc-decode-0: no workers' StatefulSet yet".to_owned()]
+    );
+    let with_workers = [
+        statefulset("svc-decode", 1, 1, Some((1, 1))),
+        statefulset("svc-decode-0", 1, 1, Some((1, 1))),
+    ];
+    assert!(leaders_without_workers(&pods, &with_workers).is_empty());
 }

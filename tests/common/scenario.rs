@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -306,25 +307,46 @@ impl Scenario {
         }
     }
 
-    /// Waits, at most `limit`, until no pod of this namespace is still on
-    /// a way kwok takes it by itself ([`in_motion`]). Tandem's status
-    /// follows the pods' readiness, so a quiet check begun while a pod is
-    /// still loading sees Tandem's answer to it (CI failed twice on such a
-    /// race). This only waits: a pod still moving at `limit` is printed,
-    /// and the quiet check that follows decides.
+    /// Waits, at most `limit`, until the namespace's pods are at rest: every
+    /// StatefulSet has the pods it asks for ([`short_of_pods`]), every
+    /// leader of a multi-node replica has its workers' StatefulSet
+    /// ([`leaders_without_workers`]), and no pod is still on a way kwok
+    /// takes it by itself ([`in_motion`]). Tandem's status follows the
+    /// pods, so a quiet check begun while a pod is still loading sees
+    /// Tandem's answer to it (CI failed twice on such a race), and so does
+    /// one begun before kube-controller-manager has created a pod: its
+    /// StatefulSet controller, busy with another scenario's 200
+    /// StatefulSets, created the pod of a StatefulSet 18 s after it was
+    /// written (CI failed on that too). This only waits: what is still
+    /// moving at `limit` is printed, and the quiet check that follows
+    /// decides.
     async fn wait_pods_at_rest(&self, limit: Duration) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         let deadline = tokio::time::Instant::now() + limit;
         let mut moving = Vec::new();
         while tokio::time::Instant::now() < deadline {
-            moving = match pods.list(&ListParams::default()).await {
-                Ok(list) => list
-                    .items
-                    .iter()
-                    .filter(|pod| in_motion(pod))
-                    .filter_map(|pod| pod.metadata.name.clone())
-                    .collect(),
-                Err(e) => vec![format!("(pods not listed: {e})")],
+            moving = match (
+                pods.list(&ListParams::default()).await,
+                sets.list(&ListParams::default()).await,
+            ) {
+                (Ok(pods), Ok(sets)) => {
+                    let mut moving: Vec<String> = sets
+                        .items
+                        .iter()
+                        .filter_map(short_of_pods)
+                        .chain(leaders_without_workers(&pods.items, &sets.items))
+                        .collect();
+                    moving.extend(
+                        pods.items
+                            .iter()
+                            .filter(|pod| in_motion(pod))
+                            .filter_map(|pod| pod.metadata.name.clone()),
+                    );
+                    moving
+                }
+                (Err(e), _) => vec![format!("(pods not listed: {e})")],
+                (_, Err(e)) => vec![format!("(StatefulSets not listed: {e})")],
             };
             if moving.is_empty() {
                 return;
@@ -368,7 +390,7 @@ impl Scenario {
     /// reconciled that very object, [`reconciled_lines`]), and writes
     /// nothing.
     pub async fn assert_quiet(&self, seconds: u64, touch: (&str, &str, &str)) {
-        self.wait_pods_at_rest(Duration::from_secs(30)).await;
+        self.wait_pods_at_rest(Duration::from_secs(90)).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut seen = self.writes().len();
         loop {
@@ -597,6 +619,58 @@ pub fn group_size(pod: &Pod) -> usize {
         .and_then(|a| a.get("leaderworkerset.sigs.k8s.io/size"))
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
+}
+
+/// What `set` still lacks of its pods, if kube-controller-manager has not
+/// yet caught up with it: it has not seen its last change
+/// (`status.observedGeneration`), or has not created as many pods as it
+/// asks for (`status.replicas`, the pods it created, against
+/// `spec.replicas`). A StatefulSet being deleted lacks nothing: its pods
+/// go with it, and [`in_motion`] waits for them.
+pub fn short_of_pods(set: &StatefulSet) -> Option<String> {
+    if set.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let name = set.metadata.name.as_deref().unwrap_or_default();
+    let wanted = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let status = set.status.as_ref();
+    let created = status.map_or(0, |s| s.replicas);
+    let observed = status.and_then(|s| s.observed_generation).unwrap_or(0);
+    let generation = set.metadata.generation.unwrap_or(0);
+    if observed < generation {
+        Some(format!(
+            "StatefulSet {name}: generation {generation} not observed yet ({observed})"
+        ))
+    } else if created != wanted {
+        Some(format!(
+            "StatefulSet {name}: {created} of {wanted} pods created"
+        ))
+    } else {
+        None
+    }
+}
+
+/// The leader pods of multi-node replicas (group size above 1) whose
+/// workers' StatefulSet, named after the leader, the LWS manager has not
+/// created yet.
+pub fn leaders_without_workers(pods: &[Pod], sets: &[StatefulSet]) -> Vec<String> {
+    let names: BTreeSet<&str> = sets
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    pods.iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && group_size(pod) > 1)
+        .filter(|pod| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/worker-index"))
+                .is_some_and(|index| index == "0")
+        })
+        .filter_map(|pod| pod.metadata.name.as_deref())
+        .filter(|name| !names.contains(name))
+        .map(|name| format!("leader {name}: no workers' StatefulSet yet"))
+        .collect()
 }
 
 /// Whether kwok will still change `pod` by itself: it is terminating, or
