@@ -15,6 +15,7 @@ use common::scenario::{
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
+use tandem::plan::shared::children::LWS_WORKER_INDEX;
 
 fn audit(user: &str, verb: &str, resource: &str, namespace: &str, code: u16) -> Value {
     json!({
@@ -341,21 +342,21 @@ fn a_quiet_check_waits_for_the_pods_a_statefulset_has_not_created_yet() {
 
 #[test]
 fn a_quiet_check_waits_for_the_workers_of_a_multi_node_leader() {
-    let mut leader = pod("svc-decode-0", "decode", "svc-decode", 2, true);
-    leader.metadata.labels.get_or_insert_default().insert(
-        "leaderworkerset.sigs.k8s.io/worker-index".into(),
-        "0".into(),
-    );
-    let single = {
-        let mut p = pod("svc-prefill-0", "prefill", "svc-prefill", 1, true);
-        p.metadata.labels.get_or_insert_default().insert(
-            "leaderworkerset.sigs.k8s.io/worker-index".into(),
-            "0".into(),
-        );
-        p
+    // Leaders, as LWS labels them: a multi-node one, and one of a single
+    // pod (no workers' StatefulSet to wait for).
+    let leader = |name: &str, role: &str, set: &str, size: usize| {
+        let mut pod = pod(name, role, set, size, true);
+        pod.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LWS_WORKER_INDEX.into(), "0".into());
+        pod
     };
+    let pods = [
+        leader("svc-decode-0", "decode", "svc-decode", 2),
+        leader("svc-prefill-0", "prefill", "svc-prefill", 1),
+    ];
     let leaders_only = [statefulset("svc-decode", 1, 1, Some((1, 1)))];
-    let pods = [leader, single];
     assert_eq!(
         leaders_without_workers(&pods, &leaders_only),
         vec!["leader svc-decode-0: no workers' StatefulSet yet".to_owned()]

@@ -27,6 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use super::control_plane::{self, ControlPlane, Request, Tandem};
+use tandem::plan::shared::children::LWS_WORKER_INDEX;
 
 pub const IS: &str = "fusioninfer.io/v1alpha1";
 pub const LWS: &str = "leaderworkerset.x-k8s.io/v1";
@@ -664,7 +665,7 @@ pub fn leaders_without_workers(pods: &[Pod], sets: &[StatefulSet]) -> Vec<String
             pod.metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/worker-index"))
+                .and_then(|l| l.get(LWS_WORKER_INDEX))
                 .is_some_and(|index| index == "0")
         })
         .filter_map(|pod| pod.metadata.name.as_deref())
