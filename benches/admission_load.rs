@@ -18,13 +18,10 @@
 //! `cargo test --all-targets`) it runs 200 requests per scenario, so CI checks
 //! that it builds and works. Every response is checked; the process exits
 //! non-zero when any request failed or the new certificate was not seen.
-//! The client is `tests/common/load.rs`, which the resilience tests share.
+//! The client is `tests/harness/src/load.rs`, which the resilience tests share.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use common::load;
-use common::measure::{parse_only_router, stored_group};
+use harness::load;
+use harness::measure::{parse_only_router, stored_group};
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -138,7 +135,7 @@ async fn run(mode: &Mode) -> Result<usize, String> {
         .map_err(|e| format!("dev CA: {e}"))?;
     // Mounted as kubelet mounts a Secret, so the rotation below is a swap.
     load::kubelet_mount(dir.path(), &bundle).map_err(|e| format!("certificate dir: {e}"))?;
-    let client = common::client_tls(&[&bundle.ca_pem, &rotated.ca_pem]);
+    let client = harness::client_tls(&[&bundle.ca_pem, &rotated.ca_pem]);
 
     let (lookup, scenarios) = world()?;
     let tandem = Server::start(
@@ -393,7 +390,7 @@ fn loopback() -> SocketAddr {
 /// The objects Tandem's admission can look up, and the three scenarios.
 fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
     let example = |path: &str, index: usize| -> Result<Value, String> {
-        common::yaml_documents(&common::repo_path(path))
+        harness::yaml_documents(&harness::repo_path(path))
             .into_iter()
             .nth(index)
             .ok_or_else(|| format!("{path} has no document {index}"))
@@ -475,37 +472,37 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
         scenario(
             "InferenceService CREATE, P/D multi-node (story 4)",
             "/validate/inferenceservices",
-            common::review("CREATE", &service, None),
+            harness::review("CREATE", &service, None),
             true,
         )?,
         scenario(
             "InferenceService CREATE, story 4, mutating webhook (patches the defaults)",
             "/mutate/inferenceservices",
-            common::review("CREATE", &service, None),
+            harness::review("CREATE", &service, None),
             true,
         )?,
         scenario(
             "InferenceService UPDATE, story 4 decode 2 -> 3 replicas",
             "/validate/inferenceservices",
-            common::review("UPDATE", &scaled_service, Some(&stored_service)),
+            harness::review("UPDATE", &scaled_service, Some(&stored_service)),
             true,
         )?,
         scenario(
             "ScaleView /scale write (autoscaling/v1 Scale, view in the lookup)",
             "/validate/scaleviews",
-            common::scale_review(&view_name, &view_namespace, 4, 2),
+            harness::scale_review(&view_name, &view_namespace, 4, 2),
             true,
         )?,
         scenario(
             RSG_ONE_STORED,
             "/validate/resourcescalinggroups",
-            common::review("CREATE", &group_beside_one, None),
+            harness::review("CREATE", &group_beside_one, None),
             true,
         )?,
         scenario(
             RSG_THOUSAND_STORED,
             "/validate/resourcescalinggroups",
-            common::review("CREATE", &group, None),
+            harness::review("CREATE", &group, None),
             true,
         )?,
     ];

@@ -7,7 +7,7 @@
 //!
 //! - **tandem**: `tandem serve --dev` (release build under `cargo bench`) at
 //!   the default log level (info), admission only, against the in-memory API
-//!   server (`tests/common/fake_api`) holding the ScaleView the `/scale`
+//!   server (`tests/harness/src/fake_api`) holding the ScaleView the `/scale`
 //!   scenario writes to, its InferenceService, one ResourceScalingGroup in
 //!   namespace `ai-one` and 1 000 in `ai`: the binary reads them through its
 //!   watch caches, as in a cluster.
@@ -26,18 +26,15 @@
 //! every scenario's answer from each with the project's client, so CI keeps
 //! it working without wrk.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 
 use axum::body::Bytes;
-use common::fake_api::FakeApi;
-use common::load;
-use common::measure::{admitted, env_number, memory, parse_only_router, stored_group};
-use common::running::Running;
+use harness::fake_api::FakeApi;
+use harness::load;
+use harness::measure::{admitted, env_number, memory, parse_only_router, stored_group};
+use harness::running::Running;
 use serde_json::{Value, json};
 use tandem::admission::Kind;
 
@@ -156,7 +153,7 @@ struct Scenario {
 /// `admission_load`.
 fn world(fake: &FakeApi) -> Result<Vec<Scenario>, String> {
     let example = |path: &str, index: usize| -> Result<Value, String> {
-        common::yaml_documents(&common::repo_path(path))
+        harness::yaml_documents(&harness::repo_path(path))
             .into_iter()
             .nth(index)
             .ok_or_else(|| format!("{path} has no document {index}"))
@@ -209,27 +206,27 @@ fn world(fake: &FakeApi) -> Result<Vec<Scenario>, String> {
         scenario(
             "InferenceService CREATE, story 4, validating",
             "/validate/inferenceservices",
-            common::review("CREATE", &service, None),
+            harness::review("CREATE", &service, None),
         )?,
         scenario(
             "InferenceService CREATE, story 4, mutating",
             "/mutate/inferenceservices",
-            common::review("CREATE", &service, None),
+            harness::review("CREATE", &service, None),
         )?,
         scenario(
             "ScaleView /scale write",
             "/validate/scaleviews",
-            common::scale_review(view_name, "default", 4, 2),
+            harness::scale_review(view_name, "default", 4, 2),
         )?,
         scenario(
             "ResourceScalingGroup CREATE beside 1 stored group",
             "/validate/resourcescalinggroups",
-            common::review("CREATE", &group("ai-one")?, None),
+            harness::review("CREATE", &group("ai-one")?, None),
         )?,
         scenario(
             "ResourceScalingGroup CREATE beside 1 000 stored groups",
             "/validate/resourcescalinggroups",
-            common::review("CREATE", &group("ai")?, None),
+            harness::review("CREATE", &group("ai")?, None),
         )?,
     ])
 }
@@ -241,7 +238,7 @@ async fn run(full: bool) -> Result<(), String> {
     let cert_dir = tandem.dir.path().join("certs");
     let baseline = Baseline::start(&cert_dir)?;
     let ca = std::fs::read_to_string(cert_dir.join("ca.crt")).map_err(|e| e.to_string())?;
-    let client = common::client_tls(&[&ca]);
+    let client = harness::client_tls(&[&ca]);
     let servers = [("tandem", tandem.webhook), ("parse-only", baseline.addr)];
     let pids = [tandem.pid(), baseline.child.id()];
 

@@ -1,5 +1,5 @@
 //! `tandem serve` against a big cluster: the real binary pointed at the
-//! in-memory API server of the tests (`tests/common/fake_api`), which holds
+//! in-memory API server of the tests (`tests/harness/src/fake_api`), which holds
 //! COUNT InferenceServices (story 4, P/D multi-node, with two prefill
 //! replicas: three LeaderWorkerSets, a PodGroup and twelve ready pods each, as a previous
 //! `tandem` left them), COUNT ScaleViews (one on each service's decode
@@ -24,16 +24,12 @@
 //! COUNT=1000 NAMESPACES=10 cargo bench --bench cluster_scale
 //! ```
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::fake_api::FakeApi;
-use common::measure::{admitted, env_number, memory};
-use common::running::Running;
+use harness::fake_api::FakeApi;
+use harness::measure::{admitted, env_number, memory};
+use harness::running::Running;
 use serde_json::json;
 use tandem::admission::Kind;
 
@@ -42,11 +38,11 @@ const IS: &str = "fusioninfer.io/v1alpha1";
 /// Stores COUNT services as a previous `tandem` left them, their views and
 /// COUNT groups; returns how many objects of each kind the server holds.
 fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String, usize> {
-    let story = common::yaml_documents(&common::repo_path(
+    let story = harness::yaml_documents(&harness::repo_path(
         "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
     ))
     .remove(0);
-    let seed_group = common::yaml_documents(&common::repo_path(
+    let seed_group = harness::yaml_documents(&harness::repo_path(
         "examples/resourcescalinggroup/inplace-scaling.yaml",
     ))
     .remove(0);

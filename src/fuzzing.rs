@@ -1,6 +1,6 @@
 //! The bodies of Tandem's fuzz targets (the `fuzz/` crate, run with
 //! cargo-fuzz). They live in the main crate so that an ordinary test
-//! (`tests/fuzz_corpus.rs`) runs the committed corpora through exactly the
+//! (`tests/unit/fuzz_corpus.rs`) runs the committed corpora through exactly the
 //! code libFuzzer runs, on every CI run, with or without libFuzzer.
 //!
 //! Each function takes the fuzzer's bytes, drives what the binary does with
@@ -87,8 +87,8 @@ pub fn example_lookup() -> &'static Objects {
     LOOKUP.get_or_init(|| {
         let mut objects = Vec::new();
         for (name, text) in EXAMPLES {
-            // The examples are parsed by tests (tests/stories.rs,
-            // tests/cli.rs); a broken one is a bug in the repository, and
+            // The examples are parsed by tests (tests/unit/stories.rs,
+            // tests/unit/cli.rs); a broken one is a bug in the repository, and
             // the fuzz targets must not run against a smaller world than
             // they say.
             let parsed = render::parse_world(name, text, "default")

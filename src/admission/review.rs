@@ -11,7 +11,7 @@
 //! reference path then says what is wrong with it, with its messages), a
 //! spec that does not round-trip as written (its patch also drops what Tandem
 //! does not keep), deletions, subresources other than a ScaleView's
-//! `/scale`, requests sent to the wrong endpoint. `tests/admission_answers.rs`
+//! `/scale`, requests sent to the wrong endpoint. `tests/unit/admission_answers.rs`
 //! holds both to the answers recorded for every committed fuzz input.
 //!
 //! Reading is strict ([`strict::from_slice`]): a body it accepts is one the

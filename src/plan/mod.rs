@@ -22,7 +22,7 @@
 //! `shared::write::Apply`, `status::condition` is `shared::condition`).
 //! The capabilities still use each other one way: `inference_service`
 //! uses `scale_view` and `victims`, and so does `resource_scaling_group`.
-//! `tests/modules.rs` holds the whole crate to the second half of the rule.
+//! `tests/unit/modules.rs` holds the whole crate to the second half of the rule.
 
 pub mod inference_service;
 pub mod resource_scaling_group;

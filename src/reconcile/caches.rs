@@ -1159,7 +1159,7 @@ mod tests {
     /// A reconcile that read the status before its predecessor's write
     /// arrived compares with the older one and may write nothing: the
     /// written status arriving must queue the service again (the typo
-    /// scenario of tests/cluster_batching.rs saw a later touch write it).
+    /// scenario of tests/cluster/batching.rs saw a later touch write it).
     #[test]
     fn a_status_that_arrives_queues_its_service_and_a_new_version_alone_does_not() {
         let triggers = Triggers::default();

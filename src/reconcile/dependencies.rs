@@ -36,7 +36,7 @@ use crate::plan::shared::native_gang::{self as probe, NativeGang};
 /// watches of its kind about a second later; a write in between is not seen
 /// until the watch is back, and a reconcile then would read the cache from
 /// before it and write again. Measured against the tests' real control
-/// plane (tests/cluster_dependencies.rs): the PodGroup watch ended 1.0 s
+/// plane (tests/cluster/dependencies.rs): the PodGroup watch ended 1.0 s
 /// after the CRD's patch.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 

@@ -214,7 +214,7 @@ pub fn replica_affinity(
             // gang can hold the group forever: kube-scheduler places the
             // group's pods one by one without going back, so two replicas'
             // first pods in one rack can leave no room for the rest
-            // (tests/cluster_nodes.rs saw it). A core replica's domain is
+            // (tests/cluster/nodes.rs saw it). A core replica's domain is
             // preferred.
             Some(Backend::Kubernetes) => (!domain.required() || core, core),
             Some(Backend::Volcano) => (false, false),

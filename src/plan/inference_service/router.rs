@@ -41,7 +41,7 @@
 //! whose runner is GIE v1.2.0's (`cmd/epp/runner/runner.go`: the same flags).
 //! The tests build GIE v1.5.0's `cmd/epp` and llm-d v0.4.0's from their Go
 //! modules and run each on every configuration generated for it
-//! (`tests/cluster_pickers.rs`).
+//! (`tests/cluster/pickers.rs`).
 
 use std::collections::BTreeMap;
 
@@ -61,7 +61,7 @@ use crate::plan::shared::children::{
 /// The GIE endpoint picker whose flags, ports and plugins this module uses:
 /// GIE v1.5.0, the last release with an `epp` image (registry path as in its
 /// Makefile, `IMAGE_NAME := epp`, and its quickstarts). It serves the
-/// InferencePool `v1` that Tandem writes. `tests/cluster_pickers.rs` holds
+/// InferencePool `v1` that Tandem writes. `tests/cluster/pickers.rs` holds
 /// this tag to the module version the tests build and run.
 pub const DEFAULT_EPP_IMAGE: &str = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0";
 
@@ -77,7 +77,7 @@ pub const DEFAULT_EPP_IMAGE: &str = "registry.k8s.io/gateway-api-inference-exten
 /// flag it does not define. Later llm-d releases renamed
 /// the P/D plugins (`disagg-profile-handler`, `disagg-headers-handler`) and
 /// reshaped their parameters; with those, set `endpointPickerConfig`
-/// instead. `tests/cluster_pickers.rs` holds this tag to the module version
+/// instead. `tests/cluster/pickers.rs` holds this tag to the module version
 /// the tests build and run.
 pub const LLM_D_EPP_IMAGE: &str = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.4.0";
 

@@ -1,4 +1,4 @@
-// actionlint, which tests/release_workflow.rs runs on .github/workflows/,
+// actionlint, which tests/unit/release_workflow.rs runs on .github/workflows/,
 // in a module of its own. Nothing here is Tandem's code: only the version.
 module tandem.test/actionlint
 

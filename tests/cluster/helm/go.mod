@@ -1,5 +1,5 @@
 // Helm's own command (helm.sh/helm/v3/cmd/helm), built by ../build.sh for the
-// chart tests (tests/cluster_helm.rs): `helm lint`, `helm template`, `helm install`.
+// chart tests (tests/cluster/helm.rs): `helm lint`, `helm template`, `helm install`.
 module tandem.test/helm
 
 go 1.26.0
