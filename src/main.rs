@@ -220,10 +220,12 @@ struct RenderArgs {
 
 #[derive(clap::Args)]
 struct CheckArgs {
-    /// CustomResourceDefinition files to check (multi-document YAML or JSON;
-    /// `-` for standard input); objects of other kinds are ignored. Without
-    /// it, the cluster is checked.
-    #[arg(short = 'f', long = "filename")]
+    /// CustomResourceDefinition files or folders to check: a file of
+    /// multi-document YAML or JSON, `-` for standard input, or a folder, whose
+    /// .yaml, .yml and .json files are read (not its subfolders). Repeat for
+    /// more; objects of other kinds are ignored. Without it, the cluster is
+    /// checked.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-")]
     files: Vec<PathBuf>,
     /// The kubeconfig file of the cluster to check [default: $KUBECONFIG,
     /// else ~/.kube/config, else in-cluster].

@@ -33,3 +33,4 @@ mod stories;
 mod template_mistakes;
 mod webhook_scale_view;
 mod webhook_tls;
+mod docs_agree;
