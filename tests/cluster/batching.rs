@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use harness::control_plane::Request;
-use harness::scenario::{IS, LWS, Scenario, example, set_role_replicas, wait_ready};
+use harness::scenario::{IS, LWS, Quiet, Scenario, example, set_role_replicas, wait_ready};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -324,9 +324,8 @@ pub(crate) async fn a_scale_typo_corrected_within_two_seconds_stops_after_one_ba
             },
         )
         .await;
-    scenario.assert_floor_held();
     scenario
-        .assert_quiet(10, (IS, "InferenceService", "spot-decode"))
+        .finish(Quiet::Touching(IS, "InferenceService", "spot-decode"))
         .await;
     eprintln!("typo: scenario took {:?}", started.elapsed());
 }
@@ -456,9 +455,8 @@ pub(crate) async fn many_creations_at_once_create_each_child_once() {
         "expectations: the pods of the deleted replicas gone {:?} later",
         pods.elapsed()
     );
-    scenario.assert_floor_held();
     scenario
-        .assert_quiet(10, (IS, "InferenceService", name))
+        .finish(Quiet::Touching(IS, "InferenceService", name))
         .await;
     eprintln!("expectations: scenario took {:?}", started.elapsed());
 }

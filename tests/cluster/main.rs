@@ -253,6 +253,7 @@ fn scenarios() -> Vec<Planned> {
         scenario!(On::Own(dependencies::PLANE), async dependencies::the_installed_volcano_decides_the_gang_layout_and_a_missing_lws_is_refused),
         scenario!(On::Own(dependencies::PLANE), async dependencies::check_says_which_gated_pod_group_fields_the_api_server_keeps),
         scenario!(On::Shared, async end_to_end::story_4_is_deployed_by_the_real_controllers_and_becomes_ready),
+        scenario!(On::Shared, async end_to_end::a_scenario_that_ends_without_finish_fails),
         scenario!(On::Shared, async end_to_end::kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_refuses_out_of_range),
         scenario!(On::Shared, async end_to_end::an_hpa_scaling_the_inplace_source_moves_the_targets_and_a_hand_edit_is_set_back),
         scenario!(On::Shared, async end_to_end::group_replication_goes_from_one_group_to_three_and_back_to_two),

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use harness::picker::{Held, RunningPicker, SERVING, module_dir, released_image};
-use harness::scenario::{IS, Scenario, example, is_ready, set_role_replicas, wait_ready};
+use harness::scenario::{IS, Quiet, Scenario, example, is_ready, set_role_replicas, wait_ready};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -330,6 +330,9 @@ pub(crate) async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_se
     for picker in &pickers {
         assert_no_refusal(picker);
     }
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", SERVICE))
+        .await;
 }
 
 /// llm-d's endpoint picker, the one `strategy: pd-disaggregation` needs,
@@ -389,6 +392,9 @@ pub(crate) async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configura
         assert!(loaded.contains(part), "{part} in {loaded}");
     }
     assert_no_refusal(&picker);
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", SERVICE))
+        .await;
 }
 
 /// The quickstart without GPUs (docs/quickstart-kind.md), as far as it can
@@ -424,4 +430,7 @@ pub(crate) async fn the_quickstarts_service_is_admitted_and_gies_picker_holds_it
     wait_endpoints(&scenario, &mut picker, "sim-pool", 3).await;
     assert_no_refusal(&picker);
     picker.kill();
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", "sim"))
+        .await;
 }

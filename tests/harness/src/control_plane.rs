@@ -34,6 +34,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+
+use crate::free_port;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -252,11 +254,6 @@ fn distinguished(common_name: &str, organisations: &[&str]) -> DistinguishedName
     name
 }
 
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    listener.local_addr().expect("its address").port()
-}
-
 fn wait_for_port(port: u16, what: &str, process: &mut Supervised, seconds: u64) {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let address = SocketAddr::from(([127, 0, 0, 1], port));
@@ -371,7 +368,10 @@ impl ControlPlane {
     /// started on it (Tandem's `--cert-dir`, a picker's kubeconfig), all
     /// of which keep their files there.
     fn stop_processes(&self) {
-        let dir = self.dir.display().to_string();
+        // Every path of the plane's is below its directory: matching the
+        // directory with its slash leaves a plane whose name merely starts
+        // with this one's alone.
+        let dir = format!("{}/", self.dir.display());
         let mine = std::process::id().to_string();
         let pids: Vec<String> = std::fs::read_dir("/proc")
             .into_iter()
@@ -387,7 +387,11 @@ impl ControlPlane {
         if !pids.is_empty() {
             let _ = Command::new("kill").arg("-KILL").args(&pids).status();
         }
-        eprintln!("control plane {} stopped ({} processes)", dir, pids.len());
+        eprintln!(
+            "control plane {} stopped ({} processes)",
+            self.dir.display(),
+            pids.len()
+        );
     }
 
     fn start(name: &str, audit: bool, gates: &'static str) -> ControlPlane {

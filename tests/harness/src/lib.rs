@@ -301,6 +301,13 @@ pub fn render_stdin_with(input: &[u8], extra: &[&str]) -> std::process::Output {
     child.wait_with_output().expect("tandem render ends")
 }
 
+/// A port on loopback that nothing listens on now (the OS's pick for a
+/// listener bound and closed at once).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
 /// `relative` in the repository's checkout (this crate is `tests/harness`
 /// in it).
 pub fn repo_path(relative: &str) -> PathBuf {

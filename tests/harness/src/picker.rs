@@ -23,7 +23,8 @@ use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
-use super::control_plane::{ControlPlane, Supervised, built_by, free_port, go_module_dir};
+use super::control_plane::{ControlPlane, Supervised, built_by, go_module_dir};
+use super::free_port;
 
 /// The flags whose values are ports the picker listens on.
 const PORT_FLAGS: [&str; 3] = ["--grpc-port", "--grpc-health-port", "--metrics-port"];

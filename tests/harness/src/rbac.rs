@@ -133,3 +133,47 @@ pub fn mismatch(grants: &[Grant], seen: &BTreeSet<Access>) -> (Vec<String>, Vec<
         .collect();
     (refused, unused)
 }
+
+/// Grants used only when a cache misses, which depends on timing: a run
+/// may use them or not, so the RBAC check (`tests/cluster/end_to_end.rs`)
+/// takes either, and they are the only reads of a namespace that
+/// [`crate::scenario::Scenario::finish`] allows. `(verb, resource,
+/// group, why)`.
+pub const ON_A_CACHE_MISS: &[(&str, &str, &str, &str)] = &[
+    (
+        "get",
+        "inferenceservices",
+        "fusioninfer.io",
+        "the webhook reads a ScaleView's target its cache does not hold yet (admission::caches, read_live)",
+    ),
+    (
+        "get",
+        "scaleviews",
+        "fusioninfer.io",
+        "the webhook reads a view its cache does not hold yet (admission::caches, read_live)",
+    ),
+    (
+        "get",
+        "leaderworkersets",
+        "leaderworkerset.x-k8s.io",
+        "a GroupReplication template or InplaceScaling target read before its cache lists (reconcile::live, read)",
+    ),
+    (
+        "get",
+        "deployments",
+        "apps",
+        "a GroupReplication template read before its cache lists (reconcile::live, read)",
+    ),
+    (
+        "get",
+        "deployments/scale",
+        "apps",
+        "an InplaceScaling target's /scale read before its cache lists (reconcile::live, scale)",
+    ),
+    (
+        "get",
+        "scaleviews/scale",
+        "fusioninfer.io",
+        "an InplaceScaling target's /scale read before its cache lists (reconcile::live, scale)",
+    ),
+];

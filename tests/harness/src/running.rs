@@ -20,11 +20,6 @@ pub struct Running {
     pub name: String,
 }
 
-fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
-    listener.local_addr().expect("its address")
-}
-
 impl Running {
     /// Starts `tandem serve --dev --controllers` as replica `name` against
     /// `fake`, waits until it is ready (its caches synced), and registers its
@@ -39,7 +34,8 @@ impl Running {
         let dir = tempfile::tempdir().expect("a temp directory");
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, fake.kubeconfig(SERVICE_ACCOUNT)).expect("kubeconfig written");
-        let (webhook, probes) = (free_port(), free_port());
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let (webhook, probes) = (loopback(crate::free_port()), loopback(crate::free_port()));
         let log = std::fs::File::create(dir.path().join("tandem.log")).expect("a log file");
         let child = Command::new(crate::tandem_binary())
             .args(["serve", "--dev"])

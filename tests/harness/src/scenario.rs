@@ -42,12 +42,54 @@ pub struct Scenario {
     /// The names of the scenario's nodes.
     fleet: Mutex<Vec<String>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Whether [`Scenario::assert_quiet`] ran.
+    quiet_checked: std::sync::atomic::AtomicBool,
+    /// The invariants this scenario is excused from, each with why.
+    excused: BTreeMap<Invariant, &'static str>,
+    /// Whether [`Scenario::finish`] ran.
+    finished: bool,
+}
+
+/// An invariant that [`Scenario::finish`] checks and that a scenario may be
+/// excused from, naming why ([`Scenario::excuse`]). That no request of
+/// Tandem's is refused is checked at every end, with no excuse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Invariant {
+    /// No serving role left without a ready replica ([`Floor`]).
+    Floor,
+    /// Quiet after settling ([`Scenario::assert_quiet`]).
+    Quiet,
+    /// No write of Tandem's in the namespace that changed nothing.
+    NoEmptyWrite,
+    /// Tandem read the namespace only as a cache miss does
+    /// ([`super::rbac::ON_A_CACHE_MISS`]), never listing it.
+    ReadsFromCaches,
+}
+
+/// How [`Scenario::finish`] checks quiet after settling.
+pub enum Quiet<'a> {
+    /// Now, touching this object of Tandem's: `(apiVersion, kind, name)`.
+    Touching(&'a str, &'a str, &'a str),
+    /// The scenario checked it after its last change
+    /// ([`Scenario::assert_quiet`]), or is excused from it; `finish` holds
+    /// it to one or the other.
+    Checked,
 }
 
 impl Drop for Scenario {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+        // A scenario that ends without its invariants fails; one that ends
+        // by a panic has failed already, and a second panic would abort.
+        if !self.finished && !std::thread::panicking() {
+            panic!(
+                "scenario {} ended without Scenario::finish: its invariants (the floor, quiet \
+                 after settling, no refused request, no write that changes nothing, reads \
+                 only from the caches) were never checked",
+                self.namespace
+            );
         }
     }
 }
@@ -81,9 +123,67 @@ impl Scenario {
             floor,
             fleet: Mutex::default(),
             tasks: Vec::new(),
+            quiet_checked: std::sync::atomic::AtomicBool::new(false),
+            excused: BTreeMap::new(),
+            finished: false,
         };
         scenario.watch_floor();
         scenario
+    }
+
+    /// Excuses this scenario from `invariant`, saying why; [`Scenario::finish`]
+    /// prints the excuse and skips that check.
+    pub fn excuse(&mut self, invariant: Invariant, why: &'static str) {
+        self.excused.insert(invariant, why);
+    }
+
+    /// Ends the scenario through every invariant, each unless excused
+    /// ([`Scenario::excuse`]): quiet after settling (`quiet`), the floor,
+    /// no write of Tandem's in the namespace that changed nothing, and reads
+    /// of it only from the caches; and, with no excuse, no request of
+    /// Tandem's refused anywhere. A scenario dropped without it fails.
+    pub async fn finish(mut self, quiet: Quiet<'_>) {
+        self.finished = true;
+        for (invariant, why) in &self.excused {
+            eprintln!("{}: not checking {invariant:?}: {why}", self.namespace);
+        }
+        let excused = |invariant| self.excused.contains_key(&invariant);
+        match quiet {
+            Quiet::Touching(api_version, kind, name) if !excused(Invariant::Quiet) => {
+                self.assert_quiet(10, (api_version, kind, name)).await;
+            }
+            Quiet::Touching(..) => panic!(
+                "{}: finish(Quiet::Touching) with Quiet excused: say Quiet::Checked",
+                self.namespace
+            ),
+            Quiet::Checked => assert!(
+                excused(Invariant::Quiet)
+                    || self.quiet_checked.load(std::sync::atomic::Ordering::SeqCst),
+                "{}: finish(Quiet::Checked), yet quiet after settling was neither checked \
+                 (Scenario::assert_quiet) nor excused",
+                self.namespace
+            ),
+        }
+        if !excused(Invariant::Floor) {
+            self.assert_floor_held();
+        }
+        let forbidden = refusals(&self.plane.requests());
+        assert!(forbidden.is_empty(), "Tandem was refused: {forbidden:#?}");
+        if !excused(Invariant::NoEmptyWrite) {
+            let repeated = repeated_writes(&self.writes());
+            assert!(
+                repeated.is_empty(),
+                "writes of Tandem's that changed nothing: {repeated:#?}"
+            );
+        }
+        if !excused(Invariant::ReadsFromCaches) {
+            let reads = uncached_reads(&self.plane.requests(), &self.namespace);
+            assert!(
+                reads.is_empty(),
+                "Tandem read {} other than as a cache miss: {reads:#?}",
+                self.namespace
+            );
+        }
     }
 
     /// Makes `count` GPU nodes for this scenario (kwok plays them) and waits
@@ -391,6 +491,8 @@ impl Scenario {
     /// reconciled that very object, [`reconciled_lines`]), and writes
     /// nothing.
     pub async fn assert_quiet(&self, seconds: u64, touch: (&str, &str, &str)) {
+        self.quiet_checked
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.wait_pods_at_rest(Duration::from_secs(90)).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut seen = self.writes().len();
@@ -490,6 +592,30 @@ pub fn reads_in(requests: &[Request], namespace: &str) -> Vec<String> {
         .iter()
         .filter(|r| r.by_tandem() && matches!(r.verb.as_str(), "get" | "list"))
         .filter(|r| r.namespace.as_deref() == Some(namespace))
+        .map(Request::line)
+        .collect()
+}
+
+/// Tandem's reads of `namespace` that no cache miss explains: every `list`
+/// (a cache lists once, cluster-wide), and every `get` of a resource not in
+/// [`super::rbac::ON_A_CACHE_MISS`].
+pub fn uncached_reads(requests: &[Request], namespace: &str) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.by_tandem() && r.namespace.as_deref() == Some(namespace))
+        .filter(|r| match r.verb.as_str() {
+            "list" => true,
+            "get" => {
+                let resource = match &r.subresource {
+                    Some(sub) => format!("{}/{sub}", r.resource),
+                    None => r.resource.clone(),
+                };
+                !super::rbac::ON_A_CACHE_MISS
+                    .iter()
+                    .any(|(verb, missed, _, _)| *verb == "get" && *missed == resource)
+            }
+            _ => false,
+        })
         .map(Request::line)
         .collect()
 }
