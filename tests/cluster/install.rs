@@ -15,13 +15,18 @@ use serde_json::json;
 /// once they are done).
 pub(crate) const PLANE: &str = "install";
 
+/// The plane on which Tandem is stopped, apart from [`PLANE`]: its Tandem
+/// registers webhooks by URL, which the installs' dry runs there would
+/// meet.
+pub(crate) const STOPPED_PLANE: &str = "install-stopped";
+
 pub(crate) async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_its_namespace_goes()
 {
     if let Some(reason) = control_plane::unavailable() {
         eprintln!("SKIPPED with_tandem_stopped: {reason}");
         return;
     }
-    let plane = ControlPlane::own(PLANE);
+    let plane = ControlPlane::own(STOPPED_PLANE);
     let tandem = Tandem::shared(plane);
     let mut scenario = Scenario::with_tandem("e2e-uninstall", plane, tandem).await;
     scenario.nodes(1).await;

@@ -631,3 +631,29 @@ fn every_doc_waits_for_cert_managers_webhook_before_applying_tandem() {
         }
     }
 }
+
+/// The README's requirements of the whole suite name the Rust version
+/// Cargo.toml requires and the Go version the control plane's module does.
+#[test]
+fn the_readme_names_the_rust_and_go_versions_the_suite_needs() {
+    const DOC: &str = "README.md";
+    let text = read(DOC);
+    let rust = read("Cargo.toml")
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .expect("Cargo.toml's rust-version");
+    assert!(
+        text.contains(&format!("Rust {rust} or newer")),
+        "{DOC} does not say the suite needs Rust {rust} or newer (Cargo.toml's rust-version)"
+    );
+    let go = read("tests/cluster/go.mod")
+        .lines()
+        .find_map(|l| l.strip_prefix("go "))
+        .map(|v| v.trim().trim_end_matches(".0").to_owned())
+        .expect("tests/cluster/go.mod's go line");
+    assert!(
+        text.contains(&format!("Go {go} (")),
+        "{DOC} does not say the suite needs Go {go} (tests/cluster/go.mod)"
+    );
+}
