@@ -998,7 +998,36 @@ pub(crate) async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_
     .await
     .expect("the policy engine's fields applied");
     // LWS rolls the replica's pods for the new template; kwok's stages
-    // make the new pods ready again.
+    // make the new pods ready again. The service is still ready from its
+    // old pods until LWS gets to it (later on a busy control plane), so the
+    // wait is for the roll itself: every pod of the new template and Ready.
+    scenario
+        .eventually(
+            180,
+            "the replica's pods rolled to the new template",
+            || async {
+                let pods = scenario.list("v1", "Pod").await;
+                let rolled = |pod: &Value| {
+                    pod["metadata"]["labels"]["policy.example.com/team"] == "ml"
+                        && pod["metadata"]["deletionTimestamp"].is_null()
+                        && pod["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                };
+                if !pods.is_empty() && pods.iter().all(rolled) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{} pods, {} rolled and ready",
+                        pods.len(),
+                        pods.iter().filter(|p| rolled(p)).count()
+                    ))
+                }
+            },
+        )
+        .await;
     wait_ready(&scenario, "qwen-inference").await;
     scenario
         .assert_quiet(10, (IS, "InferenceService", "qwen-inference"))
