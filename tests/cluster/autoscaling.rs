@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use harness::control_plane::{CustomMetrics, HPA_SYNC_SECONDS};
-use harness::scenario::{IS, Invariant, LWS, Quiet, Scenario, example, label, wait_ready};
+use harness::scenario::{IS, Invariant, LWS, Quiet, Scenario, example, label, wait_service_ready};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -148,7 +148,7 @@ async fn spot_decode(
             );
         }
     }
-    wait_ready(&scenario, "spot-decode").await;
+    wait_service_ready(&scenario, "spot-decode").await;
     Some((scenario, metrics))
 }
 
@@ -475,7 +475,7 @@ pub(crate) async fn an_hpa_on_prefill_moves_decode_at_its_ratio_at_every_step() 
     let mut hpa = hpa.expect("the example's HPA");
     hpa["spec"]["maxReplicas"] = json!(3);
     hpa["spec"]["behavior"] = fast();
-    wait_ready(&scenario, "spot-decode").await;
+    wait_service_ready(&scenario, "spot-decode").await;
     let load = autoscale_view(&scenario, metrics, &hpa, 1).await;
 
     for (waiting, prefill) in [(20u64, 2usize), (30, 3), (10, 1)] {
@@ -1206,12 +1206,11 @@ pub(crate) async fn every_autoscaling_recipe_is_taken_by_the_real_api_server_aga
     };
     let admin = scenario.plane.admin().await.expect("an admin client");
     for plural in ["scaledobjects", "triggerauthentications"] {
-        harness::control_plane::install_crd(&admin, &harness::control_plane::keda_crd(plural))
-            .await;
+        harness::control_plane::install_crd(&admin, &harness::modules::keda_crd(plural)).await;
     }
     harness::control_plane::install_crd(
         &admin,
-        &harness::control_plane::prometheus_operator_crd("podmonitors"),
+        &harness::modules::prometheus_operator_crd("podmonitors"),
     )
     .await;
     let mut kinds = std::collections::BTreeSet::new();

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use harness::control_plane::Request;
-use harness::scenario::{IS, LWS, Quiet, Scenario, example, set_role_replicas, wait_ready};
+use harness::request::Request;
+use harness::scenario::{IS, LWS, Quiet, Scenario, example, set_role_replicas, wait_service_ready};
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -266,7 +266,7 @@ pub(crate) async fn a_scale_typo_corrected_within_two_seconds_stops_after_one_ba
     )) {
         scenario.create_or_fail(&object).await;
     }
-    wait_ready(&scenario, "spot-decode").await;
+    wait_service_ready(&scenario, "spot-decode").await;
 
     let mut created = 0;
     for (typo, seen, within) in [
@@ -388,7 +388,7 @@ pub(crate) async fn many_creations_at_once_create_each_child_once() {
         .writes()
         .iter()
         .filter(|w| w.by_tandem() && w.code == 409)
-        .map(Request::line)
+        .map(Request::summary)
         .collect();
     eprintln!(
         "expectations: 1 -> 200 in {up:?}: {} LeaderWorkerSet writes, {} names, {} written \
@@ -406,7 +406,7 @@ pub(crate) async fn many_creations_at_once_create_each_child_once() {
     assert!(
         writes.iter().all(created),
         "every write a creation: {:?}",
-        writes.iter().map(Request::line).collect::<Vec<_>>()
+        writes.iter().map(Request::summary).collect::<Vec<_>>()
     );
     assert!(
         conflicts.is_empty(),
@@ -441,7 +441,7 @@ pub(crate) async fn many_creations_at_once_create_each_child_once() {
     assert!(
         deletions.iter().all(|d| d.code == 200),
         "{:?}",
-        deletions.iter().map(Request::line).collect::<Vec<_>>()
+        deletions.iter().map(Request::summary).collect::<Vec<_>>()
     );
     // The garbage collector removes the 199 StatefulSets and their pods
     // behind the deletions; the service's status counts the pods that are

@@ -15,8 +15,9 @@
 //! - `tandem check` says which of Kubernetes' gated PodGroup fields the
 //!   API server keeps, from a dry run.
 
-use harness::control_plane::{self, ControlPlane, Tandem};
+use harness::control_plane::{self, ControlPlane};
 use harness::scenario::{IS, Invariant, Quiet, Scenario};
+use harness::serve::Tandem;
 use serde_json::{Value, json};
 
 /// The control plane of its own these scenarios run on (`main.rs` stops it

@@ -16,7 +16,7 @@
 //! rule used by some request (`tests/harness/src/rbac.rs`).
 
 use harness::scenario::{
-    IS, Invariant, LWS, Quiet, Scenario, example, label, set_role_replicas, wait_ready,
+    IS, Invariant, LWS, Quiet, Scenario, example, label, set_role_replicas, wait_service_ready,
 };
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
@@ -32,7 +32,7 @@ pub(crate) async fn story_4_is_deployed_by_the_real_controllers_and_becomes_read
         .await
         .expect("story 4 is admitted");
 
-    let stored = wait_ready(&scenario, "deepseek-r1-disagg").await;
+    let stored = wait_service_ready(&scenario, "deepseek-r1-disagg").await;
     assert_eq!(
         stored["status"]["components"]["decode"]["readyReplicas"], 2,
         "{stored:#}"
@@ -161,7 +161,7 @@ pub(crate) async fn kubectl_scale_of_a_view_reaches_the_roles_and_a_strict_view_
         .await;
     // The view's status counts Ready replicas, and each pod turns Ready only
     // after kwok's load delay: the quiet check starts once all four count.
-    wait_ready(&scenario, "spot-decode").await;
+    wait_service_ready(&scenario, "spot-decode").await;
     scenario
         .eventually(60, "the view counts 4 Ready replicas", || async {
             let view = scenario.get(IS, "ScaleView", "spot-decode-sv").await;
@@ -426,7 +426,7 @@ pub(crate) async fn binpack_scale_down_drains_then_removes_the_replicas_cheapest
         .create(&service)
         .await
         .expect("the service is admitted");
-    wait_ready(&scenario, &name).await;
+    wait_service_ready(&scenario, &name).await;
 
     // The pods' deletion costs, as an operator would set them: replicas 1
     // and 2 are the cheapest to lose.
@@ -499,7 +499,7 @@ pub(crate) async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time
         .create(&service)
         .await
         .expect("story 4 is admitted");
-    wait_ready(&scenario, "deepseek-r1-disagg").await;
+    wait_service_ready(&scenario, "deepseek-r1-disagg").await;
     let prefill = scenario
         .get(LWS, "LeaderWorkerSet", "deepseek-r1-disagg-prefill-0")
         .await
@@ -677,7 +677,7 @@ pub(crate) async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reach
         .create(&service)
         .await
         .expect("story 4 is admitted");
-    wait_ready(&scenario, "deepseek-r1-disagg").await;
+    wait_service_ready(&scenario, "deepseek-r1-disagg").await;
     let mark = scenario.mark();
 
     // The PodGroup, deleted by hand.
@@ -841,7 +841,7 @@ pub(crate) async fn a_router_role_gets_its_endpoint_picker_pool_and_route_from_t
         .create(&service)
         .await
         .expect("the router example is admitted");
-    wait_ready(&scenario, "qwen-pd-routed").await;
+    wait_service_ready(&scenario, "qwen-pd-routed").await;
     let epp = "qwen-pd-routed-epp";
     for (api_version, kind) in [
         ("apps/v1", "Deployment"),
@@ -980,7 +980,7 @@ pub(crate) async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_
         .create(&service)
         .await
         .expect("story 1 is admitted");
-    wait_ready(&scenario, "qwen-inference").await;
+    wait_service_ready(&scenario, "qwen-inference").await;
     let name = "qwen-inference-inference-0";
     let addition = json!({"apiVersion": LWS, "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "namespace": scenario.namespace},
@@ -1028,7 +1028,7 @@ pub(crate) async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_
             },
         )
         .await;
-    wait_ready(&scenario, "qwen-inference").await;
+    wait_service_ready(&scenario, "qwen-inference").await;
     scenario
         .assert_quiet(10, (IS, "InferenceService", "qwen-inference"))
         .await;
@@ -1103,7 +1103,7 @@ pub(crate) async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_
         .create(&service)
         .await
         .expect("the suggested name is admitted");
-    wait_ready(&scenario, "llama-3-1-8b").await;
+    wait_service_ready(&scenario, "llama-3-1-8b").await;
     assert_eq!(
         scenario.names(LWS, "LeaderWorkerSet").await,
         ["llama-3-1-8b-inference-0"]

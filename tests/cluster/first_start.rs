@@ -8,8 +8,10 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use harness::control_plane::{self, ControlPlane, Request, Tandem};
+use harness::control_plane::{self, ControlPlane};
+use harness::request::Request;
 use harness::scenario::{IS, LWS, Quiet, Scenario, example, set_role_replicas};
+use harness::serve::Tandem;
 use serde_json::json;
 
 /// The control plane of its own these scenarios run on (`main.rs` stops it

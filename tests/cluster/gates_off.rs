@@ -17,8 +17,11 @@
 //!   prefer one rack by pod affinity, the replica runs, and the PodGroup the
 //!   API server stored is what Tandem wrote, so nothing is written again.
 
-use harness::control_plane::{self, ControlPlane, Tandem};
-use harness::scenario::{IS, Quiet, RACK_LABEL, Scenario, racked, replica_racks, wait_ready};
+use harness::control_plane::{self, ControlPlane};
+use harness::scenario::{
+    IS, Quiet, RACK_LABEL, Scenario, racked, replica_racks, wait_service_ready,
+};
+use harness::serve::Tandem;
 use serde_json::json;
 
 /// The control plane of its own, with other gates, this scenario runs on.
@@ -77,7 +80,7 @@ pub(crate) async fn without_the_topology_gate_a_required_placement_is_refused_an
     let mut service = racked(name, "Kubernetes", 1, 2);
     service["spec"]["placement"]["replica"]["mode"] = json!("Preferred");
     scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, name).await;
+    wait_service_ready(&scenario, name).await;
     let racks = &replica_racks(&scenario, name).await["worker-0"];
     assert!(
         racks.len() == 2 && racks[0] == racks[1],

@@ -35,7 +35,7 @@ fn chart() -> PathBuf {
 /// `helm template tandem charts/tandem -n NAMESPACE ARGS`: the objects, or
 /// Helm's error.
 fn template(home: &Path, namespace: &str, args: &[&str]) -> Result<Vec<Value>, String> {
-    let output = control_plane::helm(home)
+    let output = harness::modules::helm(home)
         .args(["template", "tandem"])
         .arg(chart())
         .args(["--namespace", namespace, "--kube-version", KUBE_VERSION])
@@ -43,7 +43,7 @@ fn template(home: &Path, namespace: &str, args: &[&str]) -> Result<Vec<Value>, S
         .output()
         .expect("helm runs");
     if output.status.success() {
-        Ok(control_plane::yaml_stream(&String::from_utf8_lossy(
+        Ok(harness::modules::yaml_stream(&String::from_utf8_lossy(
             &output.stdout,
         )))
     } else {
@@ -156,7 +156,7 @@ pub(crate) fn the_chart_lints_with_the_default_and_the_prod_values() {
     }
     let home = tempfile::tempdir().unwrap();
     for values in [None, Some("values-prod.yaml")] {
-        let mut lint = control_plane::helm(home.path());
+        let mut lint = harness::modules::helm(home.path());
         lint.args(["lint", "--strict", "--kube-version", KUBE_VERSION])
             .arg(chart());
         if let Some(file) = values {
@@ -187,7 +187,7 @@ pub(crate) fn the_chart_makes_the_objects_of_the_kustomize_installs() {
     let checkout = user_checkout();
     let manifests = checkout.path().join("manifests");
     let kustomize = |dir: &Path| {
-        control_plane::kustomize(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        harness::modules::kustomize(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
     };
     let prod = chart().join("values-prod.yaml");
     let prod = prod.to_str().unwrap();
@@ -452,7 +452,7 @@ pub(crate) async fn helm_installs_upgrades_and_uninstalls_the_chart_on_a_real_co
     let certs = home.path().join("certs");
     tandem_certs(&certs, &["--namespace", NS]);
     let helm = |args: &[&str], extra: &[String]| {
-        let output = control_plane::helm(home.path())
+        let output = harness::modules::helm(home.path())
             .args(args)
             .args(extra)
             .args(["--namespace", NS, "--kubeconfig"])
@@ -482,7 +482,7 @@ pub(crate) async fn helm_installs_upgrades_and_uninstalls_the_chart_on_a_real_co
     for crd in &crds {
         control_plane::wait_established(&admin, crd["metadata"]["name"].as_str().unwrap()).await;
     }
-    let released = control_plane::yaml_stream(&helm(&["get", "manifest", "tandem"], &[]));
+    let released = harness::modules::yaml_stream(&helm(&["get", "manifest", "tandem"], &[]));
     let provided = provided_certificate(&certs);
     let provided: Vec<&str> = provided.iter().map(String::as_str).collect();
     let rendered = template(home.path(), NS, &provided).unwrap();
@@ -569,7 +569,7 @@ pub(crate) async fn helm_installs_upgrades_and_uninstalls_the_chart_on_a_real_co
         container["image"],
         "registry.example.com/platform/tandem:0.1.0"
     );
-    let released = control_plane::yaml_stream(&helm(&["get", "manifest", "tandem"], &[]));
+    let released = harness::modules::yaml_stream(&helm(&["get", "manifest", "tandem"], &[]));
 
     let said = helm(&["uninstall", "tandem"], &[]);
     assert!(said.contains("uninstalled"), "{said}");

@@ -5,9 +5,10 @@
 //! and updates that leave spec unchanged; the namespace then finishes
 //! deleting.
 
-use harness::control_plane::{self, ControlPlane, Tandem};
+use harness::control_plane::{self, ControlPlane};
 use harness::install::{CLUSTER_SCOPED, kind_and_name, tandem_certs, user_checkout};
 use harness::scenario::{IS, Invariant, Quiet, Scenario};
+use harness::serve::Tandem;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
@@ -631,7 +632,8 @@ pub(crate) async fn the_monitoring_component_fits_the_operators_crds_and_finds_t
 
     let admin = plane.admin().await.expect("an admin client");
     for plural in ["servicemonitors", "prometheusrules"] {
-        control_plane::install_crd(&admin, &control_plane::prometheus_operator_crd(plural)).await;
+        control_plane::install_crd(&admin, &harness::modules::prometheus_operator_crd(plural))
+            .await;
     }
     for object in [&monitor, &rules] {
         let stored = stored_dry_run(&admin, object).await;

@@ -2,8 +2,9 @@
 //! its own, so that killing Tandem disturbs no other scenario):
 //! the other replica takes the Lease and finishes the scale.
 
-use harness::control_plane::{self, ControlPlane, Tandem};
-use harness::scenario::{IS, LWS, Quiet, Scenario, wait_ready};
+use harness::control_plane::{self, ControlPlane};
+use harness::scenario::{IS, LWS, Quiet, Scenario, wait_service_ready};
+use harness::serve::Tandem;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -169,7 +170,7 @@ pub(crate) async fn when_the_leader_dies_mid_scale_the_other_replica_takes_over_
     // The third replica's pod is Ready only after kwok's load delay (2 to
     // 6 s): its status write comes then, and is not a write of a settled
     // namespace.
-    wait_ready(&scenario, &name).await;
+    wait_service_ready(&scenario, &name).await;
     scenario
         .finish(Quiet::Touching(IS, "InferenceService", &name))
         .await;

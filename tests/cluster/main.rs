@@ -43,7 +43,7 @@ use libtest_mimic::{Arguments, Trial};
 /// periods, the HPA's sync, a quiet check's ten seconds), so more run at
 /// once than there are cores; BENCHMARKS.md ("A CI run's time") has the
 /// measurements behind the number.
-const AT_ONCE: usize = 4;
+const AT_ONCE: usize = 6;
 
 /// The control plane a scenario runs on.
 #[derive(Clone, Copy, PartialEq, Eq)]

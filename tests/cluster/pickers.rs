@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use harness::picker::{Held, RunningPicker, SERVING, module_dir, released_image};
 use harness::scenario::{
-    IS, Invariant, Quiet, Scenario, example, is_ready, set_role_replicas, wait_ready,
+    IS, Invariant, Quiet, Scenario, example, is_ready, set_role_replicas, wait_service_ready,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -220,7 +220,7 @@ pub(crate) async fn gies_endpoint_picker_runs_on_tandems_configuration_as_its_se
     };
     scenario.nodes(1).await;
     scenario.create_or_fail(&routed(None)).await;
-    wait_ready(&scenario, SERVICE).await;
+    wait_service_ready(&scenario, SERVICE).await;
 
     let (deployment, config) = picker_objects(&scenario, EPP, |_, _| Ok(())).await;
     let image = released_image(
@@ -364,7 +364,7 @@ pub(crate) async fn llm_ds_endpoint_picker_runs_tandems_prefill_decode_configura
     service["spec"]["roles"][ROUTER]["template"] =
         json!({"spec": {"containers": [{"name": "epp", "image": image}]}});
     scenario.create_or_fail(&service).await;
-    wait_ready(&scenario, SERVICE).await;
+    wait_service_ready(&scenario, SERVICE).await;
 
     let (deployment, config) = picker_objects(&scenario, EPP, |_, _| Ok(())).await;
     assert_eq!(
@@ -430,7 +430,7 @@ pub(crate) async fn the_quickstarts_service_is_admitted_and_gies_picker_holds_it
             .unwrap_or_else(|| panic!("the quickstart has a {kind}"));
         scenario.create_or_fail(object).await;
     }
-    wait_ready(&scenario, "sim").await;
+    wait_service_ready(&scenario, "sim").await;
 
     let (deployment, config) = picker_objects(&scenario, "sim-epp", |_, _| Ok(())).await;
     let mut picker = serving_picker(&scenario, "epp", &deployment, &config, "epp-quickstart").await;

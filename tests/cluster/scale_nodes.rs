@@ -35,9 +35,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use harness::control_plane::{self, ControlPlane, Tandem};
+use harness::control_plane::{self, ControlPlane};
 use harness::measure::{env_number, memory};
 use harness::scenario::{condition, example, gpu_node, services_api};
+use harness::serve::Tandem;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

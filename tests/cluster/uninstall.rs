@@ -4,8 +4,9 @@
 //! then the CRDs. Nothing is left Terminating, and no LeaderWorkerSet is
 //! deleted before its InferenceService.
 
-use harness::control_plane::{self, ControlPlane, Tandem};
+use harness::control_plane::{self, ControlPlane};
 use harness::scenario::{IS, Invariant, LWS, Quiet, Scenario};
+use harness::serve::Tandem;
 use serde_json::json;
 
 /// The control plane of its own these scenarios run on (`main.rs` stops it
@@ -164,7 +165,7 @@ pub(crate) async fn the_documented_uninstall_leaves_nothing_terminating_and_no_r
         .filter(|w| {
             w.resource == "leaderworkersets" && w.verb == "delete" && w.time < service_deleted
         })
-        .map(control_plane::Request::line)
+        .map(harness::request::Request::summary)
         .collect();
     assert!(early.is_empty(), "deleted before their service: {early:#?}");
     let by_collector = writes

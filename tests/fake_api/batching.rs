@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use harness::fake_api::FakeApi;
+use harness::fake_api::{EVENTS, FakeApi};
 use harness::{repo_path, yaml_documents};
 use serde_json::json;
 use tandem::api::InferenceService;
@@ -17,7 +17,6 @@ use tandem::reconcile::inference_service::reconcile;
 const IS: &str = "fusioninfer.io/v1alpha1";
 const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 const LWS_PATH: &str = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets/";
-const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
 const NAME: &str = "deepseek-r1-inference";
 
 /// Story 3 (one role, `inference`) stored with `replicas`.

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use harness::fake_api::{Call, FakeApi};
+use harness::fake_api::FakeApi;
+use harness::request::Request;
 use harness::running::{Running, eventually};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -60,7 +61,7 @@ fn counted_requests(text: &str) -> BTreeMap<(String, String), u64> {
 }
 
 /// The requests the API server saw, read as Tandem reads its own.
-fn seen_requests(calls: &[Call]) -> BTreeMap<(String, String), u64> {
+fn seen_requests(calls: &[Request]) -> BTreeMap<(String, String), u64> {
     let mut seen = BTreeMap::new();
     for call in calls {
         let method = http::Method::from_bytes(call.method.as_bytes()).expect("a method");
@@ -129,16 +130,16 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
     // are left out on both sides; the test's own two writes are not
     // Tandem's). Requests still in flight (the Lease's renewals) and the
     // third reconcile's return settle within a poll or two.
-    let own = |c: &Call| {
+    let own = |c: &Request| {
         c.path == SERVICES_PATH && c.method == "POST"
             || c.path == format!("{SERVICES_PATH}/{SERVICE}") && c.method == "PATCH"
     };
-    let mut calls: Vec<Call> = Vec::new();
+    let mut calls: Vec<Request> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let text = loop {
         let text = metrics(&tandem).await;
         calls.extend(fake.take_calls());
-        let tandems: Vec<Call> = calls.iter().filter(|c| !own(c)).cloned().collect();
+        let tandems: Vec<Request> = calls.iter().filter(|c| !own(c)).cloned().collect();
         // A reconcile is counted when it returns, which can be a moment
         // after its last request (the repair's PATCH) was seen.
         let finished = value(

@@ -357,11 +357,7 @@ fn configmap_writers(fake: &FakeApi) -> Vec<String> {
     fake.take_calls()
         .iter()
         .filter(|c| c.method == "POST" && c.path.ends_with("/configmaps"))
-        .filter_map(|c| {
-            c.body.as_ref()?["metadata"]["name"]
-                .as_str()
-                .map(str::to_owned)
-        })
+        .filter_map(|c| c.body()?["metadata"]["name"].as_str().map(str::to_owned))
         .map(|name| name.split('-').next().unwrap_or_default().to_owned())
         .collect()
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use harness::fake_api::FakeApi;
+use harness::fake_api::{EVENTS, FakeApi};
 use harness::{repo_path, upstream_crds, upstream_schemas, yaml_documents};
 use serde_json::{Value, json};
 use tandem::api::ResourceScalingGroup;
@@ -15,7 +15,6 @@ use tandem::reconcile::group_replication::reconcile;
 const RSG: &str = "resourcescalinggroup.com/v1";
 const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
 const STATUS: &str = "PATCH /apis/resourcescalinggroup.com/v1/namespaces/default/resourcescalinggroups/pd-cluster/status";
-const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
 
 /// The render example's world (seed 000's group and its two Deployments)
 /// moved to the default namespace, stored as the API server would after
@@ -332,7 +331,7 @@ async fn leader_worker_set_clones_match_the_upstream_schema() {
     let applied: Vec<&Value> = calls
         .iter()
         .filter(|c| c.method == "PATCH" && c.path.contains("/leaderworkersets/"))
-        .filter_map(|c| c.body.as_ref())
+        .filter_map(|c| c.body())
         .collect();
     assert_eq!(applied.len(), 3, "the original's labels and two clones");
     for object in applied.iter().skip(1) {

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use harness::fake_api::FakeApi;
+use harness::fake_api::{EVENT, FakeApi};
 use harness::{repo_path, yaml_documents};
 use serde_json::{Value, json};
 use tandem::admission::{self, Kind, lookup};
@@ -15,9 +15,6 @@ use tandem::reconcile::Context;
 
 const RSG: &str = "resourcescalinggroup.com/v1";
 const RBG: &str = "workloads.x-k8s.io/v1alpha1";
-/// An Event written (created, or a repeat patched into its series).
-const EVENT: &str = "event";
-
 fn groups(namespace: &str) -> String {
     format!("/apis/resourcescalinggroup.com/v1/namespaces/{namespace}/resourcescalinggroups")
 }
@@ -67,20 +64,6 @@ async fn reconcile(fake: &FakeApi, ctx: &Arc<Context>, namespace: &str, name: &s
     tandem::reconcile::resource_scaling_group::reconcile(Arc::new(stored), ctx.clone())
         .await
         .expect("reconcile succeeds");
-}
-
-/// The writes since the last look, with every Event write as [`EVENT`].
-fn writes(fake: &FakeApi) -> Vec<String> {
-    fake.take_writes()
-        .into_iter()
-        .map(|w| {
-            if w.contains("/events") {
-                EVENT.to_owned()
-            } else {
-                w
-            }
-        })
-        .collect()
 }
 
 fn assert_no_writes(fake: &FakeApi) {
@@ -166,7 +149,7 @@ async fn the_seed_group_scales_two_roles_in_one_tested_patch_then_writes_nothing
         .find(|c| c.line() == format!("PATCH {rbg}"))
         .unwrap();
     assert_eq!(
-        role_patch.body,
+        role_patch.body().cloned(),
         Some(json!([
             {"op": "test", "path": "/spec/roles/0/name", "value": "prefill"},
             {"op": "replace", "path": "/spec/roles/0/replicas", "value": 10},
@@ -230,7 +213,7 @@ async fn deployments_follow_through_scale_and_drift_is_set_back() {
     let scale_patches: Vec<(String, Option<Value>)> = calls
         .iter()
         .filter(|c| c.method == "PATCH" && c.path.ends_with("/scale"))
-        .map(|c| (c.path.clone(), c.body.clone()))
+        .map(|c| (c.path.clone(), c.body().cloned()))
         .collect();
     assert_eq!(
         scale_patches,
@@ -257,7 +240,7 @@ async fn deployments_follow_through_scale_and_drift_is_set_back() {
     fake.take_calls();
     reconcile(&fake, &ctx, "default", "pd-ratio").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {}/decode/scale", deployments("default")),
             EVENT.to_owned()
@@ -287,7 +270,7 @@ async fn deployments_follow_through_scale_and_drift_is_set_back() {
     fake.take_calls();
     reconcile(&fake, &ctx, "default", "pd-ratio").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {}/prefill/scale", deployments("default")),
             format!("PATCH {}/decode/scale", deployments("default")),
@@ -427,7 +410,7 @@ async fn a_group_gone_before_its_status_is_written_ends_the_reconcile_quietly() 
     assert!(outcome.is_ok(), "{outcome:?}");
     let status = format!("PATCH {}/pd-ratio/status", groups("default"));
     assert!(
-        writes(&fake).contains(&status),
+        fake.take_writes_events_as_one().contains(&status),
         "the status write was tried and found the group gone"
     );
 }

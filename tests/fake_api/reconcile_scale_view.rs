@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use harness::fake_api::FakeApi;
+use harness::fake_api::{EVENT, FakeApi};
 use harness::{repo_path, yaml_documents};
 use serde_json::{Value, json};
 use tandem::admission::{self, Kind, lookup};
@@ -16,9 +16,6 @@ use tandem::reconcile::Context;
 const API: &str = "fusioninfer.io/v1alpha1";
 const SERVICES: &str = "/apis/fusioninfer.io/v1alpha1/namespaces/default/inferenceservices";
 const VIEWS: &str = "/apis/fusioninfer.io/v1alpha1/namespaces/default/scaleviews";
-/// An Event written (created, or a repeat patched into its series).
-const EVENT: &str = "event";
-
 /// The spot example's service and view, stored as after admission; the view
 /// asks for `replicas`.
 fn store_spot(fake: &FakeApi, replicas: i64) {
@@ -43,20 +40,6 @@ fn store_spot(fake: &FakeApi, replicas: i64) {
     )
     .unwrap();
     fake.insert(view);
-}
-
-/// The writes since the last look, with every Event write as [`EVENT`].
-fn writes(fake: &FakeApi) -> Vec<String> {
-    fake.take_writes()
-        .into_iter()
-        .map(|w| {
-            if w.contains("/events") {
-                EVENT.to_owned()
-            } else {
-                w
-            }
-        })
-        .collect()
 }
 
 fn view(fake: &FakeApi, name: &str) -> Option<Value> {
@@ -128,7 +111,7 @@ async fn the_lock_is_grabbed_then_nothing_is_written() {
     store_spot(&fake, 4);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {VIEWS}/spot-decode-sv"),
             format!("PATCH {SERVICES}/spot-decode/status"),
@@ -204,7 +187,7 @@ async fn a_new_generation_moves_the_lock_and_the_roles() {
     });
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {SERVICES}/spot-decode/status"),
             format!("PATCH {SERVICES}/spot-decode"),
@@ -232,7 +215,7 @@ async fn a_new_generation_moves_the_lock_and_the_roles() {
     });
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {SERVICES}/spot-decode/status"),
             format!("PATCH {VIEWS}/spot-decode-sv/status"),
@@ -258,7 +241,7 @@ async fn a_second_view_on_a_locked_group_is_refused() {
     let before = service(&fake);
     reconcile_view(&fake, &ctx, "spot-only-sv").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {VIEWS}/spot-only-sv"),
             format!("PATCH {VIEWS}/spot-only-sv/status"),
@@ -305,7 +288,7 @@ async fn deleting_the_view_releases_the_lock_through_the_finalizer() {
 
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {SERVICES}/spot-decode/status"),
             format!("PATCH {VIEWS}/spot-decode-sv"),
@@ -362,7 +345,7 @@ async fn a_stale_lock_left_by_a_crash_is_dropped_by_the_service_reconciler() {
         writes[0].line(),
         format!("PATCH {SERVICES}/spot-decode/status")
     );
-    let body = writes[0].body.clone().unwrap();
+    let body = writes[0].body().cloned().unwrap();
     assert_eq!(body["status"]["scaleViews"], json!([]));
     assert!(
         body["metadata"]["resourceVersion"].is_string(),
@@ -398,7 +381,7 @@ async fn role_and_status_writes_are_retried_on_conflict_guarded_ones_are_not() {
     fake.conflict_next_writes(&format!("{VIEWS}/spot-decode-sv/status"), 2);
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [
             format!("PATCH {VIEWS}/spot-decode-sv"),
             format!("PATCH {SERVICES}/spot-decode/status"),
@@ -438,7 +421,7 @@ async fn role_and_status_writes_are_retried_on_conflict_guarded_ones_are_not() {
         kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
     );
     assert_eq!(
-        writes(&fake),
+        fake.take_writes_events_as_one(),
         [format!("PATCH {SERVICES}/spot-decode/status")]
     );
     reconcile_view(&fake, &ctx, "spot-decode-sv").await;
@@ -468,6 +451,9 @@ async fn a_view_gone_before_its_finalizer_is_written_locks_nothing() {
 
     let outcome = tandem::reconcile::scale_view::reconcile(Arc::new(stored), ctx.clone()).await;
     assert!(outcome.is_ok(), "{outcome:?}");
-    assert_eq!(writes(&fake), [format!("PATCH {VIEWS}/spot-decode-sv")]);
+    assert_eq!(
+        fake.take_writes_events_as_one(),
+        [format!("PATCH {VIEWS}/spot-decode-sv")]
+    );
     assert_eq!(locks(&fake), Value::Null, "no lock for a view that is gone");
 }

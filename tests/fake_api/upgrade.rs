@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::fake_api::FakeApi;
+use harness::fake_api::{EVENTS, FakeApi};
 use harness::{repo_path, upstream_crds, upstream_schemas, yaml_documents};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
@@ -22,7 +22,6 @@ const LWS: &str = "leaderworkerset.x-k8s.io/v1";
 const GATEWAY_API: &str = "gateway.networking.k8s.io/v1";
 const EXAMPLE: &str = "examples/inferenceservice/incremental-upgrade.yaml";
 const NAME: &str = "qwen-incremental";
-const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
 
 fn path(kind_path: &str, name: &str) -> String {
     format!("PATCH {kind_path}/{name}")

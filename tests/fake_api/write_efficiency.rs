@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use harness::fake_api::{Call, FakeApi};
+use harness::fake_api::FakeApi;
+use harness::request::Request;
 use harness::{repo_path, yaml_documents};
 use serde_json::{Value, json};
 use tandem::admission::{self, Kind, lookup};
@@ -32,7 +33,7 @@ struct Counts {
 }
 
 impl Counts {
-    fn of(calls: &[Call]) -> Counts {
+    fn of(calls: &[Request]) -> Counts {
         let mut counts = Counts::default();
         for call in calls {
             let field = if call.path.contains("/events") {
@@ -166,7 +167,7 @@ fn role_sets(fake: &FakeApi, role: &str) -> Vec<Value> {
 }
 
 /// The LeaderWorkerSets a reconcile patched.
-fn patched_sets(calls: &[Call]) -> Vec<String> {
+fn patched_sets(calls: &[Request]) -> Vec<String> {
     calls
         .iter()
         .filter(|c| c.method == "PATCH" && c.path.contains("/leaderworkersets/"))

@@ -4,7 +4,8 @@
 //! kube-apiserver v1.36's audit log writes them (`audit.k8s.io/v1` Event,
 //! one JSON line each).
 
-use harness::control_plane::{Request, TANDEM_USER};
+use harness::control_plane::TANDEM_USER;
+use harness::request::Request;
 use harness::rollout::RolloutBudget;
 use harness::scenario::{
     Floor, HEALTH_LABEL, in_motion, leaders_without_workers, reads_in, reconciled_lines, refusals,
@@ -19,6 +20,7 @@ fn audit(user: &str, verb: &str, resource: &str, namespace: &str, code: u16) -> 
     json!({
         "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
         "stage": "ResponseComplete", "verb": verb,
+        "requestURI": format!("/api/v1/namespaces/{namespace}/{resource}/x"),
         "user": {"username": user},
         "objectRef": {"resource": resource, "namespace": namespace, "name": "x",
             "apiVersion": "v1"},
@@ -31,7 +33,7 @@ fn audit(user: &str, verb: &str, resource: &str, namespace: &str, code: u16) -> 
 }
 
 fn requests(events: &[Value]) -> Vec<Request> {
-    events.iter().filter_map(Request::of).collect()
+    events.iter().filter_map(Request::audited).collect()
 }
 
 #[test]
@@ -44,7 +46,7 @@ fn a_get_or_list_of_tandem_in_the_namespace_is_a_read() {
     ];
     assert_eq!(reads_in(&requests(&steady), "ns"), Vec::<String>::new());
     // The defect the invariant exists for: a reconcile that reads the API
-    // server. Before, Request::of dropped every read, so this was never seen.
+    // server. Before, the audit reader dropped every read, so this was never seen.
     let reading = [
         audit(TANDEM_USER, "get", "leaderworkersets", "ns", 200),
         audit(TANDEM_USER, "list", "pods", "ns", 200),
@@ -268,7 +270,7 @@ fn a_replica_below_the_partition_at_the_new_revision_fails() {
 }
 
 #[test]
-fn a_quiet_check_waits_for_a_loading_or_terminating_pod_only() {
+fn a_quiet_check_waits_for_a_loading_terminating_or_unseen_pod_only() {
     let at = |node: Option<&str>, ready: bool| {
         let mut pod = pod("svc-decode-0-0", "decode", "svc-decode-0", 1, ready);
         pod.spec = Some(
@@ -283,9 +285,21 @@ fn a_quiet_check_waits_for_a_loading_or_terminating_pod_only() {
     terminating.metadata.deletion_timestamp =
         Some(serde_json::from_value(json!("2026-11-27T00:00:00Z")).expect("a time"));
     assert!(in_motion(&terminating));
-    // At rest: Ready, unschedulable (no node), held unready on purpose.
+    // Not yet looked at by kube-scheduler: it binds it, or says why not.
+    assert!(in_motion(&at(None, false)));
+    // At rest: Ready, unschedulable (the scheduler's verdict, no node),
+    // another scheduler's, held unready on purpose.
     assert!(!in_motion(&at(Some("node-0"), true)));
-    assert!(!in_motion(&at(None, false)));
+    let mut unschedulable = at(None, false);
+    unschedulable.status = Some(
+        serde_json::from_value(json!({"conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable"}]}))
+        .expect("a status"),
+    );
+    assert!(!in_motion(&unschedulable));
+    let mut volcanos = at(None, false);
+    volcanos.spec.as_mut().expect("a spec").scheduler_name = Some("volcano".into());
+    assert!(!in_motion(&volcanos));
     let mut held = at(Some("node-0"), false);
     held.metadata
         .labels
@@ -364,4 +378,142 @@ fn a_quiet_check_waits_for_the_workers_of_a_multi_node_leader() {
         statefulset("svc-decode-0", 1, 1, Some((1, 1))),
     ];
     assert!(leaders_without_workers(&pods, &with_workers).is_empty());
+}
+
+/// The in-memory API server's log and the audit log make the same
+/// [`Request`] of the same request: the verb the API server resolves from
+/// the method and path, the object it names, the HTTP form the fake API's
+/// tests compare, and whether it writes.
+#[test]
+fn both_logs_make_the_same_request_of_the_same_call() {
+    let cases = [
+        (
+            "GET",
+            "/api/v1/namespaces/ns/pods",
+            "",
+            "list",
+            "pods",
+            None,
+            Some("ns"),
+            None,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/ns/pods",
+            "watch=true",
+            "watch",
+            "pods",
+            None,
+            Some("ns"),
+            None,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/ns/pods/p",
+            "",
+            "get",
+            "pods",
+            None,
+            Some("ns"),
+            Some("p"),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods/p/eviction",
+            "",
+            "create",
+            "pods",
+            Some("eviction"),
+            Some("ns"),
+            Some("p"),
+        ),
+        (
+            "PATCH",
+            "/apis/apps/v1/namespaces/ns/statefulsets/s/status",
+            "fieldManager=tandem",
+            "patch",
+            "statefulsets",
+            Some("status"),
+            Some("ns"),
+            Some("s"),
+        ),
+        (
+            "PATCH",
+            "/apis/apps/v1/namespaces/ns/statefulsets/s",
+            "dryRun=All",
+            "patch",
+            "statefulsets",
+            None,
+            Some("ns"),
+            Some("s"),
+        ),
+        (
+            "PUT",
+            "/api/v1/namespaces/ns",
+            "",
+            "update",
+            "namespaces",
+            None,
+            None,
+            Some("ns"),
+        ),
+        (
+            "DELETE",
+            "/api/v1/namespaces/ns/pods",
+            "",
+            "deletecollection",
+            "pods",
+            None,
+            Some("ns"),
+            None,
+        ),
+        (
+            "DELETE",
+            "/api/v1/nodes/n",
+            "",
+            "delete",
+            "nodes",
+            None,
+            None,
+            Some("n"),
+        ),
+    ];
+    for (method, path, query, verb, resource, subresource, namespace, name) in cases {
+        let uri = if query.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}?{query}")
+        };
+        let event = json!({
+            "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
+            "stage": "ResponseComplete", "verb": verb, "requestURI": uri,
+            "user": {"username": TANDEM_USER},
+            "objectRef": {"resource": resource, "subresource": subresource,
+                "namespace": namespace, "name": name},
+            "responseStatus": {"metadata": {}, "code": 200},
+            "stageTimestamp": "2026-12-02T00:00:00.000000Z",
+        });
+        let audited = Request::audited(&event).expect("an audit event of a request");
+        let received = Request::received(TANDEM_USER, method, path, query, None);
+        for (log, request) in [("audit", &audited), ("fake API", &received)] {
+            let seen = (
+                request.verb.as_str(),
+                request.resource.as_str(),
+                request.subresource.as_deref(),
+                request.namespace.as_deref(),
+                request.name.as_deref(),
+            );
+            assert_eq!(
+                seen,
+                (verb, resource, subresource, namespace, name),
+                "{log}: {uri}"
+            );
+            assert_eq!(request.line(), format!("{method} {path}"), "{log}: {uri}");
+            assert_eq!(
+                request.is_write(),
+                method != "GET" && query != "dryRun=All",
+                "{log}: {uri}"
+            );
+        }
+    }
 }

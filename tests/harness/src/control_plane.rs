@@ -26,24 +26,25 @@
 //! nothing outlives the test binary, however it ends.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 
+use crate::audit::{self, AuditLog};
+use crate::certificates::{Authority, Identity};
 use crate::free_port;
+use crate::modules::{binaries, kustomize, lws_module_dir};
+use crate::request::Request;
+use crate::serve::Tandem;
+use crate::supervision::{Supervised, wait_for_port};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
-};
 use serde_json::{Value, json};
 
 /// Tandem's identity: a client certificate whose subject is its service
@@ -76,202 +77,7 @@ pub fn unavailable() -> Option<String> {
     } else {
         super::upstream_crds_or_why().err()
     };
-    if let Some(reason) = &reason {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true, yet the real control plane cannot run: {reason}"
-        );
-    }
-    reason
-}
-
-/// A process under the supervisor: ended when the pipe to it closes.
-pub struct Supervised {
-    name: String,
-    child: Child,
-    /// Closing it (dropping it, or this process ending) tells the
-    /// supervisor to end the process; a line `kill` kills it at once.
-    lifeline: ChildStdin,
-    pub log: PathBuf,
-}
-
-impl Supervised {
-    pub fn start(
-        name: &str,
-        dir: &Path,
-        command: &Path,
-        args: &[String],
-        env: &[(&str, String)],
-    ) -> Supervised {
-        let log = dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).expect("a log file");
-        // The supervisor exits with the process. Its reader ends the
-        // process when stdin closes (SIGTERM, SIGKILL after 2 s), and kills
-        // it at once on a line `kill`.
-        let script = "\"$@\" </dev/null & child=$!; \
-                      { while read -r line; do [ \"$line\" = kill ] && kill -KILL $child 2>/dev/null; done; \
-                        kill -TERM $child 2>/dev/null; sleep 2; kill -KILL $child 2>/dev/null; } <&0 & \
-                      wait $child";
-        let mut supervisor = Command::new("bash");
-        supervisor
-            .arg("-c")
-            .arg(script)
-            .arg("supervise")
-            .arg(command)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(file.try_clone().expect("the log again"))
-            .stderr(file);
-        for (key, value) in env {
-            supervisor.env(key, value);
-        }
-        let mut child = supervisor
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name} ({}): {e}", command.display()));
-        let lifeline = child.stdin.take().expect("the supervisor's stdin");
-        Supervised {
-            name: name.to_owned(),
-            child,
-            lifeline,
-            log,
-        }
-    }
-
-    /// The supervised process's id: the supervisor's child that is not its
-    /// own reader (a `bash` subshell). None once it is gone.
-    fn pid(&self) -> Option<u32> {
-        let supervisor = self.child.id();
-        let children =
-            std::fs::read_to_string(format!("/proc/{supervisor}/task/{supervisor}/children"))
-                .ok()?;
-        children
-            .split_whitespace()
-            .filter_map(|c| c.parse::<u32>().ok())
-            .find(|c| {
-                std::fs::read_to_string(format!("/proc/{c}/comm"))
-                    .is_ok_and(|comm| comm.trim() != "bash")
-            })
-    }
-
-    pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Kills the process at once (a crash, no graceful shutdown) and waits
-    /// for the supervisor to see it.
-    pub fn kill(&mut self) {
-        use std::io::Write as _;
-        let _ = self.lifeline.write_all(b"kill\n");
-        let _ = self.lifeline.flush();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.alive() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// A certificate authority and the certificates it signs.
-struct Authority {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate and its key, as PEM.
-#[derive(Clone)]
-pub struct Identity {
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Authority {
-    fn new() -> Authority {
-        Authority::named("e2e-cluster-ca")
-    }
-
-    /// A CA whose subject is `common_name`.
-    fn named(common_name: &str) -> Authority {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name = distinguished(common_name, &[]);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a CA key"))
-            .expect("a self-signed CA");
-        Authority { issuer }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn serving(&self, hosts: &[&str]) -> Identity {
-        let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
-        let mut params = CertificateParams::new(hosts).expect("serving params");
-        params.distinguished_name = distinguished("e2e-serving", &[]);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.sign(params)
-    }
-
-    /// A client certificate: Kubernetes takes the common name as the user
-    /// and each organisation as a group.
-    fn client(&self, user: &str, groups: &[&str]) -> Identity {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("client params");
-        params.distinguished_name = distinguished(user, groups);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.sign(params)
-    }
-
-    fn sign(&self, mut params: CertificateParams) -> Identity {
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        let key = KeyPair::generate().expect("a key");
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .expect("a signed certificate");
-        Identity {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        }
-    }
-}
-
-fn distinguished(common_name: &str, organisations: &[&str]) -> DistinguishedName {
-    let mut name = DistinguishedName::new();
-    name.push(DnType::CommonName, common_name);
-    for organisation in organisations {
-        name.push(DnType::OrganizationName, *organisation);
-    }
-    name
-}
-
-fn wait_for_port(port: u16, what: &str, process: &mut Supervised, seconds: u64) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let address = SocketAddr::from(([127, 0, 0, 1], port));
-    while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
-        assert!(
-            process.alive(),
-            "{} exited before {what} was up; its log:\n{}",
-            process.name,
-            process.log_tail()
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{what} not up within {seconds} s; {}'s log:\n{}",
-            process.name,
-            process.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::failed_under_ci("the real control plane cannot run", reason)
 }
 
 /// One control plane of the test process.
@@ -285,8 +91,8 @@ pub struct ControlPlane {
     /// The run's CA, which signs the identities of service accounts that run
     /// as processes here (an endpoint picker).
     authority: Authority,
-    /// One JSON line per request that wrote (see [`audit_policy`]).
-    pub audit_log: PathBuf,
+    /// The API server's audit log (see [`audit::policy`]).
+    pub audit: AuditLog,
     processes: Mutex<Vec<Supervised>>,
     /// Where `tandem serve --dev` of this binary keeps its files.
     pub tandem_dir: PathBuf,
@@ -294,7 +100,7 @@ pub struct ControlPlane {
     /// ([`ControlPlane::custom_metrics`]).
     custom_metrics: tokio::sync::OnceCell<CustomMetrics>,
     /// The Tandem its scenarios share ([`Tandem::shared`]).
-    tandem_serve: OnceLock<Tandem>,
+    pub(crate) tandem_serve: OnceLock<Tandem>,
 }
 
 /// The name of [`ControlPlane::shared`].
@@ -402,7 +208,7 @@ impl ControlPlane {
         std::fs::create_dir_all(&dir).expect("the control plane's directory");
         eprintln!("control plane in {}", dir.display());
 
-        let authority = Authority::new();
+        let authority = Authority::of_the_cluster();
         let ca_pem = authority.pem();
         let serving = authority.serving(&["127.0.0.1", "localhost"]);
         let admin = authority.client(ADMIN_USER, &["system:masters"]);
@@ -412,7 +218,7 @@ impl ControlPlane {
             "system:serviceaccount:lws-system:lws-controller-manager",
             &["system:masters"],
         );
-        let account_key = KeyPair::generate().expect("a service account signing key");
+        let account_key = rcgen::KeyPair::generate().expect("a service account signing key");
         // The aggregation layer's own CA: kube-apiserver proxies a request
         // to an aggregated API (the custom metrics API) with a client
         // certificate of it and the user in headers, which the backend
@@ -431,7 +237,7 @@ impl ControlPlane {
             (
                 "audit-policy.yaml",
                 if audit {
-                    audit_policy()
+                    audit::policy()
                 } else {
                     "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n".to_owned()
                 },
@@ -476,12 +282,12 @@ impl ControlPlane {
             admin,
             tandem,
             authority,
-            audit_log,
+            audit: AuditLog::at(audit_log),
             processes: Mutex::new(processes),
             custom_metrics: tokio::sync::OnceCell::new(),
             tandem_serve: OnceLock::new(),
         };
-        block_on(plane.wait_ready());
+        block_on(plane.wait_api_server_ready());
 
         let kcm_kubeconfig = dir.join("kube-controller-manager.kubeconfig");
         std::fs::write(&kcm_kubeconfig, plane.kubeconfig_for(&controller_manager))
@@ -644,7 +450,7 @@ impl ControlPlane {
         }
     }
 
-    async fn wait_ready(&self) {
+    async fn wait_api_server_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             if let Ok(client) = self.admin().await {
@@ -1070,137 +876,24 @@ impl ControlPlane {
 
     /// The writes the API server recorded in its audit log so far.
     pub fn writes(&self) -> Vec<Request> {
-        self.requests()
-            .into_iter()
-            .filter(Request::is_write)
-            .collect()
+        self.audit.requests_where(Request::is_write)
     }
 
-    /// Every event of the audit log so far, as the API server wrote it.
+    /// Every event of the audit log so far, as the API server wrote it,
+    /// Leases and Events too: what the RBAC check reads, once, at the end.
     pub fn audit_events(&self) -> Vec<Value> {
-        let Ok(file) = std::fs::File::open(&self.audit_log) else {
-            return Vec::new();
-        };
-        BufReader::new(file)
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|line| serde_json::from_str::<Value>(&line).ok())
-            .collect()
+        self.audit.events()
     }
 
     /// Every request the API server recorded in its audit log so far.
     pub fn requests(&self) -> Vec<Request> {
-        self.audit_events().iter().filter_map(Request::of).collect()
-    }
-}
-
-/// One request from the audit log: a write, or a read or watch of Tandem's.
-#[derive(Clone, Debug)]
-pub struct Request {
-    pub user: String,
-    pub verb: String,
-    pub resource: String,
-    pub subresource: Option<String>,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub code: u16,
-    /// The stored object's resourceVersion after the write, when the
-    /// response carried the object.
-    pub resource_version: Option<String>,
-    pub request: Option<Value>,
-    pub response: Option<Value>,
-    pub time: String,
-    /// The API server's reason for refusing it, if it did.
-    pub message: String,
-}
-
-impl Request {
-    /// The request an audit event records: any verb (the audit policy logs
-    /// every user's writes and Tandem's reads and watches too), but for
-    /// Leases and Events, which only the RBAC check reads.
-    pub fn of(event: &Value) -> Option<Request> {
-        let verb = event["verb"].as_str()?;
-        let object = &event["objectRef"];
-        // Tandem's Leases and Events are logged only for the RBAC check
-        // (tests/harness/src/rbac.rs); the scenarios' invariants never saw them.
-        if matches!(object["resource"].as_str(), Some("leases" | "events")) {
-            return None;
-        }
-        let text = |v: &Value| v.as_str().map(str::to_owned);
-        Some(Request {
-            user: event["user"]["username"].as_str()?.to_owned(),
-            verb: verb.to_owned(),
-            resource: object["resource"].as_str()?.to_owned(),
-            subresource: text(&object["subresource"]),
-            namespace: text(&object["namespace"]),
-            name: text(&object["name"]),
-            code: event["responseStatus"]["code"]
-                .as_u64()
-                .and_then(|c| u16::try_from(c).ok())?,
-            resource_version: text(&event["responseObject"]["metadata"]["resourceVersion"]),
-            request: event.get("requestObject").cloned(),
-            response: event.get("responseObject").cloned(),
-            time: event["stageTimestamp"].as_str()?.to_owned(),
-            message: event["responseStatus"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        })
+        self.audit.requests_where(|_| true)
     }
 
-    /// `verb resource[/subresource] namespace/name -> code`.
-    /// [`Request::line`] with what was sent, cut at 1500 characters: what
-    /// a failed check on Tandem's writes shows.
-    pub fn line_with_body(&self) -> String {
-        let sent = self
-            .request
-            .as_ref()
-            .map(Value::to_string)
-            .unwrap_or_default();
-        let cut: String = sent.chars().take(1500).collect();
-        format!("{}: {cut}", self.line())
-    }
-
-    pub fn line(&self) -> String {
-        format!(
-            "{} {} {}{} {}/{} -> {}",
-            self.user,
-            self.verb,
-            self.resource,
-            self.subresource
-                .as_ref()
-                .map(|s| format!("/{s}"))
-                .unwrap_or_default(),
-            self.namespace.as_deref().unwrap_or("-"),
-            self.name.as_deref().unwrap_or("-"),
-            self.code
-        )
-    }
-
-    pub fn is_write(&self) -> bool {
-        matches!(
-            self.verb.as_str(),
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        )
-    }
-
-    /// Refused by RBAC (not, say, for a namespace being deleted, which the
-    /// API server also answers with 403).
-    pub fn forbidden_by_rbac(&self) -> bool {
-        self.code == 403 && self.message.contains(" cannot ")
-    }
-
-    /// Refused by Tandem's own pod-patch policy
-    /// (`manifests/base/pod-patches.yaml`).
-    pub fn refused_by_pod_patch_policy(&self) -> bool {
-        self.code >= 400
-            && self
-                .message
-                .contains("ValidatingAdmissionPolicy 'tandem-pod-patches'")
-    }
-
-    pub fn by_tandem(&self) -> bool {
-        self.user == TANDEM_USER
+    /// The requests of the audit log so far that `keep` keeps, in the
+    /// order the API server logged them.
+    pub fn requests_where(&self, keep: impl Fn(&Request) -> bool) -> Vec<Request> {
+        self.audit.requests_where(keep)
     }
 }
 
@@ -1281,21 +974,6 @@ const NODE_LEASE_SECONDS: u32 = 40;
 /// eviction controller evicts it (the API server's default tolerations;
 /// Kubernetes' default is 300 s).
 pub const NODE_TOLERATION_SECONDS: u32 = 10;
-
-/// Writes by every user, with request and response bodies (to tell a write
-/// that changed nothing), and every request of Tandem's (to tell one it was
-/// refused, and which of its permissions it used: its Leases and Events at
-/// Metadata level); other users' reads, Leases and Events are not logged.
-fn audit_policy() -> String {
-    "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-     - level: Metadata\n  users: [\"system:serviceaccount:tandem-system:tandem\"]\n  resources:\n  - group: coordination.k8s.io\n    resources: [leases]\n  - group: \"\"\n    resources: [events]\n  - group: events.k8s.io\n    resources: [events]\n\
-     - level: None\n  resources:\n  - group: coordination.k8s.io\n    resources: [leases]\n\
-     - level: None\n  resources:\n  - group: \"\"\n    resources: [events]\n  - group: events.k8s.io\n    resources: [events]\n\
-     - level: RequestResponse\n  verbs: [create, update, patch, delete, deletecollection]\n\
-     - level: Metadata\n  users: [\"system:serviceaccount:tandem-system:tandem\"]\n\
-     - level: None\n"
-        .to_owned()
-}
 
 fn apiserver_args(
     dir: &Path,
@@ -1436,142 +1114,6 @@ pub fn block_on<T: Send>(future: impl std::future::Future<Output = T> + Send) ->
     })
 }
 
-/// Builds (or finds cached) the control plane's binaries; their directory.
-/// The objects `kubectl apply -k DIR` would send: DIR built by
-/// kustomize's krusty, as kubectl embeds it (`tests/cluster/kustomize`).
-pub fn kustomize(dir: &Path) -> Result<Vec<Value>, String> {
-    let output = Command::new(binaries().join("kustomize"))
-        .arg(dir)
-        .output()
-        .map_err(|e| format!("running kustomize: {e}"))?;
-    if !output.status.success() {
-        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-    }
-    Ok(yaml_stream(&String::from_utf8_lossy(&output.stdout)))
-}
-
-/// Helm's command, built from its module (`tests/cluster/helm`), with its
-/// cache, configuration and data in `home` (a user's would be in theirs).
-pub fn helm(home: &Path) -> Command {
-    let mut command = Command::new(binaries().join("helm"));
-    for (variable, dir) in [
-        ("HELM_CACHE_HOME", "cache"),
-        ("HELM_CONFIG_HOME", "config"),
-        ("HELM_DATA_HOME", "data"),
-    ] {
-        command.env(variable, home.join(dir));
-    }
-    command
-}
-
-/// The objects of a stream of YAML documents, as kustomize and Helm print
-/// them (empty documents left out).
-pub fn yaml_stream(text: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_norway::Deserializer::from_str(text)
-        .map(|document| Value::deserialize(document).expect("a YAML document"))
-        .filter(|object| !object.is_null())
-        .collect()
-}
-
-/// The binaries `tests/cluster/build.sh` builds (the control plane,
-/// kustomize, Helm), built or found in its cache once per test binary.
-pub fn binaries() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(build)
-}
-
-fn build() -> PathBuf {
-    built_by("tests/cluster/build.sh")
-}
-
-/// Where the Go module cache holds `module` as the Go module at `in_dir` (a
-/// path in the repository) requires it.
-pub fn go_module_dir(in_dir: &str, module: &str) -> PathBuf {
-    let output = Command::new("go")
-        .args(["list", "-m", "-f", "{{.Dir}}", module])
-        .current_dir(super::repo_path(in_dir))
-        .output()
-        .expect("go list runs");
-    assert!(
-        output.status.success(),
-        "go list -m {module} in {in_dir}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
-}
-
-/// Runs the build script `script` (a path in the repository), which builds
-/// or finds in its cache what it builds, and prints the directory of the
-/// binaries: that directory.
-pub fn built_by(script: &str) -> PathBuf {
-    let output = Command::new("bash")
-        .arg(super::repo_path(script))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("{script} does not run: {e}"));
-    assert!(
-        output.status.success(),
-        "{script} failed ({}); run it by hand to see why",
-        output.status
-    );
-    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim())
-}
-
-/// Where the Go module cache holds the LeaderWorkerSet module the manager
-/// is built from (its webhook configurations and DisaggregatedSet CRD are
-/// read from there, as released).
-fn lws_module_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| go_module_dir("tests/cluster", "sigs.k8s.io/lws"))
-        .clone()
-}
-
-/// The Prometheus Operator's release whose CRDs (ServiceMonitor,
-/// PrometheusRule) the tests check `manifests/monitoring/` against, taken
-/// from its Go module (its `example/prometheus-operator-crd/`), and the
-/// module's checksum as the Go checksum database records it: the files are
-/// upstream's, unchanged, and not copied into this repository.
-pub const PROMETHEUS_OPERATOR: (&str, &str, &str) = (
-    "github.com/prometheus-operator/prometheus-operator",
-    "v0.85.0",
-    "h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s=",
-);
-
-/// The Prometheus Operator's CRD of `plural` (`servicemonitors`,
-/// `prometheusrules`, `podmonitors`), from [`PROMETHEUS_OPERATOR`]'s module.
-pub fn prometheus_operator_crd(plural: &str) -> Value {
-    module_document(
-        PROMETHEUS_OPERATOR,
-        &format!("example/prometheus-operator-crd/monitoring.coreos.com_{plural}.yaml"),
-    )
-}
-
-/// The first document of the file at `path` in the Go module `pin`
-/// (module, version, checksum): `go mod download` fetches the module
-/// through the proxy the first time, and finds it in the module cache
-/// after that.
-fn module_document((module, version, sum): (&str, &str, &str), path: &str) -> Value {
-    let dir = super::upstream::download(module, version, sum).unwrap_or_else(|e| panic!("{e}"));
-    super::yaml_documents(&dir.join(path)).remove(0)
-}
-
-/// KEDA's release whose CRDs (ScaledObject, TriggerAuthentication) the
-/// tests check `examples/autoscaling/` against, taken from its Go module's
-/// `config/crd/bases/`, and the module's checksum as the Go checksum
-/// database records it: upstream's files, not copied into this repository.
-pub const KEDA: (&str, &str, &str) = (
-    "github.com/kedacore/keda/v2",
-    "v2.21.0",
-    "h1:R6z2HZvstK4RLUMxroNACzBj74xGxt3kG59b5Xc+Xps=",
-);
-
-/// KEDA's CRD of `plural` (`scaledobjects`, `triggerauthentications`),
-/// from [`KEDA`]'s module.
-pub fn keda_crd(plural: &str) -> Value {
-    module_document(KEDA, &format!("config/crd/bases/keda.sh_{plural}.yaml"))
-}
-
 /// Applies `crd` and waits until the API server serves its kind.
 pub async fn install_crd(client: &kube::Client, crd: &Value) {
     apply(client, crd).await;
@@ -1609,10 +1151,17 @@ pub async fn resource_of(client: &kube::Client, object: &Value) -> (ApiResource,
 }
 
 /// A client from `kubeconfig`, bound to the calling test's runtime.
+///
+/// Without kube's default retry: it retries a 429 up to 15 times, its wait
+/// doubling from 5 ms up to 1 000 s, so a test asking whether a disruption
+/// budget refuses an eviction (429) waited minutes inside one call for the
+/// answer it asked about (2026-12-02: 6 min for the quota scenario's 8 s).
 async fn client_of(kubeconfig: Kubeconfig) -> Result<kube::Client, kube::Error> {
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| kube::Error::Service(e.into()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| kube::Error::Service(e.into()))?;
+    config.default_retry = false;
     kube::Client::try_from(config)
 }
 
@@ -1671,143 +1220,5 @@ pub async fn wait_established(client: &kube::Client, name: &str) {
             "CRD {name} not established within 30 s"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A `tandem serve --dev` process against the control plane, as Tandem's
-/// service account, under the supervisor.
-pub struct Tandem {
-    pub name: String,
-    process: Mutex<Supervised>,
-    pub webhook: SocketAddr,
-    pub probes: SocketAddr,
-    pub dir: PathBuf,
-}
-
-impl Tandem {
-    /// The Tandem of `plane`: started once, its webhooks registered.
-    pub fn shared(plane: &'static ControlPlane) -> &'static Tandem {
-        plane.tandem_serve.get_or_init(|| {
-            let tandem = Tandem::start(plane, "tandem-0");
-            tandem.register(plane);
-            tandem
-        })
-    }
-
-    /// Starts replica `name` and waits until it is ready (its caches
-    /// loaded); its webhooks are not registered.
-    pub fn start(plane: &ControlPlane, name: &str) -> Tandem {
-        Tandem::start_as(plane, name, true, "info,tandem=debug")
-    }
-
-    /// [`Tandem::start`] without `--controllers`: `--dev` serves admission
-    /// only, takes no Lease and writes nothing (a cluster's webhooks before
-    /// its controllers start, `tests/cluster/first_start.rs`).
-    pub fn start_admission_only(plane: &ControlPlane, name: &str) -> Tandem {
-        Tandem::start_as(plane, name, false, "info,tandem=debug")
-    }
-
-    /// [`Tandem::start`] with `RUST_LOG=rust_log` (the scenarios read
-    /// Tandem's debug lines; a benchmark runs it as installed, at `info`).
-    pub fn start_logging(plane: &ControlPlane, name: &str, rust_log: &str) -> Tandem {
-        Tandem::start_as(plane, name, true, rust_log)
-    }
-
-    fn start_as(plane: &ControlPlane, name: &str, controllers: bool, rust_log: &str) -> Tandem {
-        let dir = plane.tandem_dir.join(name);
-        std::fs::create_dir_all(&dir).expect("tandem's directory");
-        let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, plane.tandem_kubeconfig()).expect("tandem's kubeconfig");
-        let (webhook, probes) = (free_port(), free_port());
-        let mut args = vec![
-            "serve".to_owned(),
-            "--dev".to_owned(),
-            format!("--pod-name={name}"),
-            "--pod-namespace=tandem-system".to_owned(),
-            format!("--listen=127.0.0.1:{webhook}"),
-            format!("--probe-listen=127.0.0.1:{probes}"),
-            format!("--cert-dir={}", dir.join("certs").display()),
-        ];
-        if controllers {
-            args.push("--controllers".to_owned());
-        }
-        let process = Supervised::start(
-            &format!("tandem-{name}"),
-            &dir,
-            crate::tandem_binary(),
-            &args,
-            &[
-                ("KUBECONFIG", kubeconfig.display().to_string()),
-                ("RUST_LOG", rust_log.to_owned()),
-            ],
-        );
-        let tandem = Tandem {
-            name: name.to_owned(),
-            process: Mutex::new(process),
-            webhook: SocketAddr::from(([127, 0, 0, 1], webhook)),
-            probes: SocketAddr::from(([127, 0, 0, 1], probes)),
-            dir,
-        };
-        block_on(tandem.wait_ready());
-        tandem
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok((200, _)) = super::probe(self.probes, "/readyz").await {
-                return;
-            }
-            assert!(
-                self.alive(),
-                "tandem {} exited; its log:\n{}",
-                self.name,
-                self.log()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "tandem {} not ready within 60 s; its log:\n{}",
-                self.name,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Points Tandem's webhook configurations at this replica.
-    pub fn register(&self, plane: &ControlPlane) {
-        let ca = std::fs::read_to_string(self.dir.join("certs/ca.crt")).expect("the dev CA");
-        block_on(plane.register_tandem_webhooks(&format!("https://{}", self.webhook), &ca));
-    }
-
-    /// What the process logged so far.
-    pub fn log(&self) -> String {
-        let process = self.process.lock().expect("the process");
-        std::fs::read_to_string(&process.log).unwrap_or_default()
-    }
-
-    pub fn alive(&self) -> bool {
-        self.process.lock().expect("the process").alive()
-    }
-
-    /// The process id of `tandem serve` (not its supervisor's), or None.
-    pub fn pid(&self) -> Option<u32> {
-        self.process.lock().expect("the process").pid()
-    }
-
-    /// Kills the process at once: a crash, no graceful shutdown.
-    pub fn kill(&self) {
-        self.process.lock().expect("the process").kill();
-    }
-
-    /// The sum of the `/metrics` samples named `metric` whose labels
-    /// contain every one of `labels` (`key="value"`), or None.
-    pub async fn metric(&self, metric: &str, labels: &[&str]) -> Option<f64> {
-        let (_, body) = super::probe(self.probes, "/metrics").await.ok()?;
-        body.lines()
-            .filter(|line| line.starts_with(metric) && !line.starts_with('#'))
-            .filter(|line| labels.iter().all(|l| line.contains(l)))
-            .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
-            .reduce(|a, b| a + b)
     }
 }

@@ -6,16 +6,22 @@
 //! server ([`fake_api`]) and the real control plane ([`control_plane`],
 //! [`scenario`]). `tests/README.md` says which world answers which question.
 
+pub mod audit;
+pub mod certificates;
 pub mod control_plane;
 pub mod fake_api;
 pub mod install;
 pub mod load;
 pub mod measure;
+pub mod modules;
 pub mod picker;
 pub mod rbac;
+pub mod request;
 pub mod rollout;
 pub mod running;
 pub mod scenario;
+pub mod serve;
+pub mod supervision;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -73,14 +79,49 @@ pub fn available<T>(test: &str, found: Result<T, String>) -> Option<T> {
     match found {
         Ok(found) => Some(found),
         Err(why) => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true, yet {test} cannot run: {why}"
-            );
+            failed_under_ci(&format!("{test} cannot run"), Some(why.clone()));
             eprintln!("SKIPPED {test}: {why}");
             None
         }
     }
+}
+
+/// Waits until the `tandem serve` of `name` answers 200 on `/readyz` at
+/// `probes` (its caches loaded), for at most `seconds`; fails with its log
+/// then, or as soon as `alive` says it exited.
+pub async fn wait_tandem_ready(
+    name: &str,
+    probes: SocketAddr,
+    seconds: u64,
+    alive: impl Fn() -> bool,
+    log: impl Fn() -> String,
+) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        if let Ok((200, _)) = probe(probes, "/readyz").await {
+            return;
+        }
+        assert!(alive(), "tandem {name} exited; its log:\n{}", log());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "tandem {name} not ready within {seconds} s; its log:\n{}",
+            log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// `why` what the tests need is missing here, if it is: a failure with
+/// `CI=true` (a test that cannot run proves nothing), else for the caller
+/// to print before it skips. `what` says what cannot run.
+pub fn failed_under_ci(what: &str, why: Option<String>) -> Option<String> {
+    if let Some(why) = &why {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true, yet {what}: {why}"
+        );
+    }
+    why
 }
 
 /// Turns a CRD's openAPIV3Schema into a JSON Schema (draft 4) that is stricter

@@ -60,27 +60,12 @@ impl Running {
             probes,
             name: name.to_owned(),
         };
-        running.wait_ready().await;
+        super::wait_tandem_ready(&running.name, running.probes, 30, || true, || running.log())
+            .await;
         let ca =
             std::fs::read_to_string(running.dir.path().join("certs/ca.crt")).expect("the dev CA");
         fake.register_webhooks(&format!("https://{webhook}"), &ca);
         running
-    }
-
-    async fn wait_ready(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok((200, _)) = super::probe(self.probes, "/readyz").await {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "tandem serve {} not ready in 30 s; its log:\n{}",
-                self.name,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 
     /// The process id, to read its memory from `/proc`.

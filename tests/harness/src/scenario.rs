@@ -26,7 +26,9 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use super::control_plane::{self, ControlPlane, Request, Tandem};
+use super::control_plane::{self, ControlPlane};
+use super::request::Request;
+use super::serve::Tandem;
 use tandem::plan::shared::children::LWS_WORKER_INDEX;
 
 pub const IS: &str = "fusioninfer.io/v1alpha1";
@@ -473,10 +475,7 @@ impl Scenario {
     /// The writes of this namespace in the audit log.
     pub fn writes(&self) -> Vec<Request> {
         self.plane
-            .writes()
-            .into_iter()
-            .filter(|w| w.namespace.as_deref() == Some(&self.namespace))
-            .collect()
+            .requests_where(|w| w.is_write() && w.namespace.as_deref() == Some(&self.namespace))
     }
 
     /// Asserts no request of Tandem's in this namespace was refused for
@@ -496,16 +495,9 @@ impl Scenario {
     /// namespaces are their own scenarios' to check: a scenario about the
     /// pod-patch policy provokes refusals on purpose.
     fn assert_not_refused(&self) {
-        let forbidden: Vec<String> = refusals(
-            &self
-                .plane
-                .requests()
-                .into_iter()
-                .filter(|r| {
-                    r.namespace.is_none() || r.namespace.as_deref() == Some(&self.namespace)
-                })
-                .collect::<Vec<_>>(),
-        );
+        let forbidden: Vec<String> = refusals(&self.plane.requests_where(|r| {
+            r.namespace.is_none() || r.namespace.as_deref() == Some(&self.namespace)
+        }));
         assert!(forbidden.is_empty(), "Tandem was refused: {forbidden:#?}");
     }
 
@@ -595,7 +587,7 @@ impl Scenario {
             .iter()
             .skip(seen)
             .filter(|w| w.by_tandem())
-            .map(Request::line_with_body)
+            .map(Request::summary_with_body)
             .collect()
     }
 }
@@ -606,7 +598,7 @@ pub fn refusals(requests: &[Request]) -> Vec<String> {
     requests
         .iter()
         .filter(|r| r.by_tandem() && (r.forbidden_by_rbac() || r.refused_by_pod_patch_policy()))
-        .map(|r| format!("{}: {}", r.line(), r.message))
+        .map(|r| format!("{}: {}", r.summary(), r.message))
         .collect()
 }
 
@@ -618,7 +610,7 @@ pub fn reads_in(requests: &[Request], namespace: &str) -> Vec<String> {
         .iter()
         .filter(|r| r.by_tandem() && matches!(r.verb.as_str(), "get" | "list"))
         .filter(|r| r.namespace.as_deref() == Some(namespace))
-        .map(Request::line)
+        .map(Request::summary)
         .collect()
 }
 
@@ -642,7 +634,7 @@ pub fn uncached_reads(requests: &[Request], namespace: &str) -> Vec<String> {
             }
             _ => false,
         })
-        .map(Request::line)
+        .map(Request::summary)
         .collect()
 }
 
@@ -684,7 +676,7 @@ pub fn label<'a>(object: &'a Value, key: &str) -> &'a str {
 }
 
 /// Waits up to 90 s for InferenceService `service` to be Ready; it as stored.
-pub async fn wait_ready(scenario: &Scenario, service: &str) -> Value {
+pub async fn wait_service_ready(scenario: &Scenario, service: &str) -> Value {
     scenario
         .eventually(90, &format!("InferenceService {service} Ready"), || async {
             let stored = scenario.get(IS, "InferenceService", service).await;
@@ -728,7 +720,7 @@ pub fn repeated_writes(writes: &[Request]) -> Vec<String> {
         let key = (write.resource.clone(), name.clone());
         let known = versions.entry(key).or_default();
         if !known.insert(version.clone()) && write.by_tandem() {
-            repeated.push(write.line_with_body());
+            repeated.push(write.summary_with_body());
         }
     }
     repeated
@@ -826,18 +818,21 @@ pub fn leaders_without_workers(pods: &[Pod], sets: &[StatefulSet]) -> Vec<String
         .collect()
 }
 
-/// Whether kwok will still change `pod` by itself: it is terminating, or
-/// it is bound and running its course to Ready (the load delay). A pod whose
-/// health a test set (unready, crash loop), an unbound one and a finished
-/// one stay as they are.
+/// Whether `pod` will still change by itself: it is terminating; it is
+/// bound and running its course to Ready (kwok's load delay); or it waits
+/// for kube-scheduler's first look (no `PodScheduled` condition yet), which
+/// on a loaded machine can come seconds after the pod (CI saw a quiet check
+/// begin before a gang's pods were bound, 2026-12-02). A pod whose health a
+/// test set (unready, crash loop), one the scheduler found no place for, one
+/// for another scheduler and a finished one stay as they are.
 pub fn in_motion(pod: &Pod) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return true;
     }
-    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    let finished = pod
-        .status
-        .as_ref()
+    let spec = pod.spec.as_ref();
+    let bound = spec.is_some_and(|s| s.node_name.is_some());
+    let status = pod.status.as_ref();
+    let finished = status
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
     let health_set = pod
@@ -845,7 +840,18 @@ pub fn in_motion(pod: &Pod) -> bool {
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(HEALTH_LABEL));
-    bound && !finished && !health_set && !is_ready(pod)
+    let ours = spec
+        .and_then(|s| s.scheduler_name.as_deref())
+        .is_none_or(|name| name == "default-scheduler");
+    let looked_at = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled");
+    if !bound {
+        return ours && !looked_at;
+    }
+    !finished && !health_set && !is_ready(pod)
 }
 
 pub fn is_ready(pod: &Pod) -> bool {

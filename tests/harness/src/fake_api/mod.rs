@@ -76,36 +76,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::body::Body as HttpBody;
-use http::{Request, Response, StatusCode};
+use http::{Response, StatusCode};
 use serde_json::{Value, json};
+
+use crate::request::{Address, Request, is_dry_run, query_flag, query_param};
 
 use ownership::Owners;
 
-/// One request a client sent.
-#[derive(Clone, Debug)]
-pub struct Call {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub body: Option<Value>,
-}
+/// An Event's write in [`FakeApi::take_writes_events_as_one`].
+pub const EVENT: &str = "event";
 
-impl Call {
-    /// `METHOD path`, the form tests compare.
-    pub fn line(&self) -> String {
-        format!("{} {}", self.method, self.path)
-    }
-
-    /// A request that may change what is stored: not a read, and not a
-    /// dry run.
-    pub fn is_write(&self) -> bool {
-        self.method != "GET" && !is_dry_run(&self.query)
-    }
-
-    pub fn is_watch(&self) -> bool {
-        self.method == "GET" && query_flag(&self.query, "watch")
-    }
-}
+/// An Event's write in namespace `default`, as [`FakeApi::take_writes`]
+/// lists it.
+pub const EVENTS: &str = "POST /apis/events.k8s.io/v1/namespaces/default/events";
 
 /// Where a resource's objects live: `/api/v1` or `/apis/{group}/{version}`,
 /// and the plural.
@@ -200,7 +183,11 @@ pub struct State {
     /// Plurals whose writes are refused, with the status code (as an
     /// admission webhook or missing RBAC would).
     refused: BTreeMap<String, u16>,
-    calls: Vec<Call>,
+    /// The requests received since the last [`FakeApi::take_calls`], in
+    /// the order they arrived, each with its answer once it is given.
+    calls: Vec<Request>,
+    /// How many requests [`FakeApi::take_calls`] has taken.
+    calls_taken: u64,
     /// The resourceVersion of the last change.
     pub version: u64,
     /// The changes watches can resume from, oldest first.
@@ -259,6 +246,28 @@ impl Dirty {
 pub const NOW: &str = "2026-11-21T10:00:00Z";
 
 impl State {
+    /// Logs a request as it arrives; the number it returns finds it again
+    /// for [`State::answered`].
+    fn log(&mut self, request: Request) -> u64 {
+        self.calls.push(request);
+        self.calls_taken + self.calls.len() as u64 - 1
+    }
+
+    /// Records the answer to the request logged as `seq`, unless a test
+    /// has taken it in the meantime.
+    fn answered(&mut self, seq: u64, code: StatusCode, body: &Value) {
+        let Some(index) = seq.checked_sub(self.calls_taken) else {
+            return;
+        };
+        if let Some(request) = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.calls.get_mut(i))
+        {
+            let time = k8s_openapi::jiff::Timestamp::now().to_string();
+            request.answered(code.as_u16(), body, time);
+        }
+    }
+
     fn next_uid(&mut self) -> String {
         self.uids += 1;
         format!("00000000-0000-4000-8000-{:012x}", self.uids)
@@ -412,89 +421,18 @@ pub struct Target {
     pub sub: Option<String>,
 }
 
-/// Parses `/api/v1/...` and `/apis/g/v/...` paths.
+/// Where a request's path points ([`Address::of`]).
 fn target_of(path: &str) -> Option<Target> {
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (prefix, rest) = match parts.as_slice() {
-        ["api", version, rest @ ..] => (format!("/api/{version}"), rest),
-        ["apis", group, version, rest @ ..] => (format!("/apis/{group}/{version}"), rest),
-        _ => return None,
-    };
-    let resource = |plural: &str| Resource {
-        prefix: prefix.clone(),
-        plural: plural.to_owned(),
-    };
-    let owned = |s: &&str| s.to_string();
-    Some(match rest {
-        // The namespace object itself and its subresources.
-        ["namespaces", name, sub @ ..]
-            if sub.len() <= 1
-                && sub
-                    .first()
-                    .is_none_or(|s| *s == "status" || *s == "finalize") =>
-        {
-            Target {
-                resource: resource("namespaces"),
-                namespace: None,
-                name: Some(name.to_string()),
-                sub: sub.first().map(owned),
-            }
-        }
-        ["namespaces", namespace, plural, tail @ ..] if tail.len() <= 2 => Target {
-            resource: resource(plural),
-            namespace: Some(namespace.to_string()),
-            name: tail.first().map(owned),
-            sub: tail.get(1).map(owned),
+    let address = Address::of(path)?;
+    Some(Target {
+        resource: Resource {
+            prefix: address.prefix,
+            plural: address.resource,
         },
-        [plural, tail @ ..] if tail.len() <= 2 => Target {
-            resource: resource(plural),
-            namespace: None,
-            name: tail.first().map(owned),
-            sub: tail.get(1).map(owned),
-        },
-        _ => return None,
+        namespace: address.namespace,
+        name: address.name,
+        sub: address.subresource,
     })
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("00");
-                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn query_param(query: &str, key: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| percent_decode(v))
-}
-
-/// `dryRun=All`: the API server admits the request and stores nothing.
-fn is_dry_run(query: &str) -> bool {
-    query_param(query, "dryRun").as_deref() == Some("All")
-}
-
-fn query_flag(query: &str, key: &str) -> bool {
-    matches!(query_param(query, key).as_deref(), Some("true" | "1"))
 }
 
 /// Splits a selector at the commas that are not inside `in (a, b)`.
@@ -766,7 +704,7 @@ impl FakeApi {
         let bound = listener.local_addr().expect("the listener's address");
         let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
         let fake = self.clone();
-        let app = axum::Router::new().fallback(move |request: Request<HttpBody>| {
+        let app = axum::Router::new().fallback(move |request: http::Request<HttpBody>| {
             let fake = fake.clone();
             async move { fake.serve(request).await }
         });
@@ -1234,8 +1172,10 @@ impl FakeApi {
 
     /// Every request since the last `take_calls`, watches left out (a watch
     /// is one long request, not a read per event).
-    pub fn take_calls(&self) -> Vec<Call> {
-        std::mem::take(&mut self.lock().calls)
+    pub fn take_calls(&self) -> Vec<Request> {
+        let mut state = self.lock();
+        state.calls_taken += state.calls.len() as u64;
+        std::mem::take(&mut state.calls)
             .into_iter()
             .filter(|c| !c.is_watch())
             .collect()
@@ -1246,7 +1186,23 @@ impl FakeApi {
         self.take_calls()
             .iter()
             .filter(|c| c.is_write())
-            .map(Call::line)
+            .map(Request::line)
+            .collect()
+    }
+
+    /// [`FakeApi::take_writes`], each write of an Event as [`EVENT`]: for
+    /// tests that count a controller's Events but leave what they say to
+    /// tests of their own.
+    pub fn take_writes_events_as_one(&self) -> Vec<String> {
+        self.take_writes()
+            .into_iter()
+            .map(|w| {
+                if w.contains("/events") {
+                    EVENT.to_owned()
+                } else {
+                    w
+                }
+            })
             .collect()
     }
 
@@ -1255,7 +1211,7 @@ impl FakeApi {
         self.lock().version
     }
 
-    async fn serve(&self, request: Request<HttpBody>) -> Response<HttpBody> {
+    async fn serve(&self, request: http::Request<HttpBody>) -> Response<HttpBody> {
         let (parts, body) = request.into_parts();
         let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
@@ -1283,16 +1239,23 @@ impl FakeApi {
                 serde_json::from_slice(&bytes).ok()
             },
         };
-        if incoming.method == "GET" && query_flag(&incoming.query, "watch") {
-            self.lock().calls.push(Call {
-                method: incoming.method.clone(),
-                path: incoming.path.clone(),
-                query: incoming.query.clone(),
-                body: None,
-            });
+        let received = Request::received(
+            &incoming.user,
+            &incoming.method,
+            &incoming.path,
+            &incoming.query,
+            incoming.body.clone(),
+        );
+        if received.is_watch() {
+            let mut state = self.lock();
+            let seq = state.log(received);
+            state.answered(seq, StatusCode::OK, &Value::Null);
+            drop(state);
             return self.watch(&incoming);
         }
+        let seq = self.lock().log(received);
         let (code, body) = self.answer(incoming).await;
+        self.lock().answered(seq, code, &body);
         Response::builder()
             .status(code)
             .header("content-type", "application/json")
@@ -1730,15 +1693,9 @@ impl Scope {
     }
 }
 
-/// Logs a request and answers what stops it before its resource is read:
+/// Answers what stops a request before its resource is read:
 /// an injected conflict, an API that is not installed, a refused write.
 fn screen(state: &mut State, request: &Incoming) -> Result<Target, (StatusCode, Value)> {
-    state.calls.push(Call {
-        method: request.method.clone(),
-        path: request.path.clone(),
-        query: request.query.clone(),
-        body: request.body.clone(),
-    });
     let method = request.method.as_str();
     if method != "GET"
         && let Some(conflict) = state
