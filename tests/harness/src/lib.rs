@@ -342,6 +342,36 @@ pub fn render_stdin_with(input: &[u8], extra: &[&str]) -> std::process::Output {
     child.wait_with_output().expect("tandem render ends")
 }
 
+/// Polls `check` every `every` until it answers `Ok`, for up to `seconds`;
+/// past that, panics with `what`, the last `Err` it gave and what `context`
+/// tells (a log to read). What both worlds' waits are made of
+/// ([`running::eventually`], [`scenario::Scenario::eventually`]).
+pub async fn eventually<T, F, Fut>(
+    seconds: u64,
+    every: Duration,
+    what: &str,
+    mut check: F,
+    context: impl FnOnce() -> String,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) if tokio::time::Instant::now() >= deadline => {
+                panic!(
+                    "{what}: not within {seconds} s; last seen: {last}\n{}",
+                    context()
+                )
+            }
+            Err(_) => tokio::time::sleep(every).await,
+        }
+    }
+}
+
 /// A port on loopback that nothing listens on now (the OS's pick for a
 /// listener bound and closed at once).
 pub fn free_port() -> u16 {

@@ -99,15 +99,17 @@ pub async fn eventually(
     what: &str,
     mut check: impl FnMut() -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {seconds} s; tandem's log:\n{}",
-            running.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let held = || {
+        std::future::ready(if check() {
+            Ok(())
+        } else {
+            Err("no".to_owned())
+        })
+    };
+    super::eventually(seconds, Duration::from_millis(100), what, held, || {
+        format!("tandem's log:\n{}", running.log())
+    })
+    .await
 }
 
 fn writes(fake: &FakeApi) -> Vec<String> {

@@ -397,27 +397,16 @@ impl Scenario {
 
     /// Waits up to `seconds` for `check` to hold; fails with `what`,
     /// Tandem's log and the last value checked otherwise.
-    pub async fn eventually<T, F, Fut>(&self, seconds: u64, what: &str, mut check: F) -> T
+    pub async fn eventually<T, F, Fut>(&self, seconds: u64, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, String>>,
     {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
-        loop {
-            match check().await {
-                Ok(value) => return value,
-                Err(last) => {
-                    if tokio::time::Instant::now() >= deadline {
-                        self.plane.assert_alive();
-                        panic!(
-                            "{what}: not within {seconds} s; last seen: {last}\ntandem's log (end):\n{}",
-                            tail(&self.tandem.log(), 60)
-                        );
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        super::eventually(seconds, Duration::from_millis(200), what, check, || {
+            self.plane.assert_alive();
+            format!("tandem's log (end):\n{}", tail(&self.tandem.log(), 60))
+        })
+        .await
     }
 
     /// Waits, at most `limit`, until the namespace's pods are at rest: every
