@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource};
 use serde_json::json;
 
@@ -23,18 +23,6 @@ use crate::plan::resource_scaling_group::adapter;
 use crate::plan::scale_view::refusal::{self, Refusal};
 use crate::reconcile::FIELD_MANAGER;
 use crate::reconcile::caches::Caches;
-
-fn in_namespace<K: kube::Resource<DynamicType = ()> + Clone>(
-    store: &Store<K>,
-    namespace: &str,
-) -> Vec<K> {
-    store
-        .state()
-        .into_iter()
-        .filter(|o| o.meta().namespace.as_deref() == Some(namespace))
-        .map(|o| (*o).clone())
-        .collect()
-}
 
 /// Before a kind's cache has listed (the API server is slow or unreachable,
 /// or the request comes before readiness), it is empty, not a view of the
@@ -50,8 +38,12 @@ impl Lookup for Caches {
     }
 
     fn scale_views(&self, namespace: &str) -> Option<Vec<ScaleView>> {
-        self.views_listed()
-            .then(|| in_namespace(&self.views, namespace))
+        self.views_listed().then(|| {
+            Caches::in_namespace(&self.views, &self.view_catalog, namespace)
+                .into_iter()
+                .map(|v| (*v).clone())
+                .collect()
+        })
     }
 
     fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
@@ -91,7 +83,7 @@ impl Lookup for Caches {
         })
     }
 
-    fn installed(&self) -> crate::plan::shared::installed::Installed {
+    fn installed(&self) -> std::sync::Arc<crate::plan::shared::installed::Installed> {
         self.dependencies.installed()
     }
 

@@ -63,8 +63,8 @@ pub trait Lookup: Send + Sync {
     /// What the cluster has installed of LWS, Volcano, the Inference
     /// Extension and Gateway API; [`Installed::Assumed`] when that cannot be
     /// known (no cluster, or its CRDs not read yet).
-    fn installed(&self) -> Installed {
-        Installed::Assumed
+    fn installed(&self) -> std::sync::Arc<Installed> {
+        std::sync::Arc::new(Installed::Assumed)
     }
 
     /// Reads an object this lookup answered "does not exist" for from the
@@ -168,7 +168,7 @@ impl Lookup for Noting<'_> {
         }
         answer
     }
-    fn installed(&self) -> Installed {
+    fn installed(&self) -> std::sync::Arc<Installed> {
         self.inner.installed()
     }
     fn resource_scaling_group(
@@ -230,7 +230,7 @@ impl Lookup for Amended<'_> {
     // `scale_view` is the trait's: a view of `scale_views` above, which
     // holds the views found live (only asked after a denial, so the copy of
     // the namespace's views does not matter).
-    fn installed(&self) -> Installed {
+    fn installed(&self) -> std::sync::Arc<Installed> {
         self.inner.installed()
     }
     fn resource_scaling_group(
@@ -272,7 +272,7 @@ impl Lookup for WithEppImage {
     fn scale_view(&self, namespace: &str, name: &str) -> Option<Option<ScaleView>> {
         self.inner.scale_view(namespace, name)
     }
-    fn installed(&self) -> Installed {
+    fn installed(&self) -> std::sync::Arc<Installed> {
         self.inner.installed()
     }
     fn resource_scaling_group(
@@ -417,8 +417,11 @@ impl Lookup for Objects {
     }
     /// The world's CRDs, when it holds any: a dependency not among them is
     /// not installed (as render's reconcilers see it).
-    fn installed(&self) -> Installed {
-        crate::plan::shared::native_gang::of_world(&self.crds, &self.api_versions)
+    fn installed(&self) -> std::sync::Arc<Installed> {
+        std::sync::Arc::new(crate::plan::shared::native_gang::of_world(
+            &self.crds,
+            &self.api_versions,
+        ))
     }
     /// Built-in kinds, then the CRDs of the world; a kind neither knows is
     /// unknown (a world need not list its CRDs).

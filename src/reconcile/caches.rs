@@ -51,6 +51,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::cached::{self, Cached};
+use super::catalog::Catalog;
 use super::cluster::{Unserved, resource};
 use super::dependencies::WatchedDependencies;
 use super::metrics::ControllerMetrics;
@@ -110,6 +111,8 @@ pub struct Watched {
     /// The label selector of the watch, if any.
     pub selector: Option<String>,
     pub store: Store<Cached>,
+    /// Where each of the store's objects is, kept from the same events.
+    pub catalog: Arc<Catalog>,
     state: watch::Receiver<WatchState>,
 }
 
@@ -320,6 +323,9 @@ pub struct Caches {
     pub services: Store<InferenceService>,
     pub views: Store<ScaleView>,
     pub groups: Store<ResourceScalingGroup>,
+    /// Where the views and the groups are, by namespace.
+    pub view_catalog: Arc<Catalog>,
+    pub group_catalog: Arc<Catalog>,
     /// The namespaces' follow graphs, for the webhook's DAG check.
     pub follows: Arc<WatchedFollows>,
     typed: Vec<watch::Receiver<WatchState>>,
@@ -356,6 +362,37 @@ fn managed() -> String {
     format!("{MANAGED_BY}={MANAGER}")
 }
 
+/// The kinds read as JSON that are watched from the start: the workloads
+/// unselected and trimmed, every other kind a service creates through the
+/// managed-by label, whole. (apiVersion, kind, plural, selector, trim.)
+fn watched_from_the_start() -> Vec<(String, String, String, Option<String>, Trim)> {
+    let mut wanted: Vec<(String, String, String, Option<String>, Trim)> = WORKLOADS
+        .iter()
+        .map(|(v, k, p)| {
+            (
+                v.to_string(),
+                k.to_string(),
+                p.to_string(),
+                None,
+                Trim::Workload,
+            )
+        })
+        .collect();
+    for kind in &CHILD_KINDS {
+        if WORKLOADS.iter().any(|(_, k, _)| *k == kind.kind) {
+            continue;
+        }
+        wanted.push((
+            kind.api_version.to_owned(),
+            kind.kind.to_owned(),
+            kind.plural.to_owned(),
+            Some(managed()),
+            Trim::Whole,
+        ));
+    }
+    wanted
+}
+
 impl Caches {
     /// Starts every watch (in the current tokio runtime); [`Caches::ready`]
     /// says when they have listed. Kinds the cluster does not serve are
@@ -368,16 +405,21 @@ impl Caches {
                 on_service(&triggers, old, new)
             })
         };
+        let view_catalog = Arc::new(Catalog::default());
         let (views, views_state) = {
-            let triggers = triggers.clone();
+            let (triggers, catalog) = (triggers.clone(), view_catalog.clone());
             reflect_typed::<ScaleView>(&client, &metrics, move |old, new| {
+                catalog.changed(old.map(|v| &v.metadata), new.map(|v| &v.metadata));
                 on_view(&triggers, old, new)
             })
         };
         let follows = Arc::new(WatchedFollows::default());
+        let group_catalog = Arc::new(Catalog::default());
         let (groups, groups_state) = {
-            let (triggers, follows) = (triggers.clone(), follows.clone());
+            let (triggers, follows, catalog) =
+                (triggers.clone(), follows.clone(), group_catalog.clone());
             reflect_typed::<ResourceScalingGroup>(&client, &metrics, move |old, new| {
+                catalog.changed(old.map(|g| &g.metadata), new.map(|g| &g.metadata));
                 follows.changed(old, new);
                 on_group(&triggers, old, new)
             })
@@ -399,30 +441,7 @@ impl Caches {
         metrics
             .signals
             .read_from(services.clone(), views.clone(), groups.clone());
-        let mut wanted: Vec<(String, String, String, Option<String>, Trim)> = WORKLOADS
-            .iter()
-            .map(|(v, k, p)| {
-                (
-                    v.to_string(),
-                    k.to_string(),
-                    p.to_string(),
-                    None,
-                    Trim::Workload,
-                )
-            })
-            .collect();
-        for kind in &CHILD_KINDS {
-            if WORKLOADS.iter().any(|(_, k, _)| *k == kind.kind) {
-                continue;
-            }
-            wanted.push((
-                kind.api_version.to_owned(),
-                kind.kind.to_owned(),
-                kind.plural.to_owned(),
-                Some(managed()),
-                Trim::Whole,
-            ));
-        }
+        let wanted = watched_from_the_start();
         let initial: HashSet<(String, String)> = wanted
             .iter()
             .map(|(api_version, kind, ..)| (api_version.clone(), kind.clone()))
@@ -434,6 +453,8 @@ impl Caches {
             services,
             views,
             groups,
+            view_catalog,
+            group_catalog,
             follows,
             typed: vec![services_state, views_state, groups_state],
             kinds: Mutex::default(),
@@ -536,18 +557,24 @@ impl Caches {
         let triggers = self.triggers.clone();
         let kind = resource.kind.clone();
         let group = resource.group.clone();
+        let catalog = Arc::new(Catalog::default());
+        let filed = catalog.clone();
         let (store, state) = reflect_dynamic(
             &self.client,
             &self.metrics,
             resource,
             selector.clone(),
             trim,
-            move |old, new| on_object(&triggers, &group, &kind, old, new),
+            move |old, new| {
+                filed.changed(old.map(|o| &o.metadata), new.map(|o| &o.metadata));
+                on_object(&triggers, &group, &kind, old, new)
+            },
         );
         let watched = Arc::new(Watched {
             resource: resource.clone(),
             selector,
             store,
+            catalog,
             state,
         });
         kinds.insert(key, watched.clone());
@@ -688,27 +715,39 @@ impl Caches {
         }
     }
 
+    /// The objects of a typed cache in `namespace`, sorted by name, found
+    /// through its catalog.
+    pub fn in_namespace<K>(store: &Store<K>, catalog: &Catalog, namespace: &str) -> Vec<Arc<K>>
+    where
+        K: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone,
+    {
+        catalog
+            .in_namespace(namespace)
+            .into_iter()
+            .filter_map(|name| store.get(&ObjectRef::new(&name).within(namespace)))
+            .collect()
+    }
+
     /// The objects of a cache in `namespace` with every label of `labels`,
     /// as JSON with their apiVersion and kind, sorted by name.
     pub fn objects(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Value> {
-        let mut found: Vec<Value> = watched
-            .store
-            .state()
+        // The catalog's names are sorted, so the objects come sorted by name.
+        watched
+            .catalog
+            .candidates(namespace, labels)
             .into_iter()
-            .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|name| {
+                watched
+                    .store
+                    .get(&ObjectRef::new_with(&name, watched.resource.clone()).within(namespace))
+            })
             .filter(|o| {
                 labels
                     .iter()
                     .all(|(key, value)| o.labels().get(*key).map(String::as_str) == Some(*value))
             })
             .map(|o| o.to_json(&watched.resource))
-            .collect();
-        found.sort_by(|a, b| {
-            a["metadata"]["name"]
-                .as_str()
-                .cmp(&b["metadata"]["name"].as_str())
-        });
-        found
+            .collect()
     }
 
     /// Opens the queue of controller `K`: every event that concerns one of

@@ -103,7 +103,7 @@ pub trait Cluster: Send + Sync {
 
     /// What the cluster has installed of the projects Tandem writes objects
     /// of ([`Installed::Assumed`] when that cannot be known).
-    fn installed(&self) -> Installed;
+    fn installed(&self) -> std::sync::Arc<Installed>;
 
     /// Server-side applies `object` as field manager `tandem`, forced.
     fn apply<'a>(&'a self, resource: &'a ApiResource, object: &'a Value) -> Written<'a>;

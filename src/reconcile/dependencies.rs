@@ -69,6 +69,11 @@ struct State {
     /// Whether the first probe of Kubernetes' PodGroups has answered (or
     /// failed).
     native_answered: bool,
+    /// What is installed, as [`WatchedDependencies::installed`] last made
+    /// it from the fields above; cleared by any change to them. Every
+    /// reconcile and admission request reads it: sharing it spares a copy
+    /// of every found CRD's schemas per read.
+    made: Option<Arc<Installed>>,
 }
 
 /// The installed dependencies, as the watches last saw them.
@@ -124,6 +129,7 @@ impl WatchedDependencies {
                 let mut state = lock(&self.state);
                 let first = !state.native_answered;
                 state.native_answered = true;
+                state.made = None;
                 let changed = if failed {
                     false
                 } else {
@@ -159,13 +165,19 @@ impl WatchedDependencies {
 
     /// What is installed; [`Installed::Assumed`] while a watch has not
     /// listed or cannot.
-    pub fn installed(&self) -> Installed {
-        let state = lock(&self.state);
+    pub fn installed(&self) -> Arc<Installed> {
+        let mut state = lock(&self.state);
         if *self.pending.borrow() > 0 || state.answered.values().any(|listed| !listed) {
-            return Installed::Assumed;
+            return Arc::new(Installed::Assumed);
         }
-        let installed = Installed::Known(state.found.values().cloned().collect());
-        installed.with_native_pod_groups(state.native.as_ref().and_then(NativeGang::spec_fields))
+        if let Some(made) = &state.made {
+            return made.clone();
+        }
+        let installed = Installed::Known(state.found.values().cloned().collect())
+            .with_native_pod_groups(state.native.as_ref().and_then(NativeGang::spec_fields));
+        let made = Arc::new(installed);
+        state.made = Some(made.clone());
+        made
     }
 
     /// Waits until every watch has listed or found it cannot.
@@ -216,15 +228,16 @@ impl WatchedDependencies {
     /// late) lists it after all: then the gauge is set and the services
     /// re-reconciled.
     fn answer(self: &Arc<Self>, name: &str, listed: bool) {
-        let known_before = !matches!(self.installed(), Installed::Assumed);
+        let known_before = !matches!(*self.installed(), Installed::Assumed);
         let first = {
             let mut state = lock(&self.state);
+            state.made = None;
             state.answered.insert(name.to_owned(), listed).is_none()
         };
         if first {
             self.pending.send_modify(|n| *n = n.saturating_sub(1));
         }
-        let known_now = !matches!(self.installed(), Installed::Assumed);
+        let known_now = !matches!(*self.installed(), Installed::Assumed);
         if known_now && !known_before {
             self.changed();
         }
@@ -242,6 +255,7 @@ impl WatchedDependencies {
             });
         let changed = {
             let mut state = lock(&self.state);
+            state.made = None;
             match crd.and_then(|crd| crd.metadata.resource_version.clone()) {
                 Some(version) => state.versions.insert(name.to_owned(), version),
                 None => state.versions.remove(name),
@@ -262,7 +276,7 @@ impl WatchedDependencies {
     /// dependencies.
     fn changed(self: &Arc<Self>) {
         let installed = self.installed();
-        if matches!(installed, Installed::Assumed) {
+        if matches!(*installed, Installed::Assumed) {
             return;
         }
         self.metrics.dependencies(&installed.info());

@@ -192,7 +192,7 @@ fn scale_of(object: &Value) -> Value {
 }
 
 impl Cluster for Live {
-    fn installed(&self) -> Installed {
+    fn installed(&self) -> std::sync::Arc<Installed> {
         self.caches.dependencies.installed()
     }
 
@@ -209,15 +209,7 @@ impl Cluster for Live {
     }
 
     fn groups(&self, namespace: &str) -> Vec<Arc<ResourceScalingGroup>> {
-        let mut groups: Vec<Arc<ResourceScalingGroup>> = self
-            .caches
-            .groups
-            .state()
-            .into_iter()
-            .filter(|g| g.metadata.namespace.as_deref() == Some(namespace))
-            .collect();
-        groups.sort_by_key(|g| g.name_any());
-        groups
+        Caches::in_namespace(&self.caches.groups, &self.caches.group_catalog, namespace)
     }
 
     fn list(

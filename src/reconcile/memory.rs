@@ -379,9 +379,12 @@ impl Memory {
 impl Cluster for Memory {
     /// The CRDs of the world, when it holds any: a dependency not among them
     /// is not installed. Without CRDs, everything is assumed installed.
-    fn installed(&self) -> Installed {
+    fn installed(&self) -> std::sync::Arc<Installed> {
         let state = self.state();
-        crate::plan::shared::native_gang::of_world(state.objects.values(), &self.api_versions)
+        Arc::new(crate::plan::shared::native_gang::of_world(
+            state.objects.values(),
+            &self.api_versions,
+        ))
     }
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<InferenceService>> {

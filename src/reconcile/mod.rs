@@ -16,6 +16,7 @@
 pub mod api_requests;
 pub mod cached;
 pub mod caches;
+pub mod catalog;
 pub mod cluster;
 pub mod dependencies;
 pub mod events;

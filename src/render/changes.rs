@@ -258,7 +258,7 @@ impl Cluster for Recording {
         self.world.groups(namespace)
     }
 
-    fn installed(&self) -> crate::plan::shared::installed::Installed {
+    fn installed(&self) -> std::sync::Arc<crate::plan::shared::installed::Installed> {
         self.world.installed()
     }
 

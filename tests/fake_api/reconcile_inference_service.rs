@@ -1625,7 +1625,7 @@ async fn the_dependencies_become_known_once_their_crds_can_be_read() {
     tokio::time::timeout(std::time::Duration::from_secs(10), caches.ready())
         .await
         .expect("the caches are ready although the CRDs cannot be read");
-    assert_eq!(caches.dependencies.installed(), Installed::Assumed);
+    assert_eq!(*caches.dependencies.installed(), Installed::Assumed);
 
     fake.install(
         "customresourcedefinitions",
@@ -1643,7 +1643,7 @@ async fn the_dependencies_become_known_once_their_crds_can_be_read() {
                 installed: "true",
             })
             .get();
-        if let (Installed::Known(found), 1) = (caches.dependencies.installed(), gauged) {
+        if let (Installed::Known(found), 1) = (&*caches.dependencies.installed(), gauged) {
             assert_eq!(found.len(), 5, "every dependency's CRD: {found:?}");
             break;
         }
