@@ -417,13 +417,8 @@ async fn write_batch<'a>(
     batched: bool,
 ) -> Result<(), Error> {
     let controller = controller_of(regarding.kind.as_deref().unwrap_or_default());
-    let seen = |object: &Value| {
-        let identity = batch::identity(object);
-        observed
-            .iter()
-            .copied()
-            .find(|o| batch::identity(o) == identity)
-    };
+    let observed = batch::by_identity(observed);
+    let seen = |object: &Value| observed.get(&batch::identity_of(object)).copied();
     for step in apply.iter().take(count) {
         let Some(resource) = resource_of(&step.object) else {
             continue;

@@ -26,7 +26,7 @@
 //! A waiting reconcile holds only its object's key; the reconcile reads the
 //! object once its turn comes, so it plans from the newest spec.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -47,8 +47,18 @@ struct State<T> {
     held: usize,
     /// Objects whose own spec changed since their last turn began.
     changed: HashSet<T>,
-    /// Reconciles waiting for a turn, in the order they came.
-    waiting: VecDeque<Waiter<T>>,
+    /// Reconciles waiting for a turn, by their place in line (the order
+    /// they came).
+    waiting: BTreeMap<u64, Waiter<T>>,
+    /// The places in line of the waiters whose object is in `changed`: the
+    /// second line, served first. Kept beside `waiting` so that a freed
+    /// turn finds its waiter without a walk along the line (issue 51: a
+    /// first start over S services walked it S times).
+    changed_waiting: BTreeSet<u64>,
+    /// The places in line of each object's waiters.
+    places: HashMap<T, BTreeSet<u64>>,
+    /// The next place in line.
+    next_place: u64,
 }
 
 struct Waiter<T> {
@@ -57,24 +67,61 @@ struct Waiter<T> {
 }
 
 impl<T: Hash + Eq + Clone> State<T> {
+    /// Puts a waiter at the end of the line (and of the second line, when
+    /// its object's spec changed).
+    fn wait(&mut self, waiter: Waiter<T>) {
+        let place = self.next_place;
+        self.next_place = self.next_place.wrapping_add(1);
+        if self.changed.contains(&waiter.key) {
+            self.changed_waiting.insert(place);
+        }
+        self.places
+            .entry(waiter.key.clone())
+            .or_default()
+            .insert(place);
+        self.waiting.insert(place, waiter);
+    }
+
+    /// Notes that `key`'s spec changed, moving its waiters into the second
+    /// line.
+    fn spec_changed(&mut self, key: T) {
+        if let Some(places) = self.places.get(&key) {
+            self.changed_waiting.extend(places.iter().copied());
+        }
+        self.changed.insert(key);
+    }
+
+    /// Takes the waiter at `place` out of both lines; its object's spec
+    /// counts as unchanged from now on (its turn is beginning).
+    fn take(&mut self, place: u64) -> Option<Waiter<T>> {
+        let waiter = self.waiting.remove(&place)?;
+        self.changed.remove(&waiter.key);
+        if let Some(places) = self.places.get_mut(&waiter.key) {
+            places.remove(&place);
+            for other in places.iter() {
+                self.changed_waiting.remove(other);
+            }
+            if places.is_empty() {
+                self.places.remove(&waiter.key);
+            }
+        }
+        self.changed_waiting.remove(&place);
+        Some(waiter)
+    }
+
     /// Gives freed turns to the waiters next in line: the longest waiting
     /// with a changed spec first. A waiter that stopped waiting (its
     /// reconcile was dropped) is passed over.
     fn hand_over(&mut self) {
         while self.held < self.limit {
             let next = self
-                .waiting
-                .iter()
-                .position(|w| self.changed.contains(&w.key))
-                .or(if self.waiting.is_empty() {
-                    None
-                } else {
-                    Some(0)
-                });
-            let Some(waiter) = next.and_then(|i| self.waiting.remove(i)) else {
+                .changed_waiting
+                .first()
+                .or_else(|| self.waiting.keys().next())
+                .copied();
+            let Some(waiter) = next.and_then(|place| self.take(place)) else {
                 return;
             };
-            self.changed.remove(&waiter.key);
             if waiter.wake.send(()).is_ok() {
                 self.held = self.held.saturating_add(1);
             }
@@ -107,7 +154,10 @@ impl<T: Hash + Eq + Clone> Turns<T> {
                 limit: limit.max(1),
                 held: 0,
                 changed: HashSet::new(),
-                waiting: VecDeque::new(),
+                waiting: BTreeMap::new(),
+                changed_waiting: BTreeSet::new(),
+                places: HashMap::new(),
+                next_place: 0,
             }),
         })
     }
@@ -121,7 +171,7 @@ impl<T: Hash + Eq + Clone> Turns<T> {
     /// Notes that `key`'s own spec changed: its next turn comes before any
     /// other waiter's whose spec did not, whether it already waits or not.
     pub fn spec_changed(&self, key: T) {
-        self.lock().changed.insert(key);
+        self.lock().spec_changed(key);
     }
 
     /// Waits for a turn for `key`: at once when one is free and nobody
@@ -138,7 +188,7 @@ impl<T: Hash + Eq + Clone> Turns<T> {
                     };
                 }
                 let (wake, woken) = oneshot::channel();
-                state.waiting.push_back(Waiter {
+                state.wait(Waiter {
                     key: key.clone(),
                     wake,
                 });
@@ -205,6 +255,38 @@ mod tests {
             task.await.expect("the task ends");
         }
         assert_eq!(*order.lock().expect("not poisoned"), ["d", "b", "c", "e"]);
+        assert_eq!(turns.counts(), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changed_specs_go_first_in_the_order_their_reconciles_came() {
+        let turns = Turns::new(1, Gauge::default());
+        let first = turns.turn("a").await;
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiting = Vec::new();
+        for key in ["b", "c", "d", "e", "f"] {
+            let (turns, order) = (turns.clone(), order.clone());
+            waiting.push(tokio::spawn(async move {
+                let _turn = turns.turn(key).await;
+                order.lock().expect("not poisoned").push(key);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }));
+            tokio::task::yield_now().await;
+        }
+        // Changed in the reverse of their places in line; "a" changes while
+        // it holds its turn, so its next reconcile would go first, but it
+        // asks none here.
+        turns.spec_changed("e");
+        turns.spec_changed("c");
+        turns.spec_changed("a");
+        drop(first);
+        for task in waiting {
+            task.await.expect("the task ends");
+        }
+        assert_eq!(
+            *order.lock().expect("not poisoned"),
+            ["c", "e", "b", "d", "f"]
+        );
         assert_eq!(turns.counts(), (0, 0));
     }
 

@@ -424,21 +424,24 @@ fn native_pod_groups(
     groups: BTreeMap<String, Value>,
     plan: &mut Plan,
 ) {
-    for (_, object) in groups.into_iter().rev() {
-        let placed = pod_groups::topology_key(&object)
-            .map(|key| format!("; its pods in one {key} domain (spec.placement)"))
-            .unwrap_or_default();
-        plan.desired.insert(
-            0,
+    // Ahead of every other desired object, in the groups' order: spliced in
+    // at once (one insert at the front per group moved the rest each time).
+    let made: Vec<Desired> = groups
+        .into_values()
+        .map(|object| {
+            let placed = pod_groups::topology_key(&object)
+                .map(|key| format!("; its pods in one {key} domain (spec.placement)"))
+                .unwrap_or_default();
             Desired {
                 object,
                 why: format!(
                     "gang scheduling with Kubernetes' PodGroups: {}{placed}",
                     gang_reason(service)
                 ),
-            },
-        );
-    }
+            }
+        })
+        .collect();
+    plan.desired.splice(0..0, made);
     let named: BTreeSet<&str> = world.pods.iter().filter_map(pod_groups::named_by).collect();
     plan.kept.extend(
         world
@@ -930,6 +933,7 @@ fn drain_replicas(
             });
         }
     }
+    let mut standings = Standings::default();
     for &index in scope.live.difference(scope.kept) {
         let Some(existing) = (scope.replica)(index) else {
             continue;
@@ -938,7 +942,7 @@ fn drain_replicas(
         let pods = scope.pods.of(role, index);
         match drain::leave(&pods, scope.seconds, rollout.now) {
             drain::Leave::Delete(why) if drain::draining(&pods) => {
-                let gone = why_gone(service, rollout, existing, world);
+                let gone = why_gone(service, rollout, existing, world, &mut standings);
                 plan.delete_notes.insert(name, format!("{gone}; {why}"));
             }
             left => {
@@ -1136,6 +1140,47 @@ fn gang_reason(service: &InferenceService) -> String {
 /// Why an object the service has is no longer wanted, for the Event. A
 /// replica removed by Binpack names its deletion cost and the costs it beat.
 pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>) -> String {
+    why_delete_among(service, object, world, &mut Standings::default())
+}
+
+/// Where each role's replicas stand under Binpack (their costs, and which
+/// the policy keeps), worked out at most once per role for all the notes of
+/// one pass: a scale-down by D replicas of a role read its replicas and pods
+/// D times (issue 51).
+#[derive(Default)]
+struct Standings {
+    by_role: BTreeMap<String, (RoleReplicas, BTreeSet<u32>)>,
+}
+
+impl Standings {
+    fn of(&mut self, role: &Role, world: &World<'_>) -> &(RoleReplicas, BTreeSet<u32>) {
+        self.by_role.entry(role.name.clone()).or_insert_with(|| {
+            let all: Vec<&Value> = world
+                .children
+                .iter()
+                .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
+                .collect();
+            let seen = role_replicas(role, &all, world.pods);
+            let desired = usize::try_from(role.replicas()).unwrap_or(0);
+            let kept = victims::keep(
+                &seen.existing,
+                &seen.deleting,
+                desired,
+                RoleScaleDownPolicy::Binpack,
+                &seen.candidates,
+            );
+            (seen, kept)
+        })
+    }
+}
+
+/// [`why_delete`], with the standings of the pass's other notes.
+fn why_delete_among(
+    service: &InferenceService,
+    object: &Value,
+    world: &World<'_>,
+    standings: &mut Standings,
+) -> String {
     let labels = &object["metadata"]["labels"];
     let kind = object["kind"].as_str().unwrap_or("object");
     if pod_groups::is_pod_group(object) {
@@ -1158,19 +1203,12 @@ pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>)
             let scaled = format!("role {role_name} is scaled to {} replica(s)", role.replicas());
             match (role.scale_down_policy(), index) {
                 (RoleScaleDownPolicy::Binpack, Some(index)) => {
-                    let all: Vec<&Value> = world
-                        .children
-                        .iter()
-                        .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
-                        .collect();
-                    let seen = role_replicas(role, &all, world.pods);
+                    let (seen, kept) = standings.of(role, world);
                     let score = |i: u32| {
                         seen.candidates.get(&i).map_or("no pods".to_owned(), |c| {
                             format!("cost {}{}", c.cost, if c.running { "" } else { ", not running" })
                         })
                     };
-                    let desired = usize::try_from(role.replicas()).unwrap_or(0);
-                    let kept = victims::keep(&seen.existing, &seen.deleting, desired, RoleScaleDownPolicy::Binpack, &seen.candidates);
                     let beaten: Vec<String> = kept.iter().map(|&i| format!("{i} ({})", score(i))).collect();
                     format!(
                         "{scaled}; Binpack removes replica {index} ({}) before the replicas it keeps: {}",
@@ -1412,6 +1450,7 @@ fn deletions(
         planned.desired.iter().map(|d| key(&d.object)).collect();
     kept.extend(planned.kept.iter().cloned());
     let mut delete = Vec::new();
+    let mut standings = Standings::default();
     for child in world
         .children
         .iter()
@@ -1422,8 +1461,8 @@ fn deletions(
         let name = child["metadata"]["name"].as_str().unwrap_or_default();
         let why = match (rollout, planned.delete_notes.get(name)) {
             (_, Some(note)) => note.clone(),
-            (Some(rollout), None) => why_gone(service, rollout, child, world),
-            (None, None) => why_delete(service, child, world),
+            (Some(rollout), None) => why_gone(service, rollout, child, world, &mut standings),
+            (None, None) => why_delete_among(service, child, world, &mut standings),
         };
         delete.push(Delete {
             object: child.clone(),
@@ -1745,6 +1784,7 @@ fn why_gone(
     rollout: &Rollout,
     child: &Value,
     world: &World<'_>,
+    standings: &mut Standings,
 ) -> String {
     let labels = &child["metadata"]["labels"];
     let side_by_side = rollout.runs.iter().any(|r| r.members == Members::Labelled);
@@ -1753,7 +1793,7 @@ fn why_gone(
         .as_str()
         .filter(|_| side_by_side && is_replica)
     else {
-        return why_delete(service, child, world);
+        return why_delete_among(service, child, world, standings);
     };
     let role = labels[children::ROLE_NAME].as_str().unwrap_or_default();
     let index = labels[children::REPLICA_INDEX].as_str().unwrap_or("?");

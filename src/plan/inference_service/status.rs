@@ -34,7 +34,7 @@
 //! (fewer pods than its `minCount`) has no condition: then the pods' own
 //! `PodScheduled` is what there is, as on every other scheduler.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
@@ -616,10 +616,7 @@ fn unschedulable(pod: &Value) -> Option<&str> {
 
 /// Why the Kubernetes PodGroup named `name` (among `pod_groups`) waits:
 /// its `PodGroupScheduled` condition when False, as "reason: message".
-fn group_unschedulable(groups: &[&Value], name: &str) -> Option<String> {
-    let group = groups
-        .iter()
-        .find(|g| g["metadata"]["name"] == name && g["metadata"]["deletionTimestamp"].is_null())?;
+fn group_unschedulable(group: &Value) -> Option<String> {
     let condition = group["status"]["conditions"]
         .as_array()?
         .iter()
@@ -642,6 +639,16 @@ fn group_unschedulable(groups: &[&Value], name: &str) -> Option<String> {
 /// "replica 0: PodGroup x-worker-0-1a2b Unschedulable: 0/2 placements are
 /// available, …; pod x-worker-0 unschedulable: 0/4 nodes are available: …".
 pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String> {
+    // The live groups by name, the first of a name kept: looked up once per
+    // waiting replica.
+    let mut live_groups: HashMap<&str, &Value> = HashMap::new();
+    for group in groups {
+        if group["metadata"]["deletionTimestamp"].is_null()
+            && let Some(name) = group["metadata"]["name"].as_str()
+        {
+            live_groups.entry(name).or_insert(group);
+        }
+    }
     let mut by_replica: BTreeMap<(u32, &str), Vec<&Value>> = BTreeMap::new();
     for pod in pods {
         if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
@@ -657,7 +664,7 @@ pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String>
                 let name = pod_groups::named_by(p).filter(|_| p["spec"]["nodeName"].is_null())?;
                 Some(format!(
                     "PodGroup {name} {}",
-                    group_unschedulable(groups, name)?
+                    group_unschedulable(live_groups.get(name)?)?
                 ))
             });
             let pod = group.iter().find_map(|p| {

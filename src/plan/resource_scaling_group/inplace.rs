@@ -24,7 +24,7 @@
 //! An unchanged world gives no patches, no Events and the status as stored.
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
@@ -173,30 +173,34 @@ fn resolved<G: Borrow<ResourceScalingGroup>>(
 /// targets one of its Targets (a conflict to report). Returns them with the
 /// upstream groups' Sources.
 fn relevant(groups: &[(String, Bindings)], me: usize) -> (Vec<usize>, Vec<&Endpoint>) {
-    let mut chosen = vec![me];
-    let mine = &groups[me].1;
+    // The groups that target each endpoint, in their order: every question
+    // below is one lookup, not a walk over every group's targets (issue 51).
+    let mut targeted_by: HashMap<&Endpoint, Vec<usize>> = HashMap::new();
     for (g, (_, bindings)) in groups.iter().enumerate() {
-        let conflicts = bindings
-            .targets
-            .iter()
-            .any(|t| mine.targets.iter().any(|m| m.endpoint == t.endpoint));
-        if g != me && conflicts {
-            chosen.push(g);
+        for target in &bindings.targets {
+            let by = targeted_by.entry(&target.endpoint).or_default();
+            if by.last() != Some(&g) {
+                by.push(g);
+            }
         }
+    }
+    let mine = &groups[me].1;
+    let mut chosen: BTreeSet<usize> = BTreeSet::from([me]);
+    for target in &mine.targets {
+        chosen.extend(targeted_by.get(&target.endpoint).into_iter().flatten());
     }
     let mut sources = Vec::new();
     let mut upstream_of = vec![&mine.source];
     while let Some(endpoint) = upstream_of.pop() {
-        for (g, (_, bindings)) in groups.iter().enumerate() {
-            if !chosen.contains(&g) && bindings.targets.iter().any(|t| &t.endpoint == endpoint) {
-                chosen.push(g);
-                sources.push(&bindings.source);
-                upstream_of.push(&bindings.source);
+        for &g in targeted_by.get(endpoint).into_iter().flatten() {
+            if chosen.insert(g) {
+                let source = &groups[g].1.source;
+                sources.push(source);
+                upstream_of.push(source);
             }
         }
     }
-    chosen.sort_unstable();
-    (chosen, sources)
+    (chosen.into_iter().collect(), sources)
 }
 
 /// The endpoints a reconcile of group `name` (spec `spec`) must read, given

@@ -23,6 +23,7 @@
 //!   object in a batch, naming the count and the names' range, not one per
 //!   object.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -132,15 +133,41 @@ pub enum Awaited {
     Deleted { uid: Option<String> },
 }
 
-/// The identity an [`Expected`] is matched by.
+/// The identity an [`Expected`] is matched by: apiVersion, kind, namespace
+/// and name.
 pub fn identity(object: &Value) -> (String, String, String, String) {
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let (api_version, kind, namespace, name) = identity_of(object);
+    (
+        api_version.to_owned(),
+        kind.to_owned(),
+        namespace.to_owned(),
+        name.to_owned(),
+    )
+}
+
+/// [`identity`], borrowed from the object: for lookups, which need no copy.
+pub fn identity_of(object: &Value) -> (&str, &str, &str, &str) {
+    fn text(v: &Value) -> &str {
+        v.as_str().unwrap_or_default()
+    }
     (
         text(&object["apiVersion"]),
         text(&object["kind"]),
         text(&object["metadata"]["namespace"]),
         text(&object["metadata"]["name"]),
     )
+}
+
+/// `observed` by identity, the first of an identity kept: each write's and
+/// each expectation's object found in one lookup, not a walk over them all.
+pub fn by_identity<'a>(
+    observed: &[&'a Value],
+) -> HashMap<(&'a str, &'a str, &'a str, &'a str), &'a Value> {
+    let mut found = HashMap::with_capacity(observed.len());
+    for object in observed {
+        found.entry(identity_of(object)).or_insert(*object);
+    }
+    found
 }
 
 impl Expected {
@@ -192,6 +219,7 @@ pub fn outstanding(
     now: jiff::Timestamp,
     timeout: Duration,
 ) -> Vec<Expected> {
+    let observed = by_identity(observed);
     expected
         .into_iter()
         .filter(|e| {
@@ -199,7 +227,16 @@ pub fn outstanding(
                 .duration_since(e.since)
                 .try_into()
                 .map_or(true, |age: Duration| age < timeout);
-            young && !e.met(observed.iter().copied().find(|o| identity(o) == e.object))
+            let (api_version, kind, namespace, name) = &e.object;
+            let seen = observed
+                .get(&(
+                    api_version.as_str(),
+                    kind.as_str(),
+                    namespace.as_str(),
+                    name.as_str(),
+                ))
+                .copied();
+            young && !e.met(seen)
         })
         .collect()
 }
