@@ -22,6 +22,7 @@ pub mod admission;
 pub mod api;
 pub mod certs;
 pub mod check;
+pub mod cli;
 pub mod exit;
 pub mod fuzzing;
 pub mod logging;
