@@ -22,15 +22,15 @@ use serde_json::Value;
 pub use super::answer::{Answer, REVIEW_API_VERSION, Reply, Webhook};
 use super::answer::{Verdict, reply, verdict_of};
 use super::lookup::{Amended, Found, Noting};
+use super::metrics::{AdmissionLabels, AdmissionMetrics};
 use super::{Kind, Lookup, Requester, mutate, validate_as, validate_group_scale, validate_scale};
 use crate::api::Findings;
 use crate::plan::scale_view::refusal::Refusal;
-use crate::server::metrics::{AdmissionLabels, Metrics};
 
 /// What the handlers share: the metrics they record and what they may look up.
 #[derive(Clone)]
 pub struct State {
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<AdmissionMetrics>,
     pub lookup: Arc<dyn Lookup>,
     /// The username of Tandem's own service account
     /// (`system:serviceaccount:NAMESPACE:NAME`): its updates may change roles
@@ -119,7 +119,7 @@ async fn serve(
     };
     state
         .metrics
-        .record_admission(labels, started.elapsed().as_secs_f64());
+        .record(labels, started.elapsed().as_secs_f64());
     tracing::debug!(status = %outcome.status, verdict = outcome.verdict, "admission answered");
     outcome.into_response()
 }
@@ -610,7 +610,7 @@ mod tests {
             reads: Default::default(),
         });
         let state = State {
-            metrics: Arc::new(Metrics::default()),
+            metrics: Arc::new(AdmissionMetrics::default()),
             lookup: lagging.clone(),
             service_account: Arc::from("system:serviceaccount:tandem-system:tandem"),
             body_limit_bytes: 1 << 20,

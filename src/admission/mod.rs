@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod follows;
 pub mod http;
 pub mod lookup;
+pub mod metrics;
 pub mod patch;
 mod review;
 pub mod strict;

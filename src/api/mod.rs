@@ -10,6 +10,7 @@ pub mod inference_service;
 pub mod limits;
 pub mod placement;
 pub mod pod_template;
+pub mod quantity;
 pub mod resource_scaling_group;
 pub mod scale_view;
 pub mod schema;

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Text;
 
 use super::{Findings, dns1123_label_error};
-use crate::plan::shared::quantity::Quantity;
+use crate::api::quantity::Quantity;
 
 const PULL_POLICIES: [&str; 3] = ["Always", "IfNotPresent", "Never"];
 const POD_RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];

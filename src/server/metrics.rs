@@ -6,27 +6,11 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+pub use crate::admission::metrics::AdmissionLabels;
+use crate::admission::metrics::AdmissionMetrics;
 use crate::reconcile::metrics::ControllerMetrics;
-
-/// One admission request, as counted: which kind, which operation, what verdict.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AdmissionLabels {
-    /// `validate` or `mutate`.
-    pub webhook: &'static str,
-    /// The kind admitted: InferenceService, ScaleView, ScaleView/scale or
-    /// ResourceScalingGroup; for a request that could not be read, the kind of
-    /// the webhook it was sent to; `other` for a kind Tandem does not admit
-    /// (bounded, whatever clients send).
-    pub kind: &'static str,
-    /// CREATE, UPDATE, DELETE, CONNECT or `unknown`.
-    pub operation: String,
-    /// allowed, patched, denied, invalid (not a readable review), too_large
-    /// (413) or timed_out (503).
-    pub verdict: &'static str,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertificateReloadLabels {
@@ -36,8 +20,9 @@ pub struct CertificateReloadLabels {
 
 pub struct Metrics {
     registry: Registry,
-    pub admission_requests: Family<AdmissionLabels, Counter>,
-    pub admission_duration: Family<AdmissionLabels, Histogram, fn() -> Histogram>,
+    /// Admission's metrics, in the same registry: `tandem serve` hands
+    /// them to the webhook's handlers.
+    pub admission: Arc<AdmissionMetrics>,
     pub certificate_reloads: Family<CertificateReloadLabels, Counter>,
     /// When the serving certificate in use expires (Unix seconds; 0 until
     /// one is loaded, or when it cannot be read).
@@ -47,31 +32,11 @@ pub struct Metrics {
     pub controllers: Arc<ControllerMetrics>,
 }
 
-fn admission_histogram() -> Histogram {
-    // 100 µs to ~1.6 s: admission answers in well under a millisecond, the API
-    // server gives up at the webhook's timeoutSeconds.
-    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
-}
-
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("tandem");
-        let admission_requests = Family::<AdmissionLabels, Counter>::default();
-        let admission_duration =
-            Family::<AdmissionLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                admission_histogram,
-            );
+        let admission = Arc::new(AdmissionMetrics::register(&mut registry));
         let certificate_reloads = Family::<CertificateReloadLabels, Counter>::default();
-        registry.register(
-            "admission_requests",
-            "Admission reviews answered, by webhook, kind, operation and verdict",
-            admission_requests.clone(),
-        );
-        registry.register(
-            "admission_duration_seconds",
-            "Time to answer an admission review, by webhook, kind, operation and verdict",
-            admission_duration.clone(),
-        );
         registry.register(
             "certificate_reloads",
             "Serving certificate reloads after a change in the certificate directory",
@@ -86,8 +51,7 @@ impl Default for Metrics {
         let controllers = Arc::new(ControllerMetrics::register(&mut registry));
         Metrics {
             registry,
-            admission_requests,
-            admission_duration,
+            admission,
             certificate_reloads,
             certificate_expiry,
             controllers,
@@ -97,10 +61,7 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn record_admission(&self, labels: AdmissionLabels, seconds: f64) {
-        self.admission_duration
-            .get_or_create(&labels)
-            .observe(seconds);
-        self.admission_requests.get_or_create(&labels).inc();
+        self.admission.record(labels, seconds);
     }
 
     /// The registry in Prometheus' text format (OpenMetrics).

@@ -240,7 +240,7 @@ impl Server {
         ));
 
         let app = admission::http::router(admission::http::State {
-            metrics: metrics.clone(),
+            metrics: metrics.admission.clone(),
             lookup,
             service_account: Arc::from(options.service_account.as_str()),
             body_limit_bytes: options.body_limit_bytes,

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::{Value, json};
 use tandem::api::inference_service::{GangPolicy, InferenceService, SchedulingStrategy};
+use tandem::api::quantity::{Quantity, pod_requests};
 use tandem::plan::inference_service::{dependencies, gang, placement};
 use tandem::plan::shared::children;
 use tandem::plan::shared::installed::Installed;
-use tandem::plan::shared::quantity::{Quantity, pod_requests};
 
 use harness::{CrdSchema, repo_path, yaml_documents};
 

@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use crate::api::inference_service::{
     ComponentType, GangPolicy, GangScheduler, InferenceService, InferenceServiceSpec, Role,
 };
+use crate::api::quantity::{Quantity, pod_requests};
 use crate::plan::shared::children::{self, GROUP_NAME_ANNOTATION, TASK_SPEC_ANNOTATION};
 use crate::plan::shared::installed::{Installed, NATIVE_POD_GROUP, POD_GROUP};
-use crate::plan::shared::quantity::{Quantity, pod_requests};
 
 /// The scheduler that gang-schedules Tandem's pods.
 pub const VOLCANO: &str = "volcano";

@@ -17,7 +17,6 @@ pub mod decision;
 pub mod installed;
 pub mod leadership;
 pub mod native_gang;
-pub mod quantity;
 pub mod reason;
 pub mod replicas;
 pub mod scale_down_policy;

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::quantity::Quantity;
+use crate::api::quantity::Quantity;
 use super::scale_down_policy::Replica;
 
 /// The hash of what Tandem last applied to a child.

@@ -13,7 +13,7 @@
 //!   `pkg/apis/core/v1/defaults.go` (pod spec, container, Service).
 
 use serde_json::{Value, json};
-use tandem::plan::shared::quantity::Quantity;
+use tandem::api::quantity::Quantity;
 
 /// Map fields of built-in kinds whose Go type is a map with `omitempty`.
 const EMPTY_MAPS_DROPPED: [&str; 7] = [
