@@ -14,15 +14,26 @@
 //! - `parse_only/*`: what the parse-only baseline of `benches/admission_load.rs`
 //!   does with the same body, twice (read it as kube-rs's
 //!   `AdmissionReview<DynamicObject>`, answer allowed for its uid): the least
-//!   any webhook does, for the ratio without the transport.
+//!   any webhook does, for the ratio without the transport;
+//! - `installed/*`: the story-4 InferenceService admitted (`admit`, both
+//!   webhooks' decisions) by a lookup that knows nothing is installed
+//!   (`assumed`), and by one that holds the real CRDs of LWS, Volcano's
+//!   PodGroup, Gateway API and InferencePool, taken from their Go modules
+//!   (`upstream_crds`): what those CRDs cost each admission (issue 51's
+//!   goal: ≤ 1.1×).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::Value;
 use std::hint::black_box;
+use std::sync::Arc;
 use tandem::admission::http::{self, Webhook};
+use tandem::admission::lookup::Lookup;
 use tandem::admission::{self, Kind};
+use tandem::api::resource_scaling_group::ResourceScalingGroupSpec;
+use tandem::api::{Findings, InferenceService, ScaleView};
+use tandem::plan::shared::installed::Installed;
 
 fn example(path: &str, index: usize, namespace: &str) -> Value {
     let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -241,5 +252,88 @@ fn review(kind: Kind, object: &Value, namespace: &str) -> Value {
     })
 }
 
-criterion_group!(benches, admission);
+/// A lookup that knows what is installed and nothing else (as `Blind`
+/// otherwise).
+struct InstalledOnly(Arc<Installed>);
+
+impl Lookup for InstalledOnly {
+    fn inference_service(&self, _: &str, _: &str) -> Option<Option<InferenceService>> {
+        None
+    }
+    fn scale_views(&self, _: &str) -> Option<Vec<ScaleView>> {
+        None
+    }
+    fn check_follows(&self, _: &str, _: (&str, &ResourceScalingGroupSpec)) -> Option<Findings> {
+        None
+    }
+    fn has_scale(&self, api_version: &str, kind: &str) -> Option<bool> {
+        admission::lookup::Blind.has_scale(api_version, kind)
+    }
+    fn installed(&self) -> Arc<Installed> {
+        self.0.clone()
+    }
+}
+
+/// The upstream CRDs Tandem reads (every `.yaml` of the folder the tests lay
+/// out from the pinned Go modules), or None after saying why (a failure with
+/// `CI=true`).
+fn upstream_crds() -> Option<Vec<Value>> {
+    let dir = harness::upstream_crds("benches/admission.rs installed/*")?;
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the upstream CRD folder reads")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    Some(
+        files
+            .iter()
+            .flat_map(|f| harness::yaml_documents(f))
+            .collect(),
+    )
+}
+
+fn installed(c: &mut Criterion) {
+    let Some(crds) = upstream_crds() else {
+        return;
+    };
+    let known = Installed::from_crds(crds.iter());
+    let Installed::Known(found) = &known else {
+        panic!("CRDs make a known installation");
+    };
+    assert!(
+        found.len() >= 5,
+        "LWS, PodGroup, Gateway, HTTPRoute and InferencePool are found: {:?}",
+        found.keys()
+    );
+    let story = example(
+        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        0,
+        "default",
+    );
+    let mut group = c.benchmark_group("installed");
+    for (name, lookup) in [
+        ("assumed", InstalledOnly(Arc::new(Installed::Assumed))),
+        (
+            "known_upstream_crds",
+            InstalledOnly(Arc::new(known.clone())),
+        ),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                admission::admit(
+                    Kind::InferenceService,
+                    "default",
+                    black_box(&story),
+                    None,
+                    &lookup,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, admission, installed);
 criterion_main!(benches);
