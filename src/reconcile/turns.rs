@@ -232,13 +232,18 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn turns_go_in_the_order_asked_and_a_changed_spec_goes_first() {
+    /// While "a" holds the one turn, `keys` line up in order; `change` runs
+    /// with them all waiting, then "a" lets go. Returns the order the turns
+    /// were given in.
+    async fn order_of_turns(
+        keys: &[&'static str],
+        change: impl FnOnce(&Turns<&str>),
+    ) -> Vec<&'static str> {
         let turns = Turns::new(1, Gauge::default());
         let first = turns.turn("a").await;
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiting = Vec::new();
-        for key in ["b", "c", "d", "e"] {
+        for &key in keys {
             let (turns, order) = (turns.clone(), order.clone());
             waiting.push(tokio::spawn(async move {
                 let _turn = turns.turn(key).await;
@@ -248,46 +253,34 @@ mod tests {
             // Each in line before the next asks.
             tokio::task::yield_now().await;
         }
-        assert_eq!(turns.counts(), (1, 4));
-        turns.spec_changed("d");
+        assert_eq!(turns.counts(), (1, keys.len()));
+        change(&turns);
         drop(first);
         for task in waiting {
             task.await.expect("the task ends");
         }
-        assert_eq!(*order.lock().expect("not poisoned"), ["d", "b", "c", "e"]);
         assert_eq!(turns.counts(), (0, 0));
+        order.lock().expect("not poisoned").clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn turns_go_in_the_order_asked_and_a_changed_spec_goes_first() {
+        let given = order_of_turns(&["b", "c", "d", "e"], |turns| turns.spec_changed("d")).await;
+        assert_eq!(given, ["d", "b", "c", "e"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn changed_specs_go_first_in_the_order_their_reconciles_came() {
-        let turns = Turns::new(1, Gauge::default());
-        let first = turns.turn("a").await;
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiting = Vec::new();
-        for key in ["b", "c", "d", "e", "f"] {
-            let (turns, order) = (turns.clone(), order.clone());
-            waiting.push(tokio::spawn(async move {
-                let _turn = turns.turn(key).await;
-                order.lock().expect("not poisoned").push(key);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }));
-            tokio::task::yield_now().await;
-        }
         // Changed in the reverse of their places in line; "a" changes while
         // it holds its turn, so its next reconcile would go first, but it
         // asks none here.
-        turns.spec_changed("e");
-        turns.spec_changed("c");
-        turns.spec_changed("a");
-        drop(first);
-        for task in waiting {
-            task.await.expect("the task ends");
-        }
-        assert_eq!(
-            *order.lock().expect("not poisoned"),
-            ["c", "e", "b", "d", "f"]
-        );
-        assert_eq!(turns.counts(), (0, 0));
+        let given = order_of_turns(&["b", "c", "d", "e", "f"], |turns| {
+            turns.spec_changed("e");
+            turns.spec_changed("c");
+            turns.spec_changed("a");
+        })
+        .await;
+        assert_eq!(given, ["c", "e", "b", "d", "f"]);
     }
 
     #[tokio::test(start_paused = true)]

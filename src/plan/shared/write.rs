@@ -6,8 +6,8 @@
 
 use serde_json::Value;
 
-use crate::api::quantity::Quantity;
 use super::scale_down_policy::Replica;
+use crate::api::quantity::Quantity;
 
 /// The hash of what Tandem last applied to a child.
 pub const APPLIED_HASH: &str = "fusioninfer.io/applied-hash";
