@@ -288,7 +288,7 @@ fn a_quiet_check_waits_for_a_loading_terminating_or_unseen_pod_only() {
     // Not yet looked at by kube-scheduler: it binds it, or says why not.
     assert!(in_motion(&at(None, false)));
     // At rest: Ready, unschedulable (the scheduler's verdict, no node),
-    // another scheduler's, held unready on purpose.
+    // held unready on purpose.
     assert!(!in_motion(&at(Some("node-0"), true)));
     let mut unschedulable = at(None, false);
     unschedulable.status = Some(
@@ -297,9 +297,15 @@ fn a_quiet_check_waits_for_a_loading_terminating_or_unseen_pod_only() {
         .expect("a status"),
     );
     assert!(!in_motion(&unschedulable));
+    // Volcano's pods are bound by the plane's kube-scheduler too (its
+    // `volcano` profile): in motion until it has looked. A scheduler the
+    // plane does not run never looks.
     let mut volcanos = at(None, false);
     volcanos.spec.as_mut().expect("a spec").scheduler_name = Some("volcano".into());
-    assert!(!in_motion(&volcanos));
+    assert!(in_motion(&volcanos));
+    let mut elsewhere = at(None, false);
+    elsewhere.spec.as_mut().expect("a spec").scheduler_name = Some("kai-scheduler".into());
+    assert!(!in_motion(&elsewhere));
     let mut held = at(Some("node-0"), false);
     held.metadata
         .labels

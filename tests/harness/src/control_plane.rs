@@ -103,6 +103,11 @@ pub struct ControlPlane {
     pub(crate) tandem_serve: OnceLock<Tandem>,
 }
 
+/// The schedulers the control plane's kube-scheduler runs, as profiles: the
+/// default one, and `volcano`, which binds the pods Tandem gives to Volcano
+/// like any other pod (Volcano's own scheduler cannot be built here).
+pub const SCHEDULER_PROFILES: [&str; 2] = ["default-scheduler", "volcano"];
+
 /// The name of [`ControlPlane::shared`].
 pub const SHARED: &str = "shared";
 
@@ -325,8 +330,12 @@ impl ControlPlane {
                 "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
                  clientConnection:\n  kubeconfig: {}\n  qps: 200\n  burst: 400\n\
                  leaderElection:\n  leaderElect: false\n\
-                 profiles:\n- schedulerName: default-scheduler\n- schedulerName: volcano\n",
-                kubeconfig.display()
+                 profiles:\n{}",
+                kubeconfig.display(),
+                SCHEDULER_PROFILES
+                    .iter()
+                    .map(|name| format!("- schedulerName: {name}\n"))
+                    .collect::<String>()
             ),
         )
         .expect("the scheduler's configuration");

@@ -813,7 +813,8 @@ pub fn leaders_without_workers(pods: &[Pod], sets: &[StatefulSet]) -> Vec<String
 /// on a loaded machine can come seconds after the pod (CI saw a quiet check
 /// begin before a gang's pods were bound, 2026-12-02). A pod whose health a
 /// test set (unready, crash loop), one the scheduler found no place for, one
-/// for another scheduler and a finished one stay as they are.
+/// for a scheduler the plane does not run and a finished one stay as they
+/// are.
 pub fn in_motion(pod: &Pod) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return true;
@@ -829,9 +830,12 @@ pub fn in_motion(pod: &Pod) -> bool {
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(HEALTH_LABEL));
+    // The pods of every profile the plane's kube-scheduler runs are its to
+    // bind, Volcano's included (CI saw a quiet check begin while a Volcano
+    // service's pods waited for that first look, 2026-12-03).
     let ours = spec
         .and_then(|s| s.scheduler_name.as_deref())
-        .is_none_or(|name| name == "default-scheduler");
+        .is_none_or(|name| crate::control_plane::SCHEDULER_PROFILES.contains(&name));
     let looked_at = status
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
