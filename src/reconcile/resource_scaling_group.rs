@@ -5,11 +5,12 @@
 //!
 //! 1. read the namespace's groups from the cache (the group as cached is the
 //!    truth: a group that is gone, or being deleted, touches nothing);
-//! 2. read what `plan::resource_scaling_group::inplace::endpoints` names through the adapters
+//! 2. resolve the groups once (`plan::resource_scaling_group::inplace::resolve`), and read what
+//!    its `endpoints` names through the adapters
 //!    (`plan::resource_scaling_group::adapter`) from the caches: the replicas of kinds scaled through
 //!    `/scale`, the object for roles; a kind outside the adapter table is
 //!    looked up in API discovery;
-//! 3. ask `plan::resource_scaling_group::inplace::reconcile`, and patch the Targets that differ: a
+//! 3. ask `plan::resource_scaling_group::inplace::reconcile_resolved`, and patch the Targets that differ: a
 //!    merge patch of `/scale`, or one JSON Patch per object testing each
 //!    role's name before replacing its replicas (field manager `tandem`);
 //! 4. record an Event per Target changed (following its Source, or drift
@@ -201,7 +202,13 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
     let mut routes: BTreeMap<Endpoint, Route> = BTreeMap::new();
     let mut observed = BTreeMap::new();
     let mut objects = Objects::new();
-    for endpoint in inplace::endpoints(name, &me.spec, &listed) {
+    // The namespace's groups resolved once, for both the reads and the plan.
+    let resolved = inplace::resolve(name, &me.spec, &listed);
+    let endpoints = resolved
+        .as_ref()
+        .map(inplace::Resolved::endpoints)
+        .unwrap_or_default();
+    for endpoint in endpoints {
         let route = route(&ctx, &endpoint).await?;
         let seen = observe(&ctx, namespace, &endpoint, &route, &mut objects).await?;
         observed.insert(endpoint.clone(), seen);
@@ -210,7 +217,7 @@ async fn inplace(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Result<Ac
 
     // Plan.
     let now = Time((ctx.now)());
-    let pass = inplace::reconcile(me, &listed, &observed, &now);
+    let pass = inplace::reconcile_resolved(me, resolved, &observed, &now);
     let requests = inplace::patches(&pass.scales).map_err(|reason| Error::Plan {
         object: format!("ResourceScalingGroup {namespace}/{name}"),
         reason,

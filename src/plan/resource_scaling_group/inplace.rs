@@ -203,26 +203,67 @@ fn relevant(groups: &[(String, Bindings)], me: usize) -> (Vec<usize>, Vec<&Endpo
     (chosen.into_iter().collect(), sources)
 }
 
+/// The namespace's InplaceScaling groups as one reconcile of group `me`
+/// sees them, resolved once per pass: every group's bindings, and which of
+/// them the reconcile depends on ([`relevant`]). The reconciler resolves
+/// once and asks both [`Resolved::endpoints`] and [`reconcile_resolved`];
+/// each parsed every group's bindings and walked them again before.
+pub struct Resolved {
+    all: Vec<(String, Bindings)>,
+    me: usize,
+    chosen: Vec<usize>,
+    upstream: Vec<Endpoint>,
+}
+
+/// Resolves group `name` (spec `spec`) among the namespace's `groups`; the
+/// reason when its own bindings do not resolve.
+pub fn resolve<G: Borrow<ResourceScalingGroup>>(
+    name: &str,
+    spec: &ResourceScalingGroupSpec,
+    groups: &[G],
+) -> Result<Resolved, String> {
+    let (all, me) = resolved((name, spec), groups)?;
+    let (chosen, upstream) = relevant(&all, me);
+    let upstream = upstream.into_iter().cloned().collect();
+    Ok(Resolved {
+        all,
+        me,
+        chosen,
+        upstream,
+    })
+}
+
+impl Resolved {
+    /// The endpoints the reconcile must read: the group's Source and
+    /// Targets, then the Sources upstream of its Source.
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        let mine = &self.all[self.me].1;
+        let mut read = vec![mine.source.clone()];
+        for endpoint in mine
+            .targets
+            .iter()
+            .map(|t| &t.endpoint)
+            .chain(&self.upstream)
+        {
+            if !read.contains(endpoint) {
+                read.push(endpoint.clone());
+            }
+        }
+        read
+    }
+}
+
 /// The endpoints a reconcile of group `name` (spec `spec`) must read, given
-/// the namespace's groups: its Source and Targets, then the Sources
-/// upstream of its Source. Empty when the group does not resolve.
+/// the namespace's groups ([`Resolved::endpoints`]). Empty when the group
+/// does not resolve.
 pub fn endpoints<G: Borrow<ResourceScalingGroup>>(
     name: &str,
     spec: &ResourceScalingGroupSpec,
     groups: &[G],
 ) -> Vec<Endpoint> {
-    let Ok((all, me)) = resolved((name, spec), groups) else {
-        return Vec::new();
-    };
-    let (_, upstream) = relevant(&all, me);
-    let mine = &all[me].1;
-    let mut read = vec![mine.source.clone()];
-    for endpoint in mine.targets.iter().map(|t| &t.endpoint).chain(upstream) {
-        if !read.contains(endpoint) {
-            read.push(endpoint.clone());
-        }
-    }
-    read
+    resolve(name, spec, groups)
+        .map(|resolved| resolved.endpoints())
+        .unwrap_or_default()
 }
 
 /// Decides one reconcile of `rsg`, an InplaceScaling group, given the
@@ -235,6 +276,17 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
     now: &Time,
 ) -> Pass {
     let name = rsg.metadata.name.as_deref().unwrap_or_default();
+    reconcile_resolved(rsg, resolve(name, &rsg.spec, groups), observed, now)
+}
+
+/// [`reconcile`], with the namespace's groups already resolved for `rsg`
+/// ([`resolve`]).
+pub fn reconcile_resolved(
+    rsg: &ResourceScalingGroup,
+    resolved: Result<Resolved, String>,
+    observed: &BTreeMap<Endpoint, Observed>,
+    now: &Time,
+) -> Pass {
     let previous = rsg.status.clone().unwrap_or_default();
     let mut pass = Pass {
         scales: Vec::new(),
@@ -248,7 +300,9 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
         pass.status = previous;
         return pass;
     }
-    let (all, me) = match resolved((name, &rsg.spec), groups) {
+    let Resolved {
+        all, me, chosen, ..
+    } = match resolved {
         Ok(resolved) => resolved,
         Err(reason) => {
             pass.problems.push(Problem {
@@ -259,7 +313,6 @@ pub fn reconcile<G: Borrow<ResourceScalingGroup>>(
         }
     };
     let mine = &all[me].1;
-    let (chosen, _) = relevant(&all, me);
     let picked: Vec<(String, Bindings)> = chosen.iter().map(|&g| all[g].clone()).collect();
 
     pass.problems
