@@ -122,16 +122,6 @@ impl Catalog {
             .map(|names| names.iter().cloned().collect())
             .unwrap_or_default()
     }
-
-    /// How many objects the catalog has filed, for tests.
-    pub fn len(&self) -> usize {
-        let shelves = self.shelves.lock().unwrap_or_else(PoisonError::into_inner);
-        shelves.by_namespace.values().map(BTreeSet::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
@@ -179,7 +169,13 @@ mod tests {
         catalog.changed(Some(&moved), None);
         catalog.changed(Some(&b), None);
         assert!(catalog.in_namespace("ns").is_empty());
-        assert_eq!(catalog.len(), 1);
+        // Nothing of the gone objects is kept on any shelf.
+        let shelves = catalog.shelves.lock().expect("not poisoned");
+        assert_eq!(shelves.by_namespace.keys().collect::<Vec<_>>(), ["other"]);
+        assert_eq!(
+            shelves.by_label.keys().collect::<Vec<_>>(),
+            [&("other".to_owned(), SERVICE, "a".to_owned())]
+        );
     }
 
     #[test]
