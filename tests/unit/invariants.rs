@@ -9,7 +9,7 @@ use harness::request::Request;
 use harness::rollout::RolloutBudget;
 use harness::scenario::{
     Floor, HEALTH_LABEL, in_motion, leaders_without_workers, reads_in, reconciled_lines, refusals,
-    repeated_writes, short_of_pods,
+    repeated_writes, replicas_without_leaders, short_of_pods,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -384,6 +384,32 @@ fn a_quiet_check_waits_for_the_workers_of_a_multi_node_leader() {
         statefulset("svc-decode-0", 1, 1, Some((1, 1))),
     ];
     assert!(leaders_without_workers(&pods, &with_workers).is_empty());
+}
+
+#[test]
+fn a_quiet_check_waits_for_the_leaders_a_leader_worker_set_has_not_made_yet() {
+    // What CI hit: a Volcano service's LeaderWorkerSets written, and no
+    // StatefulSet of theirs yet, so no pod to be in motion either.
+    let replica = |name: &str, replicas: i64| -> kube::api::DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name}, "spec": {"replicas": replicas},
+        }))
+        .expect("a LeaderWorkerSet")
+    };
+    let written = [replica("svc-decode", 2), replica("svc-prefill", 0)];
+    assert_eq!(
+        replicas_without_leaders(&written, &[]),
+        vec!["LeaderWorkerSet svc-decode: no leaders' StatefulSet yet".to_owned()]
+    );
+    let not_yet_scaled = [statefulset("svc-decode", 1, 1, Some((1, 1)))];
+    assert!(
+        replicas_without_leaders(&written, &not_yet_scaled)[0].contains("2 replicas asked"),
+        "{:?}",
+        replicas_without_leaders(&written, &not_yet_scaled)
+    );
+    let made = [statefulset("svc-decode", 2, 2, Some((2, 2)))];
+    assert!(replicas_without_leaders(&written, &made).is_empty());
 }
 
 /// The in-memory API server's log and the audit log make the same

@@ -411,7 +411,8 @@ impl Scenario {
 
     /// Waits, at most `limit`, until the namespace's pods are at rest: every
     /// StatefulSet has the pods it asks for ([`short_of_pods`]), every
-    /// leader of a multi-node replica has its workers' StatefulSet
+    /// LeaderWorkerSet has its leaders' StatefulSet
+    /// ([`replicas_without_leaders`]), every leader of a multi-node replica has its workers' StatefulSet
     /// ([`leaders_without_workers`]), and no pod is still on a way kwok
     /// takes it by itself ([`in_motion`]). Tandem's status follows the
     /// pods, so a quiet check begun while a pod is still loading sees
@@ -425,19 +426,38 @@ impl Scenario {
     async fn wait_pods_at_rest(&self, limit: Duration) {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let replicas: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &kube::api::ApiResource {
+                group: "leaderworkerset.x-k8s.io".into(),
+                version: "v1".into(),
+                api_version: "leaderworkerset.x-k8s.io/v1".into(),
+                kind: "LeaderWorkerSet".into(),
+                plural: "leaderworkersets".into(),
+            },
+        );
         let deadline = tokio::time::Instant::now() + limit;
         let mut moving = Vec::new();
         while tokio::time::Instant::now() < deadline {
+            // A plane without LWS's CRD has no LeaderWorkerSet to wait for.
+            let replicas = match replicas.list(&ListParams::default()).await {
+                Ok(list) => Ok(list.items),
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+                Err(e) => Err(e),
+            };
             moving = match (
                 pods.list(&ListParams::default()).await,
                 sets.list(&ListParams::default()).await,
+                replicas,
             ) {
-                (Ok(pods), Ok(sets)) => {
+                (Ok(pods), Ok(sets), Ok(replicas)) => {
                     let mut moving: Vec<String> = sets
                         .items
                         .iter()
                         .filter_map(short_of_pods)
                         .chain(leaders_without_workers(&pods.items, &sets.items))
+                        .chain(replicas_without_leaders(&replicas, &sets.items))
                         .collect();
                     moving.extend(
                         pods.items
@@ -447,8 +467,9 @@ impl Scenario {
                     );
                     moving
                 }
-                (Err(e), _) => vec![format!("(pods not listed: {e})")],
-                (_, Err(e)) => vec![format!("(StatefulSets not listed: {e})")],
+                (Err(e), _, _) => vec![format!("(pods not listed: {e})")],
+                (_, Err(e), _) => vec![format!("(StatefulSets not listed: {e})")],
+                (_, _, Err(e)) => vec![format!("(LeaderWorkerSets not listed: {e})")],
             };
             if moving.is_empty() {
                 return;
@@ -782,6 +803,38 @@ pub fn short_of_pods(set: &StatefulSet) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The LeaderWorkerSets whose leaders' StatefulSet, named after the
+/// LeaderWorkerSet, the LWS manager has not created yet, or has not yet
+/// given the LeaderWorkerSet's replica count: until it does, no pod of
+/// theirs exists to be in motion (CI saw a quiet check begin while a
+/// Volcano service's LeaderWorkerSets had no StatefulSet yet, 2026-12-03).
+pub fn replicas_without_leaders(replicas: &[DynamicObject], sets: &[StatefulSet]) -> Vec<String> {
+    let wanted_of_set: BTreeMap<&str, i32> = sets
+        .iter()
+        .filter_map(|s| {
+            let wanted = s.spec.as_ref().and_then(|spec| spec.replicas).unwrap_or(1);
+            Some((s.metadata.name.as_deref()?, wanted))
+        })
+        .collect();
+    replicas
+        .iter()
+        .filter(|lws| lws.metadata.deletion_timestamp.is_none())
+        .filter_map(|lws| {
+            let name = lws.metadata.name.as_deref()?;
+            let wanted = lws.data["spec"]["replicas"].as_i64().unwrap_or(1);
+            match wanted_of_set.get(name) {
+                None if wanted > 0 => Some(format!(
+                    "LeaderWorkerSet {name}: no leaders' StatefulSet yet"
+                )),
+                Some(&set) if i64::from(set) != wanted => Some(format!(
+                    "LeaderWorkerSet {name}: {wanted} replicas asked, its StatefulSet has {set}"
+                )),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// The leader pods of multi-node replicas (group size above 1) whose
