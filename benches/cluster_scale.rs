@@ -139,7 +139,7 @@ struct CacheSize {
 
 /// The sizes of the objects of each cache, on caches started here.
 async fn cached_sizes(fake: &FakeApi) -> Vec<CacheSize> {
-    let caches = tandem::reconcile::caches::Caches::start(fake.client(), Default::default());
+    let caches = tandem::watch::caches::Caches::start(fake.client(), Default::default());
     caches.ready().await;
     fn json<T: serde::Serialize>(objects: &[std::sync::Arc<T>]) -> usize {
         objects

@@ -30,3 +30,4 @@ pub mod plan;
 pub mod reconcile;
 pub mod render;
 pub mod server;
+pub mod watch;

@@ -70,7 +70,7 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // The kube client logs an ERROR per failed request: against an
     // unreachable API server, one per watch per retry. The caches log one
-    // line per attempt instead (reconcile::health). RUST_LOG naming
+    // line per attempt instead (watch::health). RUST_LOG naming
     // kube_client keeps them.
     let named = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("kube_client"));
     if !named && let Ok(directive) = "kube_client::client::builder=off".parse() {

@@ -1,7 +1,7 @@
 //! The webhook's view of the cluster: the process's informer caches
-//! ([`crate::reconcile::caches::Caches`], shared with the controllers), the
+//! ([`crate::watch::caches::Caches`], shared with the controllers), the
 //! namespaces' follow graphs kept from the ResourceScalingGroup watch
-//! ([`super::follows::WatchedFollows`]), and API discovery for kinds with a
+//! ([`crate::watch::follows::WatchedFollows`]), and API discovery for kinds with a
 //! scale subresource.
 
 use std::time::Duration;
@@ -21,8 +21,8 @@ use crate::api::resource_scaling_group::ResourceScalingGroupSpec;
 use crate::api::{Findings, InferenceService, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::scale_view::refusal::{self, Refusal};
-use crate::reconcile::FIELD_MANAGER;
-use crate::reconcile::caches::Caches;
+use crate::plan::shared::children::FIELD_MANAGER;
+use crate::watch::caches::Caches;
 
 /// Before a kind's cache has listed (the API server is slow or unreachable,
 /// or the request comes before readiness), it is empty, not a view of the

@@ -7,8 +7,6 @@
 
 pub mod answer;
 pub mod caches;
-pub mod discovery;
-pub mod follows;
 pub mod http;
 pub mod lookup;
 pub mod metrics;

@@ -350,8 +350,7 @@ pub async fn gather(client: &Client, namespace: &str) -> Result<Snapshot, String
         }
         snapshot.webhook_configurations.push((name, read));
     }
-    snapshot.native_gang =
-        crate::reconcile::dependencies::native_gang(client, "tandem-check").await;
+    snapshot.native_gang = crate::watch::dependencies::native_gang(client, "tandem-check").await;
     snapshot.serving_certificate = serving_certificate(client, namespace).await;
     snapshot.access = access(client, namespace).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::{ClusterSource, ServeArgs, fail};
+use crate::watch::caches::Caches;
 use crate::{admission, certs, plan, reconcile, server};
 
 pub(super) fn serve(args: ServeArgs) -> ExitCode {
@@ -191,11 +192,13 @@ async fn serve_and_control(
             {
                 Ok(client) => {
                     tracing::info!(%cluster, controllers = args.run, "watching the cluster");
-                    metrics.controllers.cluster.watching(&cluster.to_string());
+                    metrics.watch.cluster.watching(&cluster.to_string());
                     caches_ready.store(false, Ordering::SeqCst);
-                    let caches = reconcile::caches::Caches::start(
-                        client.clone(),
-                        metrics.controllers.clone(),
+                    let caches = Caches::start(client.clone(), metrics.watch.clone());
+                    metrics.controllers.signals.read_from(
+                        caches.services.clone(),
+                        caches.views.clone(),
+                        caches.groups.clone(),
                     );
                     caches.record_events_as(reconcile::reporter(&args.identity));
                     lookup = caches.clone();
@@ -236,7 +239,7 @@ async fn serve_and_control(
 }
 
 /// Mark the caches ready once loaded.
-fn mark_ready(caches: Arc<reconcile::caches::Caches>, caches_ready: Arc<AtomicBool>) {
+fn mark_ready(caches: Arc<Caches>, caches_ready: Arc<AtomicBool>) {
     tokio::spawn(async move {
         caches.ready().await;
         caches_ready.store(true, Ordering::SeqCst);
@@ -247,7 +250,7 @@ fn mark_ready(caches: Arc<reconcile::caches::Caches>, caches_ready: Arc<AtomicBo
 /// Run the three controllers while this replica holds the leader Lease.
 fn start_controllers(
     client: kube::Client,
-    caches: Arc<reconcile::caches::Caches>,
+    caches: Arc<Caches>,
     metrics: &server::metrics::Metrics,
     args: ControllerArgs,
     cluster: &impl std::fmt::Display,

@@ -16,19 +16,10 @@ use kube::api::{ApiResource, Patch};
 use kube::runtime::events::Event;
 use serde_json::Value;
 
-use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::shared::installed::Installed;
-
-/// Why a kind cannot be read: the cluster does not serve it, or Tandem may
-/// not watch it (403). A plan that needs it says so in a condition; one
-/// that does not is not held up by it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{kind} cannot be read: {reason}")]
-pub struct Unserved {
-    pub kind: String,
-    pub reason: String,
-}
+pub use crate::watch::discovery::Discovered;
+pub use crate::watch::{Unserved, resource, resource_of};
 
 /// Which part of an object a patch writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,20 +124,6 @@ pub trait Cluster: Send + Sync {
         event: &'a Event,
         series: Series,
     ) -> BoxFuture<'a, ()>;
-}
-
-/// The API resource of a typed kind.
-pub fn resource_of<K: kube::Resource<DynamicType = ()>>() -> ApiResource {
-    ApiResource::erase::<K>(&())
-}
-
-/// The API resource of `kind` in `api_version` with `plural`.
-pub fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
-    let (group, version) = crate::plan::resource_scaling_group::adapter::group_version(api_version);
-    ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk(group, version, kind),
-        plural,
-    )
 }
 
 /// The answer the API server gives for an object that is not there, for

@@ -21,14 +21,14 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
-use super::cached::Cached;
-use super::caches::{Caches, PARTIAL};
 use super::cluster::{Cluster, Part, Series, Unserved, Written};
 use super::events::SpamFilter;
-use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::shared::installed::Installed;
+use crate::watch::cached::Cached;
+use crate::watch::caches::{Caches, PARTIAL};
+use crate::watch::discovery::Discovered;
 
 /// kube-rs writes and cached reads.
 pub struct Live {

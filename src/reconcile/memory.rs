@@ -43,13 +43,13 @@ use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
 use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found};
-use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::inference_service::drain;
 use crate::plan::inference_service::service::APPLIED_HASH;
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::shared::installed::Installed;
 use crate::plan::shared::write::{item_key, list_keys};
+use crate::watch::discovery::Discovered;
 
 /// An object's identity in the world.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

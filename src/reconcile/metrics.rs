@@ -8,9 +8,6 @@
 //!   they took;
 //! - `tandem_kube_requests_total{verb,kind}`: every request sent to the API
 //!   server ([`super::api_requests`]);
-//! - `tandem_cached_objects{kind}`: objects held in each watch cache;
-//! - `tandem_dependency_info{dependency,version,installed}`: what the
-//!   cluster has of LWS, Volcano, the Inference Extension and Gateway API;
 //! - `tandem_decisions_total{controller,decision,policy}`: each step carried
 //!   out ([`crate::plan::shared::decision`]);
 //! - the autoscaling signals, read off the cached statuses at each scrape:
@@ -58,22 +55,6 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheLabels {
-    /// The kind cached, as the API names it (`InferenceService`).
-    pub kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DependencyLabels {
-    /// The dependency, as `tandem check` names it.
-    pub dependency: &'static str,
-    /// The versions its CRD serves, comma-separated; empty when missing.
-    pub version: String,
-    /// Whether the version Tandem writes is served.
-    pub installed: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     pub controller: &'static str,
     pub decision: &'static str,
@@ -85,14 +66,9 @@ pub struct ControllerMetrics {
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     pub requests: Family<RequestLabels, Counter>,
-    pub cached_objects: Family<CacheLabels, Gauge>,
     pub decisions: Family<DecisionLabels, Counter>,
-    pub dependencies: Family<DependencyLabels, Gauge>,
     /// Reconciles due that wait for a turn (`super::turns`), by controller.
     pub waiting: Family<ControllerLabels, Gauge>,
-    /// Whether the cluster answers the caches' watches (for the log and
-    /// `/readyz`).
-    pub cluster: Arc<super::health::ClusterHealth>,
     /// The autoscaling signals, read from the caches once they are given.
     pub signals: Arc<super::signals::SignalCollector>,
 }
@@ -113,11 +89,8 @@ impl Default for ControllerMetrics {
             reconciles: Family::default(),
             reconcile_duration: Family::new_with_constructor(reconcile_histogram),
             requests: Family::default(),
-            cached_objects: Family::default(),
             decisions: Family::default(),
-            dependencies: Family::default(),
             waiting: Family::default(),
-            cluster: Arc::default(),
             signals: Arc::default(),
         }
     }
@@ -181,11 +154,6 @@ impl ControllerMetrics {
             metrics.requests.clone(),
         );
         registry.register(
-            "cached_objects",
-            "Objects held in a watch cache, by kind",
-            metrics.cached_objects.clone(),
-        );
-        registry.register(
             "decisions",
             "Steps the controllers carried out, by controller, decision and the scale-down policy that chose the replica (none for other steps)",
             metrics.decisions.clone(),
@@ -195,28 +163,8 @@ impl ControllerMetrics {
             "Reconciles due that wait for a turn, by controller: at most 8 run at once, and a change to an object's own spec goes first",
             metrics.waiting.clone(),
         );
-        registry.register(
-            "dependency_info",
-            "The projects Tandem writes objects of, as their CustomResourceDefinitions say: 1 per dependency, with the versions served and whether the one Tandem writes is installed",
-            metrics.dependencies.clone(),
-        );
         registry.register_collector(Box::new(metrics.signals.clone()));
         metrics
-    }
-
-    /// What is installed now, as `(dependency, versions, installed)`: the
-    /// gauge holds exactly these.
-    pub fn dependencies(&self, info: &[(&'static str, String, bool)]) {
-        self.dependencies.clear();
-        for (dependency, version, installed) in info {
-            self.dependencies
-                .get_or_create(&DependencyLabels {
-                    dependency,
-                    version: version.clone(),
-                    installed: if *installed { "true" } else { "false" },
-                })
-                .set(1);
-        }
     }
 
     /// A reconcile of `controller` finished after `elapsed` with `result`.
@@ -246,15 +194,6 @@ impl ControllerMetrics {
                 kind: kind.to_owned(),
             })
             .inc();
-    }
-
-    /// The cache of `kind` now holds `objects`.
-    pub fn cached(&self, kind: &str, objects: usize) {
-        self.cached_objects
-            .get_or_create(&CacheLabels {
-                kind: kind.to_owned(),
-            })
-            .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
 
     /// `controller` carried out `decision`.
@@ -376,8 +315,6 @@ mod tests {
             &Err::<(), _>(api_error(409)),
         );
         metrics.requested("patch", "deployments.apps");
-        metrics.cached("Pod", 12);
-        metrics.cached("Pod", 10);
         metrics.decided(
             "ResourceScalingGroup",
             Decision {
@@ -392,7 +329,6 @@ mod tests {
             r#"tandem_controller_reconciles_total{controller="InferenceService",result="conflict"} 1"#,
             r#"tandem_controller_reconcile_duration_seconds_count{controller="InferenceService"} 3"#,
             r#"tandem_kube_requests_total{verb="patch",kind="deployments.apps"} 1"#,
-            r#"tandem_cached_objects{kind="Pod"} 10"#,
             r#"tandem_decisions_total{controller="ResourceScalingGroup",decision="replica_deleted",policy="Newest"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");

@@ -14,14 +14,9 @@
 //! that holds the leader Lease ([`leader`]).
 
 pub mod api_requests;
-pub mod cached;
-pub mod caches;
-pub mod catalog;
 pub mod cluster;
-pub mod dependencies;
 pub mod events;
 pub mod group_replication;
-pub mod health;
 pub mod inference_service;
 pub mod leader;
 pub mod live;
@@ -37,7 +32,6 @@ pub mod window;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -51,15 +45,16 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 
-use self::caches::{Caches, Queue};
 use self::cluster::{Cluster, Series};
 use crate::plan::inference_service::service::{Apply, Delete, Options};
 use crate::plan::shared::batch::{self, Pace};
 use crate::plan::shared::decision;
+pub use crate::watch::backoff::FailureBackoff;
+use crate::watch::backoff::jitter_unit;
+use crate::watch::caches::{Caches, Queue};
 use metrics::{ControllerMetrics, controller_of, measured};
 
-/// The field manager of every server-side apply Tandem makes.
-pub const FIELD_MANAGER: &str = "tandem";
+pub use crate::plan::shared::children::FIELD_MANAGER;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("Kubernetes API: {0}")]
@@ -542,57 +537,6 @@ async fn announce(ctx: &Context, regarding: &ObjectReference, done: &[Done<'_>],
     }
 }
 
-/// How a failed reconcile is retried: after `first`, twice as long after
-/// each failure in a row up to `longest`, each wait moved by up to a quarter
-/// either way so that objects that failed together do not retry together.
-/// A transient failure (429, 5xx, unreachable) starts from `first_transient`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailureBackoff {
-    pub first_transient: Duration,
-    pub first: Duration,
-    pub longest: Duration,
-}
-
-impl Default for FailureBackoff {
-    fn default() -> Self {
-        FailureBackoff {
-            first_transient: Duration::from_secs(1),
-            first: Duration::from_secs(5),
-            longest: Duration::from_secs(300),
-        }
-    }
-}
-
-impl FailureBackoff {
-    /// The wait after the `failures`th failure in a row (1 for the first),
-    /// before jitter.
-    pub fn delay(&self, failures: u32, transient: bool) -> Duration {
-        let first = if transient {
-            self.first_transient
-        } else {
-            self.first
-        };
-        let factor = 2u32
-            .checked_pow(failures.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        first.saturating_mul(factor).min(self.longest)
-    }
-
-    /// `delay` moved by `unit` (in [0, 1)) times half of it, less a quarter:
-    /// between 75 % and 125 % of it.
-    pub fn jittered(delay: Duration, unit: f64) -> Duration {
-        delay.mul_f64(0.75 + unit.clamp(0.0, 1.0) / 2.0)
-    }
-}
-
-/// A number in [0, 1) that differs from call to call (std's random hasher
-/// keys), for jitter; nothing here needs more randomness than that.
-pub(crate) fn jitter_unit(key: &str) -> f64 {
-    let hash = RandomState::new().hash_one(key);
-    // 53 bits fit a f64's mantissa exactly.
-    (hash >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// What to do after a failed reconcile of `key`: wait, longer each time in a
 /// row, and log it with the error's kind.
 fn failed(ctx: &Context, key: &str, error: &Error) -> Action {
@@ -652,7 +596,7 @@ pub async fn run_controller<K, F, Fut>(
     let ending = stopped.clone();
     let queue = window::batched(caches.queue(&store).take_until(stop), window::BATCH_WINDOW)
         .map(move |(object, cause)| {
-            if cause == caches::Cause::OwnSpec {
+            if cause == crate::watch::caches::Cause::OwnSpec {
                 marks.spec_changed(object.clone());
             }
             Some(Ok::<_, Infallible>(object))

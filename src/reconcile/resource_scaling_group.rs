@@ -40,7 +40,6 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use super::caches::Caches;
 use super::cluster::{Part, Series, resource, resource_of};
 use super::{
     Context, Error, StatusWrite, group_replication, is_not_found, retry_conflicts, write_status,
@@ -52,6 +51,7 @@ use crate::plan::resource_scaling_group::inplace::{
     self, Note, ObjectPatch, Observed, Problem, Reading, Request,
 };
 use crate::plan::resource_scaling_group::ratio::Endpoint;
+use crate::watch::caches::Caches;
 
 /// How often a group is reconciled when nothing it watches changed: the
 /// longest a Source of a kind found through discovery (read through

@@ -20,13 +20,13 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::caches::Caches;
 use super::cluster::{Part, Series, resource_of};
 use super::{
     Context, Error, StatusWrite, is_conflict, is_not_found, retry_conflicts, write_status,
 };
 use crate::api::{InferenceService, ScaleView};
 use crate::plan::scale_view as view_plan;
+use crate::watch::caches::Caches;
 
 /// How often an unchanged view is looked at again: a safety net only, since
 /// its target is watched.

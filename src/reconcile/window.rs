@@ -51,7 +51,7 @@ struct Windows<S, T, L> {
 /// `input`, each item held until its window of `window` closes (see the
 /// module's documentation), with the greatest label of the triggers its
 /// window held (an object's own change outranks a child's: see
-/// [`super::caches::Cause`]). Ends when `input` ends; items still in an open
+/// [`crate::watch::caches::Cause`]). Ends when `input` ends; items still in an open
 /// window are dropped then (the controller is stopping and starts no new
 /// reconcile).
 pub fn batched<T, L, S>(input: S, window: Duration) -> impl Stream<Item = (T, L)>

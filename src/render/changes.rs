@@ -15,10 +15,10 @@ use kube::runtime::events::Event;
 use serde_json::Value;
 
 use super::ObjectKey;
-use crate::admission::discovery::Discovered;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::reconcile::cluster::{Cluster, Part, Series, Unserved, Written};
 use crate::reconcile::memory::Memory;
+use crate::watch::discovery::Discovered;
 
 /// What happens to one object, and why.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 pub use crate::admission::metrics::AdmissionLabels;
 use crate::admission::metrics::AdmissionMetrics;
 use crate::reconcile::metrics::ControllerMetrics;
+use crate::watch::metrics::WatchMetrics;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertificateReloadLabels {
@@ -30,6 +31,9 @@ pub struct Metrics {
     /// The controllers' metrics, in the same registry: `tandem serve` hands
     /// them to the reconcilers and to the kube client it builds.
     pub controllers: Arc<ControllerMetrics>,
+    /// The watch layer's metrics, in the same registry: `tandem serve`
+    /// hands them to the caches.
+    pub watch: Arc<WatchMetrics>,
 }
 
 impl Default for Metrics {
@@ -49,12 +53,14 @@ impl Default for Metrics {
             certificate_expiry.clone(),
         );
         let controllers = Arc::new(ControllerMetrics::register(&mut registry));
+        let watch = Arc::new(WatchMetrics::register(&mut registry));
         Metrics {
             registry,
             admission,
             certificate_reloads,
             certificate_expiry,
             controllers,
+            watch,
         }
     }
 }

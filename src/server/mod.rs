@@ -462,7 +462,7 @@ fn probe_routes(
                         // Which cluster, what failed and since when.
                         (true, false) => (
                             StatusCode::SERVICE_UNAVAILABLE,
-                            metrics.controllers.cluster.not_ready(),
+                            metrics.watch.cluster.not_ready(),
                         ),
                     };
                     async move { answer }

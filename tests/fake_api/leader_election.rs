@@ -524,7 +524,7 @@ async fn events_name_the_replica_given_by_its_pod_name() {
     use tandem::reconcile::cluster::{Cluster, Series};
     let live = tandem::reconcile::live::Live::new(
         fake.client(),
-        tandem::reconcile::caches::Caches::start(fake.client(), Default::default()),
+        tandem::watch::caches::Caches::start(fake.client(), Default::default()),
         tandem::reconcile::reporter("tandem-7f9c-x2"),
     );
     let about = k8s_openapi::api::core::v1::ObjectReference {

@@ -1637,7 +1637,7 @@ async fn the_dependencies_become_known_once_their_crds_can_be_read() {
         let gauged = caches
             .metrics()
             .dependencies
-            .get_or_create(&tandem::reconcile::metrics::DependencyLabels {
+            .get_or_create(&tandem::watch::metrics::DependencyLabels {
                 dependency: "LeaderWorkerSet",
                 version: "v1".to_owned(),
                 installed: "true",

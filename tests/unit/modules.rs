@@ -338,16 +338,17 @@ fn the_check_finds_a_cycle_and_ignores_containment_tests_and_comments() {
 
 /// The crate's layers, lowest first, by top-level module: a module may
 /// import its own top-level module's and those of lower layers, never one
-/// of a higher layer, nor (but for [`PEERS_STILL_JOINED`]) one of its own
-/// layer. `render` (which `check` reads its files with), `check`, `fuzzing`
-/// and `cli` are the crate's entry points; `server` serves admission and
-/// the controllers' metrics;
-/// admission and the controllers stand on the plan; the plan on the API
-/// types.
-const LAYERS: [&[&str]; 8] = [
+/// of a higher layer, nor one of its own layer. `render` (which `check`
+/// reads its files with), `check`, `fuzzing` and `cli` are the crate's
+/// entry points; `server` serves admission and the controllers' metrics;
+/// admission and the controllers each stand on the observed world
+/// (`watch`, the caches they share) and the plan, and neither on the
+/// other; the plan on the API types.
+const LAYERS: [&[&str]; 9] = [
     &["exit", "logging"],
     &["api"],
     &["plan", "certs"],
+    &["watch"],
     &["admission", "reconcile"],
     &["server"],
     &["render"],
@@ -355,32 +356,14 @@ const LAYERS: [&[&str]; 8] = [
     &["cli"],
 ];
 
-/// Imports between two modules of one layer that the code still makes, each
-/// with why. Every one must still be made (the check fails once one is
-/// gone), so the list only shrinks.
-const PEERS_STILL_JOINED: [(&str, &str, &str); 2] = [
-    (
-        "admission",
-        "reconcile",
-        "admission's lookup reads the controllers' watch caches (admission/caches.rs); issue 51 moves the caches into a watch layer below both",
-    ),
-    (
-        "reconcile",
-        "admission",
-        "the watch caches keep admission's discovery and follow index (reconcile/caches.rs); issue 51 moves all three into the watch layer",
-    ),
-];
-
-/// Every import that breaks [`LAYERS`] (with the path that makes it), every
-/// top-level module no layer names, and every joined pair no longer made.
+/// Every import that breaks [`LAYERS`] (with the path that makes it), and
+/// every top-level module no layer names.
 fn layering_faults(
     edges: &BTreeMap<Module, BTreeMap<Module, String>>,
     layers: &[&[&str]],
-    joined: &[(&str, &str, &str)],
 ) -> Vec<String> {
     let layer_of = |top: &str| layers.iter().position(|layer| layer.contains(&top));
     let mut faults = Vec::new();
-    let mut seen_joined = BTreeSet::new();
     for (from, tos) in edges {
         let Some(from_top) = from.first() else {
             continue;
@@ -400,10 +383,7 @@ fn layering_faults(
                 faults.push(format!("{} is in no layer", name(to)));
                 continue;
             };
-            let known = joined.iter().any(|(a, b, _)| a == from_top && b == to_top);
-            if to_layer == from_layer && known {
-                seen_joined.insert((from_top.clone(), to_top.clone()));
-            } else if to_layer >= from_layer {
+            if to_layer >= from_layer {
                 faults.push(format!(
                     "{} -> {} ({path}): {} imports {}, of {} layer",
                     name(from),
@@ -419,13 +399,6 @@ fn layering_faults(
             }
         }
     }
-    for (a, b, _) in joined {
-        if !seen_joined.contains(&((*a).to_owned(), (*b).to_owned())) {
-            faults.push(format!(
-                "{a} no longer imports {b}: take the pair out of PEERS_STILL_JOINED"
-            ));
-        }
-    }
     faults.sort();
     faults.dedup();
     faults
@@ -434,7 +407,7 @@ fn layering_faults(
 #[test]
 fn no_import_runs_up_the_layers() {
     let known = modules(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
-    let faults = layering_faults(&imports(&known), &LAYERS, &PEERS_STILL_JOINED);
+    let faults = layering_faults(&imports(&known), &LAYERS);
     assert!(
         faults.is_empty(),
         "imports against the layers of src/:\n  {}",
@@ -443,8 +416,7 @@ fn no_import_runs_up_the_layers() {
 }
 
 /// The layering check fails on each defect it is there for: an import up a
-/// layer, one across a layer, a module of no layer, and a joined pair that
-/// is gone.
+/// layer, one across a layer, and a module of no layer.
 #[test]
 fn the_layering_check_finds_each_kind_of_fault() {
     let module = |m: &str| -> Module { segments(m) };
@@ -465,16 +437,12 @@ fn the_layering_check_finds_each_kind_of_fault() {
     })
     .collect();
     let layers: [&[&str]; 2] = [&["low"], &["high", "peer"]];
-    let faults = layering_faults(
-        &edges,
-        &layers,
-        &[("high", "peer", "joined"), ("low", "low2", "gone")],
-    );
+    let faults = layering_faults(&edges, &layers);
     assert_eq!(
         faults,
         [
+            "high::x -> peer (crate::peer): high imports peer, of its own layer",
             "low -> high::x (crate::high::x): low imports high, of a higher layer",
-            "low no longer imports low2: take the pair out of PEERS_STILL_JOINED",
             "peer -> high (crate::high): peer imports high, of its own layer",
             "stray is in no layer",
         ]

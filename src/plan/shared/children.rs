@@ -21,6 +21,9 @@ pub const REVISION: &str = "fusioninfer.io/revision";
 /// Marks objects Tandem manages.
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "tandem";
+/// The field manager of every server-side apply Tandem makes, and the
+/// controller its Events name.
+pub const FIELD_MANAGER: &str = "tandem";
 
 /// Volcano: the PodGroup a pod belongs to.
 pub const GROUP_NAME_ANNOTATION: &str = "scheduling.k8s.io/group-name";

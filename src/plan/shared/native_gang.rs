@@ -11,7 +11,7 @@
 //! missing on every read, and write it again forever.
 //!
 //! `tandem check` reports it, serve follows it
-//! (`reconcile::dependencies`), and it decides whether a service may ask
+//! (`watch::dependencies`), and it decides whether a service may ask
 //! for `gangScheduler: Kubernetes` and which fields its PodGroups carry
 //! (`plan::inference_service::pod_groups`).
 

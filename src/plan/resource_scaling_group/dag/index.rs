@@ -243,7 +243,7 @@ fn unlink(edges: &mut HashMap<Endpoint, BTreeSet<Edge>>, endpoint: &Endpoint, ed
 }
 
 /// Generated groups among a few Deployments and roles, for the property
-/// tests here and in `admission::follows`.
+/// tests here and in `watch::follows`.
 #[cfg(test)]
 pub(crate) mod generated {
     use super::*;

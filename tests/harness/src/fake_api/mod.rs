@@ -378,7 +378,7 @@ fn key_of(object: &Value) -> (String, String) {
 struct Shared {
     state: Mutex<State>,
     /// The caches of the contexts handed out, for [`FakeApi::caught_up`].
-    caches: Mutex<Vec<Arc<tandem::reconcile::caches::Caches>>>,
+    caches: Mutex<Vec<Arc<tandem::watch::caches::Caches>>>,
     /// The resourceVersion of the last change, for watches to wait on.
     changed: tokio::sync::watch::Sender<u64>,
     address: Mutex<Option<SocketAddr>>,
@@ -998,7 +998,7 @@ impl FakeApi {
                 Some(caches) => caches.clone(),
                 None => {
                     let caches =
-                        tandem::reconcile::caches::Caches::start(client.clone(), Arc::default());
+                        tandem::watch::caches::Caches::start(client.clone(), Arc::default());
                     all.push(caches.clone());
                     caches
                 }
@@ -1016,7 +1016,7 @@ impl FakeApi {
     }
 
     /// The caches of the contexts handed out.
-    pub fn caches(&self) -> Arc<tandem::reconcile::caches::Caches> {
+    pub fn caches(&self) -> Arc<tandem::watch::caches::Caches> {
         self.shared
             .caches
             .lock()
@@ -1085,7 +1085,7 @@ impl FakeApi {
     }
 
     /// The first cache that differs from what is stored, by kind.
-    fn behind(&self, caches: &tandem::reconcile::caches::Caches) -> Option<String> {
+    fn behind(&self, caches: &tandem::watch::caches::Caches) -> Option<String> {
         fn versions<K>(
             store: &kube::runtime::reflector::Store<K>,
         ) -> BTreeSet<(String, String, String)>
@@ -1144,7 +1144,7 @@ impl FakeApi {
             return Some(format!("the dependencies' CRDs: {seen:?} != {stored:?}"));
         }
         for watched in caches.watched() {
-            if watched.state() != tandem::reconcile::caches::WatchState::Listed {
+            if watched.state() != tandem::watch::caches::WatchState::Listed {
                 continue;
             }
             let resource = &watched.resource;

@@ -27,7 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
-use super::metrics::ControllerMetrics;
+use super::metrics::WatchMetrics;
 use crate::plan::shared::installed::{self, Found, Installed};
 use crate::plan::shared::native_gang::{self as probe, NativeGang};
 
@@ -81,7 +81,7 @@ pub struct WatchedDependencies {
     state: Mutex<State>,
     /// How many watches have not answered yet.
     pending: watch::Sender<usize>,
-    metrics: Arc<ControllerMetrics>,
+    metrics: Arc<WatchMetrics>,
     on_change: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -96,7 +96,7 @@ impl WatchedDependencies {
     /// after anything installed changed.
     pub fn start(
         client: &Client,
-        metrics: Arc<ControllerMetrics>,
+        metrics: Arc<WatchMetrics>,
         on_change: impl Fn() + Send + Sync + 'static,
     ) -> Arc<WatchedDependencies> {
         let names = watched_names();
@@ -141,7 +141,7 @@ impl WatchedDependencies {
             };
             match &gang.unknown {
                 // Discovery failed: the cluster is unreachable, which
-                // reconcile::health says once per attempt already.
+                // watch::health says once per attempt already.
                 Some(why) if failed => tracing::debug!(%why,
                     "cannot tell whether the API server serves Kubernetes' PodGroups"),
                 Some(why) => tracing::warn!(%why,

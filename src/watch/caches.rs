@@ -52,16 +52,16 @@ use tokio::sync::watch;
 
 use super::cached::{self, Cached};
 use super::catalog::Catalog;
-use super::cluster::{Unserved, resource};
 use super::dependencies::WatchedDependencies;
-use super::metrics::ControllerMetrics;
-use crate::admission::discovery::ScaleDiscovery;
-use crate::admission::follows::WatchedFollows;
+use super::discovery::ScaleDiscovery;
+use super::follows::WatchedFollows;
+use super::metrics::WatchMetrics;
+use super::{Unserved, resource};
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::inference_service::service::CHILD_KINDS;
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::NAME_LABEL;
-use crate::plan::shared::children::{MANAGED_BY, MANAGER, SERVICE};
+use crate::plan::shared::children::{FIELD_MANAGER, MANAGED_BY, MANAGER, SERVICE};
 
 /// The annotation that marks a cached object kept only in part (metadata and
 /// replica counts); set in the cache only, never written.
@@ -342,7 +342,7 @@ pub struct Caches {
     /// Gateway API.
     pub dependencies: Arc<WatchedDependencies>,
     /// Where each cache's size is kept (`tandem_cached_objects`).
-    metrics: Arc<ControllerMetrics>,
+    metrics: Arc<WatchMetrics>,
     /// This replica, in admission's Events ([`Caches::record_events_as`]).
     reporter: std::sync::OnceLock<kube::runtime::events::Reporter>,
 }
@@ -397,7 +397,7 @@ impl Caches {
     /// Starts every watch (in the current tokio runtime); [`Caches::ready`]
     /// says when they have listed. Kinds the cluster does not serve are
     /// looked up again every minute.
-    pub fn start(client: Client, metrics: Arc<ControllerMetrics>) -> Arc<Caches> {
+    pub fn start(client: Client, metrics: Arc<WatchMetrics>) -> Arc<Caches> {
         let triggers = Arc::new(Triggers::default());
         let (services, services_state) = {
             let triggers = triggers.clone();
@@ -438,9 +438,6 @@ impl Caches {
                 }
             })
         };
-        metrics
-            .signals
-            .read_from(services.clone(), views.clone(), groups.clone());
         let wanted = watched_from_the_start();
         let initial: HashSet<(String, String)> = wanted
             .iter()
@@ -596,7 +593,7 @@ impl Caches {
     }
 
     /// Where the caches' sizes and the installed dependencies are gauged.
-    pub fn metrics(&self) -> &ControllerMetrics {
+    pub fn metrics(&self) -> &WatchMetrics {
         &self.metrics
     }
 
@@ -612,7 +609,7 @@ impl Caches {
         self.reporter
             .get()
             .cloned()
-            .unwrap_or_else(|| kube::runtime::events::Reporter::from(super::FIELD_MANAGER))
+            .unwrap_or_else(|| kube::runtime::events::Reporter::from(FIELD_MANAGER))
     }
 
     /// Names this replica in the Events admission records (`tandem serve`
@@ -966,7 +963,7 @@ fn on_object(
 /// Starts a reflector of a typed kind, watched whole.
 fn reflect_typed<K>(
     client: &Client,
-    metrics: &Arc<ControllerMetrics>,
+    metrics: &Arc<WatchMetrics>,
     on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
 ) -> (Store<K>, watch::Receiver<WatchState>)
 where
@@ -1001,7 +998,7 @@ where
 /// in its cached form as it arrives.
 fn reflect_dynamic(
     client: &Client,
-    metrics: &Arc<ControllerMetrics>,
+    metrics: &Arc<WatchMetrics>,
     resource: &ApiResource,
     selector: Option<String>,
     trim: Trim,
@@ -1066,7 +1063,7 @@ fn run_reflector<K>(
     on_change: impl Fn(Option<&K>, Option<&K>) + Send + 'static,
     dyntype: <K as kube::runtime::reflector::Lookup>::DynamicType,
     kind: String,
-    metrics: Arc<ControllerMetrics>,
+    metrics: Arc<WatchMetrics>,
 ) -> watch::Receiver<WatchState>
 where
     K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,

@@ -1,5 +1,5 @@
 //! The webhook's follow graph: a [`FollowIndex`] fed by the shared
-//! ResourceScalingGroup cache (`reconcile::caches`), so that an RSG admission
+//! ResourceScalingGroup cache (`watch::caches`), so that an RSG admission
 //! looks up the edges it needs instead of listing and resolving every group
 //! of the namespace.
 //!

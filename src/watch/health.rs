@@ -7,7 +7,7 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::FailureBackoff;
+use super::backoff::{FailureBackoff, jitter_unit};
 
 /// How a failed watch is retried: 1 s, then twice as long after each
 /// failure in a row, at most a minute, each wait moved by up to a quarter
@@ -159,10 +159,7 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 
 /// The wait after a watch's `failures`th failure in a row, with jitter.
 pub fn watch_delay(failures: u32) -> Duration {
-    FailureBackoff::jittered(
-        WATCH_BACKOFF.delay(failures, true),
-        super::jitter_unit("watch"),
-    )
+    FailureBackoff::jittered(WATCH_BACKOFF.delay(failures, true), jitter_unit("watch"))
 }
 
 #[cfg(test)]
