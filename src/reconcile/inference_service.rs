@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 use super::cluster::{Cluster, Part, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
-use crate::plan::inference_service::service::{self as service_plan, CHILD_KINDS, World};
+use crate::plan::inference_service::service::{self as service_plan, World};
 use crate::plan::inference_service::status;
-use crate::plan::shared::children::{self, ChildKind};
+use crate::plan::shared::child_kinds::{CHILD_KINDS, ChildKind};
+use crate::plan::shared::children;
 use crate::watch::caches::Caches;
 
 /// How often an unchanged service is looked at again: a safety net only,

@@ -58,9 +58,9 @@ use super::follows::WatchedFollows;
 use super::metrics::WatchMetrics;
 use super::{Unserved, resource};
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
-use crate::plan::inference_service::service::CHILD_KINDS;
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::NAME_LABEL;
+use crate::plan::shared::child_kinds::CHILD_KINDS;
 use crate::plan::shared::children::{FIELD_MANAGER, MANAGED_BY, MANAGER, SERVICE};
 
 /// The annotation that marks a cached object kept only in part (metadata and

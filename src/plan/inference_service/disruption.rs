@@ -43,8 +43,8 @@ use serde_json::{Value, json};
 use crate::api::inference_service::{InferenceService, Role};
 use crate::plan::shared::children::{self, ROLE_NAME, SERVICE};
 
-pub const API_VERSION: &str = "policy/v1";
-pub const KIND: &str = "PodDisruptionBudget";
+pub const API_VERSION: &str = crate::plan::shared::child_kinds::POD_DISRUPTION_BUDGET.api_version;
+pub const KIND: &str = crate::plan::shared::child_kinds::POD_DISRUPTION_BUDGET.kind;
 
 /// The budget of a role: `{service}-{role}`.
 pub fn name(service: &str, role: &str) -> String {

@@ -25,8 +25,8 @@ use crate::plan::shared::installed::{Installed, NATIVE_POD_GROUP, POD_GROUP};
 /// The scheduler that gang-schedules Tandem's pods.
 pub const VOLCANO: &str = "volcano";
 /// apiVersion of Volcano's PodGroup.
-pub const POD_GROUP_API_VERSION: &str = "scheduling.volcano.sh/v1beta1";
-pub const POD_GROUP_KIND: &str = "PodGroup";
+pub const POD_GROUP_API_VERSION: &str = crate::plan::shared::child_kinds::POD_GROUP.api_version;
+pub const POD_GROUP_KIND: &str = crate::plan::shared::child_kinds::POD_GROUP.kind;
 
 /// Who gang-schedules a service's pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -39,8 +39,8 @@ use serde_json::{Map, Value, json};
 use crate::api::inference_service::{InferenceService, InferenceServiceSpec, Role};
 use crate::plan::shared::children::{self, Naming};
 
-pub const API_VERSION: &str = "scheduling.k8s.io/v1alpha2";
-pub const KIND: &str = "PodGroup";
+pub const API_VERSION: &str = crate::plan::shared::child_kinds::NATIVE_POD_GROUP.api_version;
+pub const KIND: &str = crate::plan::shared::child_kinds::NATIVE_POD_GROUP.kind;
 
 /// The pod field that names the group (`spec.schedulingGroup.podGroupName`).
 pub const SCHEDULING_GROUP: &str = "schedulingGroup";

@@ -25,8 +25,10 @@ use crate::api::inference_service::{
 use crate::api::placement::Placement;
 use crate::plan::shared::children::{self, Naming, REVISION, service_labels, service_name};
 
-pub const CONTROLLER_REVISION_API_VERSION: &str = "apps/v1";
-pub const CONTROLLER_REVISION_KIND: &str = "ControllerRevision";
+pub const CONTROLLER_REVISION_API_VERSION: &str =
+    crate::plan::shared::child_kinds::CONTROLLER_REVISION.api_version;
+pub const CONTROLLER_REVISION_KIND: &str =
+    crate::plan::shared::child_kinds::CONTROLLER_REVISION.kind;
 
 /// What a ControllerRevision records of a revision: exactly the parts of the
 /// spec its hash covers, with the roles' other settings (replicas, scale-down

@@ -32,6 +32,7 @@ use crate::api::inference_service::{
     IncrementalUpgradeOptions, InferenceService, InferenceServiceSpec, RevisionStatus, Role,
     UpgradeStatus, UpgradeType,
 };
+use crate::plan::shared::child_kinds::LEADER_WORKER_SET;
 use crate::plan::shared::children::{self, Naming, ROLE_NAME};
 
 /// The conditions this module reports for NewRevision and IncrementalUpgrade.
@@ -154,8 +155,7 @@ pub fn plan(
     let leader_worker_sets: Vec<&Value> = children
         .iter()
         .filter(|c| {
-            c["apiVersion"] == children::LEADER_WORKER_SET.api_version
-                && c["kind"] == children::LEADER_WORKER_SET.kind
+            c["apiVersion"] == LEADER_WORKER_SET.api_version && c["kind"] == LEADER_WORKER_SET.kind
         })
         .collect();
     let strategy = service.spec.upgrade_type();

@@ -18,111 +18,13 @@ use crate::api::inference_service::{
     self, ComponentType, GangPolicy, InferenceService, InferenceServiceSpec,
     InferenceServiceStatus, Role, RoleScaleDownPolicy, ScaleViewLock, UpgradeType,
 };
-use crate::plan::shared::children::{self, ChildKind, LEADER_WORKER_SET};
+use crate::plan::shared::child_kinds::{ChildKind, DEPLOYMENT, LEADER_WORKER_SET};
+use crate::plan::shared::children;
 use crate::plan::shared::installed::Installed;
 pub use crate::plan::shared::write::{
     APPLIED_HASH, Apply, Change, Delete, change_of, contains, stamp, up_to_date,
 };
 use crate::plan::{scale_view, victims};
-
-pub const POD_GROUP: ChildKind = ChildKind {
-    api_version: gang::POD_GROUP_API_VERSION,
-    kind: gang::POD_GROUP_KIND,
-    plural: "podgroups",
-};
-
-pub const DEPLOYMENT: ChildKind = ChildKind {
-    api_version: "apps/v1",
-    kind: "Deployment",
-    plural: "deployments",
-};
-
-pub const GATEWAY: ChildKind = ChildKind {
-    api_version: traffic::GATEWAY_API_VERSION,
-    kind: "Gateway",
-    plural: "gateways",
-};
-
-pub const CONTROLLER_REVISION: ChildKind = ChildKind {
-    api_version: revision::CONTROLLER_REVISION_API_VERSION,
-    kind: revision::CONTROLLER_REVISION_KIND,
-    plural: "controllerrevisions",
-};
-
-/// Every kind a service's children can be: the replicas, the PodGroup, the
-/// router's objects (endpoint picker, its RBAC and config, pool and route),
-/// an upgrade's Gateway, per-revision Services and revision records, and the
-/// serving roles' PodDisruptionBudgets.
-pub const POD_DISRUPTION_BUDGET: ChildKind = ChildKind {
-    api_version: disruption::API_VERSION,
-    kind: disruption::KIND,
-    plural: "poddisruptionbudgets",
-};
-
-/// Kubernetes' own PodGroup ([`pod_groups`]).
-pub const NATIVE_POD_GROUP: ChildKind = ChildKind {
-    api_version: pod_groups::API_VERSION,
-    kind: pod_groups::KIND,
-    plural: "podgroups",
-};
-
-pub const CHILD_KINDS: [ChildKind; 13] = [
-    LEADER_WORKER_SET,
-    POD_GROUP,
-    NATIVE_POD_GROUP,
-    ChildKind {
-        api_version: "v1",
-        kind: "ServiceAccount",
-        plural: "serviceaccounts",
-    },
-    ChildKind {
-        api_version: "rbac.authorization.k8s.io/v1",
-        kind: "RoleBinding",
-        plural: "rolebindings",
-    },
-    ChildKind {
-        api_version: "v1",
-        kind: "ConfigMap",
-        plural: "configmaps",
-    },
-    DEPLOYMENT,
-    ChildKind {
-        api_version: "v1",
-        kind: "Service",
-        plural: "services",
-    },
-    ChildKind {
-        api_version: "inference.networking.k8s.io/v1",
-        kind: "InferencePool",
-        plural: "inferencepools",
-    },
-    ChildKind {
-        api_version: "gateway.networking.k8s.io/v1",
-        kind: "HTTPRoute",
-        plural: "httproutes",
-    },
-    GATEWAY,
-    CONTROLLER_REVISION,
-    POD_DISRUPTION_BUDGET,
-];
-
-/// Pods are applied (a drain's label and annotations, see [`drain`]) but are
-/// not children: they are never listed as such, nor deleted by Tandem.
-pub const POD: ChildKind = ChildKind {
-    api_version: "v1",
-    kind: "Pod",
-    plural: "pods",
-};
-
-impl ChildKind {
-    /// The kind of an object the plan applies or deletes: a child, or a Pod.
-    pub fn of(object: &Value) -> Option<ChildKind> {
-        CHILD_KINDS
-            .into_iter()
-            .chain([POD])
-            .find(|k| object["apiVersion"] == k.api_version && object["kind"] == k.kind)
-    }
-}
 
 /// An object the plan wants, and why (the reconciler's Event says it).
 #[derive(Clone, Debug, PartialEq)]
@@ -2868,18 +2770,6 @@ mod tests {
         assert_eq!(
             why_delete(&service(1), &pool.object, &world(&[], &[])),
             "the service has no router role any more"
-        );
-    }
-
-    #[test]
-    fn child_kinds_know_their_group() {
-        assert_eq!(LEADER_WORKER_SET.group(), "leaderworkerset.x-k8s.io");
-        assert_eq!(LEADER_WORKER_SET.version(), "v1");
-        assert_eq!(
-            ChildKind::of(
-                &json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet"})
-            ),
-            Some(LEADER_WORKER_SET)
         );
     }
 }

@@ -29,7 +29,7 @@ use crate::plan::shared::children::{
     self, LWS_WORKER_INDEX, REVISION, SERVICE, service_labels, service_name,
 };
 
-pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
+pub const GATEWAY_API_VERSION: &str = crate::plan::shared::child_kinds::GATEWAY.api_version;
 /// The Gateway's only listener.
 pub const LISTENER: &str = "http";
 

@@ -33,48 +33,6 @@ pub const TASK_SPEC_ANNOTATION: &str = "volcano.sh/task-spec";
 /// LeaderWorkerSet's label on every pod: 0 on the leader.
 pub const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
 
-/// The kinds an InferenceService's children can be (the list, and which kind
-/// an object is, are `inference_service::service::{CHILD_KINDS, ChildKind::of}`):
-/// everything there is listed by label on each reconcile, and what the plan
-/// no longer wants is deleted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChildKind {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub plural: &'static str,
-}
-
-pub const LEADER_WORKER_SET: ChildKind = ChildKind {
-    api_version: "leaderworkerset.x-k8s.io/v1",
-    kind: "LeaderWorkerSet",
-    plural: "leaderworkersets",
-};
-
-impl ChildKind {
-    /// The name of the kind where an unserved API is reported
-    /// (`World::unavailable`): the kind, qualified by its group for
-    /// Kubernetes' PodGroup, whose kind Volcano's shares.
-    pub fn name(&self) -> &'static str {
-        if self.api_version == "scheduling.k8s.io/v1alpha2" && self.kind == "PodGroup" {
-            "PodGroup.scheduling.k8s.io"
-        } else {
-            self.kind
-        }
-    }
-
-    pub fn group(&self) -> &'static str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or("", |(group, _)| group)
-    }
-
-    pub fn version(&self) -> &'static str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or(self.api_version, |(_, version)| version)
-    }
-}
-
 /// The LeaderWorkerSet of one replica: `{service}-{role}-{index}`.
 pub fn replica_name(service: &str, role: &str, index: u32) -> String {
     format!("{service}-{role}-{index}")

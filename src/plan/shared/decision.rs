@@ -109,7 +109,7 @@ pub const ROLE_SCALED: Decision = Decision {
 /// Whether `child` of `service` is a replica (one of a role's
 /// LeaderWorkerSets), and the scale-down policy of its role.
 pub fn service_replica(service: &InferenceService, child: &Value) -> Option<Replica> {
-    if child["kind"] != crate::plan::shared::children::LEADER_WORKER_SET.kind {
+    if child["kind"] != crate::plan::shared::child_kinds::LEADER_WORKER_SET.kind {
         return None;
     }
     let role = child["metadata"]["labels"][ROLE_NAME].as_str();

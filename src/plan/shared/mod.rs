@@ -11,6 +11,7 @@
 //! replica runs). Nothing here imports from a capability folder.
 
 pub mod batch;
+pub mod child_kinds;
 pub mod children;
 pub mod condition;
 pub mod decision;
