@@ -19,7 +19,7 @@ use super::cluster::{Cluster, Part, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::inference_service::service::{self as service_plan, World};
-use crate::plan::inference_service::status;
+use crate::plan::inference_service::status::{self, StatusWrite};
 use crate::plan::shared::child_kinds::{CHILD_KINDS, ChildKind};
 use crate::plan::shared::children;
 use crate::watch::caches::Caches;
@@ -139,32 +139,66 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         )
         .await;
     }
+    let held = match write_status(&ctx, &service, &reference, &pass.status).await {
+        Ok(held) => held,
+        // Deleted since it was read: its children go with it.
+        Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
+        Err(e) => return Err(e.into()),
+    };
+    let again = [pass.requeue, held]
+        .into_iter()
+        .flatten()
+        .fold(RESYNC, Duration::min);
+    Ok(Action::requeue(carried.requeue(again)))
+}
+
+/// Writes `next` over the service's stored status when it differs and is
+/// due ([`status::status_write`]); a change of counts alone within the
+/// pace is held, and the wait after which the reconcile looks again to
+/// write it is returned. A lock entry that is no longer live is dropped
+/// at once.
+async fn write_status(
+    ctx: &Context,
+    service: &InferenceService,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    next: &InferenceServiceStatus,
+) -> Result<Option<Duration>, kube::Error> {
+    let (namespace, name) = (
+        service.metadata.namespace.as_deref().unwrap_or_default(),
+        service.metadata.name.as_deref().unwrap_or_default(),
+    );
     let current = service.status.clone().unwrap_or_default();
-    let stale_locks = pass.status.scale_views != current.scale_views;
-    if status::reported(&pass.status) != status::reported(&current) || stale_locks {
-        let mut patch = status_patch(&current, &pass.status);
-        if stale_locks {
-            drop_stale_locks(&mut patch, &service, &pass.status);
-        }
-        let services = resource_of::<InferenceService>();
-        let patch = Patch::Merge(patch);
-        let write = || cluster.patch(&services, namespace, name, Part::Status, &patch);
-        let written = if stale_locks {
-            // Guarded by the resourceVersion: repeating it cannot succeed.
-            write().await
-        } else {
-            retry_conflicts(&ctx, &reference, "writing the status", write).await
-        };
-        match written {
-            Ok(()) => {}
-            // Deleted since it was read: its children go with it.
-            Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
-            Err(e) => return Err(e.into()),
-        }
+    let stale_locks = next.scale_views != current.scale_views;
+    let key = format!("{namespace}/{name}");
+    let due = status::status_write(
+        &current,
+        next,
+        ctx.status_writes.since(&key),
+        ctx.status_writes.pace,
+    );
+    match due {
+        StatusWrite::After(wait) if !stale_locks => return Ok(Some(wait)),
+        StatusWrite::Unchanged if !stale_locks => return Ok(None),
+        _ => {}
     }
-    Ok(Action::requeue(
-        carried.requeue(pass.requeue.map_or(RESYNC, |d| d.min(RESYNC))),
-    ))
+    let mut patch = status_patch(&current, next);
+    if stale_locks {
+        drop_stale_locks(&mut patch, service, next);
+    }
+    let services = resource_of::<InferenceService>();
+    let patch = Patch::Merge(patch);
+    let write = || {
+        ctx.cluster
+            .patch(&services, namespace, name, Part::Status, &patch)
+    };
+    if stale_locks {
+        // Guarded by the resourceVersion: repeating it cannot succeed.
+        write().await?;
+    } else {
+        retry_conflicts(ctx, reference, "writing the status", write).await?;
+    }
+    ctx.status_writes.written(&key);
+    Ok(None)
 }
 
 /// The fields of a role's component that are left out when unset: written

@@ -26,6 +26,7 @@ pub mod rate_limit;
 pub mod resource_scaling_group;
 pub mod scale_view;
 pub mod signals;
+pub mod status_writes;
 pub mod turns;
 pub mod window;
 
@@ -145,6 +146,11 @@ pub struct Context {
     pub pace: Pace,
     /// Each owner's step of a burst of writes (`Kind namespace/name`).
     steps: Mutex<HashMap<String, Step>>,
+    /// When each service's status was last written, and how often a
+    /// status whose counts alone moved may be: every change from
+    /// [`Context::new`], once a second in `tandem serve`
+    /// ([`Context::with_status_pace`]).
+    pub status_writes: status_writes::StatusWrites,
 }
 
 impl Context {
@@ -159,6 +165,7 @@ impl Context {
             metrics: Arc::default(),
             pace: Pace::Unbounded,
             steps: Mutex::default(),
+            status_writes: status_writes::StatusWrites::new(Duration::ZERO),
         }
     }
 
@@ -171,6 +178,13 @@ impl Context {
     /// Writes made `pace` by pace ([`carry_out`]).
     pub fn with_pace(mut self, pace: Pace) -> Context {
         self.pace = pace;
+        self
+    }
+
+    /// Status writes whose counts alone moved made at most once per `pace`
+    /// per object (`plan::inference_service::status::status_write`).
+    pub fn with_status_pace(mut self, pace: Duration) -> Context {
+        self.status_writes = status_writes::StatusWrites::new(pace);
         self
     }
 

@@ -309,6 +309,75 @@ async fn inference_service_reconciles_write_only_what_changed() {
     table.print();
 }
 
+/// The stored status of role `role` of service `name`.
+fn stored_component(fake: &FakeApi, name: &str, role: &str) -> Value {
+    fake.get(API, "InferenceService", "default", name)
+        .expect("service stored")["status"]["components"][role]
+        .clone()
+}
+
+/// With `tandem serve`'s pace, a status whose counts alone moved is written
+/// at most once a second per service: the first count change after a quiet
+/// second at once, the next ones held and written together when the
+/// reconcile looks again; a phase or condition that moves is written at
+/// once, however soon after the last write.
+#[tokio::test]
+async fn count_changes_are_written_once_per_pace_and_a_phase_change_at_once() {
+    let pace = tandem::plan::inference_service::status::STATUS_PACE;
+    let fake = FakeApi::new();
+    let ctx = fake.context_with(|ctx| {
+        ctx.status_writes = tandem::reconcile::status_writes::StatusWrites::new(pace);
+    });
+    let name = story4(&fake);
+    fake.caught_up().await;
+    reconcile_service(&fake, &ctx, &name).await;
+    let pods = fake.step_leader_worker_sets("default", |_| false);
+    fake.caught_up().await;
+    reconcile_service(&fake, &ctx, &name).await;
+    tokio::time::sleep(pace).await;
+    reconcile_service(&fake, &ctx, &name).await;
+    fake.take_calls();
+    let decode: Vec<&String> = pods
+        .iter()
+        .filter(|p| p.starts_with(&format!("{name}-decode-0-")))
+        .collect();
+    assert_eq!(decode.len(), 4, "{pods:?}");
+    let status_writes = |fake: &FakeApi| Counts::of(&fake.take_calls()).status;
+
+    // The first count change after a quiet pace: written at once.
+    fake.set_ready("default", decode[0], true);
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_eq!(status_writes(&fake), 1);
+    assert_eq!(stored_component(&fake, &name, "decode")["readyPods"], 1);
+
+    // Two more within the pace: held.
+    for pod in &decode[1..3] {
+        fake.set_ready("default", pod, true);
+        reconcile_service(&fake, &ctx, &name).await;
+        assert_eq!(status_writes(&fake), 0, "held within the pace");
+    }
+    assert_eq!(stored_component(&fake, &name, "decode")["readyPods"], 1);
+
+    // The look after the pace writes what they moved, in one patch.
+    tokio::time::sleep(pace).await;
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_eq!(status_writes(&fake), 1);
+    let written = stored_component(&fake, &name, "decode");
+    assert_eq!(written["readyPods"], 3);
+    let phase = written["phase"].clone();
+
+    // Every replica ready: phases and conditions move, written at once.
+    fake.step_leader_worker_sets("default", |_| true);
+    fake.take_calls();
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_eq!(status_writes(&fake), 1, "a phase change is not held");
+    let written = stored_component(&fake, &name, "decode");
+    assert_eq!(written["readyPods"], 8);
+    assert_ne!(written["phase"], phase, "{written:#}");
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_unchanged(&Counts::of(&fake.take_calls()), "once ready, paced");
+}
+
 /// The spot example's service and view, stored as after admission, with the
 /// view asking for `replicas`.
 fn store_spot(fake: &FakeApi, replicas: i64) {

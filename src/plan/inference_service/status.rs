@@ -866,9 +866,159 @@ fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
     }
 }
 
+/// How often, at most, a status whose counts alone moved is written
+/// (`tandem serve`; render and the tests' contexts write every change).
+pub const STATUS_PACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The fields of a role's component that move with every pod event: pod and
+/// replica counts, and the time they last moved.
+const COUNTS: [&str; 10] = [
+    "readyReplicas",
+    "totalPods",
+    "readyPods",
+    "updatedReplicas",
+    "updatedReadyReplicas",
+    "drainingReplicas",
+    "failingReplicas",
+    "unschedulableReplicas",
+    "lostReplicas",
+    "lastUpdateTime",
+];
+
+/// Whether a status write is due, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// What would be written is what is stored.
+    Unchanged,
+    /// Write it now.
+    Now,
+    /// Only counts moved, and the last write was less than the pace ago:
+    /// write after this long (the reconcile looks again then, and writes
+    /// the status as it is by then).
+    After(std::time::Duration),
+}
+
+/// Whether `next` differs from `current` only in counts: the pods and
+/// replicas counted per role (and the `ready` and `updated` summaries made
+/// of them). A condition, the observed generation, a role's phase, desired
+/// replicas, revisions or reasons, an upgrade's step, and a role come or
+/// gone are not counts.
+pub fn counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> bool {
+    let without_counts = |status: &InferenceServiceStatus| {
+        let mut reported = reported(status);
+        if let Some(object) = reported.as_object_mut() {
+            object.remove("ready");
+            object.remove("updated");
+        }
+        if let Some(components) = reported["components"].as_object_mut() {
+            for component in components.values_mut().filter_map(Value::as_object_mut) {
+                for field in COUNTS {
+                    component.remove(field);
+                }
+            }
+        }
+        reported
+    };
+    without_counts(current) == without_counts(next)
+}
+
+/// When to write `next` over the stored `current`, `since_last_write` after
+/// this process last wrote the object's status (None: not since it
+/// started), at most once per `pace` while only counts move
+/// ([`counts_only`]). Any other change is written at once, and so is the
+/// first count change after a quiet `pace`: a lone pod event is reported
+/// as soon as before, a burst of them once per `pace`.
+pub fn status_write(
+    current: &InferenceServiceStatus,
+    next: &InferenceServiceStatus,
+    since_last_write: Option<std::time::Duration>,
+    pace: std::time::Duration,
+) -> StatusWrite {
+    if reported(next) == reported(current) {
+        return StatusWrite::Unchanged;
+    }
+    match since_last_write {
+        Some(since) if since < pace && counts_only(current, next) => {
+            StatusWrite::After(pace.saturating_sub(since))
+        }
+        _ => StatusWrite::Now,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn counted(ready_pods: i32, phase: ComponentPhase) -> InferenceServiceStatus {
+        let mut status = InferenceServiceStatus {
+            observed_generation: Some(1),
+            ready: Some(format!("{}/2", ready_pods / 4)),
+            ..Default::default()
+        };
+        status.components.insert(
+            "decode".into(),
+            ComponentStatus {
+                desired_replicas: 2,
+                total_pods: 8,
+                ready_pods,
+                ready_replicas: ready_pods / 4,
+                phase,
+                ..Default::default()
+            },
+        );
+        status
+    }
+
+    #[test]
+    fn counts_alone_are_written_once_per_pace_and_anything_else_at_once() {
+        let pace = STATUS_PACE;
+        let soon = Some(std::time::Duration::from_millis(300));
+        let two = counted(2, ComponentPhase::Deploying);
+        let five = counted(5, ComponentPhase::Deploying);
+        assert!(counts_only(&two, &five));
+        assert_eq!(status_write(&two, &two, soon, pace), StatusWrite::Unchanged);
+        assert_eq!(
+            status_write(&two, &five, soon, pace),
+            StatusWrite::After(std::time::Duration::from_millis(700))
+        );
+        // The first write since the process started, or after a quiet pace.
+        assert_eq!(status_write(&two, &five, None, pace), StatusWrite::Now);
+        assert_eq!(
+            status_write(&two, &five, Some(pace), pace),
+            StatusWrite::Now
+        );
+        // A phase that moved is written at once, counts or not.
+        let running = counted(8, ComponentPhase::Running);
+        assert!(!counts_only(&five, &running));
+        assert_eq!(status_write(&five, &running, soon, pace), StatusWrite::Now);
+        // So are a condition, the observed generation and desired replicas.
+        let mut conditioned = five.clone();
+        conditioned.conditions.push(Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "AllReplicasReady".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        });
+        assert_eq!(
+            status_write(&five, &conditioned, soon, pace),
+            StatusWrite::Now
+        );
+        let mut observed = five.clone();
+        observed.observed_generation = Some(2);
+        assert_eq!(status_write(&five, &observed, soon, pace), StatusWrite::Now);
+        let mut scaled = five.clone();
+        if let Some(decode) = scaled.components.get_mut("decode") {
+            decode.desired_replicas = 3;
+        }
+        assert_eq!(status_write(&five, &scaled, soon, pace), StatusWrite::Now);
+        // A pace of zero (render, the tests' contexts) writes every change.
+        assert_eq!(
+            status_write(&two, &five, soon, std::time::Duration::ZERO),
+            StatusWrite::Now
+        );
+    }
     use serde_json::json;
 
     fn time(s: &str) -> Time {
