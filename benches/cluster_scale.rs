@@ -8,13 +8,21 @@
 //! each group reports it and waits), spread over NAMESPACES namespaces. Tandem's own writes come
 //! back as watch events, as in a cluster.
 //!
-//! Reported, one run: the time from start to ready (caches listed), the
-//! time from ready to the last request (settled = no request but the
-//! leader Lease's for 10 s), the requests sent in that time by verb, peak
-//! and current RSS from `/proc/<pid>/status`, and the size of a cached
-//! object by kind (its JSON once trimmed, and the text a JSON kind's cache
-//! keeps beside the typed metadata; measured on caches started in this
-//! process against the same server).
+//! Two runs of the binary, one after the other, on the same world:
+//! 1. the catch-up: from the world `render`'s first pass leaves (its pods
+//!    since Ready), which an older Tandem may have left; run with the rate
+//!    limit off, it reports the requests the catch-up needs and what they
+//!    take at the default limit;
+//! 2. the steady state: the same replica started again on the world the
+//!    first left: the time from start to ready (caches listed), from ready
+//!    to the last request (settled = no request but the leader Lease's for
+//!    10 s), the requests in that time by verb, Tandem's CPU seconds from
+//!    ready to its last request, and peak and current RSS from
+//!    `/proc/<pid>/status`.
+//!
+//! Then the size of a cached object by kind (its JSON once trimmed, and the
+//! text a JSON kind's cache keeps beside the typed metadata; measured on
+//! caches started in this process against the same server).
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) COUNT defaults to
 //! 20: a smoke run that checks the benchmark works.
@@ -28,7 +36,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use harness::fake_api::FakeApi;
-use harness::measure::{admitted, env_number, memory};
+use harness::measure::{admitted, clock_ticks, cpu_seconds, env_number, memory};
 use harness::running::Running;
 use serde_json::json;
 use tandem::admission::Kind;
@@ -181,35 +189,43 @@ async fn cached_sizes(fake: &FakeApi) -> Vec<CacheSize> {
     sizes
 }
 
-async fn run() {
-    // Without `--bench` (as under `cargo test --all-targets`) a smoke run of
-    // 20, so CI checks that it builds and works.
-    let full = std::env::args().any(|a| a == "--bench");
-    let count = env_number("COUNT", if full { 1000 } else { 20 });
-    let namespaces = env_number("NAMESPACES", 1).max(1);
-    let fake = FakeApi::new();
-    let started = Instant::now();
-    let held = populate(&fake, count, namespaces);
-    println!(
-        "cluster: {held:?} in {namespaces} namespace(s), populated in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    fake.take_calls();
+/// The resource a request's path names, with its subresource
+/// (`deployments/scale`, `inferenceservices/status`).
+fn resource_of_path(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or_default();
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts.iter().position(|p| *p == "namespaces") {
+        Some(at) => parts[at + 2..]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 1)
+            .map(|(_, p)| *p)
+            .collect::<Vec<_>>()
+            .join("/"),
+        None => parts.last().copied().unwrap_or_default().to_owned(),
+    }
+}
 
-    let start = Instant::now();
-    let tandem = Running::start(&fake, "tandem-a").await;
-    let ready = start.elapsed();
-    let (peak_at_ready, _) = memory(tandem.pid());
-    println!(
-        "ready (caches listed) {:.1} s after start; peak RSS then {}",
-        ready.as_secs_f64(),
-        mib(peak_at_ready)
-    );
+/// What one run of Tandem did from ready (caches listed) until settled: no
+/// request but the leader Lease's for 10 s (given up after `cap`).
+struct Settled {
+    /// From ready to the last request.
+    after: Duration,
+    /// Requests by verb and resource (Events apart), the Lease's left out.
+    verbs: BTreeMap<String, usize>,
+    /// Tandem's CPU seconds (utime + stime) from ready to the last request.
+    cpu: f64,
+    /// Whether it settled within `cap`.
+    within_cap: bool,
+}
 
-    // Settled: no request but the Lease's for 10 s (gave up after 300 s).
-    let mut last = Instant::now();
-    let mut verbs: BTreeMap<String, usize> = BTreeMap::new();
+async fn settle(fake: &FakeApi, pid: u32, cap: Duration) -> Settled {
+    let ticks = clock_ticks();
+    let cpu_at_ready = cpu_seconds(pid, ticks).unwrap_or_default();
+    let mut cpu_at_last = cpu_at_ready;
     let ready_at = Instant::now();
+    let mut last = ready_at;
+    let mut verbs: BTreeMap<String, usize> = BTreeMap::new();
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let calls: Vec<_> = fake
@@ -219,25 +235,107 @@ async fn run() {
             .collect();
         if !calls.is_empty() {
             last = Instant::now();
+            cpu_at_last = cpu_seconds(pid, ticks).unwrap_or(cpu_at_last);
             for call in calls {
                 let verb = match (call.method.as_str(), call.path.contains("/events")) {
                     (_, true) => "event".to_owned(),
-                    (method, _) => method.to_owned(),
+                    (method, _) => format!("{method} {}", resource_of_path(&call.path)),
                 };
                 *verbs.entry(verb).or_default() += 1;
             }
         }
-        if last.elapsed() >= Duration::from_secs(10)
-            || ready_at.elapsed() > Duration::from_secs(300)
-        {
+        if last.elapsed() >= Duration::from_secs(10) {
             break;
         }
+        if ready_at.elapsed() > cap {
+            return Settled {
+                after: ready_at.elapsed(),
+                verbs,
+                cpu: cpu_seconds(pid, ticks).unwrap_or(cpu_at_last) - cpu_at_ready,
+                within_cap: false,
+            };
+        }
     }
-    let settled = last.saturating_duration_since(ready_at);
+    Settled {
+        after: last.saturating_duration_since(ready_at),
+        verbs,
+        cpu: cpu_at_last - cpu_at_ready,
+        within_cap: true,
+    }
+}
+
+async fn run() {
+    // Without `--bench` (as under `cargo test --all-targets`) a smoke run of
+    // 20, so CI checks that it builds and works.
+    let full = std::env::args().any(|a| a == "--bench");
+    let count = env_number("COUNT", if full { 1000 } else { 20 });
+    let namespaces = env_number("NAMESPACES", 1).max(1);
+    let cap = Duration::from_secs(env_number("CAP_SECONDS", 300));
+    let fake = FakeApi::new();
+    let started = Instant::now();
+    let held = populate(&fake, count, namespaces);
+    println!(
+        "cluster: {held:?} in {namespaces} namespace(s), populated in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    fake.take_calls();
+
+    // 1. The catch-up: the world as `render`'s first pass leaves it, with
+    // every pod since Ready, which an older Tandem may have left (its
+    // statuses, the views' and groups' statuses and budgets not written
+    // yet). Run with the rate limit off: what it reports is the requests the
+    // catch-up needs; at the limit they take that many over `--kube-api-qps`.
+    let catching_up = Running::start_with(
+        &fake,
+        "tandem-a",
+        &["--controllers", "--kube-api-qps", "0"],
+        "info",
+    )
+    .await;
+    let caught_up = settle(&fake, catching_up.pid(), cap).await;
+    let requests: usize = caught_up.verbs.values().sum();
+    let limit = tandem::reconcile::rate_limit::DEFAULT_QPS;
+    println!(
+        "catch-up from the rendered world, rate limit off: {} {:.1} s after ready (CPU {:.1} s); \
+         requests: {:?} ({requests} in all: {:.0} s at the default {limit} a second)",
+        if caught_up.within_cap {
+            "settled"
+        } else {
+            "NOT settled"
+        },
+        caught_up.after.as_secs_f64(),
+        caught_up.cpu,
+        caught_up.verbs,
+        requests as f64 / limit
+    );
+    drop(catching_up);
+    fake.take_calls();
+
+    // 2. The steady state: the same replica started again on the world it
+    // left, at the default rate limit: it should list, reconcile everything
+    // from its caches, and write nothing.
+    let start = Instant::now();
+    let tandem = Running::start_with(&fake, "tandem-a", &["--controllers"], "info").await;
+    let ready = start.elapsed();
+    let (peak_at_ready, _) = memory(tandem.pid());
+    println!(
+        "steady state: ready (caches listed) {:.1} s after start; peak RSS then {}",
+        ready.as_secs_f64(),
+        mib(peak_at_ready)
+    );
+    let steady = settle(&fake, tandem.pid(), cap).await;
     let (peak, now) = memory(tandem.pid());
     println!(
-        "settled {:.1} s after ready (last request; then 10 s without one); requests meanwhile: {verbs:?}",
-        settled.as_secs_f64()
+        "steady state: {} {:.1} s after ready (last request; then 10 s without one); \
+         Tandem's CPU from ready to its last request {:.2} s; requests meanwhile: {:?}",
+        if steady.within_cap {
+            "settled"
+        } else {
+            "NOT settled"
+        },
+        steady.after.as_secs_f64(),
+        steady.cpu,
+        steady.verbs
     );
     println!("peak RSS {} (VmHWM), now {} (VmRSS)", mib(peak), mib(now));
     drop(tandem);

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use harness::control_plane::{self, ControlPlane};
-use harness::measure::{env_number, memory};
+use harness::measure::{clock_ticks, cpu_seconds, env_number, memory};
 use harness::scenario::{condition, example, gpu_node, services_api};
 use harness::serve::Tandem;
 use k8s_openapi::api::core::v1::Pod;
@@ -47,27 +47,6 @@ use serde_json::{Value, json};
 pub(crate) const PLANE: &str = "scale-nodes";
 
 const NAMESPACE: &str = "scale";
-
-/// A process's CPU seconds so far (utime + stime), or None when it is gone.
-fn cpu_seconds(pid: u32, ticks: f64) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command (which may hold spaces), from field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / ticks)
-}
-
-/// The clock ticks a second `/proc/<pid>/stat` counts in.
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
 
 /// Tandem's `tandem_kube_requests_total` samples: (verb, kind) -> count.
 async fn tandem_requests(tandem: &Tandem) -> BTreeMap<(String, String), f64> {

@@ -1,5 +1,5 @@
 //! What the benchmarks share: their knobs from the environment, a process's
-//! memory, objects stored as admission left them, the stored
+//! memory and CPU seconds, objects stored as admission left them, the stored
 //! ResourceScalingGroups of the RSG load scenarios, and the parse-only
 //! webhook the load runs compare Tandem with.
 
@@ -32,6 +32,27 @@ pub fn memory(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// A process's CPU seconds so far (utime + stime), or None when it is gone.
+pub fn cpu_seconds(pid: u32, ticks: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command (which may hold spaces), from field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / ticks)
+}
+
+/// The clock ticks a second `/proc/<pid>/stat` counts in.
+pub fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
 /// `object` as the mutating webhook leaves it (its defaults filled in).
