@@ -11,7 +11,7 @@ use tandem::api::InferenceService;
 use tandem::api::inference_service::RoleScaleDownPolicy;
 use tandem::api::resource_scaling_group::ResourceScalingGroupSpec;
 use tandem::api::scale_view::ScaleViewSpec;
-use tandem::plan::inference_service::service;
+use tandem::plan::inference_service::{drain, service};
 use tandem::plan::resource_scaling_group::{dag, propagation, ratio};
 use tandem::plan::scale_view::split;
 use tandem::plan::victims;
@@ -229,7 +229,11 @@ fn binpack(c: &mut Criterion) {
         group.throughput(Throughput::Elements(pods_count as u64));
         group.bench_with_input(BenchmarkId::from_parameter(pods_count), &pods, |b, pods| {
             b.iter(|| {
-                let candidates = victims::role_candidates(black_box(pods), "decode", 4, &existing);
+                // The pods grouped by replica, as a service's pass does once
+                // per run, then weighed.
+                let by_replica = drain::ReplicaPods::new(black_box(pods));
+                let candidates =
+                    victims::role_candidates(by_replica.of_role("decode"), 4, &existing);
                 victims::keep(
                     &existing,
                     &BTreeSet::new(),

@@ -73,39 +73,48 @@ pub fn is_draining(pod: &Value) -> bool {
     pod["metadata"]["labels"][TRAFFIC] == DRAINING
 }
 
-/// The pods of each replica, by role and replica index, in the order given.
-/// A plan asks for one replica's pods at a time, for every replica of a
-/// role: built once per pass, that is a lookup and not a scan of every pod
-/// (a 1 000-replica service has 1 000 replicas and as many pods).
+/// The pods of each replica, by role and replica index, in the order given:
+/// the index of a run's pods a pass builds once and every step reads (the
+/// replicas' drains, the Binpack weights, the RollingUpdate's pace), so that
+/// asking for one replica's or one role's pods is a lookup and not a scan
+/// of every pod (a 1 000-replica service has 1 000 replicas and as many
+/// pods).
 #[derive(Clone, Debug, Default)]
 pub struct ReplicaPods<'a> {
-    by_replica: BTreeMap<(&'a str, &'a str), Vec<&'a Value>>,
+    by_replica: BTreeMap<(&'a str, u32), Vec<&'a Value>>,
 }
 
 impl<'a> ReplicaPods<'a> {
     /// Indexes `pods` by their role and replica index labels; a pod without
-    /// both is no replica's.
-    pub fn new(pods: &'a [Value]) -> Self {
-        let mut by_replica: BTreeMap<(&'a str, &'a str), Vec<&'a Value>> = BTreeMap::new();
+    /// both (or with an index that is not a number) is no replica's.
+    pub fn new(pods: impl IntoIterator<Item = &'a Value>) -> Self {
+        let mut by_replica: BTreeMap<(&'a str, u32), Vec<&'a Value>> = BTreeMap::new();
         for pod in pods {
             let labels = &pod["metadata"]["labels"];
-            if let (Some(role), Some(index)) =
-                (labels[ROLE_NAME].as_str(), labels[REPLICA_INDEX].as_str())
-            {
+            if let (Some(role), Some(index)) = (
+                labels[ROLE_NAME].as_str(),
+                labels[REPLICA_INDEX]
+                    .as_str()
+                    .and_then(|i| i.parse::<u32>().ok()),
+            ) {
                 by_replica.entry((role, index)).or_default().push(pod);
             }
         }
         ReplicaPods { by_replica }
     }
 
-    /// The pods of replica `index` of `role` (its label says `index` in
-    /// decimal, as Tandem writes it).
-    pub fn of(&self, role: &str, index: u32) -> Vec<&'a Value> {
-        let index = index.to_string();
+    /// The pods of replica `index` of `role`.
+    pub fn of<'s>(&'s self, role: &'s str, index: u32) -> &'s [&'a Value] {
         self.by_replica
-            .get(&(role, index.as_str()))
-            .cloned()
-            .unwrap_or_default()
+            .get(&(role, index))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The replicas of `role` that have pods, by index, with their pods.
+    pub fn of_role<'s>(&'s self, role: &'s str) -> impl Iterator<Item = (u32, &'s [&'a Value])> {
+        self.by_replica
+            .range((role, 0)..=(role, u32::MAX))
+            .map(|(&(_, index), pods)| (index, pods.as_slice()))
     }
 }
 
@@ -357,7 +366,20 @@ mod tests {
     fn replica_pods_are_those_of_the_role_and_index() {
         let mut other_role = pod_of(1, 0);
         other_role["metadata"]["labels"][ROLE_NAME] = json!("prefill");
-        let pods = vec![pod_of(1, 0), pod_of(2, 0), other_role, pod_of(1, 1)];
+        let mut not_a_number = pod_of(4, 0);
+        not_a_number["metadata"]["labels"][REPLICA_INDEX] = json!("x");
+        let mut no_index = pod_of(5, 0);
+        no_index["metadata"]["labels"]
+            .as_object_mut()
+            .map(|labels| labels.remove(REPLICA_INDEX));
+        let pods = vec![
+            pod_of(1, 0),
+            pod_of(2, 0),
+            other_role,
+            pod_of(1, 1),
+            not_a_number,
+            no_index,
+        ];
         let replicas = ReplicaPods::new(&pods);
         let names: Vec<&str> = replicas
             .of("decode", 1)
@@ -367,6 +389,13 @@ mod tests {
         assert_eq!(names, ["qwen-decode-1-0-0", "qwen-decode-1-0-1"]);
         assert!(replicas.of("decode", 3).is_empty());
         assert!(replicas.of("router", 1).is_empty());
+        let decode: Vec<(u32, usize)> = replicas
+            .of_role("decode")
+            .map(|(index, pods)| (index, pods.len()))
+            .collect();
+        assert_eq!(decode, [(1, 2), (2, 1)]);
+        assert_eq!(replicas.of_role("prefill").count(), 1);
+        assert_eq!(replicas.of_role("router").count(), 0);
     }
 
     #[test]

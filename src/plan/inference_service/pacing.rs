@@ -158,31 +158,21 @@ fn pod_is_ready(pod: &Value) -> bool {
     })
 }
 
-/// The replicas of `role` from its LeaderWorkerSets and the service's pods; a
-/// replica has `nodes` pods.
+/// The replicas of `role` from its LeaderWorkerSets and the run's pods by
+/// replica; a replica has `nodes` pods.
 pub fn observe(
     role: &str,
     nodes: usize,
     leader_worker_sets: &[&Value],
-    pods: &[Value],
+    pods: &super::drain::ReplicaPods<'_>,
 ) -> Vec<Replica> {
     let of_role = |o: &&Value| o["metadata"]["labels"][ROLE_NAME] == role;
-    // The live pods by replica index, gathered once (not once per replica).
-    let mut live_pods: BTreeMap<u32, Vec<&Value>> = BTreeMap::new();
-    for pod in pods
-        .iter()
-        .filter(of_role)
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-    {
-        if let Some(index) = index_of(pod) {
-            live_pods.entry(index).or_default().push(pod);
-        }
-    }
+    let live = |p: &&&Value| p["metadata"]["deletionTimestamp"].is_null();
     let count = |index: u32, revision: Option<&str>| {
-        let at: Vec<&&Value> = live_pods
-            .get(&index)
-            .into_iter()
-            .flatten()
+        let at: Vec<&&Value> = pods
+            .of(role, index)
+            .iter()
+            .filter(live)
             .filter(|p| p["metadata"]["labels"][REVISION].as_str() == revision)
             .collect();
         // A draining pod is out of traffic: unavailable to the budgets.
@@ -217,10 +207,10 @@ pub fn observe(
         );
     }
     // Pods whose LeaderWorkerSet is gone: a replica on its way out.
-    for pod in pods.iter().filter(of_role) {
-        let Some(index) = index_of(pod) else {
-            continue;
-        };
+    for (index, pod) in pods
+        .of_role(role)
+        .filter_map(|(index, pods)| Some((index, *pods.first()?)))
+    {
         replicas.entry(index).or_insert_with(|| Replica {
             index,
             revision: pod["metadata"]["labels"][REVISION]
@@ -812,7 +802,12 @@ mod tests {
         fn observed(&self) -> Vec<Replica> {
             let (sets, pods) = self.objects();
             let refs: Vec<&Value> = sets.iter().collect();
-            observe("decode", self.nodes, &refs, &pods)
+            observe(
+                "decode",
+                self.nodes,
+                &refs,
+                &super::super::drain::ReplicaPods::new(&pods),
+            )
         }
 
         fn ready(&self) -> usize {

@@ -21,10 +21,10 @@
 //! How the reconciler puts it together for one role:
 //!
 //! ```text
-//! with_pods  = candidates(pods, role).keys()
+//! with_pods  = candidates(pods of role by replica).keys()
 //! deleting   = being_deleted(existing, terminating, with_pods)
 //! kept       = keep(existing, deleting, desired, policy,
-//!                   role_candidates(pods, role, nodeCount, existing))
+//!                   role_candidates(pods of role by replica, nodeCount, existing))
 //! pod group  = pod_group_indices(kept, deleting ∩ with_pods)
 //! ```
 
@@ -36,7 +36,6 @@ use serde_json::Value;
 
 use crate::api::inference_service::RoleScaleDownPolicy;
 use crate::api::resource_scaling_group::GroupScaleDownPolicy;
-use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
 use crate::plan::shared::replicas;
 
 /// The pod annotation whose sum over a replica's pods is its Binpack score.
@@ -116,25 +115,6 @@ pub fn all_running(pods: &[&Value]) -> bool {
     !pods.is_empty() && pods.iter().all(|pod| pod_running(pod))
 }
 
-/// The pods of `role`, by replica index (labels `fusioninfer.io/role-name` and
-/// `fusioninfer.io/replica-index`). Pods without a readable index are skipped.
-fn pods_by_replica<'a>(pods: &'a [Value], role: &str) -> BTreeMap<u32, Vec<&'a Value>> {
-    let mut by_replica: BTreeMap<u32, Vec<&Value>> = BTreeMap::new();
-    for pod in pods {
-        let labels = &pod["metadata"]["labels"];
-        if labels[ROLE_NAME].as_str() != Some(role) {
-            continue;
-        }
-        if let Some(index) = labels[REPLICA_INDEX]
-            .as_str()
-            .and_then(|i| i.parse::<u32>().ok())
-        {
-            by_replica.entry(index).or_default().push(pod);
-        }
-    }
-    by_replica
-}
-
 fn candidate(index: u32, pods: &[&Value], pods_per_replica: usize) -> Candidate {
     Candidate {
         index,
@@ -146,30 +126,32 @@ fn candidate(index: u32, pods: &[&Value], pods_per_replica: usize) -> Candidate 
     }
 }
 
-/// The replicas of `role` that have pods, from the service's pods: running
-/// when every pod of the replica is Running and Ready, deleting when any pod
-/// has a deletionTimestamp. Its keys are the indices that still have pods.
-pub fn candidates(pods: &[Value], role: &str) -> BTreeMap<u32, Candidate> {
-    pods_by_replica(pods, role)
+/// The replicas of a role that have pods, from its pods by replica index
+/// (`drain::ReplicaPods::of_role` of the service's plan): running when every
+/// pod of the replica is Running and Ready, deleting when any pod has a
+/// deletionTimestamp. Its keys are the indices that still have pods.
+pub fn candidates<'p>(
+    by_replica: impl IntoIterator<Item = (u32, &'p [&'p Value])>,
+) -> BTreeMap<u32, Candidate> {
+    by_replica
         .into_iter()
-        .map(|(index, pods)| (index, candidate(index, &pods, 1)))
+        .map(|(index, pods)| (index, candidate(index, pods, 1)))
         .collect()
 }
 
-/// Every replica of `role` the choice should weigh: those with pods, as in
+/// Every replica of a role the choice should weigh: those with pods, as in
 /// [`candidates`], where a replica with fewer than `pods_per_replica` pods (a
 /// multi-node replica whose workers are not created yet) is not running; and
 /// each index of `leader_worker_sets` that has no pods yet
 /// ([`Candidate::without_pods`]).
-pub fn role_candidates(
-    pods: &[Value],
-    role: &str,
+pub fn role_candidates<'p>(
+    by_replica: impl IntoIterator<Item = (u32, &'p [&'p Value])>,
     pods_per_replica: usize,
     leader_worker_sets: &BTreeSet<u32>,
 ) -> BTreeMap<u32, Candidate> {
-    let mut candidates: BTreeMap<u32, Candidate> = pods_by_replica(pods, role)
+    let mut candidates: BTreeMap<u32, Candidate> = by_replica
         .into_iter()
-        .map(|(index, pods)| (index, candidate(index, &pods, pods_per_replica)))
+        .map(|(index, pods)| (index, candidate(index, pods, pods_per_replica)))
         .collect();
     for &index in leader_worker_sets {
         candidates
@@ -389,11 +371,47 @@ pub fn group_victims(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
     use proptest::prelude::*;
     use serde_json::json;
 
     fn set(indices: &[u32]) -> BTreeSet<u32> {
         indices.iter().copied().collect()
+    }
+
+    /// `pods` of `role` by replica index, as the service's plan hands them
+    /// over (`drain::ReplicaPods::of_role`, which tests the grouping).
+    fn of_role<'p>(pods: &'p [Value], role: &str) -> BTreeMap<u32, Vec<&'p Value>> {
+        let mut by_replica: BTreeMap<u32, Vec<&Value>> = BTreeMap::new();
+        for pod in pods
+            .iter()
+            .filter(|p| p["metadata"]["labels"][ROLE_NAME] == role)
+        {
+            if let Some(index) = pod["metadata"]["labels"][REPLICA_INDEX]
+                .as_str()
+                .and_then(|i| i.parse().ok())
+            {
+                by_replica.entry(index).or_default().push(pod);
+            }
+        }
+        by_replica
+    }
+
+    fn candidates_of(pods: &[Value], role: &str) -> BTreeMap<u32, Candidate> {
+        candidates(of_role(pods, role).iter().map(|(i, p)| (*i, p.as_slice())))
+    }
+
+    fn role_candidates_of(
+        pods: &[Value],
+        role: &str,
+        pods_per_replica: usize,
+        existing: &BTreeSet<u32>,
+    ) -> BTreeMap<u32, Candidate> {
+        role_candidates(
+            of_role(pods, role).iter().map(|(i, p)| (*i, p.as_slice())),
+            pods_per_replica,
+            existing,
+        )
     }
 
     fn running(index: u32, cost: i64) -> Candidate {
@@ -587,10 +605,8 @@ mod tests {
             pod("decode", 2, 0, "Running", false),
             terminating(pod("decode", 3, 0, "Running", true)),
             pod("prefill", 0, 0, "Pending", false),
-            json!({"metadata": {"labels": {ROLE_NAME: "decode", REPLICA_INDEX: "x"}}}),
-            json!({"metadata": {"labels": {ROLE_NAME: "decode"}}}),
         ];
-        let found = candidates(&pods, "decode");
+        let found = candidates_of(&pods, "decode");
         assert_eq!(
             found.values().copied().collect::<Vec<_>>(),
             [
@@ -611,11 +627,11 @@ mod tests {
         );
         assert_eq!(found.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
         assert_eq!(
-            candidates(&pods, "prefill")[&0],
+            candidates_of(&pods, "prefill")[&0],
             Candidate::without_pods(0),
             "a Pending pod is not running"
         );
-        assert!(candidates(&pods, "router").is_empty());
+        assert!(candidates_of(&pods, "router").is_empty());
     }
 
     #[test]
@@ -626,7 +642,7 @@ mod tests {
             // Replica 1's leader is up, its worker is not created yet.
             with_cost(pod("decode", 1, 0, "Running", true), "40"),
         ];
-        let found = role_candidates(&pods, "decode", 2, &set(&[0, 1, 2]));
+        let found = role_candidates_of(&pods, "decode", 2, &set(&[0, 1, 2]));
         assert_eq!(found[&0], running(0, 0));
         assert_eq!(
             found[&1],
@@ -638,7 +654,7 @@ mod tests {
         );
         assert_eq!(found[&2], Candidate::without_pods(2));
         assert!(
-            candidates(&pods, "decode")[&1].running,
+            candidates_of(&pods, "decode")[&1].running,
             "candidates() alone does not know the node count"
         );
         assert_eq!(victims(&found, 2), [2, 1]);
@@ -813,7 +829,7 @@ mod tests {
         // Stage 1: R-0..R-2 running, R-1 the cheapest. Scale to 2.
         let stage1 = vec![decode(0, "30"), decode(1, "-10"), decode(2, "20")];
         let existing = set(&[0, 1, 2]);
-        let cands = role_candidates(&stage1, "decode", 1, &existing);
+        let cands = role_candidates_of(&stage1, "decode", 1, &existing);
         let kept = keep(&existing, &set(&[]), 2, binpack, &cands);
         assert_eq!(kept, set(&[0, 2]));
         assert_eq!(pod_group_indices(&kept, &set(&[])), set(&[0, 2]));
@@ -825,7 +841,7 @@ mod tests {
             decode(2, "20"),
         ];
         let existing = set(&[0, 2]);
-        let with_pods: BTreeSet<u32> = candidates(&stage2, "decode").keys().copied().collect();
+        let with_pods: BTreeSet<u32> = candidates_of(&stage2, "decode").keys().copied().collect();
         let deleting = being_deleted(&existing, &set(&[]), &with_pods);
         assert_eq!(deleting, set(&[1]));
         let kept = keep(
@@ -833,7 +849,7 @@ mod tests {
             &deleting,
             2,
             binpack,
-            &role_candidates(&stage2, "decode", 1, &existing),
+            &role_candidates_of(&stage2, "decode", 1, &existing),
         );
         assert_eq!(kept, set(&[0, 2]));
         let deleting_with_pods = deleting.intersection(&with_pods).copied().collect();
@@ -852,7 +868,7 @@ mod tests {
 
         // Stage 3: R-1's pod is gone; its entry goes.
         let stage3 = vec![decode(0, "30"), decode(2, "20")];
-        let with_pods: BTreeSet<u32> = candidates(&stage3, "decode").keys().copied().collect();
+        let with_pods: BTreeSet<u32> = candidates_of(&stage3, "decode").keys().copied().collect();
         let deleting = being_deleted(&existing, &set(&[]), &with_pods);
         assert!(deleting.is_empty());
         assert_eq!(pod_group_indices(&kept, &deleting), set(&[0, 2]));
@@ -863,7 +879,7 @@ mod tests {
             &deleting,
             4,
             binpack,
-            &role_candidates(&stage3, "decode", 1, &existing),
+            &role_candidates_of(&stage3, "decode", 1, &existing),
         );
         assert_eq!(kept, set(&[0, 1, 2, 3]));
         assert_eq!(pod_group_indices(&kept, &set(&[])), set(&[0, 1, 2, 3]));

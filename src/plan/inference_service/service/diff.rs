@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::Plan;
 use super::world::{RoleReplicas, World, identity, key, kind_name, role_replicas};
 use crate::api::inference_service::{InferenceService, Role, RoleScaleDownPolicy};
+use crate::plan::inference_service::drain::ReplicaPods;
 use crate::plan::inference_service::rollout::{self, Members, Rollout};
 use crate::plan::inference_service::{disruption, gang, pod_groups, revision, upgrade};
 use crate::plan::shared::child_kinds::{ChildKind, LEADER_WORKER_SET};
@@ -108,7 +109,7 @@ impl Standings {
                 .iter()
                 .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
                 .collect();
-            let seen = role_replicas(role, &all, world.pods);
+            let seen = role_replicas(role, &all, &ReplicaPods::new(world.pods));
             let desired = usize::try_from(role.replicas()).unwrap_or(0);
             let kept = victims::keep(
                 &seen.existing,

@@ -49,8 +49,7 @@ pub(super) fn plan_replicas(
         let spec = run.spec.as_ref().unwrap_or(&service.spec);
         let scheduling = gang::scheduling(spec);
         let members = members(run, world);
-        let pods = run_pods(run, world);
-        let replica_pods = drain::ReplicaPods::new(&pods);
+        let replica_pods = drain::ReplicaPods::new(run_pods(run, world));
         for role in spec.roles.iter().filter(|r| !r.is_router()) {
             let role_run = RoleRun::new(
                 (service, world, rollout),
@@ -58,7 +57,7 @@ pub(super) fn plan_replicas(
                 spec,
                 role,
                 &scheduling,
-                (&members, &pods, &replica_pods),
+                (&members, &replica_pods),
             );
             // A replica that goes keeps its PodGroup entry until its pods
             // are gone.
@@ -97,9 +96,8 @@ pub(super) struct RoleRun<'a> {
     spec: &'a InferenceServiceSpec,
     role: &'a Role,
     scheduling: &'a gang::Scheduling,
-    /// The run's LeaderWorkerSets and pods.
+    /// The run's LeaderWorkerSets.
     members: &'a [&'a Value],
-    pods: &'a [Value],
     /// The run's pods by replica.
     replica_pods: &'a drain::ReplicaPods<'a>,
     /// The role's LeaderWorkerSets in the run, by replica index (the first
@@ -127,7 +125,7 @@ impl<'a> RoleRun<'a> {
         spec: &'a InferenceServiceSpec,
         role: &'a Role,
         scheduling: &'a gang::Scheduling,
-        (members, pods, replica_pods): (&'a [&'a Value], &'a [Value], &'a drain::ReplicaPods<'a>),
+        (members, replica_pods): (&'a [&'a Value], &'a drain::ReplicaPods<'a>),
     ) -> Self {
         let full = rollout::desired_replicas(service, role);
         // The role as the service's spec has it now (a past revision's role
@@ -172,10 +170,9 @@ impl<'a> RoleRun<'a> {
             role,
             scheduling,
             members,
-            pods,
             replica_pods,
             by_index,
-            seen: role_replicas(role, members, pods),
+            seen: role_replicas(role, members, replica_pods),
             full,
             count: upgrade::replicas_for(full, run.capacity),
             policy: current.scale_down_policy(),
@@ -299,6 +296,13 @@ impl<'a> RoleRun<'a> {
         }
     }
 
+    /// The pods of the role in the run.
+    fn role_pods(&self) -> impl Iterator<Item = &'a Value> {
+        self.replica_pods
+            .of_role(&self.role.name)
+            .flat_map(|(_, pods)| pods.iter().copied())
+    }
+
     /// A role rolls while a replica or a pod of it runs another revision
     /// (the old pods of the last replaced replica included).
     fn rolling(&self) -> bool {
@@ -309,7 +313,7 @@ impl<'a> RoleRun<'a> {
                 .copied()
                 .filter(|o| self.of_role(o))
                 .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
-                .chain(self.pods.iter().filter(|p| self.of_role(p)))
+                .chain(self.role_pods())
                 .any(|o| revision::of(o) != Some(self.label.as_str()))
     }
 
@@ -318,7 +322,7 @@ impl<'a> RoleRun<'a> {
     fn paced(&self, plan: &mut Plan) -> Result<BTreeSet<u32>, String> {
         let role = self.role;
         let nodes = usize::try_from(role.node_count()).unwrap_or(1);
-        let replicas = pacing::observe(&role.name, nodes, self.members, self.pods);
+        let replicas = pacing::observe(&role.name, nodes, self.members, self.replica_pods);
         let current = self
             .service
             .spec
@@ -345,9 +349,7 @@ impl<'a> RoleRun<'a> {
         // only then, so that it stays the same when nothing changes.
         let rolls_on = paced.steps.values().any(|s| *s == pacing::Step::Keep)
             || self
-                .pods
-                .iter()
-                .filter(|p| self.of_role(p))
+                .role_pods()
                 .any(|p| revision::of(p) != Some(self.label.as_str()));
         if !rolls_on {
             paced.waiting = None;
@@ -370,7 +372,7 @@ impl<'a> RoleRun<'a> {
             pacing::Step::Delete(why) => {
                 if let Some(existing) = self.at_index(index) {
                     let replica = self.replica_pods.of(&role.name, index);
-                    let left = drain::leave(&replica, self.drain_seconds, now);
+                    let left = drain::leave(replica, self.drain_seconds, now);
                     if keep_draining(
                         (&role.name, index),
                         existing,
@@ -381,7 +383,7 @@ impl<'a> RoleRun<'a> {
                         return Ok(());
                     }
                     let why = match left {
-                        drain::Leave::Delete(drained) if drain::draining(&replica) => {
+                        drain::Leave::Delete(drained) if drain::draining(replica) => {
                             format!("{why}; {drained}")
                         }
                         _ => why.clone(),
@@ -398,7 +400,7 @@ impl<'a> RoleRun<'a> {
                         && o["metadata"]["deletionTimestamp"].is_null()
                 }) {
                     let replica = self.replica_pods.of(&role.name, index);
-                    let left = drain::leave(&replica, self.drain_seconds, now);
+                    let left = drain::leave(replica, self.drain_seconds, now);
                     if keep_draining(
                         (&role.name, index),
                         existing,
@@ -439,7 +441,7 @@ impl<'a> RoleRun<'a> {
         let seen = &self.seen;
         let mut candidates = seen.candidates.clone();
         for (index, candidate) in &mut candidates {
-            if drain::draining(&self.replica_pods.of(&role.name, *index)) {
+            if drain::draining(self.replica_pods.of(&role.name, *index)) {
                 candidate.running = false;
                 candidate.cost = i64::MIN;
             }
@@ -548,7 +550,7 @@ pub(super) fn drain_replicas(
 ) {
     let role = scope.role;
     for &index in scope.kept {
-        let back = drain::revive(&scope.pods.of(role, index));
+        let back = drain::revive(scope.pods.of(role, index));
         if back.is_empty() {
             continue;
         }
@@ -573,8 +575,8 @@ pub(super) fn drain_replicas(
         };
         let name = text(&existing["metadata"]["name"]).to_owned();
         let pods = scope.pods.of(role, index);
-        match drain::leave(&pods, scope.seconds, rollout.now) {
-            drain::Leave::Delete(why) if drain::draining(&pods) => {
+        match drain::leave(pods, scope.seconds, rollout.now) {
+            drain::Leave::Delete(why) if drain::draining(pods) => {
                 let gone = why_gone(service, rollout, existing, world, &mut standings);
                 plan.delete_notes.insert(name, format!("{gone}; {why}"));
             }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::api::ScaleView;
 use crate::api::inference_service::Role;
+use crate::plan::inference_service::drain::ReplicaPods;
 use crate::plan::inference_service::revision;
 use crate::plan::inference_service::rollout::{Members, Run};
 use crate::plan::shared::child_kinds::{ChildKind, LEADER_WORKER_SET};
@@ -44,11 +45,11 @@ pub(super) struct RoleReplicas {
 }
 
 /// The replicas of `role` among `leader_worker_sets` (those of one run) and
-/// `pods` (the run's pods).
+/// `pods` (the run's pods, by replica).
 pub(super) fn role_replicas(
     role: &Role,
     leader_worker_sets: &[&Value],
-    pods: &[Value],
+    pods: &ReplicaPods<'_>,
 ) -> RoleReplicas {
     let leader_worker_sets: Vec<&Value> = leader_worker_sets
         .iter()
@@ -64,11 +65,11 @@ pub(super) fn role_replicas(
         .filter(|o| !o["metadata"]["deletionTimestamp"].is_null())
         .filter_map(|o| index_of(o))
         .collect();
-    let with_pods: BTreeSet<u32> = victims::candidates(pods, &role.name).into_keys().collect();
+    let with_pods: BTreeSet<u32> = pods.of_role(&role.name).map(|(index, _)| index).collect();
     let nodes = usize::try_from(role.node_count()).unwrap_or(1);
     RoleReplicas {
         deleting: victims::being_deleted(&existing, &terminating, &with_pods),
-        candidates: victims::role_candidates(pods, &role.name, nodes, &existing),
+        candidates: victims::role_candidates(pods.of_role(&role.name), nodes, &existing),
         existing,
         with_pods,
     }
@@ -92,12 +93,11 @@ pub(super) fn members<'a>(run: &Run, world: &World<'a>) -> Vec<&'a Value> {
 }
 
 /// The pods of the service that belong to `run`.
-pub(super) fn run_pods(run: &Run, world: &World<'_>) -> Vec<Value> {
+pub(super) fn run_pods<'a>(run: &Run, world: &World<'a>) -> Vec<&'a Value> {
     world
         .pods
         .iter()
         .filter(|p| run.members != Members::Labelled || revision::of(p) == Some(&run.revision))
-        .cloned()
         .collect()
 }
 
