@@ -900,15 +900,25 @@ pub enum StatusWrite {
 
 /// Whether `next` differs from `current` only in counts: the pods and
 /// replicas counted per role (and the `ready` and `updated` summaries made
-/// of them). A condition, the observed generation, a role's phase, desired
-/// replicas, revisions or reasons, an upgrade's step, and a role come or
-/// gone are not counts.
+/// of them), and the words of a condition that keeps its status and reason
+/// (its message counts the replicas ready: "decode: 1/3 replicas ready").
+/// A condition's status or reason, the observed generation, a role's phase,
+/// desired replicas, revisions or reasons, an upgrade's step, and a role
+/// come or gone are not counts.
 pub fn counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> bool {
     let without_counts = |status: &InferenceServiceStatus| {
         let mut reported = reported(status);
         if let Some(object) = reported.as_object_mut() {
             object.remove("ready");
             object.remove("updated");
+        }
+        for condition in reported["conditions"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            condition.remove("message");
         }
         if let Some(components) = reported["components"].as_object_mut() {
             for component in components.values_mut().filter_map(Value::as_object_mut) {
@@ -1003,6 +1013,20 @@ mod tests {
         });
         assert_eq!(
             status_write(&five, &conditioned, soon, pace),
+            StatusWrite::Now
+        );
+        // Its message alone moving with the counts is held with them; its
+        // reason or status moving is not.
+        let mut recounted = conditioned.clone();
+        recounted.conditions[0].message = "decode: 1/2 replicas ready".into();
+        assert_eq!(
+            status_write(&conditioned, &recounted, soon, pace),
+            StatusWrite::After(std::time::Duration::from_millis(700))
+        );
+        let mut reasoned = conditioned.clone();
+        reasoned.conditions[0].reason = "ReplicasNotReady".into();
+        assert_eq!(
+            status_write(&conditioned, &reasoned, soon, pace),
             StatusWrite::Now
         );
         let mut observed = five.clone();
