@@ -359,10 +359,31 @@ impl<'a> RoleRun<'a> {
         Ok(kept)
     }
 
+    /// Replica `index` (its LeaderWorkerSet `existing`) leaves traffic
+    /// for its drain before it `goes`: None while the drain holds it (kept,
+    /// its pods marked, in `plan`), else how it left.
+    fn after_drain(
+        &self,
+        index: u32,
+        existing: &Value,
+        goes: &str,
+        plan: &mut Plan,
+    ) -> Option<drain::Leave> {
+        let replica = self.replica_pods.of(&self.role.name, index);
+        let left = drain::leave(replica, self.drain_seconds, self.rollout.now);
+        let held = keep_draining(
+            (&self.role.name, index),
+            existing,
+            &left,
+            (self.drain_seconds, goes),
+            plan,
+        );
+        (!held).then_some(left)
+    }
+
     /// One index's step of a rolling role.
     fn paced_step(&self, index: u32, step: &pacing::Step, plan: &mut Plan) -> Result<(), String> {
         let role = self.role;
-        let now = self.rollout.now;
         match step {
             pacing::Step::Keep => {
                 if let Some(existing) = self.at_index(index) {
@@ -371,17 +392,10 @@ impl<'a> RoleRun<'a> {
             }
             pacing::Step::Delete(why) => {
                 if let Some(existing) = self.at_index(index) {
-                    let replica = self.replica_pods.of(&role.name, index);
-                    let left = drain::leave(replica, self.drain_seconds, now);
-                    if keep_draining(
-                        (&role.name, index),
-                        existing,
-                        &left,
-                        (self.drain_seconds, "is deleted"),
-                        plan,
-                    ) {
+                    let Some(left) = self.after_drain(index, existing, "is deleted", plan) else {
                         return Ok(());
-                    }
+                    };
+                    let replica = self.replica_pods.of(&role.name, index);
                     let why = match left {
                         drain::Leave::Delete(drained) if drain::draining(replica) => {
                             format!("{why}; {drained}")
@@ -398,18 +412,11 @@ impl<'a> RoleRun<'a> {
                 if let Some(existing) = self.at_index(index).filter(|o| {
                     revision::of(o) != Some(self.label.as_str())
                         && o["metadata"]["deletionTimestamp"].is_null()
-                }) {
-                    let replica = self.replica_pods.of(&role.name, index);
-                    let left = drain::leave(replica, self.drain_seconds, now);
-                    if keep_draining(
-                        (&role.name, index),
-                        existing,
-                        &left,
-                        (self.drain_seconds, "is replaced by the update revision"),
-                        plan,
-                    ) {
-                        return Ok(());
-                    }
+                }) && self
+                    .after_drain(index, existing, "is replaced by the update revision", plan)
+                    .is_none()
+                {
+                    return Ok(());
                 }
                 let mut object = self.leader_worker_set(index, &self.label)?;
                 if let Some(at) = updated_at {
