@@ -8,8 +8,8 @@ use harness::control_plane::TANDEM_USER;
 use harness::request::Request;
 use harness::rollout::RolloutBudget;
 use harness::scenario::{
-    Floor, HEALTH_LABEL, in_motion, leaders_without_workers, reads_in, reconciled_lines, refusals,
-    repeated_writes, replicas_without_leaders, short_of_pods,
+    Floor, HEALTH_LABEL, QuietWindow, in_motion, leaders_without_workers, quiet_window, reads_in,
+    reconciled_lines, refusals, repeated_writes, replicas_without_leaders, short_of_pods,
 };
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -328,6 +328,46 @@ fn statefulset(
             "replicas": created})),
     }))
     .expect("a StatefulSet")
+}
+
+#[test]
+fn a_quiet_window_forgives_a_write_only_when_a_pod_moved_before_it() {
+    let status = audit(TANDEM_USER, "patch", "inferenceservices", "ns", 200);
+    let bound = audit("system:kube-scheduler", "create", "pods", "ns", 201);
+    let kwok = audit("kwok", "patch", "pods", "ns", 200);
+    let controller = audit(
+        "system:kube-controller-manager",
+        "update",
+        "statefulsets",
+        "ns",
+        200,
+    );
+    let relabel = audit(TANDEM_USER, "patch", "pods", "ns", 200);
+    assert_eq!(quiet_window(&requests(&[])), QuietWindow::Quiet);
+    // Pods moving while Tandem keeps still is quiet.
+    assert_eq!(
+        quiet_window(&requests(&[bound.clone(), kwok.clone()])),
+        QuietWindow::Quiet
+    );
+    // What CI hit: the scheduler bound pods and kwok readied them inside
+    // the window, and Tandem's status followed.
+    assert!(matches!(
+        quiet_window(&requests(&[bound.clone(), kwok.clone(), status.clone()])),
+        QuietWindow::Moved(changes) if changes.len() == 2
+    ));
+    // The defect: a write with nothing moved before it, or only what is
+    // not a pod, or a pod Tandem itself moved.
+    for window in [
+        vec![status.clone()],
+        vec![controller, status.clone()],
+        vec![relabel, kwok.clone(), status.clone()],
+        vec![status.clone(), bound],
+    ] {
+        assert!(
+            matches!(quiet_window(&requests(&window)), QuietWindow::Unprompted(_)),
+            "{window:#?}"
+        );
+    }
 }
 
 #[test]
