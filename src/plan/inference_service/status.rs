@@ -246,12 +246,13 @@ fn role_components(
     now: &Time,
 ) -> RoleComponents {
     let mut roles = RoleComponents::default();
+    let observed_pods = RolePods::by_role(observed.pods);
     for role in &service.spec.roles {
         let before = previous.components.get(&role.name);
         let component = if role.is_router() {
             router_component(role, observed.router)
         } else {
-            serving_component(role, observed, before)
+            serving_component(role, observed, &observed_pods, before)
         };
         let mut status = component.status;
         if let Some(reason) = component.failure {
@@ -539,33 +540,21 @@ fn recreated_after_crash(pod: &Value) -> Option<String> {
 /// LeaderWorkerSet recreate the group ([`recreated_after_crash`]). A replica
 /// whose every one of `nodes` live pods is ready is not failing, whatever
 /// its restart counts and whatever its old pods show while they terminate.
-fn failing_replicas(pods: &[&Value], nodes: i32) -> Vec<String> {
-    /// A replica's pods: (live, being deleted).
-    type Replica<'a> = (Vec<&'a Value>, Vec<&'a Value>);
-    let mut by_replica: BTreeMap<(&str, u32), Replica<'_>> = BTreeMap::new();
-    for pod in pods {
-        if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
-            let revision = label(pod, children::REVISION).unwrap_or_default();
-            let replica = by_replica.entry((revision, index)).or_default();
-            if pod["metadata"]["deletionTimestamp"].is_null() {
-                replica.0.push(pod);
-            } else {
-                replica.1.push(pod);
-            }
-        }
-    }
-    by_replica
-        .into_iter()
-        .filter(|(_, (live, _))| {
-            !(i32::try_from(live.len()) == Ok(nodes) && live.iter().all(|p| pod_is_ready(p)))
-        })
-        .filter_map(|((_, index), (mut live, mut deleting))| {
-            live.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
-            deleting.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
-            let reason = live
+fn failing_replicas(role: &RolePods<'_>, nodes: i32) -> Vec<String> {
+    role.replicas
+        .iter()
+        .filter(|(_, replica)| !whole_and_ready(replica.live.iter().copied(), nodes))
+        .filter_map(|((_, index), replica)| {
+            let reason = replica
+                .live
                 .iter()
                 .find_map(|p| crash_loop(p))
-                .or_else(|| deleting.iter().find_map(|p| recreated_after_crash(p)))?;
+                .or_else(|| {
+                    replica
+                        .deleting
+                        .iter()
+                        .find_map(|p| recreated_after_crash(p))
+                })?;
             Some(format!("replica {index}: {reason}"))
         })
         .collect()
@@ -639,6 +628,11 @@ fn group_unschedulable(group: &Value) -> Option<String> {
 /// "replica 0: PodGroup x-worker-0-1a2b Unschedulable: 0/2 placements are
 /// available, …; pod x-worker-0 unschedulable: 0/4 nodes are available: …".
 pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String> {
+    waiting_replicas(&RolePods::of(pods.iter().copied()), groups)
+}
+
+/// [`unschedulable_replicas`] of a role's indexed pods (its live ones).
+fn waiting_replicas(role: &RolePods<'_>, groups: &[&Value]) -> Vec<String> {
     // The live groups by name, the first of a name kept: looked up once per
     // waiting replica.
     let mut live_groups: HashMap<&str, &Value> = HashMap::new();
@@ -649,17 +643,18 @@ pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String>
             live_groups.entry(name).or_insert(group);
         }
     }
-    let mut by_replica: BTreeMap<(u32, &str), Vec<&Value>> = BTreeMap::new();
-    for pod in pods {
-        if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
-            let revision = label(pod, children::REVISION).unwrap_or_default();
-            by_replica.entry((index, revision)).or_default().push(pod);
-        }
-    }
-    by_replica
+    // By index first, then revision: replica 0 of both revisions before
+    // replica 1.
+    let mut replicas: Vec<(u32, &[&Value])> = role
+        .replicas
+        .iter()
+        .filter(|(_, replica)| !replica.live.is_empty())
+        .map(|((_, index), replica)| (*index, replica.live.as_slice()))
+        .collect();
+    replicas.sort_by_key(|(index, _)| *index);
+    replicas
         .into_iter()
-        .filter_map(|((index, _), mut group)| {
-            group.sort_by_key(|p| p["metadata"]["name"].as_str().unwrap_or_default());
+        .filter_map(|(index, group)| {
             let gang = group.iter().find_map(|p| {
                 let name = pod_groups::named_by(p).filter(|_| p["spec"]["nodeName"].is_null())?;
                 Some(format!(
@@ -685,41 +680,134 @@ pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String>
         .collect()
 }
 
+/// One role's pods, indexed once per status and read by every count of its
+/// component: in the order observed, and by replica.
+#[derive(Default)]
+struct RolePods<'a> {
+    /// Every pod of the role, being deleted or not, in the order observed
+    /// (the first failure found is the first pod's).
+    all: Vec<&'a Value>,
+    /// Each replica's pods, by revision and replica index (a pod without a
+    /// numeric index is no replica's).
+    replicas: BTreeMap<(&'a str, u32), Replica<'a>>,
+}
+
+/// One replica's pods, each list sorted by name.
+#[derive(Default)]
+struct Replica<'a> {
+    live: Vec<&'a Value>,
+    deleting: Vec<&'a Value>,
+}
+
+impl<'a> RolePods<'a> {
+    /// The pods of each role among `pods`, by role name, in one pass.
+    fn by_role(pods: impl IntoIterator<Item = &'a Value>) -> BTreeMap<&'a str, RolePods<'a>> {
+        let mut roles: BTreeMap<&'a str, RolePods<'a>> = BTreeMap::new();
+        for pod in pods {
+            if let Some(role) = label(pod, children::ROLE_NAME) {
+                roles.entry(role).or_default().push(pod);
+            }
+        }
+        for role in roles.values_mut() {
+            role.sort();
+        }
+        roles
+    }
+
+    /// `pods` as the pods of one role.
+    fn of(pods: impl IntoIterator<Item = &'a Value>) -> RolePods<'a> {
+        let mut role = RolePods::default();
+        for pod in pods {
+            role.push(pod);
+        }
+        role.sort();
+        role
+    }
+
+    fn push(&mut self, pod: &'a Value) {
+        self.all.push(pod);
+        if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
+            let revision = label(pod, children::REVISION).unwrap_or_default();
+            let replica = self.replicas.entry((revision, index)).or_default();
+            if pod["metadata"]["deletionTimestamp"].is_null() {
+                replica.live.push(pod);
+            } else {
+                replica.deleting.push(pod);
+            }
+        }
+    }
+
+    fn sort(&mut self) {
+        let name = |p: &&Value| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        for replica in self.replicas.values_mut() {
+            replica.live.sort_by_cached_key(name);
+            replica.deleting.sort_by_cached_key(name);
+        }
+    }
+
+    /// The role's pods not being deleted, in the order observed.
+    fn live(&self) -> impl Iterator<Item = &'a Value> + '_ {
+        self.all
+            .iter()
+            .copied()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+    }
+
+    /// The replicas whose every one of `nodes` live pods, of those `counted`
+    /// keeps, is ready.
+    fn ready(&self, nodes: i32, counted: impl Fn(&(&'a str, u32), &Value) -> bool) -> i32 {
+        count(
+            self.replicas
+                .iter()
+                .filter(|(key, replica)| {
+                    whole_and_ready(
+                        replica.live.iter().copied().filter(|p| counted(key, p)),
+                        nodes,
+                    )
+                })
+                .count(),
+        )
+    }
+}
+
+/// Whether `pods` are `nodes` pods (one at least), every one ready.
+fn whole_and_ready<'a>(pods: impl Iterator<Item = &'a Value>, nodes: i32) -> bool {
+    let mut seen = 0usize;
+    for pod in pods {
+        if !pod_is_ready(pod) {
+            return false;
+        }
+        seen = seen.saturating_add(1);
+    }
+    seen > 0 && i32::try_from(seen) == Ok(nodes)
+}
+
 fn serving_component(
     role: &Role,
     observed: &Observed<'_>,
+    observed_pods: &BTreeMap<&str, RolePods<'_>>,
     previous: Option<&ComponentStatus>,
 ) -> Component {
     let desired = role.replicas().max(0);
     let nodes = role.node_count();
-    // The role's pods, those being deleted included (a crash's trace), and
-    // those not being deleted, which everything else counts.
-    let role_pods: Vec<&Value> = observed
-        .pods
-        .iter()
-        .filter(|p| label(p, children::ROLE_NAME) == Some(role.name.as_str()))
-        .collect();
-    let pods: Vec<&Value> = role_pods
-        .iter()
-        .copied()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .collect();
+    let empty = RolePods::default();
+    let pods = observed_pods.get(role.name.as_str()).unwrap_or(&empty);
     // A draining replica is out of traffic: not ready, and counted apart.
-    let serving: Vec<&Value> = pods
-        .iter()
-        .copied()
-        .filter(|p| !drain::is_draining(p))
-        .collect();
-    let ready_replicas = ready_replicas(&serving, nodes);
+    let ready_replicas = pods.ready(nodes, |_, p| !drain::is_draining(p));
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
-    let failing = failing_replicas(&role_pods, nodes);
-    let waiting_for_scheduler = unschedulable_replicas(&pods, &observed.pod_groups);
-    let ready_pods = count(pods.iter().filter(|p| pod_is_ready(p)).count());
-    let failure = pods.iter().find_map(|p| pod_failure(p));
-    let unknown = pods.iter().any(|p| p["status"]["phase"] == "Unknown");
-    let scheduled = pods.iter().any(|p| !p["spec"]["nodeName"].is_null());
+    let failing = failing_replicas(pods, nodes);
+    let waiting_for_scheduler = waiting_replicas(pods, &observed.pod_groups);
+    let ready_pods = count(pods.live().filter(|p| pod_is_ready(p)).count());
+    let failure = pods.live().find_map(pod_failure);
+    let unknown = pods.live().any(|p| p["status"]["phase"] == "Unknown");
+    let scheduled = pods.live().any(|p| !p["spec"]["nodeName"].is_null());
     let revisions: BTreeSet<&str> = pods
-        .iter()
+        .live()
         .filter_map(|p| label(p, children::REVISION))
         .collect();
     let outdated =
@@ -727,31 +815,23 @@ fn serving_component(
     let update_revision = observed.update_revisions.get(&role.name);
     let (updated_replicas, updated_ready_replicas, current_revision) = match update_revision {
         Some(update) => {
-            let mut replicas_at: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-            for pod in &pods {
-                if let (Some(revision), Some(index)) = (
-                    label(pod, children::REVISION),
-                    label(pod, children::REPLICA_INDEX),
-                ) {
-                    replicas_at.entry(revision).or_default().insert(index);
-                }
+            // Replicas with live pods, by revision.
+            let mut replicas_at: BTreeMap<&str, usize> = BTreeMap::new();
+            let live = pods.replicas.iter().filter(|(_, r)| !r.live.is_empty());
+            for ((revision, _), _) in live {
+                let replicas = replicas_at.entry(revision).or_default();
+                *replicas = replicas.saturating_add(1);
             }
-            let at_update: Vec<&Value> = pods
-                .iter()
-                .copied()
-                .filter(|p| label(p, children::REVISION) == Some(update.as_str()))
-                .collect();
             // The revision most replicas run besides the update revision
             // (the lowest on a tie); the update revision when none other runs.
             let current = replicas_at
                 .iter()
                 .filter(|(r, _)| **r != update.as_str())
-                .max_by_key(|(r, indices)| (indices.len(), std::cmp::Reverse(**r)))
+                .max_by_key(|(r, replicas)| (**replicas, std::cmp::Reverse(**r)))
                 .map_or(update.as_str(), |(r, _)| *r);
             (
-                i32::try_from(replicas_at.get(update.as_str()).map_or(0, BTreeSet::len))
-                    .unwrap_or(i32::MAX),
-                self::ready_replicas(&at_update, nodes),
+                count(replicas_at.get(update.as_str()).copied().unwrap_or(0)),
+                pods.ready(nodes, |(revision, _), _| *revision == update.as_str()),
                 Some(current.to_owned()),
             )
         }
@@ -804,20 +884,7 @@ fn serving_component(
 /// of `nodes` pods is ready. Pods are grouped by revision and replica index,
 /// so replica 0 of two revisions running side by side are two replicas.
 pub fn ready_replicas(pods: &[&Value], nodes: i32) -> i32 {
-    let mut by_replica: BTreeMap<(&str, &str), Vec<&Value>> = BTreeMap::new();
-    for pod in pods {
-        if let Some(index) = label(pod, children::REPLICA_INDEX) {
-            let revision = label(pod, children::REVISION).unwrap_or_default();
-            by_replica.entry((revision, index)).or_default().push(pod);
-        }
-    }
-    let ready = by_replica
-        .values()
-        .filter(|group| {
-            i32::try_from(group.len()) == Ok(nodes) && group.iter().all(|p| pod_is_ready(p))
-        })
-        .count();
-    count(ready)
+    RolePods::of(pods.iter().copied()).ready(nodes, |_, _| true)
 }
 
 /// A count of objects as a status field: an i32, saturating.
