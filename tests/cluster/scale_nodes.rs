@@ -28,7 +28,10 @@
 //! service of story 1's shape from 10 to WIDE (1 000) replicas and back.
 //!
 //! The control plane runs with no audit log here
-//! ([`ControlPlane::own_without_audit`]); kube-apiserver's
+//! ([`ControlPlane::own_without_audit`]), unless AUDIT=1: then each phase
+//! also says what Tandem's status patches moved
+//! ([`harness::status_patches`]), and the API server's CPU includes writing
+//! that log, so its figures are not the benchmark's. kube-apiserver's
 //! priority-and-fairness is off, as in every real-control-plane test.
 
 use std::collections::BTreeMap;
@@ -39,6 +42,7 @@ use harness::control_plane::{self, ControlPlane};
 use harness::measure::{clock_ticks, cpu_seconds, env_number, memory};
 use harness::scenario::{condition, example, gpu_node, services_api};
 use harness::serve::Tandem;
+use harness::status_patches::{StatusPatches, status_patches};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -301,7 +305,13 @@ pub(crate) async fn story_4_services_on_kwok_nodes() {
     let node_count = (count * 16).div_ceil(pods_per_node.max(1)) + 2;
     let ticks = clock_ticks();
 
-    let plane = ControlPlane::own_without_audit(PLANE);
+    let audited = env_number::<u8>("AUDIT", 0) == 1;
+    let plane = if audited {
+        ControlPlane::own(PLANE)
+    } else {
+        ControlPlane::own_without_audit(PLANE)
+    };
+    let mut patches_before = StatusPatches::default();
     // Lives to the end of the test process (the sampler borrows it), which
     // ends it as it ends every process of the control plane.
     let tandem: &'static Tandem =
@@ -418,6 +428,13 @@ pub(crate) async fn story_4_services_on_kwok_nodes() {
             pods_ready: pods_ready(&client, NAMESPACE).await,
         };
         print_phase(&phase);
+        if audited {
+            let patches = status_patches(
+                &plane.requests_where(|r| r.by_tandem() && r.resource == "inferenceservices"),
+            );
+            print_status_patches(&patches, &patches_before);
+            patches_before = patches;
+        }
         if outcome.is_none() {
             stopped(tandem, timeout);
         }
@@ -679,6 +696,29 @@ fn print_phase(phase: &Phase) {
             "    {name}: {cpu:.1} CPU s, peak {:.1} MiB",
             phase.peak.get(name).copied().unwrap_or(0) as f64 / 1024.0
         );
+    }
+}
+
+/// What a phase's status patches moved: `now` less `before`, both read
+/// from the start of the audit log.
+fn print_status_patches(now: &StatusPatches, before: &StatusPatches) {
+    let less = |now: usize, before: Option<&usize>| now - before.copied().unwrap_or(0);
+    eprintln!("    status patches by what they moved:");
+    for (class, count) in &now.by_class {
+        eprintln!(
+            "      {class}: {}",
+            less(*count, before.by_class.get(class))
+        );
+    }
+    let mut fields: Vec<(usize, &String)> = now
+        .by_field
+        .iter()
+        .map(|(field, count)| (less(*count, before.by_field.get(field)), field))
+        .filter(|(count, _)| *count > 0)
+        .collect();
+    fields.sort_by(|a, b| b.cmp(a));
+    for (count, field) in fields {
+        eprintln!("      {count} moved {field}");
     }
 }
 

@@ -11,6 +11,7 @@ use harness::scenario::{
     Floor, HEALTH_LABEL, QuietWindow, in_motion, leaders_without_workers, quiet_window, reads_in,
     reconciled_lines, refusals, repeated_writes, replicas_without_leaders, short_of_pods,
 };
+use harness::status_patches::status_patches;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -588,4 +589,47 @@ fn both_logs_make_the_same_request_of_the_same_call() {
             );
         }
     }
+}
+
+#[test]
+fn a_status_patch_is_told_by_what_it_moved() {
+    let patch = |user: &str, name: &str, status: Value| {
+        let mut event = audit(user, "patch", "inferenceservices", "ns", 200);
+        event["objectRef"]["name"] = json!(name);
+        event["objectRef"]["subresource"] = json!("status");
+        event["responseObject"] = json!({"status": status});
+        event
+    };
+    let decode = |ready_pods: i64, ready: i64, phase: &str, message: &str| {
+        json!({"components": {"decode": {"readyPods": ready_pods, "totalPods": 4,
+            "readyReplicas": ready, "phase": phase, "lastUpdateTime": format!("t{ready_pods}")}},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "Waiting",
+                "message": message}]})
+    };
+    let events = [
+        patch(TANDEM_USER, "a", decode(0, 0, "Deploying", "0/1")),
+        patch(TANDEM_USER, "a", decode(2, 0, "Deploying", "0/1")),
+        // Someone else's write is not Tandem's patch.
+        patch("e2e-admin", "a", decode(3, 0, "Deploying", "0/1")),
+        patch(TANDEM_USER, "a", decode(4, 1, "Deploying", "1/1")),
+        patch(TANDEM_USER, "a", decode(4, 1, "Running", "1/1")),
+        patch(TANDEM_USER, "a", decode(4, 1, "Running", "1/1")),
+        patch(TANDEM_USER, "b", decode(0, 0, "Deploying", "0/1")),
+    ];
+    let read = status_patches(&requests(&events));
+    let classes: Vec<(&str, usize)> = read.by_class.into_iter().collect();
+    assert_eq!(
+        classes,
+        [
+            ("counts", 1),
+            ("first", 2),
+            ("moved", 1),
+            ("nothing", 1),
+            ("pod counts", 1)
+        ]
+    );
+    assert_eq!(read.by_field[".components.*.readyPods"], 2);
+    assert_eq!(read.by_field[".conditions[Ready].message"], 1);
+    assert_eq!(read.by_field[".components.*.phase"], 1);
+    assert!(!read.by_field.contains_key(".components.*.lastUpdateTime"));
 }

@@ -21,6 +21,7 @@ pub mod rollout;
 pub mod running;
 pub mod scenario;
 pub mod serve;
+pub mod status_patches;
 pub mod supervision;
 pub mod upstream;
 

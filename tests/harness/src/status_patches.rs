@@ -1,0 +1,132 @@
+//! What each of Tandem's status patches of an InferenceService moved, read
+//! from the audit log: the status stored after it against the status stored
+//! after the one before it of the same service. The scale benchmark prints
+//! it per phase with `AUDIT=1` (`tests/cluster/scale_nodes.rs`), to tell
+//! which changes a rollout's status patches carry.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::request::Request;
+
+/// Tandem's status patches of InferenceServices, by what they moved.
+#[derive(Debug, Default, PartialEq)]
+pub struct StatusPatches {
+    /// By the most telling change each made: `first` (the service's first
+    /// patch in the log, nothing to compare), `pod counts` (a role's
+    /// `readyPods` or `totalPods` and nothing else), `counts` (any other
+    /// count or a condition's message, and no more), `moved` (a phase, a
+    /// condition's status or reason, a revision, ...), `nothing` (what was
+    /// stored before).
+    pub by_class: BTreeMap<&'static str, usize>,
+    /// How many patches moved each field, roles folded into `*` and
+    /// conditions named by type (`.components.*.readyPods`,
+    /// `.conditions[Ready].message`); `lastUpdateTime` left out, as it
+    /// moves with everything else in its role.
+    pub by_field: BTreeMap<String, usize>,
+}
+
+/// The fields of a role's component that count pods, not replicas.
+const POD_COUNTS: [&str; 2] = [".components.*.readyPods", ".components.*.totalPods"];
+
+/// The fields that only count (pods and replicas, the `ready` and
+/// `updated` summaries, and condition messages, which count the replicas
+/// ready).
+fn is_count(field: &str) -> bool {
+    const COUNTS: [&str; 9] = [
+        ".components.*.readyReplicas",
+        ".components.*.updatedReplicas",
+        ".components.*.updatedReadyReplicas",
+        ".components.*.drainingReplicas",
+        ".components.*.failingReplicas",
+        ".components.*.unschedulableReplicas",
+        ".components.*.lostReplicas",
+        ".ready",
+        ".updated",
+    ];
+    POD_COUNTS.contains(&field)
+        || COUNTS.contains(&field)
+        || (field.starts_with(".conditions[") && field.ends_with("].message"))
+}
+
+/// Reads `requests` (the audit log's, in order).
+pub fn status_patches(requests: &[Request]) -> StatusPatches {
+    let mut last: BTreeMap<(Option<&str>, Option<&str>), &Value> = BTreeMap::new();
+    let mut patches = StatusPatches::default();
+    for request in requests.iter().filter(|r| {
+        r.by_tandem()
+            && r.verb == "patch"
+            && r.resource == "inferenceservices"
+            && r.subresource.as_deref() == Some("status")
+            && r.code < 300
+    }) {
+        let Some(stored) = request.response.as_deref().map(|o| &o["status"]) else {
+            continue;
+        };
+        let key = (request.namespace.as_deref(), request.name.as_deref());
+        let Some(before) = last.insert(key, stored) else {
+            *patches.by_class.entry("first").or_default() += 1;
+            continue;
+        };
+        let mut moved = Vec::new();
+        differences(before, stored, String::new(), &mut moved);
+        moved.retain(|f| f != ".components.*.lastUpdateTime");
+        moved.sort();
+        moved.dedup();
+        for field in &moved {
+            *patches.by_field.entry(field.clone()).or_default() += 1;
+        }
+        let class = if moved.is_empty() {
+            "nothing"
+        } else if moved.iter().all(|f| POD_COUNTS.contains(&f.as_str())) {
+            "pod counts"
+        } else if moved.iter().all(|f| is_count(f)) {
+            "counts"
+        } else {
+            "moved"
+        };
+        *patches.by_class.entry(class).or_default() += 1;
+    }
+    patches
+}
+
+/// The paths at which `a` and `b` differ, roles folded into `*` and
+/// conditions named by their type.
+fn differences(a: &Value, b: &Value, path: String, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for key in x.keys().chain(y.keys()) {
+                let inner = if path == ".components" {
+                    format!("{path}.*")
+                } else {
+                    format!("{path}.{key}")
+                };
+                differences(
+                    x.get(key).unwrap_or(&Value::Null),
+                    y.get(key).unwrap_or(&Value::Null),
+                    inner,
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if path == ".conditions" => {
+            let by_type = |list: &[Value]| -> BTreeMap<String, Value> {
+                list.iter()
+                    .map(|c| (c["type"].as_str().unwrap_or_default().to_owned(), c.clone()))
+                    .collect()
+            };
+            let (x, y) = (by_type(x), by_type(y));
+            for kind in x.keys().chain(y.keys()) {
+                differences(
+                    x.get(kind).unwrap_or(&Value::Null),
+                    y.get(kind).unwrap_or(&Value::Null),
+                    format!("{path}[{kind}]"),
+                    out,
+                );
+            }
+        }
+        _ if a != b => out.push(path),
+        _ => {}
+    }
+}
