@@ -148,7 +148,7 @@ pub struct Context {
     steps: Mutex<HashMap<String, Step>>,
     /// When each service's status was last written, and how often a
     /// status whose counts alone moved may be: every change from
-    /// [`Context::new`], once a second in `tandem serve`
+    /// [`Context::new`], `STATUS_PACE` in `tandem serve`
     /// ([`Context::with_status_pace`]).
     pub status_writes: status_writes::StatusWrites,
 }
@@ -165,7 +165,9 @@ impl Context {
             metrics: Arc::default(),
             pace: Pace::Unbounded,
             steps: Mutex::default(),
-            status_writes: status_writes::StatusWrites::new(Duration::ZERO),
+            status_writes: status_writes::StatusWrites::new(
+                crate::plan::inference_service::status::StatusPace::NONE,
+            ),
         }
     }
 
@@ -183,7 +185,10 @@ impl Context {
 
     /// Status writes whose counts alone moved made at most once per `pace`
     /// per object (`plan::inference_service::status::status_write`).
-    pub fn with_status_pace(mut self, pace: Duration) -> Context {
+    pub fn with_status_pace(
+        mut self,
+        pace: crate::plan::inference_service::status::StatusPace,
+    ) -> Context {
         self.status_writes = status_writes::StatusWrites::new(pace);
         self
     }

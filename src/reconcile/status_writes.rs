@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::plan::inference_service::status::StatusPace;
+
 /// The last status write of each object (`namespace/name`), for as long as
 /// it can still hold the next one back.
 pub struct StatusWrites {
     /// How often, at most, a status whose counts alone moved is written;
-    /// zero writes every change.
-    pub pace: Duration,
+    /// [`StatusPace::NONE`] writes every change.
+    pub pace: StatusPace,
     last: Mutex<Writes>,
 }
 
@@ -31,7 +33,7 @@ struct Writes {
 const PRUNE_FLOOR: usize = 1024;
 
 impl StatusWrites {
-    pub fn new(pace: Duration) -> StatusWrites {
+    pub fn new(pace: StatusPace) -> StatusWrites {
         StatusWrites {
             pace,
             last: Mutex::default(),
@@ -45,22 +47,22 @@ impl StatusWrites {
     }
 
     /// How long ago `key`'s status was last written by this process, if it
-    /// was within the pace.
+    /// was within the longer pace.
     pub fn since(&self, key: &str) -> Option<Duration> {
         let since = self.last().at.get(key)?.elapsed();
-        (since < self.pace).then_some(since)
+        (since < self.pace.longest()).then_some(since)
     }
 
     /// `key`'s status was just written.
     pub fn written(&self, key: &str) {
-        if self.pace.is_zero() {
+        if self.pace.longest().is_zero() {
             return;
         }
         let now = Instant::now();
         let mut last = self.last();
         last.at.insert(key.to_owned(), now);
         if last.at.len() >= PRUNE_FLOOR.max(last.pruned_at.saturating_mul(2)) {
-            let pace = self.pace;
+            let pace = self.pace.longest();
             last.at.retain(|_, at| now.duration_since(*at) < pace);
             last.pruned_at = last.at.len();
         }
@@ -77,8 +79,11 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn a_write_is_remembered_for_one_pace_and_then_forgotten() {
-        let writes = StatusWrites::new(Duration::from_secs(1));
+    async fn a_write_is_remembered_for_the_longer_pace_and_then_forgotten() {
+        let writes = StatusWrites::new(StatusPace {
+            counts: Duration::from_millis(300),
+            pods: Duration::from_secs(1),
+        });
         assert_eq!(writes.since("ns/a"), None);
         writes.written("ns/a");
         tokio::time::advance(Duration::from_millis(400)).await;
@@ -103,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_pace_of_zero_remembers_nothing() {
-        let writes = StatusWrites::new(Duration::ZERO);
+        let writes = StatusWrites::new(StatusPace::NONE);
         writes.written("ns/a");
         assert_eq!(writes.since("ns/a"), None);
         assert_eq!(writes.remembered(), 0);

@@ -316,14 +316,19 @@ fn stored_component(fake: &FakeApi, name: &str, role: &str) -> Value {
         .clone()
 }
 
-/// With `tandem serve`'s pace, a status whose counts alone moved is written
-/// at most once a second per service: the first count change after a quiet
-/// second at once, the next ones held and written together when the
-/// reconcile looks again; a phase or condition that moves is written at
-/// once, however soon after the last write.
+/// With a pace like `tandem serve`'s (shortened: replica counts once per
+/// 300 ms, pods ready inside replicas once per 1.2 s), a status whose counts
+/// alone moved is held: the first count change after a quiet pace is
+/// written at once, the next ones together when the reconcile looks again;
+/// pods that load inside a replica are held to the longer pace, the pod
+/// that makes a replica whole to the shorter; a phase or condition that
+/// moves is written at once, however soon after the last write.
 #[tokio::test]
 async fn count_changes_are_written_once_per_pace_and_a_phase_change_at_once() {
-    let pace = tandem::plan::inference_service::status::STATUS_PACE;
+    let pace = tandem::plan::inference_service::status::StatusPace {
+        counts: std::time::Duration::from_millis(300),
+        pods: std::time::Duration::from_millis(1200),
+    };
     let fake = FakeApi::new();
     let ctx = fake.context_with(|ctx| {
         ctx.status_writes = tandem::reconcile::status_writes::StatusWrites::new(pace);
@@ -334,7 +339,7 @@ async fn count_changes_are_written_once_per_pace_and_a_phase_change_at_once() {
     let pods = fake.step_leader_worker_sets("default", |_| false);
     fake.caught_up().await;
     reconcile_service(&fake, &ctx, &name).await;
-    tokio::time::sleep(pace).await;
+    tokio::time::sleep(pace.pods).await;
     reconcile_service(&fake, &ctx, &name).await;
     fake.take_calls();
     let decode: Vec<&String> = pods
@@ -344,26 +349,42 @@ async fn count_changes_are_written_once_per_pace_and_a_phase_change_at_once() {
     assert_eq!(decode.len(), 4, "{pods:?}");
     let status_writes = |fake: &FakeApi| Counts::of(&fake.take_calls()).status;
 
-    // The first count change after a quiet pace: written at once.
+    // The first pod ready after a quiet pace: written at once.
     fake.set_ready("default", decode[0], true);
     reconcile_service(&fake, &ctx, &name).await;
     assert_eq!(status_writes(&fake), 1);
     assert_eq!(stored_component(&fake, &name, "decode")["readyPods"], 1);
 
-    // Two more within the pace: held.
+    // Two more inside the replica: held, past the counts' pace too.
     for pod in &decode[1..3] {
         fake.set_ready("default", pod, true);
         reconcile_service(&fake, &ctx, &name).await;
         assert_eq!(status_writes(&fake), 0, "held within the pace");
     }
+    tokio::time::sleep(pace.counts).await;
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_eq!(status_writes(&fake), 0, "held to the pods' pace");
     assert_eq!(stored_component(&fake, &name, "decode")["readyPods"], 1);
 
-    // The look after the pace writes what they moved, in one patch.
-    tokio::time::sleep(pace).await;
+    // The look after the pods' pace writes what they moved, in one patch.
+    tokio::time::sleep(pace.pods).await;
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_eq!(status_writes(&fake), 1);
+    assert_eq!(stored_component(&fake, &name, "decode")["readyPods"], 3);
+
+    // The fourth makes replica 0 whole: a replica count, held only to the
+    // counts' pace.
+    fake.set_ready("default", decode[3], true);
+    reconcile_service(&fake, &ctx, &name).await;
+    assert_eq!(status_writes(&fake), 0, "held within the counts' pace");
+    tokio::time::sleep(pace.counts).await;
     reconcile_service(&fake, &ctx, &name).await;
     assert_eq!(status_writes(&fake), 1);
     let written = stored_component(&fake, &name, "decode");
-    assert_eq!(written["readyPods"], 3);
+    assert_eq!(
+        (&written["readyPods"], &written["readyReplicas"]),
+        (&json!(4), &json!(1))
+    );
     let phase = written["phase"].clone();
 
     // Every replica ready: phases and conditions move, written at once.

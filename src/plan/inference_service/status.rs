@@ -933,9 +933,37 @@ fn router_component(role: &Role, deployment: Option<&Value>) -> Component {
     }
 }
 
-/// How often, at most, a status whose counts alone moved is written
-/// (`tandem serve`; render and the tests' contexts write every change).
-pub const STATUS_PACE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often, at most, a status whose counts alone moved is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusPace {
+    /// When replica counts moved (ready, updated, draining, failing,
+    /// waiting, lost: what the `READY` and `UPDATED` columns and the Ready
+    /// condition's message show).
+    pub counts: std::time::Duration,
+    /// When only the pods ready inside replicas moved (`readyPods`): a
+    /// replica's pods load one after another, and no column shows them.
+    pub pods: std::time::Duration,
+}
+
+impl StatusPace {
+    /// Every change written at once (render, the tests' contexts).
+    pub const NONE: StatusPace = StatusPace {
+        counts: std::time::Duration::ZERO,
+        pods: std::time::Duration::ZERO,
+    };
+
+    /// The longer of the two: how long a write can hold the next one back.
+    pub fn longest(&self) -> std::time::Duration {
+        self.counts.max(self.pods)
+    }
+}
+
+/// `tandem serve`'s pace: replica counts once a second, pods ready inside
+/// replicas once every ten.
+pub const STATUS_PACE: StatusPace = StatusPace {
+    counts: std::time::Duration::from_secs(1),
+    pods: std::time::Duration::from_secs(10),
+};
 
 /// The fields of a role's component that move with every pod event: pod and
 /// replica counts, and the time they last moved.
@@ -999,26 +1027,54 @@ pub fn counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStat
     without_counts(current) == without_counts(next)
 }
 
+/// Whether `next` differs from `current` only in the pods ready inside
+/// replicas: a role's `readyPods` (and its `lastUpdateTime`, which moves
+/// with it), no replica count, no summary, no condition's words.
+pub fn pod_counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> bool {
+    let without_pods = |status: &InferenceServiceStatus| {
+        let mut reported = reported(status);
+        if let Some(components) = reported["components"].as_object_mut() {
+            for component in components.values_mut().filter_map(Value::as_object_mut) {
+                component.remove("readyPods");
+                component.remove("lastUpdateTime");
+            }
+        }
+        reported
+    };
+    without_pods(current) == without_pods(next)
+}
+
 /// When to write `next` over the stored `current`, `since_last_write` after
 /// this process last wrote the object's status (None: not since it
-/// started), at most once per `pace` while only counts move
-/// ([`counts_only`]). Any other change is written at once, and so is the
-/// first count change after a quiet `pace`: a lone pod event is reported
-/// as soon as before, a burst of them once per `pace`.
+/// started, or longer ago than [`StatusPace::longest`]): while only the
+/// pods ready inside replicas move ([`pod_counts_only`]), at most once per
+/// `pace.pods`; while only counts move ([`counts_only`]), at most once per
+/// `pace.counts`. Any other change is written at once, and so is the first
+/// count change after a quiet pace: a lone pod event is reported as soon
+/// as before, a burst of them once per pace.
 pub fn status_write(
     current: &InferenceServiceStatus,
     next: &InferenceServiceStatus,
     since_last_write: Option<std::time::Duration>,
-    pace: std::time::Duration,
+    pace: StatusPace,
 ) -> StatusWrite {
     if reported(next) == reported(current) {
         return StatusWrite::Unchanged;
     }
-    match since_last_write {
-        Some(since) if since < pace && counts_only(current, next) => {
-            StatusWrite::After(pace.saturating_sub(since))
-        }
-        _ => StatusWrite::Now,
+    let Some(since) = since_last_write else {
+        return StatusWrite::Now;
+    };
+    let held = if pod_counts_only(current, next) {
+        pace.pods
+    } else if counts_only(current, next) {
+        pace.counts
+    } else {
+        return StatusWrite::Now;
+    };
+    if since < held {
+        StatusWrite::After(held.saturating_sub(since))
+    } else {
+        StatusWrite::Now
     }
 }
 
@@ -1061,7 +1117,7 @@ mod tests {
         // The first write since the process started, or after a quiet pace.
         assert_eq!(status_write(&two, &five, None, pace), StatusWrite::Now);
         assert_eq!(
-            status_write(&two, &five, Some(pace), pace),
+            status_write(&two, &five, Some(pace.counts), pace),
             StatusWrite::Now
         );
         // A phase that moved is written at once, counts or not.
@@ -1106,7 +1162,44 @@ mod tests {
         assert_eq!(status_write(&five, &scaled, soon, pace), StatusWrite::Now);
         // A pace of zero (render, the tests' contexts) writes every change.
         assert_eq!(
-            status_write(&two, &five, soon, std::time::Duration::ZERO),
+            status_write(&two, &five, soon, StatusPace::NONE),
+            StatusWrite::Now
+        );
+    }
+
+    #[test]
+    fn pods_ready_inside_a_replica_are_written_once_per_pods_pace() {
+        let pace = STATUS_PACE;
+        let secs = std::time::Duration::from_secs;
+        // Pods 1 and 2 of a 4-pod replica: no replica count moves.
+        let one = counted(1, ComponentPhase::Deploying);
+        let two = counted(2, ComponentPhase::Deploying);
+        assert!(pod_counts_only(&one, &two));
+        assert_eq!(
+            status_write(
+                &one,
+                &two,
+                Some(std::time::Duration::from_millis(300)),
+                pace
+            ),
+            StatusWrite::After(std::time::Duration::from_millis(9_700))
+        );
+        // Past the counts' pace, still held to the pods'.
+        assert_eq!(
+            status_write(&one, &two, Some(secs(2)), pace),
+            StatusWrite::After(secs(8))
+        );
+        assert_eq!(
+            status_write(&one, &two, Some(pace.pods), pace),
+            StatusWrite::Now
+        );
+        assert_eq!(status_write(&one, &two, None, pace), StatusWrite::Now);
+        // The pod that makes the replica whole moves a replica count: the
+        // counts' pace.
+        let whole = counted(4, ComponentPhase::Deploying);
+        assert!(!pod_counts_only(&two, &whole));
+        assert_eq!(
+            status_write(&two, &whole, Some(secs(2)), pace),
             StatusWrite::Now
         );
     }
