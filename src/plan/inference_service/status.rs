@@ -172,6 +172,12 @@ pub struct Observed<'a> {
     /// their drain ends (plan::inference_service::drain), by role name: their own pods may not
     /// say so yet (the plan is marking them).
     pub draining: BTreeMap<String, BTreeSet<u32>>,
+    /// The pods (by name) the plan takes out of traffic this pass: its
+    /// writes mark them. They count as draining already, so that the status
+    /// does not say their replica is ready now and, once the mark is seen a
+    /// second later, not (a rollout's status patches carried that echo for
+    /// every replica it replaced).
+    pub marked: BTreeSet<&'a str>,
     /// The serving roles a planned change is moving this pass besides drains
     /// (a RollingUpdate in progress, revisions side by side during an
     /// upgrade): ready replicas they lose are not lost ([`lost_replicas`]).
@@ -798,7 +804,12 @@ fn serving_component(
     let empty = RolePods::default();
     let pods = observed_pods.get(role.name.as_str()).unwrap_or(&empty);
     // A draining replica is out of traffic: not ready, and counted apart.
-    let ready_replicas = pods.ready(nodes, |_, p| !drain::is_draining(p));
+    let ready_replicas = pods.ready(nodes, |_, p| {
+        !drain::is_draining(p)
+            && !p["metadata"]["name"]
+                .as_str()
+                .is_some_and(|name| observed.marked.contains(name))
+    });
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
     let failing = failing_replicas(pods, nodes);
     let waiting_for_scheduler = waiting_replicas(pods, &observed.pod_groups);
@@ -1755,6 +1766,22 @@ mod tests {
         );
         assert_eq!(drained.components["decode"].ready_replicas, 1);
         assert_eq!(lost(&drained), 0);
+        // The pass that starts the drain: its pods not marked yet, but the
+        // plan's writes mark them; counted out of traffic already.
+        let unmarked = all_pods(None);
+        let names: Vec<String> = (0..4).map(|w| format!("ds-decode-1-0-{w}")).collect();
+        let starting = Observed {
+            pods: &unmarked,
+            marked: names.iter().map(String::as_str).collect(),
+            ..observed.clone()
+        };
+        let started = status(
+            &from_whole(service()),
+            &starting,
+            &time("2026-11-21T10:01:00Z"),
+        );
+        assert_eq!(started.components["decode"].ready_replicas, 1);
+        assert_eq!(started.components["decode"].draining_replicas, 1);
 
         // Revisions side by side or a paced role: planned, whatever else.
         let mut rolling = all_pods(None);

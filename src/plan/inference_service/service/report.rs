@@ -13,9 +13,9 @@ use crate::api::inference_service::{
 };
 use crate::plan::inference_service::rollout::{self, Rollout};
 use crate::plan::inference_service::status::{self, Observed};
-use crate::plan::inference_service::{dependencies, pacing, pod_groups, revision, router};
+use crate::plan::inference_service::{dependencies, drain, pacing, pod_groups, revision, router};
 use crate::plan::scale_view;
-use crate::plan::shared::child_kinds::{ChildKind, DEPLOYMENT};
+use crate::plan::shared::child_kinds::{ChildKind, DEPLOYMENT, POD};
 use crate::plan::shared::children;
 use crate::plan::shared::reason::PROGRESS_DEADLINE_EXCEEDED;
 
@@ -118,6 +118,12 @@ pub(super) fn observed_status(
         problems,
         update_revisions,
         draining: planned.draining.clone(),
+        marked: planned
+            .desired
+            .iter()
+            .filter(|d| ChildKind::of(&d.object) == Some(POD) && drain::is_draining(&d.object))
+            .filter_map(|d| d.object["metadata"]["name"].as_str())
+            .collect(),
         changing,
         pod_groups: world
             .children
