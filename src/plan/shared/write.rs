@@ -326,4 +326,74 @@ mod tests {
         assert!(!up_to_date(&after, &before));
         assert_eq!(change_of(&after, Some(&before)), Some(Change::Update));
     }
+
+    #[test]
+    fn up_to_date_ignores_server_fields_but_not_drift_or_removed_fields() {
+        let desired = stamp(
+            json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"replicas": 1, "ports": [{"port": 80}]}}),
+        );
+        let mut observed = desired.clone();
+        observed["metadata"]["uid"] = json!("u");
+        observed["spec"]["ports"][0]["protocol"] = json!("TCP");
+        observed["status"] = json!({"ready": 1});
+        assert!(
+            up_to_date(&desired, &observed),
+            "server-added fields do not count"
+        );
+        let mut drifted = observed.clone();
+        drifted["spec"]["replicas"] = json!(3);
+        assert!(
+            !up_to_date(&desired, &drifted),
+            "a field changed by hand is set back"
+        );
+        // A field Tandem stops wanting changes the hash, so it is applied (and
+        // server-side apply removes the field Tandem no longer owns).
+        let smaller = stamp(
+            json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "ports": [{"port": 80}]}}),
+        );
+        assert!(!up_to_date(&smaller, &observed));
+    }
+
+    #[test]
+    fn up_to_date_compares_what_the_api_server_stored_canonically() {
+        let desired = stamp(
+            json!({"metadata": {"name": "epp"}, "spec": {"template": {"spec": {
+            "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "1024Mi"}}],
+            "containers": [{"name": "epp", "args": [], "resources": {
+                "requests": {"cpu": 0.5, "memory": "1024Mi", "nvidia.com/gpu": 1},
+                "limits": {"cpu": "1.5", "memory": "2Gi"}}}]}}}}),
+        );
+        // As the API server stores a Deployment: quantities canonical, the
+        // empty list dropped (Go's omitempty), defaults added.
+        let mut stored = stamp(
+            json!({"metadata": {"name": "epp"}, "spec": {"template": {"spec": {
+            "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}],
+            "containers": [{"name": "epp", "imagePullPolicy": "IfNotPresent", "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                "limits": {"cpu": "1500m", "memory": "2Gi"}}}]}}}}),
+        );
+        stored["metadata"]["annotations"] = desired["metadata"]["annotations"].clone();
+        assert!(
+            up_to_date(&desired, &stored),
+            "canonical forms of the same quantities are no hand edit"
+        );
+        let mut edited = stored.clone();
+        edited["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+            json!("1");
+        assert!(
+            !up_to_date(&desired, &edited),
+            "a quantity changed by hand is drift"
+        );
+        let mut renamed = stored.clone();
+        renamed["spec"]["template"]["spec"]["containers"][0]["name"] = json!("0.5");
+        assert!(
+            !contains(&json!({"name": "500m"}), &json!({"name": "0.5"})),
+            "outside resource maps text is compared as text"
+        );
+        assert!(!up_to_date(&desired, &renamed));
+        assert!(
+            !contains(&json!({}), &json!({"args": ["--x"]})),
+            "a non-empty list that is missing is missing"
+        );
+    }
 }

@@ -246,3 +246,40 @@ pub(super) fn why_gone(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::super::*;
+    use serde_json::json;
+
+    #[test]
+    fn binpack_removes_the_cheapest_replicas_and_says_what_they_beat() {
+        let mut value = serde_json::to_value(service(4)).unwrap();
+        value["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
+        let four: InferenceService = serde_json::from_value(value.clone()).unwrap();
+        let lws: Vec<Value> = desired(&four, &world(&[], &[]), &Options::default(), &epoch())
+            .unwrap()
+            .into_iter()
+            .map(|d| d.object)
+            .collect();
+        let pods = [
+            pod(0, "100", true),
+            pod(1, "50", true),
+            pod(2, "0", true),
+            pod(3, "75", true),
+        ];
+        value["spec"]["roles"][0]["replicas"] = json!(2);
+        let two: InferenceService = serde_json::from_value(value).unwrap();
+        let kept = desired(&two, &world(&lws, &pods), &Options::default(), &epoch()).unwrap();
+        assert_eq!(
+            names(&kept),
+            ["qwen-inference-0", "qwen-inference-3"],
+            "costs 100/50/0/75 keep 0 and 3"
+        );
+        assert_eq!(
+            why_delete(&two, &lws[2], &world(&lws, &pods)),
+            "role inference is scaled to 2 replica(s); Binpack removes replica 2 (cost 0) before the replicas it keeps: 0 (cost 100), 3 (cost 75)"
+        );
+    }
+}

@@ -308,3 +308,157 @@ pub(super) fn gang_reason(service: &InferenceService) -> String {
     }
     reasons.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::super::*;
+    use crate::plan::inference_service::{gang, pod_groups};
+    use crate::plan::shared::child_kinds::ChildKind;
+    use serde_json::json;
+
+    #[test]
+    fn kubernetes_gang_puts_each_replica_in_its_group_and_deletes_a_group_no_pod_names() {
+        let service: InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "pd", "namespace": "default", "uid": "u"},
+            "spec": {"schedulingStrategy": {"gangScheduler": "Kubernetes"}, "roles": [
+                {"name": "prefill", "componentType": "prefiller", "replicas": 1,
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
+                {"name": "decode", "componentType": "decoder", "replicas": 2,
+                 "multinode": {"nodeCount": 2},
+                 "template": {"spec": {"containers": [{"name": "vllm", "image": "v"}]}}},
+            ]}
+        }))
+        .unwrap();
+        let plan = desired(&service, &world(&[], &[]), &Options::default(), &epoch()).unwrap();
+        // The groups go first: the core (prefill-0 and decode-0, 1 + 2
+        // pods) and decode-1's own.
+        let groups: Vec<(&str, &Value)> = plan
+            .iter()
+            .take_while(|d| pod_groups::is_pod_group(&d.object))
+            .map(|d| {
+                (
+                    d.object["metadata"]["name"].as_str().unwrap(),
+                    &d.object["spec"]["schedulingPolicy"]["gang"]["minCount"],
+                )
+            })
+            .collect();
+        assert_eq!(groups.len(), 2, "{groups:?}");
+        let core = groups
+            .iter()
+            .find(|(n, _)| n.starts_with("pd-core-"))
+            .unwrap();
+        assert_eq!(core.1, 3);
+        let own = groups
+            .iter()
+            .find(|(n, _)| n.starts_with("pd-decode-1-"))
+            .unwrap();
+        assert_eq!(own.1, 2);
+        let template_group = |lws: &str, template: &str| {
+            let lws = plan
+                .iter()
+                .find(|d| d.object["metadata"]["name"] == lws)
+                .unwrap();
+            pod_groups::named_by(&lws.object["spec"]["leaderWorkerTemplate"][template])
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(template_group("pd-prefill-0", "workerTemplate"), core.0);
+        assert_eq!(template_group("pd-decode-0", "leaderTemplate"), core.0);
+        assert_eq!(template_group("pd-decode-0", "workerTemplate"), core.0);
+        assert_eq!(template_group("pd-decode-1", "workerTemplate"), own.0);
+        // No Volcano PodGroup, annotation or scheduler.
+        assert!(
+            !plan
+                .iter()
+                .any(|d| d.object["apiVersion"] == gang::POD_GROUP_API_VERSION)
+        );
+        let lws = &plan
+            .iter()
+            .find(|d| d.object["kind"] == "LeaderWorkerSet")
+            .unwrap()
+            .object;
+        let pod = &lws["spec"]["leaderWorkerTemplate"]["workerTemplate"];
+        assert!(pod["spec"].get("schedulerName").is_none(), "{pod}");
+        assert!(pod["metadata"].get("annotations").is_none(), "{pod}");
+
+        // A group of a replica gone: deleted once no pod names it, kept
+        // while one does.
+        let mut children: Vec<Value> = plan.into_iter().map(|d| d.object).collect();
+        let first = children[0].clone();
+        let stale = |name: &str| {
+            let mut group = first.clone();
+            group["metadata"]["name"] = json!(name);
+            group
+        };
+        children.push(stale("pd-decode-2-0000aaaa"));
+        children.push(stale("pd-decode-3-0000bbbb"));
+        let pods = [json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "pd-decode-3-0", "namespace": "default"},
+            "spec": {"schedulingGroup": {"podGroupName": "pd-decode-3-0000bbbb"}}})];
+        let pass = reconcile(
+            &service,
+            &world(&children, &pods),
+            &Options::default(),
+            &epoch(),
+        );
+        let deleted: Vec<&str> = pass
+            .delete
+            .iter()
+            .map(|d| d.object["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(deleted, ["pd-decode-2-0000aaaa"]);
+        assert!(
+            pass.delete[0]
+                .note
+                .contains("no pod of the service names this PodGroup")
+        );
+    }
+
+    #[test]
+    fn a_router_adds_its_objects_and_their_removal_is_explained() {
+        let mut value = serde_json::to_value(service(1)).unwrap();
+        value["spec"]["roles"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "router", "componentType": "router",
+            "httproute": {"parentRefs": [{"name": "gw"}]}}));
+        let routed: InferenceService = serde_json::from_value(value).unwrap();
+        let plan = desired(&routed, &world(&[], &[]), &Options::default(), &epoch()).unwrap();
+        let kinds: Vec<&str> = plan
+            .iter()
+            .map(|d| d.object["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "LeaderWorkerSet",
+                "ServiceAccount",
+                "RoleBinding",
+                "ConfigMap",
+                "Deployment",
+                "Service",
+                "InferencePool",
+                "HTTPRoute",
+                "PodDisruptionBudget"
+            ]
+        );
+        for d in &plan {
+            assert!(
+                ChildKind::of(&d.object).is_some(),
+                "{} is a known child kind",
+                d.object["kind"]
+            );
+        }
+        let pool = plan
+            .iter()
+            .find(|d| d.object["kind"] == "InferencePool")
+            .unwrap();
+        assert_eq!(pool.why, "the router's pool of the serving roles' leaders");
+        assert_eq!(
+            why_delete(&service(1), &pool.object, &world(&[], &[])),
+            "the service has no router role any more"
+        );
+    }
+}

@@ -633,3 +633,215 @@ pub(super) fn keep_draining(
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::super::*;
+    use crate::plan::inference_service::drain;
+    use serde_json::json;
+
+    #[test]
+    fn one_leader_worker_set_per_replica_of_each_serving_role() {
+        let plan = desired(&service(3), &world(&[], &[]), &Options::default(), &epoch()).unwrap();
+        assert_eq!(
+            names(&plan),
+            ["qwen-inference-0", "qwen-inference-1", "qwen-inference-2"]
+        );
+        assert!(
+            plan[1]
+                .why
+                .starts_with("replica 1 of role inference (2 of 3 replicas, 1 node(s) each")
+        );
+    }
+
+    #[test]
+    fn scale_down_drains_the_chosen_replicas_before_deleting_them() {
+        // Ordered removes the highest, 2 and 3; Binpack the cheapest, 0 and 2.
+        for (policy, costs, victims) in [
+            ("Ordered", ["0", "0", "0", "0"], [2, 3]),
+            ("Binpack", ["0", "100", "0", "75"], [0, 2]),
+        ] {
+            let mut cluster = Cluster::new(&costs);
+            cluster.pass(&scaled(4, policy, None), 0);
+            assert_eq!(cluster.lws().len(), 4);
+            let survivors_before: Vec<Value> = cluster
+                .children
+                .iter()
+                .filter(|c| {
+                    !victims
+                        .iter()
+                        .any(|v| c["metadata"]["name"] == format!("qwen-inference-{v}").as_str())
+                })
+                .cloned()
+                .collect();
+
+            let two = scaled(2, policy, None);
+            let first = cluster.pass(&two, 100);
+            assert!(
+                first.delete.is_empty(),
+                "{policy}: nothing is deleted at first"
+            );
+            assert_eq!(
+                applied_pods(&first),
+                victims
+                    .iter()
+                    .map(|v| (format!("qwen-inference-{v}-0"), drain::DRAINING.to_owned()))
+                    .collect::<Vec<_>>(),
+                "{policy}: the chosen replicas leave traffic"
+            );
+            assert_eq!(first.apply.len(), 2, "{policy}: only the pods are written");
+            assert_eq!(first.requeue, Some(std::time::Duration::from_secs(30)));
+            assert_eq!(first.status.components["inference"].draining_replicas, 2);
+            assert!(
+                first.apply[0]
+                    .note
+                    .contains("is deleted at 1970-01-01T00:02:10Z")
+            );
+
+            let within = cluster.pass(&two, 120);
+            assert!(
+                within.apply.is_empty() && within.delete.is_empty(),
+                "{policy}: {within:?}"
+            );
+            assert_eq!(within.requeue, Some(std::time::Duration::from_secs(10)));
+
+            let after = cluster.pass(&two, 130);
+            assert!(after.apply.is_empty(), "{policy}");
+            let mut deleted: Vec<&str> = after
+                .delete
+                .iter()
+                .map(|d| d.object["metadata"]["name"].as_str().unwrap())
+                .collect();
+            deleted.sort_unstable();
+            let mut expected: Vec<String> = victims
+                .iter()
+                .map(|v| format!("qwen-inference-{v}"))
+                .collect();
+            expected.sort_unstable();
+            assert_eq!(deleted, expected, "{policy}: the drained replicas go");
+            assert!(
+                after.delete[0]
+                    .note
+                    .contains("out of traffic for its drain of 30s"),
+                "{}",
+                after.delete[0].note
+            );
+            assert_eq!(
+                cluster.children, survivors_before,
+                "{policy}: survivors unchanged"
+            );
+            assert_eq!(after.status.components["inference"].draining_replicas, 0);
+        }
+    }
+
+    #[test]
+    fn scaling_back_up_during_a_drain_revives_the_draining_replicas() {
+        let mut cluster = Cluster::new(&[]);
+        cluster.pass(&scaled(4, "Ordered", None), 0);
+        let drained = cluster.pass(&scaled(2, "Ordered", None), 100);
+        assert_eq!(applied_pods(&drained).len(), 2);
+        let back = cluster.pass(&scaled(4, "Ordered", None), 110);
+        assert_eq!(
+            applied_pods(&back),
+            [
+                ("qwen-inference-2-0".to_owned(), drain::SERVING.to_owned()),
+                ("qwen-inference-3-0".to_owned(), drain::SERVING.to_owned())
+            ]
+        );
+        assert_eq!(
+            back.apply.len(),
+            2,
+            "no LeaderWorkerSet is created or changed"
+        );
+        assert!(back.delete.is_empty());
+        let revived: Vec<&str> = back
+            .events
+            .iter()
+            .filter(|e| e.reason == "Revived")
+            .map(|e| e.note.as_str())
+            .collect();
+        assert_eq!(revived.len(), 2);
+        assert!(
+            revived[0]
+                .starts_with("replica 2 of role inference was draining and is back in traffic")
+        );
+        assert_eq!(cluster.lws().len(), 4);
+        assert!(cluster.pods.iter().all(|p| !drain::is_draining(p)));
+        assert!(
+            cluster
+                .pods
+                .iter()
+                .all(|p| p["metadata"]["annotations"][drain::DRAIN_STARTED].is_null())
+        );
+        let quiet = cluster.pass(&scaled(4, "Ordered", None), 200);
+        assert!(quiet.apply.is_empty() && quiet.delete.is_empty() && quiet.requeue.is_none());
+    }
+
+    #[test]
+    fn a_rolling_update_drains_each_replaced_replica_before_its_leader_worker_set_changes() {
+        let mut cluster = Cluster::new(&[]);
+        let old = scaled(2, "Ordered", None);
+        cluster.pass(&old, 0);
+        let mut value = serde_json::to_value(&old).unwrap();
+        value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("v2");
+        let new: InferenceService = serde_json::from_value(value).unwrap();
+        let revision_of = |cluster: &Cluster, index: u32| {
+            cluster
+                .children
+                .iter()
+                .find(|c| c["metadata"]["name"] == format!("qwen-inference-{index}").as_str())
+                .map(|c| c["metadata"]["labels"][children::REVISION].clone())
+                .unwrap()
+        };
+        let old_revision = revision_of(&cluster, 0);
+        // When each replica's pods left traffic, and when its LeaderWorkerSet
+        // moved to the new revision.
+        let mut drained: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut replaced: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut t = 100;
+        while replaced.len() < 2 {
+            assert!(t < 1000, "the update finishes");
+            let pass = cluster.pass(&new, t);
+            for (name, traffic) in applied_pods(&pass) {
+                if traffic == drain::DRAINING {
+                    let index: u32 = name
+                        .trim_start_matches("qwen-inference-")
+                        .trim_end_matches("-0")
+                        .parse()
+                        .unwrap();
+                    assert_eq!(
+                        revision_of(&cluster, index),
+                        old_revision,
+                        "a replica leaving traffic keeps its LeaderWorkerSet"
+                    );
+                    drained.entry(index).or_insert(t);
+                }
+            }
+            for index in [0, 1] {
+                if revision_of(&cluster, index) != old_revision {
+                    replaced.entry(index).or_insert(t);
+                }
+            }
+            t += 10;
+        }
+        for (index, at) in &replaced {
+            let started = drained[index];
+            assert!(
+                at - started >= 30,
+                "replica {index} was out of traffic from {started} and changed at {at}"
+            );
+        }
+        let times: BTreeSet<i64> = replaced.values().copied().collect();
+        assert_eq!(times.len(), 2, "one replica at a time: {replaced:?}");
+    }
+
+    #[test]
+    fn a_zero_drain_deletes_at_once() {
+        let mut cluster = Cluster::new(&[]);
+        cluster.pass(&scaled(3, "Ordered", Some(0)), 0);
+        let pass = cluster.pass(&scaled(1, "Ordered", Some(0)), 10);
+        assert!(pass.apply.is_empty());
+        assert_eq!(pass.delete.len(), 2);
+    }
+}

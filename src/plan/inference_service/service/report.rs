@@ -386,6 +386,7 @@ pub(super) fn live_scale_views(
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::*;
     use super::*;
     use serde_json::json;
 
@@ -423,5 +424,243 @@ mod tests {
             changing_roles(&service, false, &done).is_empty(),
             "nothing left to move"
         );
+    }
+
+    #[test]
+    fn a_crash_loop_is_one_event_per_episode() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        cluster.pass(&service, 0);
+        let crash = |cluster: &mut Cluster, restarts: i64, ready: bool| {
+            let pod = cluster
+                .pods
+                .iter_mut()
+                .find(|p| p["metadata"]["name"] == "qwen-inference-1-0")
+                .unwrap();
+            pod["status"]["conditions"][0]["status"] = json!(if ready { "True" } else { "False" });
+            pod["status"]["containerStatuses"] = json!([{"name": "vllm", "restartCount": restarts,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]);
+        };
+        let mut episodes = Vec::new();
+        for (at, restarts, ready) in [
+            (10, 3, false),
+            (20, 4, false),
+            (30, 7, false),
+            (40, 7, true),
+            (50, 8, false),
+        ] {
+            crash(&mut cluster, restarts, ready);
+            let pass = cluster.pass(&service, at);
+            episodes.extend(
+                pass.events
+                    .iter()
+                    .filter(|e| e.reason == "Degraded")
+                    .map(|e| (at, e.note.clone())),
+            );
+            let degraded = pass
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == status::DEGRADED)
+                .unwrap();
+            assert_eq!(
+                degraded.status,
+                if ready { "False" } else { "True" },
+                "at {at}"
+            );
+            service.status = Some(pass.status);
+        }
+        let note =
+            "role inference: replica 1: pod qwen-inference-1-0 container vllm CrashLoopBackOff";
+        assert_eq!(episodes, [(10, note.to_owned()), (50, note.to_owned())]);
+    }
+
+    #[test]
+    fn a_replica_lost_with_its_node_is_one_degraded_event_then_one_recovered() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        assert_eq!(step(&mut cluster, &mut service, 0), []);
+        assert_eq!(
+            step(&mut cluster, &mut service, 10),
+            [],
+            "whole and settled"
+        );
+
+        // The node goes, and replica 1's pod with it; the spec is unchanged.
+        cluster
+            .pods
+            .retain(|p| p["metadata"]["name"] != "qwen-inference-1-0");
+        let note = "role inference: 1/2 replicas ready, 1 lost since every replica was ready (1 of 2 pods ready)";
+        assert_eq!(
+            step(&mut cluster, &mut service, 20),
+            [("Degraded", true, note.to_owned())]
+        );
+        let degraded = |service: &InferenceService| {
+            let status = service.status.as_ref().unwrap();
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == status::DEGRADED)
+                .unwrap();
+            (c.status.clone(), c.reason.clone())
+        };
+        assert_eq!(
+            degraded(&service),
+            ("True".into(), status::REPLICAS_UNAVAILABLE.into())
+        );
+        let before = service.status.clone();
+        assert_eq!(
+            step(&mut cluster, &mut service, 30),
+            [],
+            "the same world: no Event"
+        );
+        assert_eq!(service.status, before, "and the same status");
+
+        // LeaderWorkerSet makes the pod again on another node; it loads.
+        let mut back = pod(1, "0", false);
+        back["metadata"]["labels"] = cluster.pods[0]["metadata"]["labels"].clone();
+        back["metadata"]["labels"][children::REPLICA_INDEX] = json!("1");
+        back["metadata"]["name"] = json!("qwen-inference-1-0");
+        cluster.pods.push(back);
+        assert_eq!(step(&mut cluster, &mut service, 40), [], "still short");
+        pod_named(&mut cluster, "qwen-inference-1-0")["status"]["conditions"][0]["status"] =
+            json!("True");
+        assert_eq!(
+            step(&mut cluster, &mut service, 50),
+            [(
+                "Recovered",
+                false,
+                "role inference: no replica is failing or lost any more (2/2 replicas ready)"
+                    .to_owned()
+            )]
+        );
+        assert_eq!(
+            degraded(&service),
+            ("False".into(), "ReplicasHealthy".into())
+        );
+        assert_eq!(step(&mut cluster, &mut service, 60), []);
+    }
+
+    #[test]
+    fn a_replica_waiting_for_the_scheduler_is_one_warning_then_one_scheduled() {
+        let mut cluster = Cluster::new(&[]);
+        let mut service = scaled(2, "Ordered", None);
+        step(&mut cluster, &mut service, 0);
+        let mut three = scaled(3, "Ordered", None);
+        three.status = service.status.clone();
+        assert_eq!(step(&mut cluster, &mut three, 10), []);
+        // The new replica's pod: no node has a GPU free.
+        let message = "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.";
+        {
+            let pod = pod_named(&mut cluster, "qwen-inference-2-0");
+            pod["status"] = json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]});
+        }
+        let note = format!(
+            "role inference: 1 replica(s) waiting for the scheduler: replica 2: pod qwen-inference-2-0 unschedulable: {message}"
+        );
+        assert_eq!(
+            step(&mut cluster, &mut three, 20),
+            [(status::UNSCHEDULABLE, true, note)],
+            "a scale-up waiting is not degraded"
+        );
+        let ready = |service: &InferenceService| {
+            let status = service.status.as_ref().unwrap();
+            let c = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap();
+            (c.reason.clone(), c.message.clone())
+        };
+        assert_eq!(ready(&three).0, status::UNSCHEDULABLE);
+        assert!(ready(&three).1.contains(message), "{:?}", ready(&three));
+        assert_eq!(
+            step(&mut cluster, &mut three, 30),
+            [],
+            "one Event per episode"
+        );
+        {
+            let pod = pod_named(&mut cluster, "qwen-inference-2-0");
+            pod["spec"]["nodeName"] = json!("gpu-9");
+            pod["status"] =
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        }
+        assert_eq!(
+            step(&mut cluster, &mut three, 40),
+            [(
+                "Scheduled",
+                false,
+                "role inference: no replica waits for the scheduler any more".to_owned()
+            )]
+        );
+        assert_eq!(ready(&three).0, "AllComponentsRunning");
+    }
+
+    #[test]
+    fn planned_scale_up_rollout_and_drain_are_not_degraded() {
+        let mut cluster = Cluster::new(&[]);
+        cluster.loading = true;
+        let mut service = scaled(2, "Ordered", Some(30));
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut t = 0;
+        // Passes until nothing is left to do; a new pod is not ready for one
+        // pass, then ready.
+        let mut settle = |cluster: &mut Cluster, service: &mut InferenceService, t: &mut i64| {
+            for _ in 0..40 {
+                for pod in &mut cluster.pods {
+                    let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+                    let revision = pod["metadata"]["labels"][children::REVISION].clone();
+                    if !seen.insert(format!("{name}@{revision}")) {
+                        pod["status"]["conditions"][0]["status"] = json!("True");
+                    }
+                }
+                let pass = cluster.pass(service, *t);
+                assert_eq!(episodes(&pass), [], "at {t}");
+                for (role, c) in &pass.status.components {
+                    assert_eq!(c.lost_replicas, 0, "role {role} at {t}");
+                }
+                let quiet =
+                    pass.apply.is_empty() && pass.delete.is_empty() && pass.requeue.is_none();
+                let whole = pass
+                    .status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                service.status = Some(pass.status);
+                *t += 10;
+                if quiet && whole {
+                    return;
+                }
+            }
+            panic!("settles");
+        };
+        settle(&mut cluster, &mut service, &mut t);
+        // Scale-up.
+        let mut next = scaled(3, "Ordered", Some(30));
+        next.status = service.status.take();
+        settle(&mut cluster, &mut next, &mut t);
+        // A RollingUpdate, one replica at a time, replaced at once (no
+        // drain): the replaced replica's new pod loads in its place.
+        let mut value = serde_json::to_value(&next).unwrap();
+        value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["image"] = json!("v2");
+        value["spec"]["roles"][0]["drain"] = json!({"seconds": 0});
+        let mut rolled: InferenceService = serde_json::from_value(value).unwrap();
+        settle(&mut cluster, &mut rolled, &mut t);
+        assert!(
+            cluster
+                .pods
+                .iter()
+                .all(|p| p["metadata"]["labels"][children::REVISION]
+                    == cluster.pods[0]["metadata"]["labels"][children::REVISION]),
+            "rolled out"
+        );
+        // A scale-down with a drain.
+        let mut value = serde_json::to_value(&rolled).unwrap();
+        value["spec"]["roles"][0]["replicas"] = json!(2);
+        value["spec"]["roles"][0]["drain"] = json!({"seconds": 30});
+        let mut down: InferenceService = serde_json::from_value(value).unwrap();
+        settle(&mut cluster, &mut down, &mut t);
+        assert_eq!(cluster.lws().len(), 2);
     }
 }

@@ -123,3 +123,27 @@ pub(super) fn identity(object: &Value) -> (&str, &str, &str) {
         text(&object["metadata"]["name"]),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::super::*;
+
+    #[test]
+    fn existing_replicas_come_from_the_leader_worker_sets() {
+        let plan = desired(&service(2), &world(&[], &[]), &Options::default(), &epoch()).unwrap();
+        let objects: Vec<Value> = plan.into_iter().map(|d| d.object).collect();
+        let scaled = desired(
+            &service(1),
+            &world(&objects, &[]),
+            &Options::default(),
+            &epoch(),
+        )
+        .unwrap();
+        assert_eq!(names(&scaled), ["qwen-inference-0"]);
+        assert_eq!(
+            why_delete(&service(1), &objects[1], &world(&objects, &[])),
+            "role inference is scaled to 1 replica(s); replica 1 is not kept (Ordered: the highest indices go first)"
+        );
+    }
+}
