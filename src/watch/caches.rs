@@ -778,9 +778,38 @@ fn trim_metadata(meta: &mut kube::api::ObjectMeta) {
     }
 }
 
-/// Keeps of a pod what the plans read: its node, the PodGroup it names,
-/// phase, conditions and container states (restarts, waiting reasons).
+/// The label and annotation prefixes (and whole keys) of a pod that the
+/// plans read: Tandem's own, LeaderWorkerSet's, a ResourceScalingGroup's,
+/// Volcano's, the deletion cost and the managed-by label. A pod's other
+/// labels and annotations (the StatefulSet's revision hash and pod name, a
+/// user's) are dropped from the cache: on LeaderWorkerSet's pods they are
+/// a third of the metadata, and the caches hold every pod of every service.
+const POD_KEYS_READ: [&str; 6] = [
+    "fusioninfer.io/",
+    "leaderworkerset.sigs.k8s.io/",
+    "resourcescalinggroup.com/",
+    "volcano.sh/",
+    "controller.kubernetes.io/pod-deletion-cost",
+    "app.kubernetes.io/managed-by",
+];
+
+/// Keeps of a pod what the plans read: its name, namespace, uid, version
+/// and deletion; the labels and annotations of [`POD_KEYS_READ`]; its node
+/// and the PodGroup it names; its phase and the reason a failed one gives;
+/// each condition's type, status, reason and message; and each container's
+/// name, readiness, restarts, waiting reason and last exit.
 fn trim_pod(pod: &mut DynamicObject) {
+    let read = |key: &String| POD_KEYS_READ.iter().any(|k| key.starts_with(k));
+    let meta = &mut pod.metadata;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    meta.creation_timestamp = None;
+    for map in [meta.labels.as_mut(), meta.annotations.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        map.retain(|key, _| read(key));
+    }
     let data = &pod.data;
     let mut kept = json!({"spec": {}, "status": {}});
     for field in ["nodeName", "schedulingGroup"] {
@@ -788,17 +817,45 @@ fn trim_pod(pod: &mut DynamicObject) {
             kept["spec"][field] = value.clone();
         }
     }
-    for field in [
-        "phase",
-        "conditions",
-        "containerStatuses",
-        "initContainerStatuses",
-    ] {
+    for field in ["phase", "reason"] {
         if let Some(value) = data["status"].get(field) {
             kept["status"][field] = value.clone();
         }
     }
+    if let Some(conditions) = data["status"]["conditions"].as_array() {
+        kept["status"]["conditions"] = conditions
+            .iter()
+            .map(|c| only(c, &["type", "status", "reason", "message"]))
+            .collect();
+    }
+    for field in ["containerStatuses", "initContainerStatuses"] {
+        if let Some(containers) = data["status"][field].as_array() {
+            kept["status"][field] = containers
+                .iter()
+                .map(|c| {
+                    let mut container = only(c, &["name", "ready", "restartCount"]);
+                    if let Some(reason) = c.pointer("/state/waiting/reason") {
+                        container["state"] = json!({"waiting": {"reason": reason}});
+                    }
+                    let exit = only(&c["lastState"]["terminated"], &["reason", "exitCode"]);
+                    if exit.as_object().is_some_and(|e| !e.is_empty()) {
+                        container["lastState"] = json!({"terminated": exit});
+                    }
+                    container
+                })
+                .collect();
+        }
+    }
     pod.data = kept;
+}
+
+/// The fields `keys` of the JSON object `object`, those it has.
+fn only(object: &Value, keys: &[&str]) -> Value {
+    Value::Object(
+        keys.iter()
+            .filter_map(|k| Some(((*k).to_owned(), object.get(*k)?.clone())))
+            .collect(),
+    )
 }
 
 /// Whether Tandem manages or replicates a workload, so its whole object
@@ -1159,6 +1216,83 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_plans_read_and_nothing_else() {
+        let mut pod: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "svc-decode-0-1", "namespace": "ns", "uid": "u", "resourceVersion": "9",
+                "generateName": "svc-decode-0-", "creationTimestamp": "2026-12-03T10:00:00Z",
+                "deletionTimestamp": "2026-12-03T11:00:00Z",
+                "labels": {
+                    "fusioninfer.io/service": "svc", "fusioninfer.io/role": "decode",
+                    "leaderworkerset.sigs.k8s.io/worker-index": "1",
+                    "resourcescalinggroup.com/group": "01",
+                    "controller-revision-hash": "svc-decode-0-5d9", "team": "ml",
+                    "statefulset.kubernetes.io/pod-name": "svc-decode-0-1",
+                },
+                "annotations": {
+                    "fusioninfer.io/drain-started-at": "2026-12-03T10:59:00Z",
+                    "controller.kubernetes.io/pod-deletion-cost": "10",
+                    "leaderworkerset.sigs.k8s.io/size": "4",
+                    "volcano.sh/task-spec": "decode-0",
+                    "kubectl.kubernetes.io/restartedAt": "x",
+                },
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": "svc-decode-0", "uid": "s"}],
+            },
+            "spec": {"nodeName": "n1", "schedulingGroup": {"podGroupName": "g"},
+                "containers": [{"name": "vllm", "image": "v"}]},
+            "status": {
+                "phase": "Failed", "reason": "Evicted", "hostIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "False",
+                    "reason": "Unschedulable", "message": "0/4 nodes",
+                    "lastProbeTime": null, "lastTransitionTime": "2026-12-03T10:00:00Z"}],
+                "containerStatuses": [{"name": "vllm", "ready": false, "restartCount": 3,
+                    "image": "v", "imageID": "sha", "containerID": "c", "started": false,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                        "startedAt": "t", "finishedAt": "t"}}}],
+                "initContainerStatuses": [{"name": "init", "ready": true, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0}}}],
+            },
+        }))
+        .expect("a pod");
+        trim_pod(&mut pod);
+        let kept = serde_json::to_value(&pod).expect("serialises");
+        assert_eq!(
+            kept,
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "name": "svc-decode-0-1", "namespace": "ns", "uid": "u", "resourceVersion": "9",
+                    "deletionTimestamp": "2026-12-03T11:00:00Z",
+                    "labels": {
+                        "fusioninfer.io/service": "svc", "fusioninfer.io/role": "decode",
+                        "leaderworkerset.sigs.k8s.io/worker-index": "1",
+                        "resourcescalinggroup.com/group": "01",
+                    },
+                    "annotations": {
+                        "fusioninfer.io/drain-started-at": "2026-12-03T10:59:00Z",
+                        "controller.kubernetes.io/pod-deletion-cost": "10",
+                        "leaderworkerset.sigs.k8s.io/size": "4",
+                        "volcano.sh/task-spec": "decode-0",
+                    },
+                },
+                "spec": {"nodeName": "n1", "schedulingGroup": {"podGroupName": "g"}},
+                "status": {
+                    "phase": "Failed", "reason": "Evicted",
+                    "conditions": [{"type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": "0/4 nodes"}],
+                    "containerStatuses": [{"name": "vllm", "ready": false, "restartCount": 3,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
+                    "initContainerStatuses": [{"name": "init", "ready": true, "restartCount": 0}],
+                },
+            })
+        );
+    }
 
     fn service(resource_version: &str, status: Value) -> InferenceService {
         serde_json::from_value(json!({
