@@ -720,6 +720,16 @@ fn print_status_patches(now: &StatusPatches, before: &StatusPatches) {
     for (count, field) in fields {
         eprintln!("      {count} moved {field}");
     }
+    let from = before.timeline.len();
+    let held: Vec<String> = [1_000, 2_000, 5_000, 10_000]
+        .iter()
+        .map(|hold| format!("{} s: {}", hold / 1_000, now.repaced(from, *hold)))
+        .collect();
+    eprintln!(
+        "    the phase's {} status patches replayed with a hold of {}",
+        now.timeline.len().saturating_sub(from),
+        held.join(", ")
+    );
 }
 
 /// The processes in the table's order.

@@ -617,6 +617,10 @@ fn a_status_patch_is_told_by_what_it_moved() {
         patch(TANDEM_USER, "b", decode(0, 0, "Deploying", "0/1")),
     ];
     let read = status_patches(&requests(&events));
+    // In order, each with its answer's time, counts alone marked.
+    let only_counts: Vec<bool> = read.timeline.iter().map(|(_, _, c)| *c).collect();
+    assert_eq!(only_counts, [false, true, true, false, false, false]);
+    assert_eq!(read.timeline[0], ("ns/a".to_owned(), 1_795_737_600_000, false));
     let classes: Vec<(&str, usize)> = read.by_class.into_iter().collect();
     assert_eq!(
         classes,
@@ -632,4 +636,31 @@ fn a_status_patch_is_told_by_what_it_moved() {
     assert_eq!(read.by_field[".conditions[Ready].message"], 1);
     assert_eq!(read.by_field[".components.*.phase"], 1);
     assert!(!read.by_field.contains_key(".components.*.lastUpdateTime"));
+}
+
+#[test]
+fn a_longer_hold_replays_count_patches_into_fewer() {
+    use harness::status_patches::StatusPatches;
+    let at = |service: &str, seconds: i64, only_counts: bool| {
+        (service.to_owned(), seconds * 1_000, only_counts)
+    };
+    let patches = StatusPatches {
+        timeline: vec![
+            at("ns/a", 0, false),
+            at("ns/a", 1, true),
+            at("ns/a", 2, true),
+            at("ns/a", 3, false),
+            at("ns/a", 20, true),
+            at("ns/b", 0, false),
+            at("ns/b", 4, true),
+        ],
+        ..Default::default()
+    };
+    // No hold: every patch.
+    assert_eq!(patches.repaced(0, 0), 7);
+    // 5 s: a's counts at 1 and 2 s ride with its phase change at 3 s; b's
+    // count at 4 s is written once its hold ends.
+    assert_eq!(patches.repaced(0, 5_000), 5);
+    // Replayed from the fifth on: a's count at 20 s is its first.
+    assert_eq!(patches.repaced(4, 5_000), 3);
 }

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::request::Request;
@@ -25,6 +26,48 @@ pub struct StatusPatches {
     /// `.conditions[Ready].message`); `lastUpdateTime` left out, as it
     /// moves with everything else in its role.
     pub by_field: BTreeMap<String, usize>,
+    /// Every patch in order: its service (`namespace/name`), when it was
+    /// answered (milliseconds), and whether it only moved counts (`pod
+    /// counts` or `counts`): what [`StatusPatches::repaced`] replays.
+    pub timeline: Vec<(String, i64, bool)>,
+}
+
+impl StatusPatches {
+    /// How many of the patches from the `from`-th on a hold of `hold_ms`
+    /// would have left: each service's patches replayed in order, one
+    /// that only moved counts within `hold_ms` of the service's last
+    /// written one held, and written once at the end of the hold with
+    /// whatever came meanwhile; any other written at once. What a longer
+    /// pace would save, read from the patches a run made.
+    pub fn repaced(&self, from: usize, hold_ms: i64) -> usize {
+        // Per service: the last written patch's time, and when a held one
+        // is due.
+        let mut services: BTreeMap<&str, (i64, Option<i64>)> = BTreeMap::new();
+        let mut written = 0usize;
+        for (service, at, only_counts) in self.timeline.iter().skip(from) {
+            let Some((last, held)) = services.get_mut(service.as_str()) else {
+                services.insert(service, (*at, None));
+                written = written.saturating_add(1);
+                continue;
+            };
+            if let Some(due) = *held
+                && *at >= due
+            {
+                written = written.saturating_add(1);
+                *last = due;
+                *held = None;
+            }
+            if !only_counts || at.saturating_sub(*last) >= hold_ms {
+                written = written.saturating_add(1);
+                *last = *at;
+                *held = None;
+            } else if held.is_none() {
+                *held = Some(last.saturating_add(hold_ms));
+            }
+        }
+        let still_held = services.values().filter(|(_, held)| held.is_some()).count();
+        written.saturating_add(still_held)
+    }
 }
 
 /// The fields of a role's component that count pods, not replicas.
@@ -65,8 +108,16 @@ pub fn status_patches(requests: &[Request]) -> StatusPatches {
             continue;
         };
         let key = (request.namespace.as_deref(), request.name.as_deref());
+        let service = format!(
+            "{}/{}",
+            key.0.unwrap_or_default(),
+            key.1.unwrap_or_default()
+        );
+        let at = serde_json::from_value::<Time>(Value::from(request.time.as_str()))
+            .map_or(0, |t| t.0.as_millisecond());
         let Some(before) = last.insert(key, stored) else {
             *patches.by_class.entry("first").or_default() += 1;
+            patches.timeline.push((service, at, false));
             continue;
         };
         let mut moved = Vec::new();
@@ -87,6 +138,9 @@ pub fn status_patches(requests: &[Request]) -> StatusPatches {
             "moved"
         };
         *patches.by_class.entry(class).or_default() += 1;
+        patches
+            .timeline
+            .push((service, at, matches!(class, "pod counts" | "counts")));
     }
     patches
 }
