@@ -620,7 +620,10 @@ fn a_status_patch_is_told_by_what_it_moved() {
     // In order, each with its answer's time, counts alone marked.
     let only_counts: Vec<bool> = read.timeline.iter().map(|(_, _, c)| *c).collect();
     assert_eq!(only_counts, [false, true, true, false, false, false]);
-    assert_eq!(read.timeline[0], ("ns/a".to_owned(), 1_795_737_600_000, false));
+    assert_eq!(
+        read.timeline[0],
+        ("ns/a".to_owned(), 1_795_737_600_000, false)
+    );
     let classes: Vec<(&str, usize)> = read.by_class.into_iter().collect();
     assert_eq!(
         classes,
