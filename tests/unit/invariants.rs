@@ -602,9 +602,11 @@ fn a_status_patch_is_told_by_what_it_moved() {
     };
     let decode = |ready_pods: i64, ready: i64, phase: &str, message: &str| {
         json!({"components": {"decode": {"readyPods": ready_pods, "totalPods": 4,
-            "readyReplicas": ready, "phase": phase, "lastUpdateTime": format!("t{ready_pods}")}},
+            "desiredReplicas": 1, "nodesPerReplica": 4,
+            "readyReplicas": ready, "phase": phase,
+            "lastUpdateTime": format!("2026-12-03T10:00:0{ready_pods}Z")}},
             "conditions": [{"type": "Ready", "status": "False", "reason": "Waiting",
-                "message": message}]})
+                "message": message, "lastTransitionTime": "2026-12-03T10:00:00Z"}]})
     };
     let events = [
         patch(TANDEM_USER, "a", decode(0, 0, "Deploying", "0/1")),

@@ -1012,8 +1012,23 @@ pub enum StatusWrite {
 /// desired replicas, revisions or reasons, an upgrade's step, and a role
 /// come or gone are not counts.
 pub fn counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> bool {
-    let without_counts = |status: &InferenceServiceStatus| {
-        let mut reported = reported(status);
+    reported_without(current, &COUNTS, true) == reported_without(next, &COUNTS, true)
+}
+
+/// Whether `next` differs from `current` only in the pods ready inside
+/// replicas: a role's `readyPods` (and its `lastUpdateTime`, which moves
+/// with it), no replica count, no summary, no condition's words.
+pub fn pod_counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> bool {
+    const PODS: [&str; 2] = ["readyPods", "lastUpdateTime"];
+    reported_without(current, &PODS, false) == reported_without(next, &PODS, false)
+}
+
+/// What `status` reports less each role's `fields` and, with `words`, less
+/// the `ready` and `updated` summaries and every condition's message: what
+/// must stay the same for a change to be one of those fields alone.
+fn reported_without(status: &InferenceServiceStatus, fields: &[&str], words: bool) -> Value {
+    let mut reported = reported(status);
+    if words {
         if let Some(object) = reported.as_object_mut() {
             object.remove("ready");
             object.remove("updated");
@@ -1026,33 +1041,15 @@ pub fn counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStat
         {
             condition.remove("message");
         }
-        if let Some(components) = reported["components"].as_object_mut() {
-            for component in components.values_mut().filter_map(Value::as_object_mut) {
-                for field in COUNTS {
-                    component.remove(field);
-                }
+    }
+    if let Some(components) = reported["components"].as_object_mut() {
+        for component in components.values_mut().filter_map(Value::as_object_mut) {
+            for field in fields {
+                component.remove(*field);
             }
         }
-        reported
-    };
-    without_counts(current) == without_counts(next)
-}
-
-/// Whether `next` differs from `current` only in the pods ready inside
-/// replicas: a role's `readyPods` (and its `lastUpdateTime`, which moves
-/// with it), no replica count, no summary, no condition's words.
-pub fn pod_counts_only(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> bool {
-    let without_pods = |status: &InferenceServiceStatus| {
-        let mut reported = reported(status);
-        if let Some(components) = reported["components"].as_object_mut() {
-            for component in components.values_mut().filter_map(Value::as_object_mut) {
-                component.remove("readyPods");
-                component.remove("lastUpdateTime");
-            }
-        }
-        reported
-    };
-    without_pods(current) == without_pods(next)
+    }
+    reported
 }
 
 /// When to write `next` over the stored `current`, `since_last_write` after

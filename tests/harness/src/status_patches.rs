@@ -10,14 +10,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::request::Request;
+use tandem::api::inference_service::InferenceServiceStatus;
+use tandem::plan::inference_service::status;
 
 /// Tandem's status patches of InferenceServices, by what they moved.
 #[derive(Debug, Default, PartialEq)]
 pub struct StatusPatches {
     /// By the most telling change each made: `first` (the service's first
     /// patch in the log, nothing to compare), `pod counts` (a role's
-    /// `readyPods` or `totalPods` and nothing else), `counts` (any other
-    /// count or a condition's message, and no more), `moved` (a phase, a
+    /// `readyPods` alone: `status::pod_counts_only`), `counts` (counts and
+    /// a condition's message: `status::counts_only`), `moved` (a phase, a
     /// condition's status or reason, a revision, ...), `nothing` (what was
     /// stored before).
     pub by_class: BTreeMap<&'static str, usize>,
@@ -70,29 +72,6 @@ impl StatusPatches {
     }
 }
 
-/// The fields of a role's component that count pods, not replicas.
-const POD_COUNTS: [&str; 2] = [".components.*.readyPods", ".components.*.totalPods"];
-
-/// The fields that only count (pods and replicas, the `ready` and
-/// `updated` summaries, and condition messages, which count the replicas
-/// ready).
-fn is_count(field: &str) -> bool {
-    const COUNTS: [&str; 9] = [
-        ".components.*.readyReplicas",
-        ".components.*.updatedReplicas",
-        ".components.*.updatedReadyReplicas",
-        ".components.*.drainingReplicas",
-        ".components.*.failingReplicas",
-        ".components.*.unschedulableReplicas",
-        ".components.*.lostReplicas",
-        ".ready",
-        ".updated",
-    ];
-    POD_COUNTS.contains(&field)
-        || COUNTS.contains(&field)
-        || (field.starts_with(".conditions[") && field.ends_with("].message"))
-}
-
 /// Reads `requests` (the audit log's, in order).
 pub fn status_patches(requests: &[Request]) -> StatusPatches {
     let mut last: BTreeMap<(Option<&str>, Option<&str>), &Value> = BTreeMap::new();
@@ -128,14 +107,14 @@ pub fn status_patches(requests: &[Request]) -> StatusPatches {
         for field in &moved {
             *patches.by_field.entry(field.clone()).or_default() += 1;
         }
-        let class = if moved.is_empty() {
-            "nothing"
-        } else if moved.iter().all(|f| POD_COUNTS.contains(&f.as_str())) {
-            "pod counts"
-        } else if moved.iter().all(|f| is_count(f)) {
-            "counts"
-        } else {
-            "moved"
+        // Told by the functions `tandem serve`'s pace is decided by, on the
+        // statuses as stored; one that does not read as a status moved.
+        let read = |v: &Value| serde_json::from_value::<InferenceServiceStatus>(v.clone()).ok();
+        let class = match (read(before), read(stored)) {
+            _ if moved.is_empty() => "nothing",
+            (Some(b), Some(s)) if status::pod_counts_only(&b, &s) => "pod counts",
+            (Some(b), Some(s)) if status::counts_only(&b, &s) => "counts",
+            _ => "moved",
         };
         *patches.by_class.entry(class).or_default() += 1;
         patches
