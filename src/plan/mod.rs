@@ -8,6 +8,9 @@
 //! - `scale_view/`: a ScaleView's split and locks (seed 002);
 //! - `resource_scaling_group/`: a ResourceScalingGroup's ratios, follow
 //!   graph, adapters, in-place scaling and group replication (seed 000);
+//! - `engine/`: what the vLLM and SGLang releases inside a role's pods
+//!   accept, read from their wheels, and the warnings a role gets when its
+//!   command names what its release lacks (issue 52);
 //! - `victims/`: which replicas or groups go on a scale-down, for roles and
 //!   groups alike (seed 001);
 //! - `shared/`: what several of them use (quantities, replica arithmetic,
@@ -24,6 +27,7 @@
 //! uses `scale_view` and `victims`, and so does `resource_scaling_group`.
 //! `tests/unit/modules.rs` holds the whole crate to the second half of the rule.
 
+pub mod engine;
 pub mod inference_service;
 pub mod resource_scaling_group;
 pub mod scale_view;

@@ -15,6 +15,7 @@ mod cli;
 mod dependencies;
 mod docs_agree;
 mod drain;
+mod engines;
 mod examples;
 mod extremes;
 mod fuzz_corpus;

@@ -65,6 +65,9 @@ pub fn validate(service: &InferenceService) -> Findings {
     findings.extend(names::check(name, &service.spec));
     findings.extend(traffic::check(&service.spec));
     findings.extend(placement::check(&service.spec));
+    for warning in crate::plan::engine::check(&service.spec) {
+        findings.warn(warning);
+    }
     findings
 }
 
