@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use super::command::{self, CommandLine};
+use super::launch::{self, Launch};
 use super::releases::{self, Engine, Release};
 use crate::api::inference_service::{ComponentType, InferenceServiceSpec, Role};
 
@@ -98,7 +99,7 @@ fn check_container(role: &Role, container: &Value, per_pod: u64, field: &str) ->
     warnings.extend(unknown_flags(release, &line));
     warnings.extend(kv_transfer(release, role, &line, field));
     warnings.extend(parallelism(release, role, &line, per_pod, field));
-    warnings.extend(multi_node(release, role, field));
+    warnings.extend(multi_node(release, role, &line));
     warnings
 }
 
@@ -255,34 +256,40 @@ fn parallelism(
     )]
 }
 
-/// A multi-node role is started by Tandem the way vLLM's Ray executor
-/// starts across nodes (a Ray head on the leader, workers joining it,
-/// `--distributed-executor-backend ray`); a release without that flag
-/// starts across nodes otherwise.
-fn multi_node(release: &Release, role: &Role, field: &str) -> Vec<String> {
-    if role.node_count() < 2 || release.flags.contains("--distributed-executor-backend") {
+/// A multi-node role is started by Tandem the way its release spans nodes
+/// ([`launch::multi_node_launch`]); an executor backend the user sets that
+/// contradicts that start is named. vLLM accepts `--nnodes` only on its
+/// `mp` backend (`vllm/config/parallel.py`), and Tandem's Ray start needs
+/// `ray`.
+fn multi_node(release: &Release, role: &Role, line: &CommandLine) -> Vec<String> {
+    if role.node_count() < 2 || release.engine != Engine::Vllm {
         return Vec::new();
     }
-    let own: Vec<&str> = [
-        "--nnodes",
-        "--node-rank",
-        "--dist-init-addr",
-        "--master-addr",
-    ]
-    .into_iter()
-    .filter(|f| release.flags.contains(*f))
-    .collect();
-    vec![format!(
-        "{field}: role {} spans {} nodes, which Tandem starts with Ray (`ray start` on each pod, then the serve command with --distributed-executor-backend ray); {} has no --distributed-executor-backend and starts across nodes with {}",
-        role.name,
-        role.node_count(),
-        release.title(),
-        if own.is_empty() {
-            "its own launcher".to_owned()
-        } else {
-            own.join(", ")
-        }
-    )]
+    let (wanted, how) = match launch::launch_of_release(release) {
+        Launch::VllmNodes => (
+            "mp",
+            "with --nnodes, --node-rank and --master-addr on each pod",
+        ),
+        _ => (
+            "ray",
+            "on Ray (a Ray head on the leader, the workers joining it)",
+        ),
+    };
+    line.value(&["--distributed-executor-backend"])
+        .and_then(|given| {
+            let backend = given.value.as_deref()?;
+            (backend != wanted).then(|| {
+                format!(
+                    "{}: role {} spans {} nodes, which Tandem starts for {} {how}, on the {wanted} executor; --distributed-executor-backend {backend} contradicts it",
+                    given.value_field,
+                    role.name,
+                    role.node_count(),
+                    release.title()
+                )
+            })
+        })
+        .into_iter()
+        .collect()
 }
 
 /// Environment variables named like the engine's own (`VLLM_…`,
@@ -474,17 +481,59 @@ mod tests {
     }
 
     #[test]
-    fn a_multi_node_sglang_role_is_told_how_tandem_starts_it() {
-        let sglang = json!({"name": "sglang", "image": "lmsysorg/sglang:v0.5.2",
-            "command": ["python3", "-m", "sglang.launch_server"],
-            "args": ["--model-path", "m", "--tp-size", "16"],
-            "resources": {"limits": {"nvidia.com/gpu": 8}}});
-        let warnings = check(&spec("worker", 2, sglang));
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
+    fn a_backend_that_contradicts_tandems_multi_node_start_is_named() {
+        let container = |image: &str, backend: &str| {
+            let mut c = vllm(
+                image,
+                &[
+                    "--model",
+                    "m",
+                    "-tp",
+                    "16",
+                    "--distributed-executor-backend",
+                    backend,
+                ],
+            );
+            c["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+            c
+        };
         assert!(
-            warnings[0].contains("SGLang 0.5.2 has no --distributed-executor-backend and starts across nodes with --nnodes, --node-rank, --dist-init-addr"),
-            "{warnings:?}"
+            check(&spec(
+                "worker",
+                2,
+                container("vllm/vllm-openai:v0.11.0", "ray")
+            ))
+            .is_empty()
         );
+        assert!(
+            check(&spec(
+                "worker",
+                2,
+                container("vllm/vllm-openai:v0.34.0", "mp")
+            ))
+            .is_empty()
+        );
+        assert_eq!(
+            check(&spec(
+                "worker",
+                2,
+                container("vllm/vllm-openai:v0.34.0", "ray")
+            )),
+            [
+                "spec.roles[0].template.spec.containers[0].args[5]: role decode spans 2 nodes, which Tandem starts for vLLM 0.34.0 with --nnodes, --node-rank and --master-addr on each pod, on the mp executor; --distributed-executor-backend ray contradicts it"
+            ]
+        );
+        let on_ray = check(&spec(
+            "worker",
+            2,
+            container("vllm/vllm-openai:v0.11.0", "mp"),
+        ));
+        assert_eq!(on_ray.len(), 1, "{on_ray:?}");
+        assert!(on_ray[0].contains("for vLLM 0.11.0 on Ray"), "{on_ray:?}");
+        // A single-node replica may pick its backend.
+        let mut single = container("vllm/vllm-openai:v0.34.0", "ray");
+        single["resources"]["limits"]["nvidia.com/gpu"] = json!("16");
+        assert!(check(&spec("worker", 1, single)).is_empty());
     }
 
     #[test]

@@ -13,11 +13,14 @@
 //! - [`releases`]: the table, and which engine release an image runs;
 //! - [`command`]: a container's command and args read as that engine's
 //!   command line;
-//! - [`checks`]: what a role's engine would refuse or miss, as warnings.
+//! - [`checks`]: what a role's engine would refuse or miss, as warnings;
+//! - [`launch`]: how a multi-node replica starts that engine across its pods.
 
 pub mod checks;
 pub mod command;
+pub mod launch;
 pub mod releases;
 
 pub use checks::check;
+pub use launch::{Launch, multi_node_launch};
 pub use releases::{Engine, Release, identify, release};

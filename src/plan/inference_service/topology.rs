@@ -3,9 +3,12 @@
 //!
 //! A single-node role keeps the user's pod template as written, adding only
 //! Tandem's labels, Volcano's annotations and the scheduler. A multi-node role
-//! gets a leader that starts a Ray head and then the user's serve command with
-//! vLLM's Ray executor, and workers that join the leader's Ray cluster and block
-//! (seed 003, the Note under Example 2).
+//! is started the way its engine release spans nodes
+//! ([`crate::plan::engine::Launch`]): on Ray, a leader that starts a Ray head
+//! and then the user's serve command with vLLM's Ray executor, and workers
+//! that join the leader's Ray cluster and block (seed 003, the Note under
+//! Example 2); without Ray (vLLM 0.34, SGLang), every pod runs the serve
+//! command with the node count, its rank from LWS and the leader's address.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +18,7 @@ use serde_json::{Map, Value};
 
 use super::{drain, pod_groups};
 use crate::api::inference_service::{InferenceService, Role};
+use crate::plan::engine::{self, Launch};
 use crate::plan::shared::children;
 
 /// LeaderWorkerSet's group restart policy: any pod of a replica restarting
@@ -23,6 +27,14 @@ pub const RESTART_POLICY: &str = "RecreateGroupOnPodRestart";
 
 /// Ray's GCS port on the leader, which workers join.
 pub const RAY_PORT: i32 = 6379;
+/// The port of SGLang's distributed init on the leader
+/// (`--dist-init-addr`; SGLang's multi-node guide uses 20000).
+pub const SGLANG_DIST_PORT: i32 = 20000;
+/// The environment variables LWS (0.6 and later) sets in every pod of a
+/// group: the leader's address and the pod's index in the group (0 for the
+/// leader). The kubelet expands `$(NAME)` in a container's args.
+const LEADER_ADDRESS: &str = "$(LWS_LEADER_ADDRESS)";
+const WORKER_INDEX: &str = "$(LWS_WORKER_INDEX)";
 /// The model server's port when the template declares none (vLLM's default).
 pub const DEFAULT_SERVING_PORT: i32 = 8000;
 
@@ -93,9 +105,10 @@ impl RoleTemplates {
             serde_json::to_value(t).map_err(|e| format!("could not write the pod template: {e}"))
         };
         if role.node_count() > 1 {
+            let launch = launch_of(&template);
             Ok(RoleTemplates {
-                leader: Some(written(leader_template(&template, &role.name)?)?),
-                worker: written(worker_template(&template, &role.name)?)?,
+                leader: Some(written(leader_template(&template, role, launch)?)?),
+                worker: written(worker_template(&template, role, launch)?)?,
             })
         } else {
             Ok(RoleTemplates {
@@ -355,22 +368,51 @@ pub fn serving_port(container: &Container) -> i32 {
         .unwrap_or(DEFAULT_SERVING_PORT)
 }
 
-/// The leader: a Ray head, then the user's serve command on Ray's executor.
-fn leader_template(template: &PodTemplateSpec, role: &str) -> Result<PodTemplateSpec, String> {
+/// How the role's server (the template's first container) spans nodes.
+fn launch_of(template: &PodTemplateSpec) -> Launch {
+    template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.as_deref())
+        .map_or(Launch::Ray, engine::multi_node_launch)
+}
+
+/// The leader: on Ray, a Ray head, then the user's serve command on Ray's
+/// executor; otherwise the serve command as rank 0 of the role's nodes.
+fn leader_template(
+    template: &PodTemplateSpec,
+    role: &Role,
+    launch: Launch,
+) -> Result<PodTemplateSpec, String> {
     let mut leader = template.clone();
-    let server = server_mut(&mut leader, role)?;
-    let serve = serve_command(server);
-    server.command = Some(vec!["/bin/sh".into(), "-c".into()]);
-    server.args = Some(vec![format!(
-        "ray start --head --port={RAY_PORT} && {}",
-        shell_join(&serve)
-    )]);
+    let server = server_mut(&mut leader, &role.name)?;
+    // Where the other pods reach the leader: Ray's head, or the engine's
+    // own rendezvous.
+    let (rendezvous, rendezvous_name) = match launch {
+        Launch::Ray => {
+            let serve = serve_command(server);
+            server.command = Some(vec!["/bin/sh".into(), "-c".into()]);
+            server.args = Some(vec![format!(
+                "ray start --head --port={RAY_PORT} && {}",
+                shell_join(&serve)
+            )]);
+            (RAY_PORT, "ray-gcs")
+        }
+        Launch::VllmNodes | Launch::SglangNodes => {
+            span_nodes(server, launch, role.node_count(), "0");
+            match launch {
+                Launch::SglangNodes => (SGLANG_DIST_PORT, "dist-init"),
+                _ => (VLLM_MASTER_PORT, "dist-master"),
+            }
+        }
+    };
     let port = serving_port(server);
     let ports = server.ports.get_or_insert_default();
-    if !ports.iter().any(|p| p.container_port == RAY_PORT) {
+    if !ports.iter().any(|p| p.container_port == rendezvous) {
         ports.push(ContainerPort {
-            container_port: RAY_PORT,
-            name: Some("ray-gcs".into()),
+            container_port: rendezvous,
+            name: Some(rendezvous_name.into()),
             ..Default::default()
         });
     }
@@ -389,20 +431,78 @@ fn leader_template(template: &PodTemplateSpec, role: &str) -> Result<PodTemplate
     Ok(leader)
 }
 
-/// A worker: joins the leader's Ray cluster and blocks. It serves nothing, so
-/// the server's ports and probes go.
-fn worker_template(template: &PodTemplateSpec, role: &str) -> Result<PodTemplateSpec, String> {
+/// A worker: on Ray, joins the leader's Ray cluster and blocks; otherwise
+/// runs the serve command as its rank (vLLM's `--headless`). It serves
+/// nothing, so the server's ports and probes go.
+fn worker_template(
+    template: &PodTemplateSpec,
+    role: &Role,
+    launch: Launch,
+) -> Result<PodTemplateSpec, String> {
     let mut worker = template.clone();
-    let server = server_mut(&mut worker, role)?;
-    server.command = Some(vec!["/bin/sh".into(), "-c".into()]);
-    server.args = Some(vec![format!(
-        "ray start --address=$LWS_LEADER_ADDRESS:{RAY_PORT} --block"
-    )]);
+    let server = server_mut(&mut worker, &role.name)?;
+    match launch {
+        Launch::Ray => {
+            server.command = Some(vec!["/bin/sh".into(), "-c".into()]);
+            server.args = Some(vec![format!(
+                "ray start --address=$LWS_LEADER_ADDRESS:{RAY_PORT} --block"
+            )]);
+        }
+        Launch::VllmNodes | Launch::SglangNodes => {
+            span_nodes(server, launch, role.node_count(), WORKER_INDEX);
+        }
+    }
     server.ports = None;
     server.readiness_probe = None;
     server.liveness_probe = None;
     server.startup_probe = None;
     Ok(worker)
+}
+
+/// vLLM's default `--master-port`, where the other ranks reach the leader
+/// (`vllm/config/parallel.py`).
+pub const VLLM_MASTER_PORT: i32 = 29501;
+
+/// Adds to the server's arguments what spans `nodes` nodes without Ray, as
+/// rank `rank` (a number, or LWS's index): the node count, the rank and the
+/// leader's address; vLLM's workers run `--headless`. A flag the user
+/// already gives is left as given. An SGLang container with no command gets
+/// SGLang's server (its images start a shell).
+fn span_nodes(server: &mut Container, launch: Launch, nodes: i32, rank: &str) {
+    let mut args = server.args.clone().unwrap_or_default();
+    let given = |args: &[String], flag: &str| {
+        args.iter()
+            .chain(server.command.iter().flatten())
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    let leader = match launch {
+        Launch::SglangNodes => format!("{LEADER_ADDRESS}:{SGLANG_DIST_PORT}"),
+        _ => LEADER_ADDRESS.to_owned(),
+    };
+    let address_flag = match launch {
+        Launch::SglangNodes => "--dist-init-addr",
+        _ => "--master-addr",
+    };
+    for (flag, value) in [
+        ("--nnodes", Some(nodes.to_string())),
+        ("--node-rank", Some(rank.to_owned())),
+        (address_flag, Some(leader)),
+        ("--headless", None),
+    ] {
+        let wanted = flag != "--headless" || (launch == Launch::VllmNodes && rank != "0");
+        if wanted && !given(&args, flag) {
+            args.push(flag.to_owned());
+            args.extend(value);
+        }
+    }
+    if launch == Launch::SglangNodes && server.command.as_ref().is_none_or(Vec::is_empty) {
+        server.command = Some(
+            ["python3", "-m", "sglang.launch_server"]
+                .map(str::to_owned)
+                .to_vec(),
+        );
+    }
+    server.args = Some(args);
 }
 
 /// The user's serve command as an argument list: `command` + `args` when a
@@ -575,6 +675,172 @@ mod tests {
                 pod["metadata"]["labels"][children::SERVICE],
                 "deepseek-r1-inference"
             );
+        }
+    }
+
+    /// The leader's and the worker's server container of a 2-node replica
+    /// whose server is `container`.
+    fn two_nodes(container: Value) -> (Value, Value) {
+        let service: InferenceService = serde_json::from_value(json!({
+            "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "r1", "namespace": "default", "uid": "u"},
+            "spec": {"roles": [{"name": "inference", "componentType": "worker",
+                "multinode": {"nodeCount": 2},
+                "template": {"spec": {"containers": [container]}}}]}
+        }))
+        .unwrap();
+        let lws = leader_worker_set(
+            &service,
+            &service.spec.roles[0],
+            0,
+            "r",
+            &children::Naming::Plain,
+            &Placement::default(),
+        )
+        .unwrap();
+        let group = &lws["spec"]["leaderWorkerTemplate"];
+        (
+            group["leaderTemplate"]["spec"]["containers"][0].clone(),
+            group["workerTemplate"]["spec"]["containers"][0].clone(),
+        )
+    }
+
+    #[test]
+    fn a_release_that_spans_nodes_without_ray_is_started_its_own_way() {
+        let (leader, worker) =
+            two_nodes(json!({"name": "vllm", "image": "vllm/vllm-openai:v0.34.0",
+            "args": ["deepseek-ai/DeepSeek-R1", "--tensor-parallel-size", "16"],
+            "ports": [{"containerPort": 8000, "name": "http"}]}));
+        assert_eq!(leader.get("command"), None, "the image's `vllm serve`");
+        assert_eq!(
+            leader["args"],
+            json!([
+                "deepseek-ai/DeepSeek-R1",
+                "--tensor-parallel-size",
+                "16",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "0",
+                "--master-addr",
+                "$(LWS_LEADER_ADDRESS)"
+            ])
+        );
+        assert_eq!(
+            leader["ports"],
+            json!([{"containerPort": 8000, "name": "http"}, {"containerPort": 29501, "name": "dist-master"}])
+        );
+        assert_eq!(leader["readinessProbe"]["httpGet"]["path"], "/health");
+        assert_eq!(
+            worker["args"],
+            json!([
+                "deepseek-ai/DeepSeek-R1",
+                "--tensor-parallel-size",
+                "16",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "$(LWS_WORKER_INDEX)",
+                "--master-addr",
+                "$(LWS_LEADER_ADDRESS)",
+                "--headless"
+            ])
+        );
+        assert!(worker.get("ports").is_none() && worker.get("readinessProbe").is_none());
+
+        let (leader, worker) =
+            two_nodes(json!({"name": "sglang", "image": "lmsysorg/sglang:v0.5.23",
+            "args": ["--model-path", "m", "--tp-size", "16", "--nnodes=2"]}));
+        assert_eq!(
+            leader["command"],
+            json!(["python3", "-m", "sglang.launch_server"])
+        );
+        assert_eq!(
+            leader["args"],
+            json!([
+                "--model-path",
+                "m",
+                "--tp-size",
+                "16",
+                "--nnodes=2",
+                "--node-rank",
+                "0",
+                "--dist-init-addr",
+                "$(LWS_LEADER_ADDRESS):20000"
+            ]),
+            "a flag the user gives is kept as given"
+        );
+        assert_eq!(
+            worker["args"],
+            json!([
+                "--model-path",
+                "m",
+                "--tp-size",
+                "16",
+                "--nnodes=2",
+                "--node-rank",
+                "$(LWS_WORKER_INDEX)",
+                "--dist-init-addr",
+                "$(LWS_LEADER_ADDRESS):20000"
+            ])
+        );
+    }
+
+    /// Every command Tandem writes for a multi-node replica of every release
+    /// in the engine table names only flags that release has: read back by
+    /// the same reader that warns about a user's command.
+    #[test]
+    fn the_commands_tandem_writes_are_valid_for_every_known_release() {
+        use crate::plan::engine::{self, Engine, command};
+        for release in engine::releases::all() {
+            let (image, container) = match release.engine {
+                Engine::Vllm => (
+                    format!("vllm/vllm-openai:v{}", release.release),
+                    json!({"name": "vllm", "args": ["--model", "m", "--tensor-parallel-size", "16"]}),
+                ),
+                Engine::Sglang => (
+                    format!("lmsysorg/sglang:v{}", release.release),
+                    json!({"name": "sglang", "command": ["python3", "-m", "sglang.launch_server"],
+                        "args": ["--model-path", "m", "--tp-size", "16"]}),
+                ),
+            };
+            let mut container = container;
+            container["image"] = json!(image);
+            let (leader, worker) = two_nodes(container);
+            let mut read = 0;
+            for (pod, server) in [("leader", &leader), ("worker", &worker)] {
+                let strings = |v: &Value| -> Vec<String> {
+                    v.as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|s| s.as_str().unwrap().to_owned())
+                        .collect()
+                };
+                let Some(words) = command::server_arguments(
+                    release.engine,
+                    &strings(&server["command"]),
+                    &strings(&server["args"]),
+                    pod,
+                ) else {
+                    // A Ray worker runs `ray start`, not the engine.
+                    assert_eq!(
+                        engine::multi_node_launch(&image),
+                        Launch::Ray,
+                        "{}: the {pod} runs no server",
+                        release.title()
+                    );
+                    continue;
+                };
+                let line = command::parse(release, &words);
+                assert!(
+                    line.unknown.is_empty(),
+                    "{} {pod}: {:?}",
+                    release.title(),
+                    line.unknown
+                );
+                read += 1;
+            }
+            assert!(read >= 1, "{}", release.title());
         }
     }
 
