@@ -53,7 +53,7 @@ fn admission(c: &mut Criterion) {
             "inferenceservice_pd_multinode",
             Kind::InferenceService,
             example(
-                "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+                "examples/seeds/story4-prefill-decode-multinode.yaml",
                 0,
                 "default",
             ),
@@ -312,7 +312,7 @@ fn installed(c: &mut Criterion) {
         found.keys()
     );
     let story = example(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
         0,
         "default",
     );

@@ -395,10 +395,7 @@ fn world() -> Result<(Arc<dyn Lookup>, Vec<Scenario>), String> {
             .nth(index)
             .ok_or_else(|| format!("{path} has no document {index}"))
     };
-    let service = example(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-        0,
-    )?;
+    let service = example("examples/seeds/story4-prefill-decode-multinode.yaml", 0)?;
     let view = example("examples/scaleview/decode-ondemand-spot.yaml", 1)?;
     let view_target = example("examples/scaleview/decode-ondemand-spot.yaml", 0)?;
     let mut group = example("examples/resourcescalinggroup/inplace-scaling.yaml", 0)?;

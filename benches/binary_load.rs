@@ -158,10 +158,7 @@ fn world(fake: &FakeApi) -> Result<Vec<Scenario>, String> {
             .nth(index)
             .ok_or_else(|| format!("{path} has no document {index}"))
     };
-    let service = example(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-        0,
-    )?;
+    let service = example("examples/seeds/story4-prefill-decode-multinode.yaml", 0)?;
     let view_target = example("examples/scaleview/decode-ondemand-spot.yaml", 0)?;
     let view = example("examples/scaleview/decode-ondemand-spot.yaml", 1)?;
     for namespace in ["ai", "ai-one"] {

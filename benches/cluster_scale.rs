@@ -47,7 +47,7 @@ const IS: &str = "fusioninfer.io/v1alpha1";
 /// COUNT groups; returns how many objects of each kind the server holds.
 fn populate(fake: &FakeApi, count: usize, namespaces: usize) -> BTreeMap<String, usize> {
     let story = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
     ))
     .remove(0);
     let seed_group = harness::yaml_documents(&harness::repo_path(

@@ -49,7 +49,7 @@ const GROUP: &str = "group";
 /// previous `tandem` left them.
 fn populate_owned(fake: &FakeApi) {
     let mut service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
     ))
     .remove(0);
     service["metadata"] = json!({"name": SERVICE, "namespace": NAMESPACE});

@@ -366,7 +366,7 @@ pub(crate) async fn many_creations_at_once_create_each_child_once() {
     let started = Instant::now();
     // No node: the pods of 200 replicas stay Pending (one GPU each); what
     // is measured is Tandem's writes.
-    let service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let service = example("examples/seeds/story1-monolithic.yaml");
     let name = "qwen-inference";
     scenario.create_or_fail(&service).await;
     let prefix = "qwen-inference-inference-";

@@ -78,7 +78,7 @@ pub(crate) async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_
         .await;
 
     let service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
     ))
     .remove(0);
     scenario.create_or_fail(&service).await;
@@ -228,10 +228,9 @@ pub(crate) async fn the_installed_volcano_decides_the_gang_layout_and_a_missing_
     )
     .await
     .expect("the LWS CRD deleted");
-    let monolithic = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let monolithic =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     let text = scenario
         .eventually(60, "a service refused without LWS", || async {
             match scenario.create(&monolithic).await {

@@ -26,7 +26,7 @@ pub(crate) async fn story_4_is_deployed_by_the_real_controllers_and_becomes_read
         return;
     };
     scenario.nodes(10).await;
-    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    let service = example("examples/seeds/story4-prefill-decode-multinode.yaml");
     scenario
         .create(&service)
         .await
@@ -408,7 +408,7 @@ pub(crate) async fn binpack_scale_down_drains_then_removes_the_replicas_cheapest
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     let name = service["metadata"]["name"]
         .as_str()
         .expect("a name")
@@ -490,7 +490,7 @@ pub(crate) async fn a_paced_rolling_update_replaces_one_decode_replica_at_a_time
         return;
     };
     scenario.nodes(10).await;
-    let mut service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    let mut service = example("examples/seeds/story4-prefill-decode-multinode.yaml");
     // A short drain: each replaced replica leaves traffic for 2 s first.
     service["spec"]["roles"][1]["drain"] = json!({"seconds": 2});
     // kwok keeps a replaced pod Terminating for its whole grace period.
@@ -672,7 +672,7 @@ pub(crate) async fn a_child_deleted_by_hand_is_recreated_and_pod_readiness_reach
         return;
     };
     scenario.nodes(10).await;
-    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    let service = example("examples/seeds/story4-prefill-decode-multinode.yaml");
     scenario
         .create(&service)
         .await
@@ -975,7 +975,7 @@ pub(crate) async fn fields_another_manager_adds_to_a_leader_worker_set_are_kept_
         return;
     };
     scenario.nodes(1).await;
-    let service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let service = example("examples/seeds/story1-monolithic.yaml");
     scenario
         .create(&service)
         .await
@@ -1081,7 +1081,7 @@ pub(crate) async fn a_service_named_as_every_child_accepts_deploys_and_a_dotted_
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["metadata"]["name"] = json!("llama-3.1-8b");
     let refused = scenario
         .create(&service)

@@ -45,7 +45,7 @@ fn seconds(from: jiff::Timestamp, to: jiff::Timestamp) -> f64 {
 }
 
 /// The first start of Tandem's controllers over 200 stored services, each
-/// of one replica (examples/inferenceservice/story1-monolithic.yaml: one
+/// of one replica (examples/seeds/story1-monolithic.yaml: one
 /// LeaderWorkerSet and one PodDisruptionBudget to write, its status to
 /// report). No node: the pods stay Pending, the work measured is Tandem's.
 ///
@@ -88,7 +88,7 @@ pub(crate) async fn a_first_start_over_200_services_serves_each_in_turn() {
     webhooks.register(plane);
     let mut scenario = Scenario::with_tandem("first-start", plane, webhooks).await;
     let started = Instant::now();
-    let service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let service = example("examples/seeds/story1-monolithic.yaml");
     for index in 0..SERVICES {
         let mut service = service.clone();
         service["metadata"]["name"] = json!(service_name(index));

@@ -510,10 +510,9 @@ pub(crate) async fn helm_installs_upgrades_and_uninstalls_the_chart_on_a_real_co
     // tandem-webhook in the release's namespace, and refused while nothing
     // answers there (the validating webhooks fail closed).
     let client = plane.namespace("helm-user").await;
-    let mut service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let mut service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     service["metadata"]["namespace"] = json!("helm-user");
     let api = control_plane::api_for(&client, &service).await;
     let refused = api

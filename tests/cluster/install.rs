@@ -107,10 +107,9 @@ pub(crate) async fn with_tandem_stopped_a_views_finalizer_comes_off_by_hand_and_
 
     // An update that changes spec still needs the webhook: it fails closed.
     let mut other = Scenario::with_tandem("e2e-uninstall-spec", plane, tandem).await;
-    let mut service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let mut service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     service["metadata"]["namespace"] = json!(other.namespace);
     let refused = other
         .create(&service)

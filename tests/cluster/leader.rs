@@ -54,10 +54,9 @@ pub(crate) async fn when_the_leader_dies_mid_scale_the_other_replica_takes_over_
     let first = Tandem::shared(plane);
     let mut scenario = Scenario::with_tandem("e2e-leader", plane, first).await;
     scenario.nodes(1).await;
-    let service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     let name = service["metadata"]["name"]
         .as_str()
         .expect("a name")

@@ -157,7 +157,7 @@ async fn drain(scenario: &Scenario, node: &str, seconds: u64) -> Vec<(String, u1
 /// Story 2 (2 prefill, 4 decode, one GPU each), with a grace period of 3 s,
 /// created and Ready; its name.
 async fn story_two_ready(scenario: &Scenario) -> String {
-    let mut service = example("examples/inferenceservice/story2-prefill-decode.yaml");
+    let mut service = example("examples/seeds/story2-prefill-decode.yaml");
     grace(&mut service, 3);
     let name = service["metadata"]["name"]
         .as_str()
@@ -364,7 +364,7 @@ pub(crate) async fn a_lost_node_is_tainted_its_pods_evicted_and_the_replica_come
         return;
     };
     scenario.nodes(3).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["spec"]["roles"][0]["replicas"] = json!(2);
     one_replica_per_node(&mut service);
     grace(&mut service, 3);
@@ -511,7 +511,7 @@ pub(crate) async fn a_rolling_update_to_an_image_that_never_gets_ready_halts_aft
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["spec"]["roles"][0]["replicas"] = json!(3);
     service["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": 1, "progressDeadlineSeconds": 20}});
@@ -600,7 +600,7 @@ pub(crate) async fn a_rolling_update_with_surge_and_a_partition_keeps_its_budget
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["spec"]["roles"][0]["replicas"] = json!(4);
     service["spec"]["upgradeStrategy"] = json!({"type": "RollingUpdate",
         "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1, "partition": 1}});
@@ -671,7 +671,7 @@ pub(crate) async fn a_scale_down_drains_the_victims_then_their_pods_terminate_fo
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["spec"]["roles"][0]["replicas"] = json!(4);
     service["spec"]["roles"][0]["drain"] = json!({"seconds": 3});
     grace(&mut service, 4);
@@ -1251,7 +1251,7 @@ pub(crate) async fn a_service_larger_than_the_fleet_waits_with_the_schedulers_re
     };
     // Story 4 needs 10 nodes of 8 GPUs; the fleet has 4.
     scenario.nodes(4).await;
-    let service = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    let service = example("examples/seeds/story4-prefill-decode-multinode.yaml");
     let name = service["metadata"]["name"]
         .as_str()
         .expect("a name")
@@ -1400,7 +1400,7 @@ pub(crate) async fn a_crash_loop_under_group_recreation_is_one_degraded_episode_
         return;
     };
     scenario.nodes(1).await;
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["spec"]["roles"][0]["replicas"] = json!(2);
     grace(&mut service, 3);
     let (name, role) = deploy(&scenario, &service).await;

@@ -339,7 +339,7 @@ pub(crate) async fn story_4_services_on_kwok_nodes() {
         pods_ready: 0,
     }];
 
-    let story = example("examples/inferenceservice/story4-prefill-decode-multinode.yaml");
+    let story = example("examples/seeds/story4-prefill-decode-multinode.yaml");
     let services = services_api(&client, NAMESPACE);
     let plans: Vec<(&str, Option<Value>)> = vec![
         ("create", None),
@@ -542,7 +542,7 @@ async fn scale_and_back(
         .collect();
     plane.nodes(&nodes).await;
     let services = services_api(&client, WIDE_NAMESPACE);
-    let mut service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let mut service = example("examples/seeds/story1-monolithic.yaml");
     service["metadata"] = json!({"name": "wide", "namespace": WIDE_NAMESPACE});
     service["spec"]["roles"][0]["replicas"] = json!(10);
     service["spec"]["roles"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);

@@ -628,10 +628,9 @@ async fn writes_of_tandem_kinds_pass_its_webhooks_and_a_denial_is_worded_as_the_
         &webhook.ca_pem,
     );
     let services: Api<tandem::api::InferenceService> = Api::namespaced(fake.client(), "default");
-    let mut service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let mut service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     service["metadata"]["namespace"] = json!("default");
 
     // The mutating webhook's defaults are stored.

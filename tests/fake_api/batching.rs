@@ -21,10 +21,7 @@ const NAME: &str = "deepseek-r1-inference";
 
 /// Story 3 (one role, `inference`) stored with `replicas`.
 fn store(fake: &FakeApi, replicas: i64) {
-    let mut object = yaml_documents(&repo_path(
-        "examples/inferenceservice/story3-multinode.yaml",
-    ))
-    .remove(0);
+    let mut object = yaml_documents(&repo_path("examples/seeds/story3-multinode.yaml")).remove(0);
     object["spec"]["roles"][0]["replicas"] = json!(replicas);
     let (admitted, _) = tandem::admission::admit(
         tandem::admission::Kind::InferenceService,

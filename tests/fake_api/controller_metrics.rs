@@ -80,10 +80,9 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
     let services: Api<InferenceService> = Api::namespaced(fake.client(), "default");
 
     // One replica, then two: a scale-up.
-    let mut service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let mut service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     service["metadata"]["namespace"] = json!("default");
     services
         .create(

@@ -52,7 +52,7 @@ fn status_patch(name: &str) -> String {
 async fn create_then_nothing_to_write() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     assert_eq!(
         fake.take_writes(),
@@ -113,7 +113,7 @@ async fn create_then_nothing_to_write() {
 async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_highest() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.take_calls();
 
@@ -182,7 +182,7 @@ async fn scale_up_creates_the_lowest_missing_index_and_scale_down_removes_the_hi
 async fn a_template_change_updates_every_replica_and_a_hand_edit_is_set_back() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.take_calls();
     let revision = |fake: &FakeApi| {
@@ -265,7 +265,7 @@ async fn a_template_change_updates_every_replica_and_a_hand_edit_is_set_back() {
 async fn only_owned_children_are_deleted() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
+    let name = store_story(&fake, "examples/seeds/story1-monolithic.yaml");
     fake.insert(json!({"apiVersion": LWS, "kind": "LeaderWorkerSet",
         "metadata": {"name": "qwen-inference-inference-7", "namespace": "default",
             "labels": {"fusioninfer.io/service": "qwen-inference", "app.kubernetes.io/managed-by": "tandem",
@@ -294,7 +294,7 @@ async fn a_missing_leader_worker_set_api_is_reported_not_retried_blindly() {
     let fake = FakeApi::new();
     fake.uninstall("leaderworkersets");
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story1-monolithic.yaml");
+    let name = store_story(&fake, "examples/seeds/story1-monolithic.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     // Only the role's PodDisruptionBudget, which needs no LeaderWorkerSet
     // API; one Event for it and one saying what is missing.
@@ -370,7 +370,7 @@ fn pod(role: &str, index: u32, worker: u32, ready: bool, revision: &Value) -> Va
 async fn status_follows_the_pods_and_clears_when_healthy() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     let revision = fake
         .get(
@@ -484,7 +484,7 @@ async fn the_cluster_role_grants_every_request_the_reconciler_makes() {
 
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     // With pods, a scale-down drains a replica (pods patched) first.
     fake.step_leader_worker_sets("default", |_| true);
@@ -818,10 +818,7 @@ fn router_paths(service: &str) -> Vec<String> {
 async fn a_router_is_added_and_removed() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(
-        &fake,
-        "examples/inferenceservice/story2-prefill-decode.yaml",
-    );
+    let name = store_story(&fake, "examples/seeds/story2-prefill-decode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.take_calls();
 
@@ -914,7 +911,7 @@ async fn a_router_is_added_and_removed() {
 async fn gang_scheduling_turned_off_removes_the_pod_group_and_the_annotations() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     assert!(
         fake.get(
@@ -986,10 +983,7 @@ fn costly_pod(index: u32, worker: u32, cost: i64, revision: &Value) -> Value {
 async fn binpack_deletes_the_cheapest_replicas_and_keeps_their_gang_entries_until_pods_go() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let mut service = yaml_documents(&repo_path(
-        "examples/inferenceservice/story3-multinode.yaml",
-    ))
-    .remove(0);
+    let mut service = yaml_documents(&repo_path("examples/seeds/story3-multinode.yaml")).remove(0);
     service["spec"]["roles"][0]["replicas"] = json!(4);
     service["spec"]["roles"][0]["multinode"] = json!({"nodeCount": 2});
     service["spec"]["roles"][0]["scaleDown"] = json!({"policy": "Binpack"});
@@ -1153,7 +1147,7 @@ fn quick_retries(fake: &FakeApi) -> Arc<Context> {
 async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
     let fake = FakeApi::new();
     let ctx = quick_retries(&fake);
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     let first = format!("{LWS_PATH}/deepseek-r1-inference-inference-0");
     // Another applier creates the same LeaderWorkerSet twice in between.
     fake.conflict_next_writes(&first, 2);
@@ -1180,7 +1174,7 @@ async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
     // The same world as without conflicts, and nothing more to write.
     let calm = FakeApi::new();
     let calm_ctx = calm.context();
-    store_story(&calm, "examples/inferenceservice/story3-multinode.yaml");
+    store_story(&calm, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&calm, &calm_ctx, &name).await;
     for kind in ["LeaderWorkerSet", "PodGroup"] {
         let version = if kind == "PodGroup" {
@@ -1216,7 +1210,7 @@ async fn an_apply_that_meets_conflicts_is_retried_until_it_lands() {
 async fn an_apply_that_keeps_conflicting_gives_up_after_the_cap_with_an_event() {
     let fake = FakeApi::new();
     let ctx = quick_retries(&fake);
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     let first = format!("{LWS_PATH}/deepseek-r1-inference-inference-0");
     fake.conflict_next_writes(&first, 5);
     let stored: InferenceService =
@@ -1292,7 +1286,7 @@ fn condition(fake: &FakeApi, name: &str, type_: &str) -> Value {
 async fn a_rolling_update_replaces_one_replica_per_step_and_halts_on_a_broken_revision() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.step_leader_worker_sets("default", |_| true);
     reconcile_stored(&fake, &ctx, &name).await;
@@ -1412,10 +1406,7 @@ async fn a_rolling_update_replaces_one_replica_per_step_and_halts_on_a_broken_re
 async fn a_one_replica_role_surges_instead_of_going_dark() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(
-        &fake,
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-    );
+    let name = store_story(&fake, "examples/seeds/story4-prefill-decode-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.step_leader_worker_sets("default", |_| true);
     reconcile_stored(&fake, &ctx, &name).await;
@@ -1460,10 +1451,7 @@ async fn a_one_replica_role_surges_instead_of_going_dark() {
 async fn a_role_paces_by_its_own_rolling_update() {
     let fake = FakeApi::new();
     let ctx = fake.context();
-    let name = store_story(
-        &fake,
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-    );
+    let name = store_story(&fake, "examples/seeds/story4-prefill-decode-multinode.yaml");
     reconcile_stored(&fake, &ctx, &name).await;
     fake.step_leader_worker_sets("default", |_| true);
     reconcile_stored(&fake, &ctx, &name).await;
@@ -1494,7 +1482,7 @@ async fn a_role_paces_by_its_own_rolling_update() {
 #[tokio::test]
 async fn a_scale_down_drains_then_deletes_and_a_second_reconcile_within_the_drain_writes_nothing() {
     let fake = FakeApi::new();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     fake.edit(IS, "InferenceService", "default", &name, |s| {
         s["spec"]["roles"][0]["replicas"] = json!(3)
     });
@@ -1576,7 +1564,7 @@ async fn a_scale_down_drains_then_deletes_and_a_second_reconcile_within_the_drai
 #[tokio::test]
 async fn a_scale_up_within_the_drain_revives_the_replica_instead_of_making_one() {
     let fake = FakeApi::new();
-    let name = store_story(&fake, "examples/inferenceservice/story3-multinode.yaml");
+    let name = store_story(&fake, "examples/seeds/story3-multinode.yaml");
     reconcile_stored(&fake, &context_at(&fake, "2026-11-21T10:00:00Z"), &name).await;
     fake.step_leader_worker_sets("default", |_| true);
     fake.edit(IS, "InferenceService", "default", &name, |s| {

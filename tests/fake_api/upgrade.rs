@@ -898,7 +898,7 @@ fn ready_pods_of(sets: &[&Value]) -> Vec<Value> {
 fn render_of_a_decode_change_touches_no_prefill_object() {
     let options = tandem::render::Options::default();
     let story = yaml_documents(&repo_path(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
     ));
     let first = tandem::render::render(story, &options).unwrap();
     let sets: Vec<&Value> = first

@@ -119,7 +119,7 @@ fn assert_unchanged(counts: &Counts, what: &str) {
 
 fn story4(fake: &FakeApi) -> String {
     let object = yaml_documents(&repo_path(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
     ))
     .remove(0);
     let (admitted, _) = admission::admit(

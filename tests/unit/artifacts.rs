@@ -406,10 +406,7 @@ async fn every_configured_webhook_path_is_served() {
     let test = start_server(|_| {}).await;
     let tls = client_tls(&[&test.ca_pem]);
     let samples = [
-        yaml_documents(&repo_path(
-            "examples/inferenceservice/story1-monolithic.yaml",
-        ))
-        .remove(0),
+        yaml_documents(&repo_path("examples/seeds/story1-monolithic.yaml")).remove(0),
         yaml_documents(&repo_path("examples/scaleview/decode-two-zones.yaml")).remove(1),
         yaml_documents(&repo_path(
             "examples/resourcescalinggroup/prefill-decode-ratio.yaml",

@@ -27,7 +27,7 @@ fn render_of_an_example_is_deterministic_and_shows_defaults() {
     let args = [
         "render",
         "-f",
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
         "--now",
         "2026-11-28T10:00:00Z",
     ];

@@ -47,8 +47,14 @@ fn applied<'a>(answer: &'a Value, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// An InferenceService example: a seed story, or one of the others.
 fn story(name: &str) -> PathBuf {
-    repo_path(&format!("examples/inferenceservice/{name}"))
+    let folder = if name.starts_with("story") {
+        "examples/seeds"
+    } else {
+        "examples/inferenceservice"
+    };
+    repo_path(&format!("{folder}/{name}"))
 }
 
 fn crd(dir: &Path, file: &str) -> Value {
@@ -271,9 +277,14 @@ fn nothing_written_has_a_field_the_installed_schema_would_prune() {
                 (api_version, CrdSchema::from_crd(&crd, Some(version)))
             })
             .collect();
-        for example in std::fs::read_dir(repo_path("examples/inferenceservice")).expect("examples")
-        {
+        let examples = ["examples/inferenceservice", "examples/seeds"]
+            .into_iter()
+            .flat_map(|dir| std::fs::read_dir(repo_path(dir)).expect("examples"));
+        for example in examples {
             let example = example.expect("an entry").path();
+            if example.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
             let mut files = crds.clone();
             files.push(example.clone());
             // A cluster that serves Kubernetes' PodGroups too, for

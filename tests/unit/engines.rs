@@ -50,13 +50,14 @@ fn the_engine_table_is_what_the_pinned_wheels_define() {
     );
 }
 
-/// The seed stories: the seeds' text, which names vLLM 0.11.0 and, in
-/// stories 2 and 4, a connector it lacks (their headers list the warnings).
+/// The seed stories (`examples/seeds/`): the seeds' text, which names vLLM
+/// 0.11.0 and, in stories 2 and 4, a connector it lacks (their headers list
+/// the warnings).
 const SEED_STORIES: [&str; 4] = [
-    "examples/inferenceservice/story1-monolithic.yaml",
-    "examples/inferenceservice/story2-prefill-decode.yaml",
-    "examples/inferenceservice/story3-multinode.yaml",
-    "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+    "examples/seeds/story1-monolithic.yaml",
+    "examples/seeds/story2-prefill-decode.yaml",
+    "examples/seeds/story3-multinode.yaml",
+    "examples/seeds/story4-prefill-decode-multinode.yaml",
 ];
 
 /// Worlds frozen in the middle of an operation: their LeaderWorkerSets and

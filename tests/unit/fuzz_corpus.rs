@@ -131,8 +131,12 @@ fn being_deleted(seeds: &mut Seeds, name: &str, object: &Value, finalizer: &str)
 
 fn inference_service_seeds() -> Seeds {
     let mut seeds = Seeds::new();
-    for file in example_files("examples/inferenceservice") {
-        let path = format!("examples/inferenceservice/{file}");
+    let folders = ["examples/inferenceservice", "examples/seeds"];
+    for (folder, file) in folders
+        .into_iter()
+        .flat_map(|folder| example_files(folder).into_iter().map(move |f| (folder, f)))
+    {
+        let path = format!("{folder}/{file}");
         for object in yaml_documents(&repo_path(&path)) {
             seeds.insert(
                 format!("create-{}.json", stem(&file)),
@@ -141,7 +145,7 @@ fn inference_service_seeds() -> Seeds {
         }
     }
     let story4 = document(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
         "InferenceService",
         "deepseek-r1-disagg",
     );
@@ -202,10 +206,7 @@ fn inference_service_seeds() -> Seeds {
         "not-a-review.json".into(),
         compact(&json!({"apiVersion": "v1", "kind": "Status", "request": {}})),
     );
-    let story1 = yaml_documents(&repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let story1 = yaml_documents(&repo_path("examples/seeds/story1-monolithic.yaml")).remove(0);
     let (max, past) = (i64::from(i32::MAX), i64::from(i32::MIN));
     limit_seeds(
         &mut seeds,
@@ -455,6 +456,7 @@ fn render_seeds() -> Seeds {
         "render",
         "resourcescalinggroup",
         "scaleview",
+        "seeds",
     ] {
         for file in example_files(&format!("examples/{dir}")) {
             let text = std::fs::read(repo_path(&format!("examples/{dir}/{file}"))).unwrap();
@@ -470,9 +472,7 @@ fn render_seeds() -> Seeds {
             .collect::<String>()
             .into_bytes()
     };
-    let story1 = yaml_documents(&repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ));
+    let story1 = yaml_documents(&repo_path("examples/seeds/story1-monolithic.yaml"));
     let (max, min) = (i64::from(i32::MAX), i64::from(i32::MIN));
     seeds.insert(
         "extreme-replicas.yaml".into(),

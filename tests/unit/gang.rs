@@ -14,9 +14,9 @@ use tandem::plan::shared::installed::Installed;
 
 use harness::{CrdSchema, repo_path, yaml_documents};
 
-const STORY2: &str = "examples/inferenceservice/story2-prefill-decode.yaml";
-const STORY3: &str = "examples/inferenceservice/story3-multinode.yaml";
-const STORY4: &str = "examples/inferenceservice/story4-prefill-decode-multinode.yaml";
+const STORY2: &str = "examples/seeds/story2-prefill-decode.yaml";
+const STORY3: &str = "examples/seeds/story3-multinode.yaml";
+const STORY4: &str = "examples/seeds/story4-prefill-decode-multinode.yaml";
 const GANG_VOLCANO: &str = "examples/inferenceservice/gang-volcano.yaml";
 const GPU: &str = "nvidia.com/gpu";
 
@@ -204,7 +204,7 @@ fn a_replica_placement_on_volcano_fits_v1_15_strictly_and_is_refused_on_v1_13() 
 
 #[test]
 fn a_single_node_monolithic_service_has_no_pod_group() {
-    let service = example("examples/inferenceservice/story1-monolithic.yaml");
+    let service = example("examples/seeds/story1-monolithic.yaml");
     assert_eq!(
         gang::pod_group(&service, &spec_replicas(&service), Default::default()).unwrap(),
         None

@@ -511,6 +511,7 @@ fn every_example_passes_the_cel_rules() {
     let mut checked = 0;
     for dir in [
         "examples/inferenceservice",
+        "examples/seeds",
         "examples/scaleview",
         "examples/resourcescalinggroup",
         "examples/render",
@@ -518,6 +519,7 @@ fn every_example_passes_the_cel_rules() {
         let mut paths: Vec<_> = std::fs::read_dir(harness::repo_path(dir))
             .unwrap()
             .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
             .collect();
         paths.sort();
         for path in paths {

@@ -23,10 +23,9 @@ fn render(world: &[Value]) -> Value {
 }
 
 fn service(env: Value) -> Value {
-    let mut service = harness::yaml_documents(&harness::repo_path(
-        "examples/inferenceservice/story1-monolithic.yaml",
-    ))
-    .remove(0);
+    let mut service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story1-monolithic.yaml"))
+            .remove(0);
     service["spec"]["roles"][0]["template"]["spec"]["containers"][0]["env"] = env;
     service
 }

@@ -13,7 +13,7 @@ fn story(name: &str, upgrade: Option<&str>, routed: bool) -> Value {
     let path = if routed {
         "examples/inferenceservice/router.yaml"
     } else {
-        "examples/inferenceservice/story2-prefill-decode.yaml"
+        "examples/seeds/story2-prefill-decode.yaml"
     };
     let mut service = harness::yaml_documents(&harness::repo_path(path))
         .into_iter()

@@ -26,10 +26,7 @@ use serde_json::Value;
 const HANG: Duration = Duration::from_secs(30);
 
 fn create_review() -> (Request, Expect) {
-    let service = yaml_documents(&repo_path(
-        "examples/inferenceservice/story2-prefill-decode.yaml",
-    ))
-    .remove(0);
+    let service = yaml_documents(&repo_path("examples/seeds/story2-prefill-decode.yaml")).remove(0);
     let review = review("CREATE", &service, None);
     let uid = review["request"]["uid"].as_str().unwrap().to_owned();
     (

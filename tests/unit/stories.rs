@@ -92,7 +92,7 @@ fn assert_gang_annotations(lws: &Value, service: &str, task: &str) {
 
 #[test]
 fn story_1_monolithic_is_one_single_pod_lws_without_gang() {
-    let objects = render("examples/inferenceservice/story1-monolithic.yaml", None);
+    let objects = render("examples/seeds/story1-monolithic.yaml", None);
     assert_eq!(lws_names(&objects), ["qwen-inference-inference-0"]);
     let lws = named(&objects, "LeaderWorkerSet", "qwen-inference-inference-0");
     assert_eq!(lws["spec"]["replicas"], 1);
@@ -125,7 +125,7 @@ fn story_1_monolithic_is_one_single_pod_lws_without_gang() {
 
 #[test]
 fn story_2_prefill_decode_is_six_lws_in_one_pod_group() {
-    let objects = render("examples/inferenceservice/story2-prefill-decode.yaml", None);
+    let objects = render("examples/seeds/story2-prefill-decode.yaml", None);
     let service = "qwen-inference-service";
     assert_eq!(
         lws_names(&objects),
@@ -155,7 +155,7 @@ fn story_2_prefill_decode_is_six_lws_in_one_pod_group() {
     assert_eq!(group["spec"]["minMember"], 2);
     // The seed's "PodGroup Management" layout with the TaskMember policy.
     let seed = render(
-        "examples/inferenceservice/story2-prefill-decode.yaml",
+        "examples/seeds/story2-prefill-decode.yaml",
         Some("TaskMember"),
     );
     let group = named(&seed, "PodGroup", service);
@@ -168,10 +168,7 @@ fn story_2_prefill_decode_is_six_lws_in_one_pod_group() {
 
 #[test]
 fn story_3_multinode_is_two_lws_of_four_nodes() {
-    let objects = render(
-        "examples/inferenceservice/story3-multinode.yaml",
-        Some("TaskMember"),
-    );
+    let objects = render("examples/seeds/story3-multinode.yaml", Some("TaskMember"));
     let service = "deepseek-r1-inference";
     assert_eq!(
         lws_names(&objects),
@@ -217,10 +214,7 @@ fn story_3_multinode_is_two_lws_of_four_nodes() {
 #[test]
 fn story_4_prefill_decode_multinode_matches_the_seed_and_design() {
     let service = "deepseek-r1-disagg";
-    let objects = render(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-        None,
-    );
+    let objects = render("examples/seeds/story4-prefill-decode-multinode.yaml", None);
     assert_eq!(
         lws_names(&objects),
         [
@@ -258,7 +252,7 @@ fn story_4_prefill_decode_multinode_matches_the_seed_and_design() {
     }
     // The seed's literal layout (TaskMember): 2 + 4 + 4 = 10, all or nothing.
     let seed = render(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
+        "examples/seeds/story4-prefill-decode-multinode.yaml",
         Some("TaskMember"),
     );
     let group = named(&seed, "PodGroup", service);
@@ -271,10 +265,7 @@ fn story_4_prefill_decode_multinode_matches_the_seed_and_design() {
 
 #[test]
 fn the_status_of_a_fresh_story_says_pending() {
-    let objects = render(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-        None,
-    );
+    let objects = render("examples/seeds/story4-prefill-decode-multinode.yaml", None);
     let service = named(&objects, "InferenceService", "deepseek-r1-disagg");
     let status = &service["status"];
     assert_eq!(status["ready"], "0/3");

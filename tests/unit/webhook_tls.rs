@@ -29,7 +29,7 @@ async fn each_kind_is_defaulted_and_validated_over_tls() {
     let cases = [
         (
             "InferenceService",
-            example("examples/inferenceservice/story2-prefill-decode.yaml", 0),
+            example("examples/seeds/story2-prefill-decode.yaml", 0),
             true,
         ),
         (
@@ -150,10 +150,7 @@ async fn warnings_and_denials_name_the_field() {
     ));
 
     // An invalid InferenceService: the message, code and causes name the field.
-    let mut service = example(
-        "examples/inferenceservice/story4-prefill-decode-multinode.yaml",
-        0,
-    );
+    let mut service = example("examples/seeds/story4-prefill-decode-multinode.yaml", 0);
     service["spec"]["roles"][1]["multinode"]["nodeCount"] = json!(0);
     let reply = admit(
         &test,
@@ -433,7 +430,7 @@ async fn malformed_requests_get_specific_errors_and_the_server_stays_healthy() {
     let addr = test.server.webhook_addr;
     let valid = review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     );
     let mut no_uid = valid.clone();
@@ -547,7 +544,7 @@ async fn probes_answer_on_the_plain_port() {
     let test = start_server(|_| {}).await;
     let body = review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     );
     admit(&test, "/validate/inferenceservices", &body).await;
@@ -579,7 +576,7 @@ async fn the_chain_is_verified_and_only_tls_1_2_and_1_3_are_spoken() {
     let test = start_server(|_| {}).await;
     let body = serde_json::to_vec(&review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     ))
     .unwrap();
@@ -640,7 +637,7 @@ async fn certificates_rotate_without_a_failed_request() {
     let tls = client_tls(&[&first.ca_pem, &second.ca_pem, &third.ca_pem]);
     let body = serde_json::to_vec(&review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     ))
     .unwrap();
@@ -812,7 +809,7 @@ async fn shutdown_finishes_in_flight_requests_and_refuses_new_connections() {
     let test = start_server(|_| {}).await;
     let body = serde_json::to_vec(&review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     ))
     .unwrap();
@@ -924,7 +921,7 @@ async fn a_request_head_that_stalls_or_an_idle_connection_is_closed() {
     // the close.
     let body = serde_json::to_vec(&review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     ))
     .unwrap();
@@ -970,7 +967,7 @@ async fn a_connection_that_sends_nothing_after_the_handshake_is_closed() {
     // A request sent right away on a new connection is still answered.
     let body = serde_json::to_vec(&review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     ))
     .unwrap();
@@ -1084,7 +1081,7 @@ async fn a_client_ca_makes_the_webhook_require_a_certificate_signed_by_it() {
     let test = start_server(|o| o.client_ca = Some(client_ca.clone())).await;
     let body = serde_json::to_vec(&review(
         "CREATE",
-        &example("examples/inferenceservice/story1-monolithic.yaml", 0),
+        &example("examples/seeds/story1-monolithic.yaml", 0),
         None,
     ))
     .unwrap();
