@@ -2354,3 +2354,138 @@ pub(crate) async fn an_exclusive_rack_holds_one_replica_and_the_next_waits_for_a
         .finish(Quiet::Touching(IS, "InferenceService", name))
         .await;
 }
+
+/// The service's pods, by name: (uid, phase, restarts of its first
+/// container, being deleted).
+async fn pods_of(
+    scenario: &Scenario,
+    service: &str,
+) -> BTreeMap<String, (String, String, i64, bool)> {
+    scenario
+        .list("v1", "Pod")
+        .await
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["fusioninfer.io/service"] == service)
+        .map(|p| {
+            (
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                (
+                    p["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+                    p["status"]["phase"].as_str().unwrap_or_default().to_owned(),
+                    p["status"]["containerStatuses"][0]["restartCount"]
+                        .as_i64()
+                        .unwrap_or(0),
+                    !p["metadata"]["deletionTimestamp"].is_null(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A multi-node replica whose started pod restarts while another of its
+/// pods is still Pending keeps the pod that started: Tandem writes
+/// `RecreateGroupAfterStart` where the installed LWS has it (v0.9.0 here),
+/// and LWS does not recreate a group with a Pending pod. Once every pod has
+/// started, the next restart recreates the group, as it must.
+///
+/// One node of 8 GPUs and a replica of two 8-GPU pods: one pod runs and,
+/// crash-looping (kwok's stage), restarts every 2 s; the other waits for a
+/// node. Under `RecreateGroupOnPodRestart` the first restart would delete
+/// the group, the running pod with it.
+pub(crate) async fn a_multi_node_replica_is_not_recreated_while_one_of_its_pods_is_pending() {
+    let Some(scenario) = Scenario::start("nodes-after-start").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let name = "after-start";
+    let mut service = racked(name, "None", 1, 2);
+    service["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("placement");
+    service["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] =
+        json!("crash-loop");
+    scenario.create_or_fail(&service).await;
+    let lws = scenario
+        .eventually(60, "the replica's LeaderWorkerSet", || async {
+            scenario
+                .list(LWS, "LeaderWorkerSet")
+                .await
+                .into_iter()
+                .find(|l| l["metadata"]["labels"]["fusioninfer.io/service"] == name)
+                .ok_or_else(|| "none yet".to_owned())
+        })
+        .await;
+    assert_eq!(
+        lws["spec"]["leaderWorkerTemplate"]["restartPolicy"], "RecreateGroupAfterStart",
+        "{lws:#}"
+    );
+
+    let started = scenario
+        .eventually(60, "one pod restarting, the other pending", || async {
+            let pods = pods_of(&scenario, name).await;
+            let running = pods.values().find(|(_, phase, restarts, deleting)| {
+                phase == "Running" && *restarts >= 1 && !deleting
+            });
+            let pending = pods.values().any(|(_, phase, ..)| phase == "Pending");
+            match running {
+                Some((uid, ..)) if pending => Ok(uid.clone()),
+                _ => Err(format!("{pods:?}")),
+            }
+        })
+        .await;
+    // Ten more seconds of restarts: the pod that started stays, restarting.
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let pods = pods_of(&scenario, name).await;
+        assert!(
+            pods.values()
+                .any(|(uid, _, _, deleting)| *uid == started && !deleting),
+            "the group was recreated while a pod of it was pending: {pods:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let restarts = pods_of(&scenario, name)
+        .await
+        .into_values()
+        .find(|(uid, ..)| *uid == started)
+        .map(|(_, _, restarts, _)| restarts)
+        .unwrap_or_default();
+    assert!(restarts >= 3, "it kept restarting: {restarts} restarts");
+
+    // A node for the waiting pod: every pod has started, and the next
+    // restart recreates the group.
+    scenario.nodes(1).await;
+    scenario
+        .eventually(
+            90,
+            "the group recreated once all its pods started",
+            || async {
+                let pods = pods_of(&scenario, name).await;
+                if pods
+                    .values()
+                    .all(|(uid, _, _, deleting)| *uid != started || *deleting)
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{pods:?}"))
+                }
+            },
+        )
+        .await;
+
+    // The release fixed: the replica serves, and Tandem settles.
+    let mut healthy = service.clone();
+    healthy["spec"]["roles"][0]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .expect("labels")
+        .remove(HEALTH_LABEL);
+    set_spec(&scenario, name, &healthy).await;
+    wait_service_ready(&scenario, name).await;
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", name))
+        .await;
+}

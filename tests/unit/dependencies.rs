@@ -466,3 +466,18 @@ fn kubernetes_gang_renders_where_the_api_is_served_and_is_refused_where_not() {
         assert_eq!(group, expected, "{lws:#}");
     }
 }
+
+/// The LWS release the tests pin (v0.9.0) has `RecreateGroupAfterStart` in
+/// its CRD's enum, so a multi-node replica is written with the field, read
+/// from the CRD as a cluster serves it.
+#[test]
+fn the_pinned_lws_lets_a_multi_node_group_wait_for_its_pending_pods() {
+    let Some(dir) = harness::upstream_crds("the_pinned_lws_lets_a_multi_node_group_wait") else {
+        return;
+    };
+    let installed = tandem::plan::shared::installed::Installed::from_crds(&[crd(&dir, LWS_CRD)]);
+    assert_eq!(
+        tandem::plan::inference_service::topology::group_restart(&installed),
+        tandem::plan::inference_service::topology::GroupRestart::AfterStartField
+    );
+}

@@ -24,6 +24,80 @@ use crate::plan::shared::children;
 /// LeaderWorkerSet's group restart policy: any pod of a replica restarting
 /// recreates all of its pods.
 pub const RESTART_POLICY: &str = "RecreateGroupOnPodRestart";
+/// The same, but not while a pod of the group is Pending (an image pull, a
+/// scheduling wait): LWS 0.9's field value.
+pub const RESTART_AFTER_START: &str = "RecreateGroupAfterStart";
+/// LWS 0.8's way to ask for [`RESTART_AFTER_START`]'s behaviour: an
+/// annotation on the LeaderWorkerSet, read by its presence
+/// (`pkg/controllers/pod_controller.go`, 0.8 and 0.9).
+pub const RESTART_AFTER_START_ANNOTATION: &str =
+    "leaderworkerset.sigs.k8s.io/experimental-recreate-group-after-start";
+
+/// How a multi-node replica's group is recreated when one of its pods
+/// fails: never while one of its pods is still Pending, through the field
+/// where the installed LeaderWorkerSet has it, else through LWS 0.8's
+/// annotation (older releases ignore it and recreate at once).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupRestart {
+    AfterStartField,
+    AfterStartAnnotation,
+}
+
+/// The [`GroupRestart`] the installed LeaderWorkerSet allows: its CRD's
+/// `spec.leaderWorkerTemplate.restartPolicy` enum, or LWS 0.9's when
+/// nothing is known.
+pub fn group_restart(installed: &crate::plan::shared::installed::Installed) -> GroupRestart {
+    use crate::plan::shared::installed::LEADER_WORKER_SET;
+    let values = installed.find(&LEADER_WORKER_SET).map(|found| {
+        found.and_then(|f| {
+            f.spec_enum(
+                LEADER_WORKER_SET.version,
+                &["leaderWorkerTemplate", "restartPolicy"],
+            )
+        })
+    });
+    match values {
+        // Nothing known: the release Tandem is tested with.
+        None => GroupRestart::AfterStartField,
+        Some(Some(values)) if values.contains(RESTART_AFTER_START) => GroupRestart::AfterStartField,
+        Some(_) => GroupRestart::AfterStartAnnotation,
+    }
+}
+
+/// Sets how LWS recreates the group of a multi-node replica's
+/// LeaderWorkerSet `object` (single-node replicas keep [`RESTART_POLICY`]:
+/// a group of one pod has no other pod to wait for). An existing
+/// LeaderWorkerSet (`observed`) keeps its restart policy: LWS hashes the
+/// whole `leaderWorkerTemplate` into its revision, so changing it would
+/// recreate every running group; the annotation, which is no part of the
+/// revision, gives it the same behaviour.
+pub fn set_group_restart(object: &mut Value, restart: GroupRestart, observed: Option<&Value>) {
+    let group = &object["spec"]["leaderWorkerTemplate"];
+    if group["size"].as_i64().unwrap_or(1) < 2 {
+        return;
+    }
+    let kept = observed
+        .and_then(|o| o["spec"]["leaderWorkerTemplate"]["restartPolicy"].as_str())
+        .map(str::to_owned);
+    let policy = match (&kept, restart) {
+        (Some(kept), _) => kept.clone(),
+        (None, GroupRestart::AfterStartField) => RESTART_AFTER_START.to_owned(),
+        (None, GroupRestart::AfterStartAnnotation) => RESTART_POLICY.to_owned(),
+    };
+    let annotate = policy != RESTART_AFTER_START;
+    object["spec"]["leaderWorkerTemplate"]["restartPolicy"] = Value::from(policy);
+    if annotate && let Some(metadata) = object["metadata"].as_object_mut() {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(
+                RESTART_AFTER_START_ANNOTATION.to_owned(),
+                Value::from("true"),
+            );
+        }
+    }
+}
 
 /// Ray's GCS port on the leader, which workers join.
 pub const RAY_PORT: i32 = 6379;
@@ -842,6 +916,76 @@ mod tests {
             }
             assert!(read >= 1, "{}", release.title());
         }
+    }
+
+    /// An LWS CRD whose `restartPolicy` allows `values`.
+    fn lws_crd(values: &[&str]) -> crate::plan::shared::installed::Installed {
+        crate::plan::shared::installed::Installed::from_crds([&json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "spec": {"group": "leaderworkerset.x-k8s.io", "names": {"kind": "LeaderWorkerSet"},
+                "versions": [{"name": "v1", "served": true, "schema": {"openAPIV3Schema": {
+                    "properties": {"spec": {"properties": {"leaderWorkerTemplate": {"properties": {
+                        "restartPolicy": {"type": "string", "enum": values}}}}}}}}}]}})])
+    }
+
+    #[test]
+    fn a_multi_node_group_is_not_recreated_while_a_pod_is_pending() {
+        use crate::plan::shared::installed::ASSUMED;
+        let nine = lws_crd(&[
+            "Default",
+            "RecreateGroupOnPodRestart",
+            "RecreateGroupAfterStart",
+            "None",
+        ]);
+        let eight = lws_crd(&["Default", "RecreateGroupOnPodRestart", "None"]);
+        assert_eq!(group_restart(&nine), GroupRestart::AfterStartField);
+        assert_eq!(group_restart(&ASSUMED), GroupRestart::AfterStartField);
+        assert_eq!(group_restart(&eight), GroupRestart::AfterStartAnnotation);
+
+        let service = story(4);
+        let built = || {
+            leader_worker_set(
+                &service,
+                &service.spec.roles[0],
+                0,
+                "abc",
+                &children::Naming::Plain,
+                &Placement::default(),
+            )
+            .unwrap()
+        };
+        let policy = |o: &Value| o["spec"]["leaderWorkerTemplate"]["restartPolicy"].clone();
+        let annotated =
+            |o: &Value| o["metadata"]["annotations"][RESTART_AFTER_START_ANNOTATION] == "true";
+        // A new group: the field where LWS has it, else the annotation.
+        let mut new = built();
+        set_group_restart(&mut new, GroupRestart::AfterStartField, None);
+        assert_eq!(policy(&new), RESTART_AFTER_START);
+        assert!(!annotated(&new));
+        let mut older = built();
+        set_group_restart(&mut older, GroupRestart::AfterStartAnnotation, None);
+        assert_eq!(policy(&older), RESTART_POLICY);
+        assert!(annotated(&older));
+        // A running group keeps its policy (a new one would be a new LWS
+        // revision, recreating it) and gets the annotation instead.
+        let mut running = built();
+        let observed = older.clone();
+        set_group_restart(&mut running, GroupRestart::AfterStartField, Some(&observed));
+        assert_eq!(policy(&running), RESTART_POLICY);
+        assert!(annotated(&running));
+        // A single-node replica is left as it was.
+        let single = story(1);
+        let mut one = leader_worker_set(
+            &single,
+            &single.spec.roles[0],
+            0,
+            "abc",
+            &children::Naming::Plain,
+            &Placement::default(),
+        )
+        .unwrap();
+        set_group_restart(&mut one, GroupRestart::AfterStartField, None);
+        assert_eq!(policy(&one), RESTART_POLICY);
     }
 
     #[test]

@@ -171,6 +171,22 @@ impl Found {
         ))
     }
 
+    /// The values the served `version`'s schema allows at `path` under
+    /// `spec` (its `enum`), if it lists them.
+    pub fn spec_enum(&self, version: &str, path: &[&str]) -> Option<BTreeSet<String>> {
+        let mut schema = self.spec_schemas.get(version)?;
+        for field in path {
+            schema = &schema["properties"][*field];
+        }
+        let values = schema["enum"].as_array()?;
+        Some(
+            values
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+        )
+    }
+
     /// Whether `version` is served.
     pub fn serves(&self, version: &str) -> bool {
         self.served.contains_key(version)

@@ -248,12 +248,29 @@ impl<'a> RoleRun<'a> {
                 })
                 .as_ref()
                 .map_err(Clone::clone)?;
-            return Ok(dressed.leader_worker_set(index, &self.run.naming, replica));
+            return Ok(self.restarting(
+                dressed.leader_worker_set(index, &self.run.naming, replica),
+                index,
+            ));
         }
-        Ok(self
-            .templates()?
-            .dressed(self.service, self.role, label, &self.placement())
-            .leader_worker_set(index, &self.run.naming, replica))
+        Ok(self.restarting(
+            self.templates()?
+                .dressed(self.service, self.role, label, &self.placement())
+                .leader_worker_set(index, &self.run.naming, replica),
+            index,
+        ))
+    }
+
+    /// The LeaderWorkerSet of replica `index` with the group restart the
+    /// installed LWS allows, an existing one's kept
+    /// ([`topology::set_group_restart`]).
+    fn restarting(&self, mut object: Value, index: u32) -> Value {
+        topology::set_group_restart(
+            &mut object,
+            topology::group_restart(self.world.installed),
+            self.at_index(index),
+        );
+        object
     }
 
     fn templates(&self) -> Result<&topology::RoleTemplates, String> {
