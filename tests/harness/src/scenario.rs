@@ -551,12 +551,26 @@ impl Scenario {
         // moving world, not a write of a settled one: it starts over, for
         // at most 90 s.
         let moving_until = tokio::time::Instant::now() + Duration::from_secs(90);
+        let pace = tandem::plan::inference_service::status::STATUS_PACE.longest();
         let before = loop {
             let seen = self.settled_writes().await;
+            let lead_in_since = jiff::Timestamp::now()
+                .checked_sub(jiff::SignedDuration::try_from(pace).unwrap_or_default())
+                .unwrap_or(jiff::Timestamp::MIN);
             let before = reconciles();
             tokio::time::sleep(Duration::from_secs(seconds)).await;
             let writes = self.writes();
-            match quiet_window(&writes[seen.min(writes.len())..]) {
+            let (earlier, window) = writes.split_at(seen.min(writes.len()));
+            let lead_in: Vec<Request> = earlier
+                .iter()
+                .filter(|w| {
+                    w.time
+                        .parse::<jiff::Timestamp>()
+                        .is_ok_and(|t| t >= lead_in_since)
+                })
+                .cloned()
+                .collect();
+            match quiet_window(&lead_in, window) {
                 QuietWindow::Quiet => break before,
                 QuietWindow::Moved(changes) if tokio::time::Instant::now() < moving_until => {
                     eprintln!(
@@ -758,14 +772,20 @@ pub enum QuietWindow {
 }
 
 /// Reads a quiet check's window: `window` is the namespace's writes in
-/// it, in the audit log's order.
-pub fn quiet_window(window: &[Request]) -> QuietWindow {
+/// it, in the audit log's order, and `lead_in` those of the status pace
+/// before it (`tandem::plan::inference_service::status::STATUS_PACE`):
+/// Tandem writes the pods ready inside a replica once every ten seconds,
+/// so a status patch in the window may answer a pod that moved in the
+/// lead-in, and that is the world moving too.
+pub fn quiet_window(lead_in: &[Request], window: &[Request]) -> QuietWindow {
     let Some(first) = window.iter().position(Request::by_tandem) else {
         return QuietWindow::Quiet;
     };
-    let moved: Vec<String> = window[..first]
-        .iter()
-        .filter(|w| w.resource == "pods")
+    let moved_pod = |w: &&Request| w.resource == "pods" && !w.by_tandem();
+    let status_first = window[first].subresource.as_deref() == Some("status");
+    let owed = lead_in.iter().filter(|_| status_first).filter(moved_pod);
+    let moved: Vec<String> = owed
+        .chain(window[..first].iter().filter(moved_pod))
         .map(Request::summary)
         .collect();
     if moved.is_empty() {
