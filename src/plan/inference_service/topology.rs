@@ -668,18 +668,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn single_node_keeps_the_template_and_adds_labels() {
-        let service = story(1);
-        let lws = leader_worker_set(
-            &service,
+    /// Replica `index` of `service`'s first role, in revision `abc`, named
+    /// plainly, placed nowhere in particular.
+    fn replica(service: &InferenceService, index: u32) -> Value {
+        leader_worker_set(
+            service,
             &service.spec.roles[0],
-            1,
+            index,
             "abc",
             &children::Naming::Plain,
             &Placement::default(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn single_node_keeps_the_template_and_adds_labels() {
+        let service = story(1);
+        let lws = replica(&service, 1);
         assert_eq!(lws["metadata"]["name"], "deepseek-r1-inference-inference-1");
         assert_eq!(lws["spec"]["replicas"], 1);
         let group = &lws["spec"]["leaderWorkerTemplate"];
@@ -763,15 +769,7 @@ mod tests {
                 "template": {"spec": {"containers": [container]}}}]}
         }))
         .unwrap();
-        let lws = leader_worker_set(
-            &service,
-            &service.spec.roles[0],
-            0,
-            "r",
-            &children::Naming::Plain,
-            &Placement::default(),
-        )
-        .unwrap();
+        let lws = replica(&service, 0);
         let group = &lws["spec"]["leaderWorkerTemplate"];
         (
             group["leaderTemplate"]["spec"]["containers"][0].clone(),
@@ -943,17 +941,7 @@ mod tests {
         assert_eq!(group_restart(&eight), GroupRestart::AfterStartAnnotation);
 
         let service = story(4);
-        let built = || {
-            leader_worker_set(
-                &service,
-                &service.spec.roles[0],
-                0,
-                "abc",
-                &children::Naming::Plain,
-                &Placement::default(),
-            )
-            .unwrap()
-        };
+        let built = || replica(&service, 0);
         let policy = |o: &Value| o["spec"]["leaderWorkerTemplate"]["restartPolicy"].clone();
         let annotated =
             |o: &Value| o["metadata"]["annotations"][RESTART_AFTER_START_ANNOTATION] == "true";
@@ -975,15 +963,7 @@ mod tests {
         assert!(annotated(&running));
         // A single-node replica is left as it was.
         let single = story(1);
-        let mut one = leader_worker_set(
-            &single,
-            &single.spec.roles[0],
-            0,
-            "abc",
-            &children::Naming::Plain,
-            &Placement::default(),
-        )
-        .unwrap();
+        let mut one = replica(&single, 0);
         set_group_restart(&mut one, GroupRestart::AfterStartField, None);
         assert_eq!(policy(&one), RESTART_POLICY);
     }
@@ -1017,15 +997,7 @@ mod tests {
         value["spec"]["roles"][0]["template"]["spec"]["containers"][0]["readinessProbe"] =
             json!({"tcpSocket": {"port": 8000}});
         let service: InferenceService = serde_json::from_value(value).unwrap();
-        let lws = leader_worker_set(
-            &service,
-            &service.spec.roles[0],
-            0,
-            "r",
-            &children::Naming::Plain,
-            &Placement::default(),
-        )
-        .unwrap();
+        let lws = replica(&service, 0);
         assert_eq!(
             lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["readinessProbe"],
             json!({"tcpSocket": {"port": 8000}})
