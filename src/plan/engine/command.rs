@@ -208,7 +208,12 @@ pub fn parse(release: &Release, words: &[Word]) -> CommandLine {
         }
         let (written, inline) = match text.split_once('=') {
             Some((name, value)) => (name, Some(value.to_owned())),
-            None => (text, None),
+            None => match attached(release, text) {
+                // `-O3`: a short option with its value attached, as
+                // argparse reads it.
+                Some((flag, value)) => (flag, Some(value.to_owned())),
+                None => (text, None),
+            },
         };
         match resolve(release, written) {
             Resolved::Flag { flag, key } => {
@@ -243,6 +248,17 @@ pub fn parse(release: &Release, words: &[Word]) -> CommandLine {
         }
     }
     line
+}
+
+/// A short option of `release` that takes a value, with the value
+/// attached to it (`-O3`, `-tp8` is not: only a dash and one letter).
+fn attached<'t>(release: &Release, text: &'t str) -> Option<(&'t str, &'t str)> {
+    if text.starts_with("--") || release.flags.contains(text) {
+        return None;
+    }
+    let flag = text.get(..2)?;
+    let value = text.get(2..).filter(|v| !v.is_empty())?;
+    (release.flags.contains(flag) && !release.boolean_flags.contains(flag)).then_some((flag, value))
 }
 
 enum Resolved {
@@ -384,6 +400,7 @@ mod tests {
             "--tensor-paralel-size",
             "2",
             "--max",
+            "-O3",
         ]
         .iter()
         .enumerate()
@@ -410,6 +427,7 @@ mod tests {
                 ("--enforce-eager", None, None),
                 ("--max-num-seqs", None, Some("8")),
                 ("--served-model-name", None, Some("r1")),
+                ("-O", None, Some("3")),
             ]
         );
         assert_eq!(line.unknown.len(), 2, "{:?}", line.unknown);
