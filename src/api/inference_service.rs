@@ -307,6 +307,22 @@ impl Role {
         self.component_type == ComponentType::Router
     }
 
+    /// What one pod of the role requests, per resource, as the scheduler
+    /// counts it ([`super::quantity::pod_requests`]): what a gang reserves,
+    /// and the GPUs an engine's parallelism must use.
+    pub fn pod_requests(&self) -> Result<BTreeMap<String, super::quantity::Quantity>, String> {
+        let template = self
+            .template
+            .as_ref()
+            .ok_or_else(|| format!("role {:?}: has no pod template", self.name))?;
+        let template: PodTemplateSpec = parse_at(template, "template")
+            .map_err(|v| format!("role {:?}: not a PodTemplateSpec: {v}", self.name))?;
+        let pod = template
+            .spec
+            .ok_or_else(|| format!("role {:?}: template has no pod spec", self.name))?;
+        super::quantity::pod_requests(&pod).map_err(|e| format!("role {:?}: {e}", self.name))
+    }
+
     pub fn scale_down_policy(&self) -> RoleScaleDownPolicy {
         self.scale_down
             .as_ref()

@@ -28,7 +28,7 @@ pub fn check(spec: &InferenceServiceSpec) -> Vec<String> {
         else {
             continue;
         };
-        let per_pod = pod_gpus(containers);
+        let per_pod = pod_gpus(role);
         for (c, container) in containers.iter().enumerate() {
             let field = format!("spec.roles[{r}].template.spec.containers[{c}]");
             warnings.extend(check_container(role, container, per_pod, &field));
@@ -37,34 +37,25 @@ pub fn check(spec: &InferenceServiceSpec) -> Vec<String> {
     warnings
 }
 
-/// The GPUs of each of a replica's pods: every container's limits, else
-/// requests.
-fn pod_gpus(containers: &[Value]) -> u64 {
-    containers
+/// The GPUs each of a replica's pods asks for, as the scheduler counts them
+/// ([`Role::pod_requests`], which the gang reserves with too); 0 for a
+/// template that does not parse (admission refuses it on its own).
+fn pod_gpus(role: &Role) -> u64 {
+    let Ok(requests) = role.pod_requests() else {
+        return 0;
+    };
+    GPU_RESOURCES
         .iter()
-        .map(|c| {
-            GPU_RESOURCES
-                .iter()
-                .map(|resource| {
-                    let limit = &c["resources"]["limits"][resource];
-                    let asked = if limit.is_null() {
-                        &c["resources"]["requests"][resource]
-                    } else {
-                        limit
-                    };
-                    quantity(asked)
-                })
-                .sum::<u64>()
+        .filter_map(|resource| requests.get(*resource))
+        .map(|q| {
+            // GPUs come in whole devices (admission refuses a fraction).
+            q.to_decimal()
+                .trunc()
+                .to_string()
+                .parse::<u64>()
+                .unwrap_or(0)
         })
         .sum()
-}
-
-/// A whole-number quantity ("8" or 8); GPUs come in whole devices.
-fn quantity(value: &Value) -> u64 {
-    value
-        .as_u64()
-        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
-        .unwrap_or(0)
 }
 
 fn strings(value: &Value) -> Vec<String> {
@@ -158,12 +149,12 @@ fn kv_transfer(release: &Release, role: &Role, line: &CommandLine, field: &str) 
                     None => {
                         let parsed: Value = serde_json::from_str(value).unwrap_or(Value::Null);
                         if let Some(name) = parsed["kv_connector"].as_str() {
-                            connector = Some((name.to_owned(), given.value_field.clone()));
+                            connector = Some((name.to_owned(), given.field.clone()));
                         }
                         module_path |= !parsed["kv_connector_module_path"].is_null();
                     }
                     Some("kv_connector") => {
-                        connector = Some((value.to_owned(), given.value_field.clone()));
+                        connector = Some((value.to_owned(), given.field.clone()));
                     }
                     Some("kv_connector_module_path") => module_path = true,
                     Some(_) => {}
@@ -196,7 +187,7 @@ fn kv_transfer(release: &Release, role: &Role, line: &CommandLine, field: &str) 
             {
                 warnings.push(format!(
                     "{}: {} has no transfer backend {backend}{}; it has {}",
-                    given.value_field,
+                    given.field,
                     release.title(),
                     hint(command::nearest(backend, release.transfer_backends.iter())),
                     names(&release.transfer_backends)
@@ -221,28 +212,33 @@ fn parallelism(
         // No GPU asked for (a CPU build, a simulator): nothing to match.
         return Vec::new();
     }
-    let size = |flags: &[&str]| -> u64 {
-        line.value(flags)
-            .and_then(|o| o.value.as_deref())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1)
+    // 1 when not given; None when given as something else than a number
+    // (`$(TP)`), which only the pod knows: then nothing is said.
+    let size = |flags: &[&str]| -> Option<u64> {
+        match line.value(flags).and_then(|o| o.value.as_deref()) {
+            None => Some(1),
+            Some(value) => value.parse().ok(),
+        }
     };
-    let (tensor, pipeline, data) = match release.engine {
+    let sizes = match release.engine {
         Engine::Vllm => (
             size(&["--tensor-parallel-size", "-tp"]),
             size(&["--pipeline-parallel-size", "-pp"]),
             size(&["--data-parallel-size", "-dp"]),
         ),
         Engine::Sglang => (
-            size(&["--tp-size", "--tensor-parallel-size", "--tp"]),
-            size(&["--pp-size", "--pipeline-parallel-size", "--pp"]),
+            size(&["--tp-size", "--tensor-parallel-size"]),
+            size(&["--pp-size", "--pipeline-parallel-size"]),
             // Data-parallel attention runs inside the tensor-parallel group.
             if line.has(&["--enable-dp-attention"]) {
-                1
+                Some(1)
             } else {
-                size(&["--dp-size", "--data-parallel-size", "--dp"])
+                size(&["--dp-size", "--data-parallel-size"])
             },
         ),
+    };
+    let (Some(tensor), Some(pipeline), Some(data)) = sizes else {
+        return Vec::new();
     };
     let used = tensor.saturating_mul(pipeline).saturating_mul(data);
     if used == gpus {
@@ -281,7 +277,7 @@ fn multi_node(release: &Release, role: &Role, line: &CommandLine) -> Vec<String>
             (backend != wanted).then(|| {
                 format!(
                     "{}: role {} spans {} nodes, which Tandem starts for {} {how}, on the {wanted} executor; --distributed-executor-backend {backend} contradicts it",
-                    given.value_field,
+                    given.field,
                     role.name,
                     role.node_count(),
                     release.title()
@@ -478,6 +474,10 @@ mod tests {
         let cpu =
             json!({"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "args": ["-tp", "2"]});
         assert!(check(&spec("worker", 1, cpu)).is_empty());
+        // A size only the pod knows (a variable the kubelet expands).
+        let mut variable = vllm("vllm/vllm-openai:v0.11.0", &["-tp", "$(TP_SIZE)"]);
+        variable["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+        assert!(check(&spec("worker", 1, variable)).is_empty());
     }
 
     #[test]

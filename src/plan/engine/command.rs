@@ -24,10 +24,9 @@ pub struct Given {
     /// `--kv-transfer-config.kv_connector`).
     pub key: Option<String>,
     pub value: Option<String>,
-    /// Where the flag was written.
+    /// Where its value was written: the next word's field, or the flag's own
+    /// for `--flag=value`, `-O3` and a flag that takes none.
     pub field: String,
-    /// Where its value was written (the flag's own field for `--flag=value`).
-    pub value_field: String,
 }
 
 /// What the command line says, option by option.
@@ -218,13 +217,13 @@ pub fn parse(release: &Release, words: &[Word]) -> CommandLine {
         match resolve(release, written) {
             Resolved::Flag { flag, key } => {
                 let takes_value = key.is_some() || !release.boolean_flags.contains(&flag);
-                let mut value_field = word.field.clone();
+                let mut field = word.field.clone();
                 let value = match inline {
                     Some(value) => Some(value),
                     None if takes_value => {
                         let next = words.get(i);
                         if let Some(next) = next {
-                            value_field.clone_from(&next.field);
+                            field.clone_from(&next.field);
                             i = i.saturating_add(1);
                         }
                         next.map(|w| w.text.clone())
@@ -235,8 +234,7 @@ pub fn parse(release: &Release, words: &[Word]) -> CommandLine {
                     flag,
                     key,
                     value,
-                    field: word.field.clone(),
-                    value_field,
+                    field,
                 });
             }
             Resolved::Unknown { nearest, ambiguous } => line.unknown.push(Unknown {

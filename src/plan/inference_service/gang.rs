@@ -12,13 +12,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Add, Mul};
 
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde_json::{Value, json};
 
 use crate::api::inference_service::{
     ComponentType, GangPolicy, GangScheduler, InferenceService, InferenceServiceSpec, Role,
 };
-use crate::api::quantity::{Quantity, pod_requests};
+use crate::api::quantity::Quantity;
 use crate::plan::shared::children::{self, GROUP_NAME_ANNOTATION, TASK_SPEC_ANNOTATION};
 use crate::plan::shared::installed::{Installed, NATIVE_POD_GROUP, POD_GROUP};
 
@@ -265,24 +264,11 @@ fn gang_roles<'a>(
             Ok(GangRole {
                 role,
                 pods,
-                pod_requests: role_pod_requests(role)?,
+                pod_requests: role.pod_requests()?,
                 indices: replicas.get(&role.name).cloned().unwrap_or_default(),
             })
         })
         .collect()
-}
-
-fn role_pod_requests(role: &Role) -> Result<BTreeMap<String, Quantity>, String> {
-    let template = role
-        .template
-        .as_ref()
-        .ok_or_else(|| format!("role {:?}: has no pod template", role.name))?;
-    let template: PodTemplateSpec = crate::api::parse_at(template, "template")
-        .map_err(|v| format!("role {:?}: not a PodTemplateSpec: {v}", role.name))?;
-    let pod: PodSpec = template
-        .spec
-        .ok_or_else(|| format!("role {:?}: template has no pod spec", role.name))?;
-    pod_requests(&pod).map_err(|e| format!("role {:?}: {e}", role.name))
 }
 
 /// `subGroupPolicy` with the minimal viable set as `minMember`/`minResources`.
