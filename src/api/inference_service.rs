@@ -235,6 +235,48 @@ pub struct Role {
     /// pods, counted in replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption_budget: Option<DisruptionBudget>,
+
+    /// Serving roles: how a replica whose containers keep restarting is
+    /// recreated. Tandem holds it with no pods for a back-off that doubles
+    /// with each restart, and past `maxRestarts` marks it failed and holds
+    /// it until the role's template or this setting changes. Unset:
+    /// LeaderWorkerSet recreates the group at once, every time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// A replica's bounded recovery (RBG's `restartPolicyConfig` back-off, LWS
+/// KEP-820's `maxGroupRestarts`): after each restart of one of its
+/// containers the replica is scaled to no pods for `backoffSeconds ×
+/// 2^(restarts-1)`, at most `maxBackoffSeconds`, then recreated.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Recovery {
+    /// Seconds the replica holds no pods after its first restart. Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = Recovery::MAX_SECONDS))]
+    pub backoff_seconds: Option<i64>,
+    /// The longest back-off, in seconds; also how long a replica must stay
+    /// ready before its restarts are forgotten. Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = Recovery::MAX_SECONDS))]
+    pub max_backoff_seconds: Option<i64>,
+    /// Restarts after which the replica is failed: it holds no pods until
+    /// the role's template or this setting changes. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = Recovery::MAX_RESTARTS))]
+    pub max_restarts: Option<i32>,
+}
+
+impl Recovery {
+    /// RBG's base delay.
+    pub const DEFAULT_BACKOFF_SECONDS: i64 = 30;
+    /// RBG's maximum delay (and the kubelet's ten minutes of running
+    /// before it forgets a container's back-off).
+    pub const DEFAULT_MAX_BACKOFF_SECONDS: i64 = 600;
+    /// A day: a longer wait holds a replica out for no reason it can know.
+    pub const MAX_SECONDS: i64 = 86_400;
+    pub const MAX_RESTARTS: i32 = 1_000;
 }
 
 /// The drain of a replica that goes: out of the InferencePool's and the
@@ -564,6 +606,11 @@ pub struct ComponentStatus {
     /// The first failing replica: its index, pod, container and reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_reason: Option<String>,
+    /// Serving roles: replicas past their recovery limit
+    /// (`recovery.maxRestarts`), held with no pods until the role's template
+    /// or recovery changes. Counted among the failing replicas too.
+    #[serde(default)]
+    pub failed_replicas: i32,
     /// Serving roles: replicas waiting for the scheduler: a pod of theirs
     /// is bound to no node and its PodScheduled condition is False with
     /// reason Unschedulable.
@@ -968,6 +1015,7 @@ fn validate_role(role: &Role, at: &str, findings: &mut Findings) {
     let node_count_within = validate_multinode(role, at, findings);
     validate_drain_seconds(role, at, findings);
     validate_disruption_budget(role, at, findings);
+    validate_recovery(role, at, findings);
     if replicas_within && node_count_within {
         validate_role_pods(role, at, findings);
     }
@@ -1065,6 +1113,63 @@ fn validate_disruption_budget(role: &Role, at: &str, findings: &mut Findings) {
         findings.deny(
             format!("{at}.disruptionBudget.maxUnavailableReplicas"),
             limits::over(MAX_REPLICAS, count),
+        );
+    }
+}
+
+/// `recovery` only on serving roles, its seconds within 1..=a day with the
+/// base no longer than the maximum, its limit within 0..=MAX_RESTARTS.
+fn validate_recovery(role: &Role, at: &str, findings: &mut Findings) {
+    let Some(recovery) = &role.recovery else {
+        return;
+    };
+    let at = format!("{at}.recovery");
+    if role.is_router() {
+        findings.deny(
+            at,
+            "only allowed on serving roles, this role is a router (its endpoint picker is a Deployment the kubelet restarts)",
+        );
+        return;
+    }
+    let mut within = true;
+    for (field, value) in [
+        ("backoffSeconds", recovery.backoff_seconds),
+        ("maxBackoffSeconds", recovery.max_backoff_seconds),
+    ] {
+        if let Some(seconds) = value
+            && !(1..=Recovery::MAX_SECONDS).contains(&seconds)
+        {
+            within = false;
+            findings.deny(
+                format!("{at}.{field}"),
+                format!(
+                    "must be between 1 and {} (a day), got {seconds}",
+                    Recovery::MAX_SECONDS
+                ),
+            );
+        }
+    }
+    let base = recovery
+        .backoff_seconds
+        .unwrap_or(Recovery::DEFAULT_BACKOFF_SECONDS);
+    let max = recovery
+        .max_backoff_seconds
+        .unwrap_or(Recovery::DEFAULT_MAX_BACKOFF_SECONDS);
+    if within && base > max {
+        findings.deny(
+            format!("{at}.maxBackoffSeconds"),
+            format!("must be at least backoffSeconds ({base}), got {max}"),
+        );
+    }
+    if let Some(limit) = recovery.max_restarts
+        && !(0..=Recovery::MAX_RESTARTS).contains(&limit)
+    {
+        findings.deny(
+            format!("{at}.maxRestarts"),
+            format!(
+                "must be between 0 (failed at the first restart) and {}, got {limit}",
+                Recovery::MAX_RESTARTS
+            ),
         );
     }
 }
@@ -1716,6 +1821,30 @@ mod tests {
             message.contains("spec.roles[2].scaleDown: only allowed on serving roles"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn recovery_is_checked_with_its_paths() {
+        let mut value = pd();
+        value["roles"][0]["recovery"] = json!({"backoffSeconds": 0, "maxRestarts": -1});
+        value["roles"][1]["recovery"] = json!({"backoffSeconds": 120, "maxBackoffSeconds": 60});
+        value["roles"].as_array_mut().unwrap().push(json!({
+            "name": "router", "componentType": "router", "recovery": {}
+        }));
+        let message = denial(value);
+        for expected in [
+            "spec.roles[0].recovery.backoffSeconds: must be between 1 and 86400 (a day), got 0",
+            "spec.roles[0].recovery.maxRestarts: must be between 0 (failed at the first restart) and 1000, got -1",
+            "spec.roles[1].recovery.maxBackoffSeconds: must be at least backoffSeconds (120), got 60",
+            "spec.roles[2].recovery: only allowed on serving roles",
+        ] {
+            assert!(message.contains(expected), "{expected} in {message}");
+        }
+        let mut fine = pd();
+        fine["roles"][0]["recovery"] = json!({"backoffSeconds": 600, "maxRestarts": 0});
+        fine["roles"][1]["recovery"] = json!({});
+        let spec: InferenceServiceSpec = serde_json::from_value(fine).unwrap();
+        assert!(validate(&spec).is_allowed());
     }
 
     #[test]

@@ -15,9 +15,10 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::cluster::{Cluster, Part, resource, resource_of};
-use super::{Context, Error, carry_out, is_not_found, record, retry_conflicts};
+use super::cluster::{Cluster, Part, Series, resource, resource_of};
+use super::{Context, Error, carry_out, is_not_found, record_in, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
+use crate::plan::inference_service::recovery;
 use crate::plan::inference_service::service::{self as service_plan, World};
 use crate::plan::inference_service::status::{self, StatusWrite};
 use crate::plan::shared::child_kinds::{CHILD_KINDS, ChildKind};
@@ -129,13 +130,20 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     )
     .await?;
     for event in &pass.events {
-        record(
+        // A recovery's Events each say something new (the restart's
+        // number and wait): a series of their own.
+        let series = if recovery::EVENT_REASONS.contains(&event.reason) {
+            Series::Own
+        } else {
+            Series::Fold
+        };
+        record_in(
             &ctx,
             &reference,
-            event.reason,
-            &event.note,
+            (event.reason, &event.note),
             None,
             event.warning,
+            series,
         )
         .await;
     }

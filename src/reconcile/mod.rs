@@ -249,6 +249,19 @@ pub(crate) async fn record(
     child: Option<&Value>,
     warning: bool,
 ) {
+    record_in(ctx, reference, (reason, note), child, warning, Series::Fold).await;
+}
+
+/// [`record`], in a series of its own when `series` says so (an Event whose
+/// note says something new each time: a folded one keeps the first note).
+pub(crate) async fn record_in(
+    ctx: &Context,
+    reference: &ObjectReference,
+    (reason, note): (&str, &str),
+    child: Option<&Value>,
+    warning: bool,
+    series: Series,
+) {
     let secondary = child.map(|child| ObjectReference {
         api_version: child["apiVersion"].as_str().map(str::to_owned),
         kind: child["kind"].as_str().map(str::to_owned),
@@ -280,7 +293,7 @@ pub(crate) async fn record(
         action: action.to_owned(),
         secondary,
     };
-    ctx.cluster.record(reference, &event, Series::Fold).await;
+    ctx.cluster.record(reference, &event, series).await;
 }
 
 /// What [`carry_out`] did of a plan.

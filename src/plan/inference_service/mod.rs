@@ -3,7 +3,8 @@
 //! PodGroups (`pod_groups`), the router's objects
 //! (`router`), status (`status`), revisions and how a rollout moves between
 //! them (`revision`, `rollout`, `pacing`), a replica's drain out of traffic
-//! (`drain`), PodDisruptionBudgets (`disruption`), the names of
+//! (`drain`), PodDisruptionBudgets (`disruption`), a replica's bounded
+//! recreation after restarts (`recovery`), the names of
 //! every child and the rules they must keep (`names`), incremental upgrades and
 //! their traffic split (`upgrade`, `traffic`), and the whole plan of one
 //! reconcile (`service`). They implement seed 003
@@ -20,6 +21,7 @@ pub mod names;
 pub mod pacing;
 pub mod placement;
 pub mod pod_groups;
+pub mod recovery;
 pub mod revision;
 pub mod rollout;
 pub mod router;

@@ -87,6 +87,13 @@ pub struct Plan {
     pub draining: BTreeMap<String, BTreeSet<u32>>,
     /// The earliest drain deadline: the plan changes then.
     pub drain_deadline: Option<jiff::Timestamp>,
+    /// The replicas a recovery setting holds with no pods, by role and
+    /// index: whether failed (past the limit), and why
+    /// ([`super::recovery::Decision::report`]).
+    pub held: BTreeMap<String, BTreeMap<u32, (bool, String)>>,
+    /// When a recovery decision changes by itself (a back-off ends, a
+    /// replica's restarts are forgotten): the plan changes then.
+    pub recovery_wake: Option<jiff::Timestamp>,
     /// Replicas put back into traffic instead of new ones being made.
     pub events: Vec<rollout::Event>,
     /// What the service needs of the installed dependencies and lacks, and
@@ -229,6 +236,8 @@ fn plan_or_problems(
 }
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod recoveries;
 #[cfg(test)]
 mod rollouts;
 

@@ -70,6 +70,9 @@ pub const DEGRADED: &str = "Degraded";
 
 /// Degraded's (and Ready's) reason while a replica crash loops.
 pub const REPLICA_FAILING: &str = "ReplicaFailing";
+/// Degraded's (and Ready's) reason while a replica is past its recovery
+/// limit (`spec.roles[].recovery.maxRestarts`), held with no pods.
+pub const REPLICA_FAILED: &str = "ReplicaFailed";
 /// Degraded's (and Ready's) reason while a role is short of the ready
 /// replicas it had ([`lost_replicas`]).
 pub const REPLICAS_UNAVAILABLE: &str = "ReplicasUnavailable";
@@ -182,6 +185,10 @@ pub struct Observed<'a> {
     /// (a RollingUpdate in progress, revisions side by side during an
     /// upgrade): ready replicas they lose are not lost ([`lost_replicas`]).
     pub changing: BTreeSet<String>,
+    /// The replicas a recovery setting holds with no pods, by role and
+    /// index: whether failed, and why (`super::recovery`). They are failing
+    /// replicas for as long as they are held; a failed one fails its role.
+    pub held: BTreeMap<String, BTreeMap<u32, (bool, String)>>,
     /// The service's Kubernetes PodGroups (`scheduling.k8s.io`), which say
     /// why a gang waits ([`unschedulable_replicas`]).
     pub pod_groups: Vec<&'a Value>,
@@ -334,6 +341,7 @@ fn conditions(
             Some(format!("role {}: {}", role.name, degraded_because(status)?))
         })
         .collect();
+    let failed = components.iter().any(|c| c.failed_replicas > 0);
     let failing = components.iter().any(|c| c.failing_replicas > 0);
     let lost = components.iter().any(|c| c.lost_replicas > 0);
     let unschedulable = components
@@ -349,6 +357,7 @@ fn conditions(
             all_running,
             match (all_running, unschedulable, failing, lost) {
                 (true, ..) => "AllComponentsRunning",
+                (false, ..) if failed => REPLICA_FAILED,
                 (false, true, ..) => UNSCHEDULABLE,
                 (false, false, true, _) => REPLICA_FAILING,
                 (false, false, false, true) => REPLICAS_UNAVAILABLE,
@@ -384,6 +393,7 @@ fn conditions(
             DEGRADED,
             !degraded.is_empty(),
             match (failing, lost) {
+                _ if failed => REPLICA_FAILED,
                 (true, _) => REPLICA_FAILING,
                 (false, true) => REPLICAS_UNAVAILABLE,
                 (false, false) => "ReplicasHealthy",
@@ -546,7 +556,7 @@ fn recreated_after_crash(pod: &Value) -> Option<String> {
 /// LeaderWorkerSet recreate the group ([`recreated_after_crash`]). A replica
 /// whose every one of `nodes` live pods is ready is not failing, whatever
 /// its restart counts and whatever its old pods show while they terminate.
-fn failing_replicas(role: &RolePods<'_>, nodes: i32) -> Vec<String> {
+fn failing_replicas(role: &RolePods<'_>, nodes: i32) -> Vec<(u32, String)> {
     role.replicas
         .iter()
         .filter(|(_, replica)| !whole_and_ready(replica.live.iter().copied(), nodes))
@@ -561,7 +571,7 @@ fn failing_replicas(role: &RolePods<'_>, nodes: i32) -> Vec<String> {
                         .iter()
                         .find_map(|p| recreated_after_crash(p))
                 })?;
-            Some(format!("replica {index}: {reason}"))
+            Some((*index, format!("replica {index}: {reason}")))
         })
         .collect()
 }
@@ -793,6 +803,37 @@ fn whole_and_ready<'a>(pods: impl Iterator<Item = &'a Value>, nodes: i32) -> boo
     seen > 0 && i32::try_from(seen) == Ok(nodes)
 }
 
+/// A role's failed replicas (held past their recovery limit) and all its
+/// failing ones: the held first (failed before those backing off), then
+/// those whose pods show the failure ([`failing_replicas`]), each once.
+fn failing_and_held(
+    held: Option<&BTreeMap<u32, (bool, String)>>,
+    pods: &RolePods<'_>,
+    nodes: i32,
+) -> (Vec<String>, Vec<String>) {
+    let held_replicas = || held.into_iter().flatten();
+    let failed: Vec<String> = held_replicas()
+        .filter(|(_, (failed, _))| *failed)
+        .map(|(_, (_, why))| why.clone())
+        .collect();
+    let failing: Vec<String> = failed
+        .iter()
+        .cloned()
+        .chain(
+            held_replicas()
+                .filter(|(_, (failed, _))| !failed)
+                .map(|(_, (_, why))| why.clone()),
+        )
+        .chain(
+            failing_replicas(pods, nodes)
+                .into_iter()
+                .filter(|(index, _)| !held.is_some_and(|h| h.contains_key(index)))
+                .map(|(_, why)| why),
+        )
+        .collect();
+    (failed, failing)
+}
+
 fn serving_component(
     role: &Role,
     observed: &Observed<'_>,
@@ -811,10 +852,13 @@ fn serving_component(
                 .is_some_and(|name| observed.marked.contains(name))
     });
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
-    let failing = failing_replicas(pods, nodes);
+    let (failed, failing) = failing_and_held(observed.held.get(&role.name), pods, nodes);
     let waiting_for_scheduler = waiting_replicas(pods, &observed.pod_groups);
     let ready_pods = count(pods.live().filter(|p| pod_is_ready(p)).count());
-    let failure = pods.live().find_map(pod_failure);
+    let failure = failed
+        .first()
+        .map(|why| format!("{why} (past spec.roles[].recovery.maxRestarts)"))
+        .or_else(|| pods.live().find_map(pod_failure));
     let unknown = pods.live().any(|p| p["status"]["phase"] == "Unknown");
     let scheduled = pods.live().any(|p| !p["spec"]["nodeName"].is_null());
     let revisions: BTreeSet<&str> = pods
@@ -882,6 +926,7 @@ fn serving_component(
             draining_replicas,
             failing_replicas,
             failing_reason,
+            failed_replicas: count(failed.len()),
             unschedulable_replicas: count(waiting_for_scheduler.len()),
             unschedulable_reason: waiting_for_scheduler.first().cloned(),
             lost_replicas: lost,

@@ -64,27 +64,47 @@ pub fn group_restart(installed: &crate::plan::shared::installed::Installed) -> G
     }
 }
 
-/// Sets how LWS recreates the group of a multi-node replica's
-/// LeaderWorkerSet `object` (single-node replicas keep [`RESTART_POLICY`]:
-/// a group of one pod has no other pod to wait for). An existing
-/// LeaderWorkerSet (`observed`) keeps its restart policy: LWS hashes the
-/// whole `leaderWorkerTemplate` into its revision, so changing it would
-/// recreate every running group; the annotation, which is no part of the
-/// revision, gives it the same behaviour.
-pub fn set_group_restart(object: &mut Value, restart: GroupRestart, observed: Option<&Value>) {
+/// Sets how LWS recreates the group of replica LeaderWorkerSet `object`.
+///
+/// - With a recovery setting (`recovery`), never: LWS's `None`, so that
+///   Tandem recreates the group with a back-off ([`super::recovery`]).
+/// - Else a multi-node replica is recreated at once, but never while one of
+///   its pods is still Pending ([`GroupRestart`]); a single-node replica
+///   keeps [`RESTART_POLICY`] (a group of one pod has no other pod to wait
+///   for).
+///
+/// An existing LeaderWorkerSet at the same revision (`observed`) keeps its
+/// restart policy: LWS hashes the whole `leaderWorkerTemplate` into its
+/// revision, so changing it would recreate every running group; the
+/// annotation, which is no part of the revision, gives it the after-start
+/// behaviour. A new revision recreates the groups anyway and takes the
+/// policy asked for. One exception: a kept `None` without a recovery
+/// setting any more is replaced, since nothing would recreate the group.
+pub fn set_group_restart(
+    object: &mut Value,
+    restart: GroupRestart,
+    observed: Option<&Value>,
+    recovery: bool,
+) {
     let group = &object["spec"]["leaderWorkerTemplate"];
-    if group["size"].as_i64().unwrap_or(1) < 2 {
+    let multi_node = group["size"].as_i64().unwrap_or(1) >= 2;
+    if !multi_node && !recovery {
         return;
     }
+    let revision = |o: &Value| o["metadata"]["labels"][children::REVISION].clone();
     let kept = observed
+        .filter(|o| revision(o) == revision(object))
         .and_then(|o| o["spec"]["leaderWorkerTemplate"]["restartPolicy"].as_str())
+        .filter(|kept| recovery || *kept != super::recovery::NO_GROUP_RESTART)
         .map(str::to_owned);
     let policy = match (&kept, restart) {
         (Some(kept), _) => kept.clone(),
+        (None, _) if recovery => super::recovery::NO_GROUP_RESTART.to_owned(),
         (None, GroupRestart::AfterStartField) => RESTART_AFTER_START.to_owned(),
         (None, GroupRestart::AfterStartAnnotation) => RESTART_POLICY.to_owned(),
     };
-    let annotate = policy != RESTART_AFTER_START;
+    let annotate =
+        multi_node && policy != RESTART_AFTER_START && policy != super::recovery::NO_GROUP_RESTART;
     object["spec"]["leaderWorkerTemplate"]["restartPolicy"] = Value::from(policy);
     if annotate && let Some(metadata) = object["metadata"].as_object_mut() {
         let annotations = metadata
@@ -947,25 +967,68 @@ mod tests {
             |o: &Value| o["metadata"]["annotations"][RESTART_AFTER_START_ANNOTATION] == "true";
         // A new group: the field where LWS has it, else the annotation.
         let mut new = built();
-        set_group_restart(&mut new, GroupRestart::AfterStartField, None);
+        set_group_restart(&mut new, GroupRestart::AfterStartField, None, false);
         assert_eq!(policy(&new), RESTART_AFTER_START);
         assert!(!annotated(&new));
         let mut older = built();
-        set_group_restart(&mut older, GroupRestart::AfterStartAnnotation, None);
+        set_group_restart(&mut older, GroupRestart::AfterStartAnnotation, None, false);
         assert_eq!(policy(&older), RESTART_POLICY);
         assert!(annotated(&older));
         // A running group keeps its policy (a new one would be a new LWS
         // revision, recreating it) and gets the annotation instead.
         let mut running = built();
         let observed = older.clone();
-        set_group_restart(&mut running, GroupRestart::AfterStartField, Some(&observed));
+        set_group_restart(
+            &mut running,
+            GroupRestart::AfterStartField,
+            Some(&observed),
+            false,
+        );
         assert_eq!(policy(&running), RESTART_POLICY);
         assert!(annotated(&running));
         // A single-node replica is left as it was.
         let single = story(1);
         let mut one = replica(&single, 0);
-        set_group_restart(&mut one, GroupRestart::AfterStartField, None);
+        set_group_restart(&mut one, GroupRestart::AfterStartField, None, false);
         assert_eq!(policy(&one), RESTART_POLICY);
+
+        // With a recovery setting, LWS never recreates: Tandem does, with
+        // its back-off. A running group keeps its policy (and so would
+        // recreate at once, Tandem holding it after); a new revision or a
+        // new group takes None, single-node or not.
+        for (mut object, observed) in [(built(), None), (replica(&single, 0), None)] {
+            set_group_restart(&mut object, GroupRestart::AfterStartField, observed, true);
+            assert_eq!(policy(&object), "None");
+            assert!(!annotated(&object));
+        }
+        let mut kept = built();
+        set_group_restart(
+            &mut kept,
+            GroupRestart::AfterStartField,
+            Some(&observed),
+            true,
+        );
+        assert_eq!(policy(&kept), RESTART_POLICY);
+        let mut old_revision = observed.clone();
+        old_revision["metadata"]["labels"][children::REVISION] = json!("an-older-one");
+        let mut moved = built();
+        set_group_restart(
+            &mut moved,
+            GroupRestart::AfterStartField,
+            Some(&old_revision),
+            true,
+        );
+        assert_eq!(policy(&moved), "None");
+        // The setting removed: a kept None is replaced, since nothing would
+        // recreate the group any more.
+        let mut unset = built();
+        set_group_restart(
+            &mut unset,
+            GroupRestart::AfterStartField,
+            Some(&moved),
+            false,
+        );
+        assert_eq!(policy(&unset), RESTART_AFTER_START);
     }
 
     #[test]

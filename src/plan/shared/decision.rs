@@ -63,8 +63,9 @@ pub fn of_delete(step: &Delete) -> Decision {
 /// An upgrade step, by its Event's reason (`plan::inference_service::rollout`, and
 /// `ProgressDeadlineExceeded`): `upgrade_started`, `upgrade_capacity`,
 /// `upgrade_traffic`, `upgrade_complete`, `upgrade_abandoned`, the same for
-/// `rollback_`, `progress_deadline_exceeded`; `upgrade_other` for a reason
-/// not known here, so the label stays bounded.
+/// `rollback_`, `progress_deadline_exceeded`; a replica's recovery,
+/// `replica_backoff`, `replica_failed` and `recovery_reset`; `upgrade_other`
+/// for a reason not known here, so the label stays bounded.
 pub fn of_upgrade_step(reason: &str) -> Decision {
     let decision = match reason {
         "UpgradeStarted" => "upgrade_started",
@@ -76,6 +77,10 @@ pub fn of_upgrade_step(reason: &str) -> Decision {
         "RollbackTraffic" => "rollback_traffic",
         "RollbackComplete" => "rollback_complete",
         reason::PROGRESS_DEADLINE_EXCEEDED => "progress_deadline_exceeded",
+        // A replica's recovery (plan::inference_service::recovery).
+        "BackOff" => "replica_backoff",
+        "ReplicaFailed" => "replica_failed",
+        "RecoveryReset" => "recovery_reset",
         _ => "upgrade_other",
     };
     Decision {

@@ -121,11 +121,17 @@ impl Cluster {
                 self.pods.retain(|p| {
                     p["metadata"]["labels"][children::REPLICA_INDEX] != index_label.as_str()
                 });
+                // Scaled to no group (a recovery's hold): no pod.
+                if object["spec"]["replicas"] == 0 {
+                    continue;
+                }
                 let cost = self.costs.get(&index).copied().unwrap_or("0");
                 let mut new = pod(index, cost, !self.loading);
                 new["metadata"]["labels"] =
                     object["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
                         .clone();
+                new["metadata"]["uid"] = json!(format!("{index}-{at}"));
+                new["metadata"]["creationTimestamp"] = json!(now.0.to_string());
                 self.pods.push(new);
             }
         }

@@ -14,7 +14,7 @@ use crate::api::inference_service::{
 };
 use crate::plan::inference_service::rollout::{self, Members, Rollout, Run};
 use crate::plan::inference_service::{
-    drain, gang, pacing, placement, pod_groups, revision, topology, upgrade,
+    drain, gang, pacing, placement, pod_groups, recovery, revision, topology, upgrade,
 };
 use crate::plan::shared::children;
 use crate::plan::victims;
@@ -108,6 +108,9 @@ pub(super) struct RoleRun<'a> {
     full: i32,
     count: i32,
     policy: RoleScaleDownPolicy,
+    /// How a replica that keeps restarting is recreated (the role's
+    /// setting now: it is no part of a revision).
+    recovery: Option<recovery::Settings>,
     /// The revision the run's replicas of this role are labelled with.
     label: String,
     drain_seconds: i64,
@@ -176,6 +179,7 @@ impl<'a> RoleRun<'a> {
             full,
             count: upgrade::replicas_for(full, run.capacity),
             policy: current.scale_down_policy(),
+            recovery: recovery::Settings::of(current),
             label,
             drain_seconds,
             templates: std::cell::OnceCell::new(),
@@ -262,15 +266,53 @@ impl<'a> RoleRun<'a> {
     }
 
     /// The LeaderWorkerSet of replica `index` with the group restart the
-    /// installed LWS allows, an existing one's kept
-    /// ([`topology::set_group_restart`]).
+    /// installed LWS allows, or none under a recovery setting, an existing
+    /// one's kept ([`topology::set_group_restart`]).
     fn restarting(&self, mut object: Value, index: u32) -> Value {
         topology::set_group_restart(
             &mut object,
             topology::group_restart(self.world.installed),
             self.at_index(index),
+            self.recovery.is_some(),
         );
         object
+    }
+
+    /// Replica `index`'s recovery ([`recovery::decide`]) written onto its
+    /// LeaderWorkerSet `object`: the record it carries, and no pods while
+    /// it is held; its Event, its line in the role's status and when to
+    /// look again go into `plan`.
+    fn recover(&self, object: &mut Value, index: u32, plan: &mut Plan) {
+        let revision = revision::of(object).unwrap_or(&self.label).to_owned();
+        let replica = recovery::Replica {
+            role: &self.role.name,
+            index,
+            nodes: usize::try_from(self.role.node_count()).unwrap_or(1),
+            revision: &revision,
+        };
+        let decision = recovery::decide(
+            self.recovery.as_ref(),
+            &replica,
+            self.at_index(index),
+            self.replica_pods.of(&self.role.name, index),
+            self.rollout.now,
+        );
+        if let Some(record) = &decision.record {
+            annotate(object, recovery::RECORD, &record_text(record));
+        }
+        if decision.held() {
+            object["spec"]["replicas"] = Value::from(0);
+        }
+        if let Some(why) = decision.report(&replica) {
+            plan.held.entry(self.role.name.clone()).or_default().insert(
+                index,
+                (decision.standing == recovery::Standing::Failed, why),
+            );
+        }
+        if let Some(wake) = decision.wake {
+            plan.recovery_wake = Some(plan.recovery_wake.map_or(wake, |w| w.min(wake)));
+        }
+        plan.events.extend(decision.event);
     }
 
     fn templates(&self) -> Result<&topology::RoleTemplates, String> {
@@ -437,9 +479,9 @@ impl<'a> RoleRun<'a> {
                 }
                 let mut object = self.leader_worker_set(index, &self.label)?;
                 if let Some(at) = updated_at {
-                    object["metadata"]["annotations"] =
-                        serde_json::json!({pacing::UPDATED_AT: at.to_string()});
+                    annotate(&mut object, pacing::UPDATED_AT, &at.to_string());
                 }
+                self.recover(&mut object, index, plan);
                 plan.desired.push(Desired {
                     object,
                     why: why.clone().unwrap_or_else(|| {
@@ -531,8 +573,9 @@ impl<'a> RoleRun<'a> {
             .filter(|o| run.members == Members::All && revision::of(o) == Some(label))
             .and_then(|o| o["metadata"]["annotations"][pacing::UPDATED_AT].as_str())
         {
-            object["metadata"]["annotations"] = serde_json::json!({pacing::UPDATED_AT: at});
+            annotate(&mut object, pacing::UPDATED_AT, at);
         }
+        self.recover(&mut object, index, plan);
         plan.desired.push(Desired {
             object,
             why: format!(
@@ -545,6 +588,20 @@ impl<'a> RoleRun<'a> {
         });
         Ok(())
     }
+}
+
+/// Sets annotation `key` of `object` to `value`, keeping the others.
+fn annotate(object: &mut Value, key: &str, value: &str) {
+    if !object["metadata"]["annotations"].is_object() {
+        object["metadata"]["annotations"] = Value::Object(serde_json::Map::new());
+    }
+    object["metadata"]["annotations"][key] = Value::from(value);
+}
+
+/// A recovery record as its annotation carries it.
+fn record_text(record: &recovery::Record) -> String {
+    // A struct of strings, numbers and a list of strings: it serializes.
+    serde_json::to_string(record).unwrap_or_default()
 }
 
 /// One role's replicas as the drain sees them.

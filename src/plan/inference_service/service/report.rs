@@ -48,7 +48,10 @@ pub(super) fn report(
     events.extend(planned.events.iter().cloned());
     events.extend(role_events(service, &status));
     events.extend(dependency_event);
-    if let Some(deadline) = planned.drain_deadline {
+    for deadline in [planned.drain_deadline, planned.recovery_wake]
+        .into_iter()
+        .flatten()
+    {
         let left = now.0.duration_until(deadline).unsigned_abs();
         requeue = Some(requeue.map_or(left, |r: std::time::Duration| r.min(left)));
     }
@@ -125,6 +128,7 @@ pub(super) fn observed_status(
             .filter_map(|d| d.object["metadata"]["name"].as_str())
             .collect(),
         changing,
+        held: planned.held.clone(),
         pod_groups: world
             .children
             .iter()
