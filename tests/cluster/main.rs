@@ -239,6 +239,7 @@ fn scenarios() -> Vec<Planned> {
         scenario!(On::Own(first_start::PLANE), async first_start::a_first_start_over_200_services_serves_each_in_turn),
         scenario!(On::Shared, async nodes::a_crash_loop_under_group_recreation_is_one_degraded_episode_with_the_exit_and_one_event),
         scenario!(On::Shared, async nodes::a_multi_node_replica_is_not_recreated_while_one_of_its_pods_is_pending),
+        scenario!(On::Shared, async nodes::a_replica_that_keeps_restarting_backs_off_fails_at_its_limit_and_a_new_template_brings_it_back),
         scenario!(On::Shared, async pickers::the_quickstarts_service_is_admitted_and_gies_picker_holds_its_simulated_replicas),
         scenario!(On::Own(batching::PLANE), async batching::many_creations_at_once_create_each_child_once),
         scenario!(On::Shared, async nodes::a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_replica_and_a_revert_resumes),

@@ -2489,3 +2489,186 @@ pub(crate) async fn a_multi_node_replica_is_not_recreated_while_one_of_its_pods_
         .finish(Quiet::Touching(IS, "InferenceService", name))
         .await;
 }
+
+/// A replica that keeps failing is not recreated forever
+/// (`spec.roles[].recovery`, `plan::inference_service::recovery`): each
+/// restart holds it with no pods, for 3 s then 6 s, and the third restart,
+/// past `maxRestarts: 2`, fails it: its LeaderWorkerSet stays at no
+/// group, its nodes are free, its role says Failed, with one Event each.
+/// A new template brings it back, and once it has been ready for the
+/// longest back-off its restarts are forgotten.
+///
+/// One replica of two 8-GPU pods on two nodes, crash-looping (kwok's
+/// stage: a container restarts 2 s after it runs). Tandem writes LWS's
+/// restart policy `None`, so LWS never recreates the group itself.
+pub(crate) async fn a_replica_that_keeps_restarting_backs_off_fails_at_its_limit_and_a_new_template_brings_it_back()
+ {
+    let Some(scenario) = Scenario::start("nodes-recovery").await else {
+        return;
+    };
+    scenario.nodes(2).await;
+    let name = "recovery";
+    let mut service = racked(name, "None", 1, 2);
+    service["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("placement");
+    grace(&mut service, 1);
+    service["spec"]["roles"][0]["recovery"] =
+        json!({"backoffSeconds": 3, "maxBackoffSeconds": 6, "maxRestarts": 2});
+    service["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] =
+        json!("crash-loop");
+    let role = service["spec"]["roles"][0]["name"]
+        .as_str()
+        .expect("a role")
+        .to_owned();
+    scenario.create_or_fail(&service).await;
+    let lws_of = || async {
+        scenario
+            .list(LWS, "LeaderWorkerSet")
+            .await
+            .into_iter()
+            .find(|l| l["metadata"]["labels"]["fusioninfer.io/service"] == name)
+    };
+
+    // Two back-offs, then the failure.
+    let notes = scenario
+        .eventually(120, "failed past its limit", || async {
+            let notes = recovery_events(&scenario, name).await;
+            if notes.iter().any(|(reason, _)| reason == "ReplicaFailed") {
+                Ok(notes)
+            } else {
+                Err(format!("{notes:?}"))
+            }
+        })
+        .await;
+    let reasons: Vec<&str> = notes.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        reasons,
+        ["BackOff", "BackOff", "ReplicaFailed"],
+        "{notes:#?}"
+    );
+    assert!(
+        notes[0]
+            .1
+            .contains("restart 1 (limit 2): it holds no pods for 3 s"),
+        "{notes:#?}"
+    );
+    assert!(
+        notes[1]
+            .1
+            .contains("restart 2 (limit 2): it holds no pods for 6 s"),
+        "{notes:#?}"
+    );
+    assert!(
+        notes[2].1.contains("restart 3 is past maxRestarts 2")
+            && notes[2].1.contains("exit code 1 (Error)"),
+        "{notes:#?}"
+    );
+    let lws = lws_of().await.expect("the replica's LeaderWorkerSet");
+    assert_eq!(lws["spec"]["replicas"], 0, "{lws:#}");
+    assert_eq!(lws["spec"]["leaderWorkerTemplate"]["restartPolicy"], "None");
+
+    // Its nodes are released, and stay so.
+    scenario
+        .eventually(60, "no pod of the replica left", || async {
+            let pods = pods_of(&scenario, name).await;
+            if pods.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{pods:?}"))
+            }
+        })
+        .await;
+    let stored = scenario
+        .eventually(30, "the role says Failed", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", name)
+                .await
+                .expect("the service");
+            let component = &stored["status"]["components"][role.as_str()];
+            let degraded = stored["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Degraded")
+                .map(|c| c["reason"].clone());
+            if component["failedReplicas"] == 1
+                && component["phase"] == "Failed"
+                && degraded == Some(json!("ReplicaFailed"))
+                && condition(&stored, "Failed").as_deref() == Some("True")
+            {
+                Ok(stored)
+            } else {
+                Err(format!("{component} {degraded:?}"))
+            }
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        pods_of(&scenario, name).await.is_empty(),
+        "held: no pod comes back"
+    );
+    assert_eq!(
+        recovery_events(&scenario, name).await.len(),
+        3,
+        "one Event for the failure ({:#})",
+        stored["status"]
+    );
+
+    // A new template: the replica comes back, with its count begun again.
+    let mut healthy = service.clone();
+    healthy["spec"]["roles"][0]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .expect("labels")
+        .remove(HEALTH_LABEL);
+    set_spec(&scenario, name, &healthy).await;
+    wait_service_ready(&scenario, name).await;
+    let reasons: Vec<String> = recovery_events(&scenario, name)
+        .await
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(reasons.last().map(String::as_str), Some("RecoveryReset"));
+    // Ready for the longest back-off (6 s): the record is dropped.
+    scenario
+        .eventually(60, "its restarts forgotten", || async {
+            let lws = lws_of().await.ok_or("no LeaderWorkerSet")?;
+            let annotations = &lws["metadata"]["annotations"];
+            if annotations["fusioninfer.io/recovery"].is_null() && lws["spec"]["replicas"] == 1 {
+                Ok(())
+            } else {
+                Err(format!("{annotations}"))
+            }
+        })
+        .await;
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", name))
+        .await;
+}
+
+/// Tandem's recovery Events about `name` (BackOff, ReplicaFailed,
+/// RecoveryReset), oldest first: reason and note.
+async fn recovery_events(scenario: &Scenario, name: &str) -> Vec<(String, String)> {
+    let mut events: Vec<Value> = scenario
+        .list("events.k8s.io/v1", "Event")
+        .await
+        .into_iter()
+        .filter(|e| e["regarding"]["name"] == name && e["reportingController"] == "tandem")
+        .filter(|e| {
+            ["BackOff", "ReplicaFailed", "RecoveryReset"]
+                .iter()
+                .any(|r| e["reason"] == *r)
+        })
+        .collect();
+    events.sort_by(|a, b| a["eventTime"].as_str().cmp(&b["eventTime"].as_str()));
+    events
+        .iter()
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+                e["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
