@@ -696,7 +696,7 @@ fn rendered<'a>(out: &'a Value, kind: &str) -> &'a Value {
 
 #[test]
 fn render_now_shows_the_next_step_from_the_given_statuses() {
-    let (v1, v2) = ("bcff4940f0", "126408136a");
+    let (v1, v2) = ("0e66c5141c", "b0655f4937");
     let backends =
         |out: &Value| rendered(out, "HTTPRoute")["spec"]["rules"][0]["backendRefs"].clone();
     let condition = |out: &Value, t: &str| {

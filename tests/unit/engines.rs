@@ -60,18 +60,54 @@ const SEED_STORIES: [&str; 4] = [
     "examples/seeds/story4-prefill-decode-multinode.yaml",
 ];
 
-/// Worlds frozen in the middle of an operation: their LeaderWorkerSets and
-/// pods carry the revision of the service's template as it was, so a new
-/// template would be a different story. Not yet moved (issue 52).
-const FROZEN_WORLDS: [&str; 3] = [
-    "examples/render/binpack-scale-down.yaml",
-    "examples/render/incremental-upgrade-step.yaml",
-    "examples/render/rolling-update-step.yaml",
-];
+/// One container of an example: its file, its field path, the container
+/// and the pod spec around it.
+struct ExampleContainer {
+    file: String,
+    field: String,
+    container: Value,
+    pod: Value,
+}
 
-/// Every InferenceService role container of the examples, with its file and
-/// field path.
-fn example_containers() -> Vec<(String, String, Value)> {
+/// The pod templates of one object of an example, each with its field
+/// path: an InferenceService's roles, and the workloads a
+/// ResourceScalingGroup targets (a Deployment's or StatefulSet's template,
+/// a LeaderWorkerSet's leader and worker templates, a RoleBasedGroup's
+/// roles). Pods are not among them: in a world for render they stand for
+/// what runs, reduced to what Tandem reads.
+fn pod_templates(document: &Value) -> Vec<(String, Value)> {
+    let roles = |at: &str| -> Vec<(String, Value)> {
+        document["spec"]["roles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(r, role)| (format!("{at}[{r}].template"), role["template"].clone()))
+            .collect()
+    };
+    match document["kind"].as_str() {
+        Some("InferenceService" | "RoleBasedGroup") => roles("spec.roles"),
+        Some("Deployment" | "StatefulSet") => {
+            vec![(
+                "spec.template".to_owned(),
+                document["spec"]["template"].clone(),
+            )]
+        }
+        Some("LeaderWorkerSet") => ["leaderTemplate", "workerTemplate"]
+            .iter()
+            .map(|t| {
+                (
+                    format!("spec.leaderWorkerTemplate.{t}"),
+                    document["spec"]["leaderWorkerTemplate"][t].clone(),
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every container of every pod template of the examples ([`pod_templates`]).
+fn example_containers() -> Vec<ExampleContainer> {
     let mut found = Vec::new();
     for folder in std::fs::read_dir(repo_path("examples")).expect("examples") {
         let folder = folder.expect("a folder").path();
@@ -86,47 +122,29 @@ fn example_containers() -> Vec<(String, String, Value)> {
                 .display()
                 .to_string();
             for document in yaml_documents(&path) {
-                if document["kind"] != "InferenceService" {
-                    continue;
-                }
-                for (r, role) in document["spec"]["roles"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
-                    let containers = role["template"]["spec"]["containers"].as_array();
+                let object = document["metadata"]["name"].as_str().unwrap_or_default();
+                let kind = document["kind"].as_str().unwrap_or_default();
+                for (at, template) in pod_templates(&document) {
+                    let containers = template["spec"]["containers"].as_array();
                     for (c, container) in containers.into_iter().flatten().enumerate() {
-                        found.push((
-                            name.clone(),
-                            format!("spec.roles[{r}].template.spec.containers[{c}]"),
-                            container.clone(),
-                        ));
+                        found.push(ExampleContainer {
+                            file: name.clone(),
+                            field: format!("{kind} {object} {at}.spec.containers[{c}]"),
+                            container: container.clone(),
+                            pod: template["spec"].clone(),
+                        });
                     }
                 }
             }
         }
     }
-    found.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    found.sort_by(|a, b| (&a.file, &a.field).cmp(&(&b.file, &b.field)));
     found
 }
 
-/// The pod spec around a container of [`example_containers`].
-fn pod_spec_of(file: &str, field: &str) -> Value {
-    let role: usize = field["spec.roles[".len()..]
-        .split(']')
-        .next()
-        .and_then(|i| i.parse().ok())
-        .expect("a role index");
-    yaml_documents(&repo_path(file))
-        .into_iter()
-        .find(|d| d["kind"] == "InferenceService")
-        .map(|d| d["spec"]["roles"][role]["template"]["spec"].clone())
-        .expect("the service")
-}
-
 /// What a vLLM or SGLang pod needs on a GPU node, in every example but the
-/// seeds' stories and the frozen worlds: the newest release in the table, a
+/// seeds' stories (InferenceServices and the workloads the
+/// ResourceScalingGroup examples target alike): the newest release in the table, a
 /// memory-backed /dev/shm, a model cache volume that HF_HOME points into, a
 /// token Secret reference, CPU and memory requests, and startup, readiness
 /// and liveness probes on paths the release serves (SGLang's liveness on
@@ -150,11 +168,17 @@ fn every_engine_example_runs_the_newest_release_with_what_a_gpu_node_needs() {
     };
     let mut checked = 0;
     let mut problems = Vec::new();
-    for (file, field, container) in example_containers() {
+    for ExampleContainer {
+        file,
+        field,
+        container,
+        pod: spec,
+    } in example_containers()
+    {
         let Some((engine, version)) = container["image"].as_str().and_then(identify) else {
             continue;
         };
-        if SEED_STORIES.contains(&file.as_str()) || FROZEN_WORLDS.contains(&file.as_str()) {
+        if SEED_STORIES.contains(&file.as_str()) {
             continue;
         }
         checked += 1;
@@ -168,7 +192,6 @@ fn every_engine_example_runs_the_newest_release_with_what_a_gpu_node_needs() {
         let Some(release) = release(engine, &version) else {
             continue;
         };
-        let spec = pod_spec_of(&file, &field);
         let volume = |name: &str| {
             spec["volumes"]
                 .as_array()
@@ -298,7 +321,13 @@ fn the_routing_sidecar_runs_flags_and_a_connector_its_release_has() {
         .collect();
     assert!(connectors.contains("nixlv2"), "{connectors:?}");
     let mut seen = 0;
-    for (file, field, container) in example_containers() {
+    for ExampleContainer {
+        file,
+        field,
+        container,
+        ..
+    } in example_containers()
+    {
         let sidecar = format!("ghcr.io/llm-d/llm-d-routing-sidecar:{version}");
         if container["image"].as_str() != Some(sidecar.as_str()) {
             continue;
@@ -325,5 +354,49 @@ fn the_routing_sidecar_runs_flags_and_a_connector_its_release_has() {
     assert!(
         seen >= 2,
         "{seen} sidecars: the vLLM and the SGLang prefill/decode examples"
+    );
+}
+
+/// The engine containers of the examples' other workloads (the Deployments,
+/// StatefulSets and RoleBasedGroups the ResourceScalingGroup examples
+/// target, a world's LeaderWorkerSets), which no admission of Tandem sees:
+/// each pod template read as the one role of a service, the engine checks
+/// say nothing of it (every flag, connector and variable is one its release
+/// has).
+#[test]
+fn every_engine_workload_of_the_examples_passes_the_engine_checks() {
+    use tandem::api::inference_service::InferenceServiceSpec;
+    let mut checked = 0;
+    let mut warnings = BTreeSet::new();
+    for example in example_containers() {
+        if example.field.starts_with("InferenceService ")
+            || example.container["image"]
+                .as_str()
+                .and_then(tandem::plan::engine::identify)
+                .is_none()
+        {
+            continue;
+        }
+        checked += 1;
+        let spec: InferenceServiceSpec = serde_json::from_value(serde_json::json!({
+            "roles": [{"name": "workload", "componentType": "worker",
+                       "template": {"spec": example.pod}}]
+        }))
+        .expect("a pod template");
+        let pod = example
+            .field
+            .split(".spec.containers")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        for warning in tandem::plan::engine::check(&spec) {
+            warnings.insert(format!("{} {pod}: {warning}", example.file));
+        }
+    }
+    assert!(checked >= 20, "{checked} engine containers checked");
+    assert!(
+        warnings.is_empty(),
+        "{}",
+        warnings.into_iter().collect::<Vec<_>>().join("\n")
     );
 }
