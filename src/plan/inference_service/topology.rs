@@ -78,8 +78,10 @@ pub fn group_restart(installed: &crate::plan::shared::installed::Installed) -> G
 /// revision, so changing it would recreate every running group; the
 /// annotation, which is no part of the revision, gives it the after-start
 /// behaviour. A new revision recreates the groups anyway and takes the
-/// policy asked for. One exception: a kept `None` without a recovery
-/// setting any more is replaced, since nothing would recreate the group.
+/// policy asked for. One exception: a multi-node group's kept `None`
+/// without a recovery setting any more is replaced, since nothing would
+/// recreate the group (a single-node one keeps it: the kubelet restarts its
+/// one container in place, as a Deployment's).
 pub fn set_group_restart(
     object: &mut Value,
     restart: GroupRestart,
@@ -88,15 +90,20 @@ pub fn set_group_restart(
 ) {
     let group = &object["spec"]["leaderWorkerTemplate"];
     let multi_node = group["size"].as_i64().unwrap_or(1) >= 2;
-    if !multi_node && !recovery {
-        return;
-    }
     let revision = |o: &Value| o["metadata"]["labels"][children::REVISION].clone();
     let kept = observed
         .filter(|o| revision(o) == revision(object))
         .and_then(|o| o["spec"]["leaderWorkerTemplate"]["restartPolicy"].as_str())
-        .filter(|kept| recovery || *kept != super::recovery::NO_GROUP_RESTART)
         .map(str::to_owned);
+    if !multi_node && !recovery {
+        // A group of one pod: the kubelet's own restart serves it as well
+        // as a recreated group, so a kept policy stays, whatever it is.
+        if let Some(kept) = kept {
+            object["spec"]["leaderWorkerTemplate"]["restartPolicy"] = Value::from(kept);
+        }
+        return;
+    }
+    let kept = kept.filter(|kept| recovery || kept != super::recovery::NO_GROUP_RESTART);
     let policy = match (&kept, restart) {
         (Some(kept), _) => kept.clone(),
         (None, _) if recovery => super::recovery::NO_GROUP_RESTART.to_owned(),
@@ -1029,6 +1036,16 @@ mod tests {
             false,
         );
         assert_eq!(policy(&unset), RESTART_AFTER_START);
+        let mut single_none = replica(&single, 0);
+        set_group_restart(&mut single_none, GroupRestart::AfterStartField, None, true);
+        let mut single_unset = replica(&single, 0);
+        set_group_restart(
+            &mut single_unset,
+            GroupRestart::AfterStartField,
+            Some(&single_none),
+            false,
+        );
+        assert_eq!(policy(&single_unset), "None", "no restart of every replica");
     }
 
     #[test]
