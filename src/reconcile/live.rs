@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::FIELD_MANAGER;
 use super::cluster::{Cluster, Part, Series, Unserved, Written};
 use super::events::SpamFilter;
+use super::repeated_writes::{RepeatedWrites, patch_hash};
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::shared::installed::Installed;
@@ -38,6 +39,9 @@ pub struct Live {
     recorder: Recorder,
     /// At most so many Events about one object ([`super::events`]).
     spam: SpamFilter,
+    /// The last write of each own object, not sent twice while the cache
+    /// lags it ([`super::repeated_writes`]).
+    repeated: RepeatedWrites,
 }
 
 impl Live {
@@ -48,6 +52,7 @@ impl Live {
             caches,
             reporter,
             spam: SpamFilter::default(),
+            repeated: RepeatedWrites::default(),
         }
     }
 
@@ -330,6 +335,21 @@ impl Cluster for Live {
                 ..PatchParams::default()
             };
             let before = self.cached_version(resource, namespace, name);
+            let write = (resource.kind.as_str(), namespace, name, part);
+            // The patch's kind and body, as Debug prints them (the same
+            // patch built twice prints the same).
+            let hash = patch_hash(&format!("{patch:?}"));
+            if let Some(Some(cached)) = &before
+                && self.repeated.repeats(write, cached, hash)
+            {
+                tracing::debug!(
+                    kind = resource.kind,
+                    namespace,
+                    name,
+                    "the same patch as the last, which the cache does not show yet: not sent again"
+                );
+                return Ok(());
+            }
             let written = match part {
                 Part::Object => {
                     api.patch(name, &params, patch)
@@ -350,6 +370,9 @@ impl Cluster for Live {
                         .resource_version
                 }
             };
+            if let Some(Some(before)) = &before {
+                self.repeated.sent(write, before.clone(), hash);
+            }
             if let (Some(before), Some(written)) = (before, written) {
                 self.await_cached(resource, (namespace, name), before, &written)
                     .await;

@@ -23,6 +23,7 @@ pub mod live;
 pub mod memory;
 pub mod metrics;
 pub mod rate_limit;
+pub mod repeated_writes;
 pub mod resource_scaling_group;
 pub mod scale_view;
 pub mod signals;
