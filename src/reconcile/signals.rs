@@ -8,8 +8,10 @@
 //! - `tandem_role_replicas{namespace,service,role,state}`: the replicas of a
 //!   role of an InferenceService, `state` one of `desired`, `ready`,
 //!   `draining` (out of traffic, about to go), `pending` (a pod waits for the
-//!   scheduler: Unschedulable) and `failing` (a container crash-loops or
-//!   cannot pull its image); from `status.components`.
+//!   scheduler: Unschedulable), `failing` (a container crash-loops or
+//!   cannot pull its image, or the replica is held for its recovery's
+//!   back-off) and `failed` (past its recovery's `maxRestarts`, held with no
+//!   pods); from `status.components`.
 //! - `tandem_view_replicas{namespace,view,group,state}`: the split of a
 //!   ScaleView, `state` `desired` (the view's share for the group) or `ready`;
 //!   from `status.groups`.
@@ -95,6 +97,7 @@ pub fn read(
                 ("draining", component.draining_replicas),
                 ("pending", component.unschedulable_replicas),
                 ("failing", component.failing_replicas),
+                ("failed", component.failed_replicas),
             ] {
                 signals.roles.insert(
                     RoleLabels {
@@ -318,7 +321,8 @@ mod tests {
     fn component(desired: i32, ready: i32, pending: i32) -> serde_json::Value {
         json!({"desiredReplicas": desired, "readyReplicas": ready, "nodesPerReplica": 1,
                "totalPods": desired, "readyPods": ready, "phase": "Running",
-               "unschedulableReplicas": pending, "drainingReplicas": 1, "failingReplicas": 0})
+               "unschedulableReplicas": pending, "drainingReplicas": 1, "failingReplicas": 0,
+               "failedReplicas": pending.min(1)})
     }
 
     fn ratio_group(ratio: &str) -> Arc<ResourceScalingGroup> {
@@ -372,7 +376,9 @@ mod tests {
         assert_eq!(signals.roles[&role("decode", "pending")], 2);
         assert_eq!(signals.roles[&role("decode", "draining")], 1);
         assert_eq!(signals.roles[&role("decode", "failing")], 0);
-        assert_eq!(signals.roles.len(), 10, "5 states of 2 roles");
+        assert_eq!(signals.roles[&role("decode", "failed")], 1);
+        assert_eq!(signals.roles[&role("prefill", "failed")], 0);
+        assert_eq!(signals.roles.len(), 12, "6 states of 2 roles");
         let group = |state| ViewLabels {
             namespace: "llm".into(),
             view: "decode-sv".into(),

@@ -160,7 +160,7 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
     alerts_read_exported_metrics(&text);
     dashboard_reads_exported_metrics(&text);
     // The autoscaling signals, read off the service's status in the cache
-    // at the scrape: the role's five states, desired at the new two.
+    // at the scrape: the role's six states, desired at the new two.
     let of_the_role = format!(r#"namespace="default",service="{SERVICE}",role="inference","#);
     let role = |state: &str| format!(r#"{of_the_role}state="{state}""#);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -170,7 +170,7 @@ async fn metrics_after_a_scale_up_and_a_drift_repair_show_reconciles_requests_an
             .into_iter()
             .filter(|(labels, _)| labels.starts_with(&of_the_role))
             .collect();
-        if states.len() == 5 && value(&text, "tandem_role_replicas", &role("desired")) == 2.0 {
+        if states.len() == 6 && value(&text, "tandem_role_replicas", &role("desired")) == 2.0 {
             break;
         }
         assert!(
