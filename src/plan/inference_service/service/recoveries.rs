@@ -48,6 +48,17 @@ fn held_events(pass: &Pass) -> Vec<&'static str> {
         .collect()
 }
 
+/// Replica 1's write says why it is held.
+fn assert_held_note(pass: &Pass) {
+    let note = &pass
+        .apply
+        .iter()
+        .find(|a| a.object["metadata"]["name"] == "qwen-inference-1")
+        .expect("replica 1 written")
+        .note;
+    assert!(note.contains("held with no pods: replica 1: "), "{note}");
+}
+
 fn condition(service: &InferenceService, type_: &str) -> (String, String) {
     let found = service
         .status
@@ -79,6 +90,7 @@ fn a_replica_that_keeps_restarting_backs_off_fails_and_returns_when_its_template
         events.extend(held_events(&counted));
         let lws = replica_one(&counted).expect("the count is written");
         assert_eq!(lws["spec"]["replicas"], 0, "held with no pods");
+        assert_held_note(&counted);
         assert!(
             cluster
                 .pods

@@ -281,8 +281,8 @@ impl<'a> RoleRun<'a> {
     /// Replica `index`'s recovery ([`recovery::decide`]) written onto its
     /// LeaderWorkerSet `object`: the record it carries, and no pods while
     /// it is held; its Event, its line in the role's status and when to
-    /// look again go into `plan`.
-    fn recover(&self, object: &mut Value, index: u32, plan: &mut Plan) {
+    /// look again go into `plan`. Returns why it is held, if it is.
+    fn recover(&self, object: &mut Value, index: u32, plan: &mut Plan) -> Option<String> {
         let revision = revision::of(object).unwrap_or(&self.label).to_owned();
         let replica = recovery::Replica {
             role: &self.role.name,
@@ -303,16 +303,18 @@ impl<'a> RoleRun<'a> {
         if decision.held() {
             object["spec"]["replicas"] = Value::from(0);
         }
-        if let Some(why) = decision.report(&replica) {
+        let held = decision.report(&replica);
+        if let Some(why) = &held {
             plan.held.entry(self.role.name.clone()).or_default().insert(
                 index,
-                (decision.standing == recovery::Standing::Failed, why),
+                (decision.standing == recovery::Standing::Failed, why.clone()),
             );
         }
         if let Some(wake) = decision.wake {
             plan.recovery_wake = Some(plan.recovery_wake.map_or(wake, |w| w.min(wake)));
         }
         plan.events.extend(decision.event);
+        held
     }
 
     fn templates(&self) -> Result<&topology::RoleTemplates, String> {
@@ -481,17 +483,18 @@ impl<'a> RoleRun<'a> {
                 if let Some(at) = updated_at {
                     annotate(&mut object, pacing::UPDATED_AT, &at.to_string());
                 }
-                self.recover(&mut object, index, plan);
+                let held = self.recover(&mut object, index, plan);
+                let why = why.clone().unwrap_or_else(|| {
+                    format!(
+                        "replica {index} of role {} at revision {} ({} node(s))",
+                        role.name,
+                        self.label,
+                        role.node_count()
+                    )
+                });
                 plan.desired.push(Desired {
                     object,
-                    why: why.clone().unwrap_or_else(|| {
-                        format!(
-                            "replica {index} of role {} at revision {} ({} node(s))",
-                            role.name,
-                            self.label,
-                            role.node_count()
-                        )
-                    }),
+                    why: with_hold(why, held),
                 });
             }
         }
@@ -575,16 +578,17 @@ impl<'a> RoleRun<'a> {
         {
             annotate(&mut object, pacing::UPDATED_AT, at);
         }
-        self.recover(&mut object, index, plan);
+        let held = self.recover(&mut object, index, plan);
+        let why = format!(
+            "replica {index} of role {} ({} of {} replicas{share}, {} node(s) each, revision {label})",
+            role.name,
+            index.saturating_add(1),
+            self.count,
+            role.node_count(),
+        );
         plan.desired.push(Desired {
             object,
-            why: format!(
-                "replica {index} of role {} ({} of {} replicas{share}, {} node(s) each, revision {label})",
-                role.name,
-                index.saturating_add(1),
-                self.count,
-                role.node_count(),
-            ),
+            why: with_hold(why, held),
         });
         Ok(())
     }
@@ -596,6 +600,14 @@ fn annotate(object: &mut Value, key: &str, value: &str) {
         object["metadata"]["annotations"] = Value::Object(serde_json::Map::new());
     }
     object["metadata"]["annotations"][key] = Value::from(value);
+}
+
+/// A replica's reason to be written, with why it is held, if it is.
+fn with_hold(why: String, held: Option<String>) -> String {
+    match held {
+        Some(held) => format!("{why}; held with no pods: {held}"),
+        None => why,
+    }
 }
 
 /// A recovery record as its annotation carries it.
