@@ -131,8 +131,15 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     .await?;
     for event in &pass.events {
         // A recovery's Events each say something new (the restart's
-        // number and wait): a series of their own.
-        let series = if recovery::EVENT_REASONS.contains(&event.reason) {
+        // number and wait): a series of their own. They go with the write
+        // of the replica's record: a pass that wrote nothing, its cache
+        // not showing the record written a moment ago, counted that
+        // restart again and says nothing of it.
+        let recovering = recovery::EVENT_REASONS.contains(&event.reason);
+        if recovering && carried == super::Carried::Awaited {
+            continue;
+        }
+        let series = if recovering {
             Series::Own
         } else {
             Series::Fold

@@ -303,9 +303,13 @@ pub(crate) async fn record_in(
 pub(crate) enum Carried {
     /// Every write the plan asked for.
     All,
-    /// A batch, or nothing while an earlier batch is awaited: the owner is
-    /// to be planned again soon ([`batch::NEXT_STEP`]).
+    /// A batch: the owner is to be planned again soon ([`batch::NEXT_STEP`]).
     Part,
+    /// Nothing, as an earlier batch is not in the cache yet: the plan was
+    /// made from a world without Tandem's own last writes, so what it
+    /// decided from them (a restart counted again) is not to be announced;
+    /// planned again soon, like [`Carried::Part`].
+    Awaited,
 }
 
 impl Carried {
@@ -314,7 +318,7 @@ impl Carried {
     pub(crate) fn requeue(self, otherwise: Duration) -> Duration {
         match self {
             Carried::All => otherwise,
-            Carried::Part => otherwise.min(batch::NEXT_STEP),
+            Carried::Part | Carried::Awaited => otherwise.min(batch::NEXT_STEP),
         }
     }
 }
@@ -406,7 +410,9 @@ pub(crate) async fn carry_out(
     let left = planned.saturating_sub(count);
     announce(ctx, regarding, &done, left).await;
     result?;
-    Ok(if left == 0 && !awaited {
+    Ok(if awaited {
+        Carried::Awaited
+    } else if left == 0 {
         Carried::All
     } else {
         Carried::Part

@@ -218,3 +218,86 @@ async fn a_cache_that_lags_behind_a_batch_holds_the_next_until_it_shows_it() {
     assert_eq!(next.len(), 4, "{writes:#?}");
     assert!(next[0].ends_with("-inference-2"), "{next:?}");
 }
+
+/// A recovery's Event goes with the write of the replica's record: a pass
+/// whose cache has not seen the record written a moment ago (the
+/// LeaderWorkerSets' watch held back) counts the same restart again, writes
+/// nothing (the expectations), and records no second `BackOff`. Without
+/// the rule (`Carried::Awaited` ignored) each lagging pass announces the
+/// restart once more.
+#[tokio::test]
+async fn a_restart_counted_from_a_lagging_cache_is_announced_once() {
+    const SERVICE: &str = "qwen-inference";
+    let fake = FakeApi::new();
+    let ctx = paced(&fake);
+    let mut object = yaml_documents(&repo_path("examples/seeds/story1-monolithic.yaml")).remove(0);
+    object["spec"]["roles"][0]["recovery"] = json!({"backoffSeconds": 600});
+    let (admitted, _) = tandem::admission::admit(
+        tandem::admission::Kind::InferenceService,
+        "default",
+        &object,
+        None,
+        &tandem::admission::lookup::Blind,
+    )
+    .unwrap();
+    fake.insert(admitted);
+    let service_pass = || async {
+        fake.caught_up().await;
+        let stored = fake
+            .get(IS, "InferenceService", "default", SERVICE)
+            .unwrap();
+        let service: InferenceService = serde_json::from_value(stored).unwrap();
+        reconcile(Arc::new(service), ctx.clone()).await.unwrap();
+        fake.take_writes()
+    };
+    // Until the replica's LeaderWorkerSet is there (a batch at a time).
+    for _ in 0..4 {
+        service_pass().await;
+    }
+    let lws = fake
+        .get(
+            LWS,
+            "LeaderWorkerSet",
+            "default",
+            "qwen-inference-inference-0",
+        )
+        .expect("the replica's LeaderWorkerSet");
+    assert_eq!(lws["spec"]["leaderWorkerTemplate"]["restartPolicy"], "None");
+    let labels = &lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"];
+    fake.insert(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "qwen-inference-inference-0-0", "namespace": "default",
+            "uid": "pod-1", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": labels},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "vllm", "restartCount": 1,
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}
+    }));
+    let backoffs = || {
+        fake.list("events.k8s.io/v1", "Event", "default")
+            .into_iter()
+            .filter(|e| e["reason"] == "BackOff")
+            .count()
+    };
+    fake.caught_up().await;
+    // The record's write is not seen by the cache until released.
+    fake.hold_watches("leaderworkersets");
+    let writes = pass_lagging_named(&fake, &ctx, SERVICE).await;
+    assert_eq!(lws_writes(&writes).len(), 1, "the record: {writes:#?}");
+    assert_eq!(backoffs(), 1);
+    for _ in 0..3 {
+        let writes = pass_lagging_named(&fake, &ctx, SERVICE).await;
+        assert!(lws_writes(&writes).is_empty(), "{writes:#?}");
+        assert_eq!(backoffs(), 1, "announced once: {writes:#?}");
+    }
+    fake.release_watches("leaderworkersets");
+    service_pass().await;
+    assert_eq!(backoffs(), 1, "counted once");
+}
+
+/// [`pass_lagging`] of the service `name`.
+async fn pass_lagging_named(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> Vec<String> {
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stored = fake.get(IS, "InferenceService", "default", name).unwrap();
+    let service: InferenceService = serde_json::from_value(stored).unwrap();
+    reconcile(Arc::new(service), ctx.clone()).await.unwrap();
+    fake.take_writes()
+}
