@@ -2401,13 +2401,7 @@ pub(crate) async fn a_multi_node_replica_is_not_recreated_while_one_of_its_pods_
     };
     scenario.nodes(1).await;
     let name = "after-start";
-    let mut service = racked(name, "None", 1, 2);
-    service["spec"]
-        .as_object_mut()
-        .expect("a spec")
-        .remove("placement");
-    service["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] =
-        json!("crash-loop");
+    let service = crash_looping_pair(name);
     scenario.create_or_fail(&service).await;
     let lws = scenario
         .eventually(60, "the replica's LeaderWorkerSet", || async {
@@ -2508,16 +2502,10 @@ pub(crate) async fn a_replica_that_keeps_restarting_backs_off_fails_at_its_limit
     };
     scenario.nodes(2).await;
     let name = "recovery";
-    let mut service = racked(name, "None", 1, 2);
-    service["spec"]
-        .as_object_mut()
-        .expect("a spec")
-        .remove("placement");
+    let mut service = crash_looping_pair(name);
     grace(&mut service, 1);
     service["spec"]["roles"][0]["recovery"] =
         json!({"backoffSeconds": 3, "maxBackoffSeconds": 6, "maxRestarts": 2});
-    service["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] =
-        json!("crash-loop");
     let role = service["spec"]["roles"][0]["name"]
         .as_str()
         .expect("a role")
@@ -2645,6 +2633,19 @@ pub(crate) async fn a_replica_that_keeps_restarting_backs_off_fails_at_its_limit
     scenario
         .finish(Quiet::Touching(IS, "InferenceService", name))
         .await;
+}
+
+/// A service `name` of one replica of two 8-GPU pods, placed anywhere, whose
+/// containers crash-loop (kwok's stage: a restart 2 s after they run).
+fn crash_looping_pair(name: &str) -> Value {
+    let mut service = racked(name, "None", 1, 2);
+    service["spec"]
+        .as_object_mut()
+        .expect("a spec")
+        .remove("placement");
+    service["spec"]["roles"][0]["template"]["metadata"]["labels"][HEALTH_LABEL] =
+        json!("crash-loop");
+    service
 }
 
 /// Tandem's recovery Events about `name` (BackOff, ReplicaFailed,

@@ -23,10 +23,15 @@ const NAME: &str = "deepseek-r1-inference";
 fn store(fake: &FakeApi, replicas: i64) {
     let mut object = yaml_documents(&repo_path("examples/seeds/story3-multinode.yaml")).remove(0);
     object["spec"]["roles"][0]["replicas"] = json!(replicas);
+    admit_and_store(fake, &object);
+}
+
+/// `object` as admission makes it (its defaults), stored.
+fn admit_and_store(fake: &FakeApi, object: &serde_json::Value) {
     let (admitted, _) = tandem::admission::admit(
         tandem::admission::Kind::InferenceService,
         "default",
-        &object,
+        object,
         None,
         &tandem::admission::lookup::Blind,
     )
@@ -170,12 +175,7 @@ async fn unbounded_writes_everything_in_one_pass() {
 /// One pass from the caches as they are, whether or not they have seen the
 /// last writes; the writes it sent (Events included).
 async fn pass_lagging(fake: &FakeApi, ctx: &Arc<Context>) -> Vec<String> {
-    // Long enough for the watches that are not held to deliver.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let stored = fake.get(IS, "InferenceService", "default", NAME).unwrap();
-    let service: InferenceService = serde_json::from_value(stored).unwrap();
-    reconcile(Arc::new(service), ctx.clone()).await.unwrap();
-    fake.take_writes()
+    pass_lagging_named(fake, ctx, NAME).await
 }
 
 /// The expectations: a cache that has not seen a batch's LeaderWorkerSets
@@ -232,15 +232,7 @@ async fn a_restart_counted_from_a_lagging_cache_is_announced_once() {
     let ctx = paced(&fake);
     let mut object = yaml_documents(&repo_path("examples/seeds/story1-monolithic.yaml")).remove(0);
     object["spec"]["roles"][0]["recovery"] = json!({"backoffSeconds": 600});
-    let (admitted, _) = tandem::admission::admit(
-        tandem::admission::Kind::InferenceService,
-        "default",
-        &object,
-        None,
-        &tandem::admission::lookup::Blind,
-    )
-    .unwrap();
-    fake.insert(admitted);
+    admit_and_store(&fake, &object);
     let service_pass = || async {
         fake.caught_up().await;
         let stored = fake
@@ -295,6 +287,7 @@ async fn a_restart_counted_from_a_lagging_cache_is_announced_once() {
 
 /// [`pass_lagging`] of the service `name`.
 async fn pass_lagging_named(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> Vec<String> {
+    // Long enough for the watches that are not held to deliver.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let stored = fake.get(IS, "InferenceService", "default", name).unwrap();
     let service: InferenceService = serde_json::from_value(stored).unwrap();

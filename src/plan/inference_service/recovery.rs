@@ -490,6 +490,17 @@ mod tests {
         json!({"metadata": {"annotations": {RECORD: serde_json::to_string(decision.record.as_ref().unwrap()).unwrap()}}})
     }
 
+    /// The first restart of the group of pods `a` and `b`, counted at 5 s.
+    fn first_restart(s: &Settings) -> Decision {
+        decide(
+            Some(s),
+            &REPLICA,
+            None,
+            &[&pod("a", 0, 1), &pod("b", 0, 0)],
+            at(5),
+        )
+    }
+
     #[test]
     fn the_backoff_doubles_up_to_its_maximum() {
         let s = settings(None);
@@ -604,13 +615,7 @@ mod tests {
     #[test]
     fn a_pod_older_than_the_last_count_is_not_counted() {
         let s = settings(None);
-        let first = decide(
-            Some(&s),
-            &REPLICA,
-            None,
-            &[&pod("a", 0, 1), &pod("b", 0, 0)],
-            at(5),
-        );
+        let first = first_restart(&s);
         let observed = lws(&first);
         let mut old = pod("z", 1, 1);
         old["metadata"]["deletionTimestamp"] = json!(at(6).to_string());
@@ -633,13 +638,7 @@ mod tests {
     #[test]
     fn a_replica_ready_for_the_longest_backoff_forgets_its_restarts() {
         let s = settings(None);
-        let first = decide(
-            Some(&s),
-            &REPLICA,
-            None,
-            &[&pod("a", 0, 1), &pod("b", 0, 0)],
-            at(5),
-        );
+        let first = first_restart(&s);
         let observed = lws(&first);
         let ready = |uid: &str| {
             let mut p = pod(uid, 40, 0);
