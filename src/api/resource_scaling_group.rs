@@ -251,6 +251,16 @@ pub struct Binding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::number_or_string")]
     pub ratio: Option<Ratio>,
+    /// Target only, with `maxRatio` and instead of `ratio`: a band. The
+    /// Target (a ScaleView) is scaled by its own autoscaler, and Tandem keeps
+    /// its replicas at least ceil(source replicas x minRatio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::number_or_string")]
+    pub min_ratio: Option<Ratio>,
+    /// Target only, with `minRatio`: at most ceil(source replicas x maxRatio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::number_or_string")]
+    pub max_ratio: Option<Ratio>,
     /// Target only: fewest replicas, whatever the ratio gives.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
@@ -259,6 +269,14 @@ pub struct Binding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max: Option<i32>,
+}
+
+impl Binding {
+    /// Whether this binding gives its Target a band (`minRatio` or
+    /// `maxRatio`) rather than a ratio.
+    pub fn is_band(&self) -> bool {
+        self.min_ratio.is_some() || self.max_ratio.is_some()
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -375,6 +393,26 @@ pub struct ResourceScalingGroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// InplaceScaling: the band of each Target bound by `minRatio` and
+    /// `maxRatio`, from the Source's replicas. The Target's ScaleView keeps
+    /// its replicas inside it when it splits them over its roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["target"]))]
+    pub bands: Vec<Band>,
+}
+
+/// The replicas a band Target may have while its Source has `source`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Band {
+    /// The binding's name.
+    pub target: String,
+    /// The Source's replicas the band was worked out from.
+    pub source_replicas: i32,
+    /// ceil(source replicas x minRatio), within the binding's min and max.
+    pub min_replicas: i32,
+    /// ceil(source replicas x maxRatio), within the binding's min and max.
+    pub max_replicas: i32,
 }
 
 pub fn defaults(spec: &mut ResourceScalingGroupSpec) {
@@ -748,6 +786,8 @@ fn validate_bindings(bindings: &[Binding], targets: &[TargetResource], findings:
             BindingRole::Source => {
                 for (field, set) in [
                     ("ratio", binding.ratio.is_some()),
+                    ("minRatio", binding.min_ratio.is_some()),
+                    ("maxRatio", binding.max_ratio.is_some()),
                     ("min", binding.min.is_some()),
                     ("max", binding.max.is_some()),
                 ] {
@@ -759,26 +799,91 @@ fn validate_bindings(bindings: &[Binding], targets: &[TargetResource], findings:
                     }
                 }
             }
-            BindingRole::Target => validate_target_binding(binding, &here, findings),
+            BindingRole::Target => {
+                validate_target_binding(binding, &here, findings);
+                if binding.is_band()
+                    && let Some(reason) = band_target_refused(targets, &binding.name)
+                {
+                    findings.deny(format!("{here}.minRatio"), reason);
+                }
+            }
         }
     }
 }
 
+/// Why the resource a band binding names cannot take a band, if it cannot:
+/// only a ScaleView can (an autoscaler writes its `/scale`, and Tandem keeps
+/// the band when it splits the view over its roles). On anything else the
+/// Target's autoscaler and this group would both write its replicas.
+fn band_target_refused(targets: &[TargetResource], name: &str) -> Option<String> {
+    // A name that does not resolve is denied at its own field already.
+    let declaration = resolve_binding(targets, name).ok()?.declaration();
+    let target = targets.get(declaration.resource)?;
+    let object = target.object()?;
+    let is_view = object.kind == "ScaleView"
+        && object.api_version.split('/').next() == Some("fusioninfer.io");
+    if is_view && declaration.role.is_none() {
+        return None;
+    }
+    let what = match declaration.role.and_then(|r| target.sub_resources.get(r)) {
+        Some(sub) => format!("role {} of {} {}", sub.role_name, object.kind, object.name),
+        None => format!("{} {}", object.kind, object.name),
+    };
+    Some(format!(
+        "a band's Target must be a ScaleView (fusioninfer.io/v1alpha1): its autoscaler writes the view, and Tandem keeps the band when it splits the view over its roles; {what} would be written by both its autoscaler and this group. Bind the ScaleView over it, or give a ratio"
+    ))
+}
+
 fn validate_target_binding(binding: &Binding, here: &str, findings: &mut Findings) {
-    match &binding.ratio {
-        None => findings.deny(
+    let band = binding.is_band();
+    match (&binding.ratio, band) {
+        (None, false) => findings.deny(
             format!("{here}.ratio"),
-            "required for a Target: replicas become ceil(source replicas x ratio)",
+            "required for a Target: replicas become ceil(source replicas x ratio); or give minRatio and maxRatio for a band its own autoscaler moves within",
         ),
-        Some(ratio) if ratio.value().is_sign_negative() && !ratio.value().is_zero() => findings
-            .deny(
-                format!("{here}.ratio"),
-                format!("must be >= 0, got {ratio}"),
-            ),
-        Some(ratio) if ratio.value() > MAX_RATIO => {
-            findings.deny(format!("{here}.ratio"), limits::over(MAX_RATIO, ratio))
+        (Some(_), true) => findings.deny(
+            format!("{here}.ratio"),
+            "give either ratio (Tandem sets the Target) or minRatio and maxRatio (the Target's autoscaler scales it within a band), not both",
+        ),
+        _ => {}
+    }
+    if band {
+        for (field, set) in [
+            ("minRatio", binding.min_ratio.is_some()),
+            ("maxRatio", binding.max_ratio.is_some()),
+        ] {
+            if !set {
+                findings.deny(
+                    format!("{here}.{field}"),
+                    "required with the other end of the band: minRatio and maxRatio go together",
+                );
+            }
         }
-        Some(_) => {}
+    }
+    for (field, ratio) in [
+        ("ratio", &binding.ratio),
+        ("minRatio", &binding.min_ratio),
+        ("maxRatio", &binding.max_ratio),
+    ] {
+        match ratio {
+            Some(ratio) if ratio.value().is_sign_negative() && !ratio.value().is_zero() => findings
+                .deny(
+                    format!("{here}.{field}"),
+                    format!("must be >= 0, got {ratio}"),
+                ),
+            Some(ratio) if ratio.value() > MAX_RATIO => {
+                findings.deny(format!("{here}.{field}"), limits::over(MAX_RATIO, ratio))
+            }
+            _ => {}
+        }
+    }
+    if let (Some(low), Some(high)) = (&binding.min_ratio, &binding.max_ratio)
+        && high.value() < low.value()
+    {
+        findings.deny(
+            format!("{here}.maxRatio"),
+            format!("must be >= minRatio ({low}), got {high}"),
+        );
     }
     for (field, value) in [("min", binding.min), ("max", binding.max)] {
         if let Some(value) = value
@@ -1241,6 +1346,80 @@ mod tests {
         let mut value = inplace();
         value["targetResources"][1]["subResources"] = json!([{"roleName": "r"}]);
         assert!(denial(value).contains("spec.targetResources[1].subResources: only RoleBasedGroup and InferenceService have roles; a Deployment is scaled as a whole"));
+    }
+
+    /// prefill-sv -> decode-sv in a band, and router -> prefill of a
+    /// RoleBasedGroup at ratio 1.
+    fn band() -> serde_json::Value {
+        json!({
+            "targetResources": [
+                {"name": "prefill-sv", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"},
+                {"name": "decode-sv", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"},
+                {"name": "rolebasedgroup1", "apiVersion": "workloads.x-k8s.io/v1alpha1",
+                 "kind": "RoleBasedGroup", "subResources": [{"roleName": "prefill"}]},
+                {"name": "router", "apiVersion": "apps/v1", "kind": "Deployment"},
+            ],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "prefill-sv", "role": "Source"},
+                {"name": "decode-sv", "role": "Target", "minRatio": 2, "maxRatio": "4"},
+            ]}}
+        })
+    }
+
+    #[test]
+    fn a_band_has_both_ends_in_order_on_a_scale_view() {
+        let findings = validate(&spec(band()), "ai");
+        assert!(findings.is_allowed(), "{}", findings.denial_message());
+        let at = "spec.scalingStrategy.inplaceConfig.bindings[1]";
+        let with = |changes: &[(&str, serde_json::Value)]| {
+            let mut value = band();
+            let binding = &mut value["scalingStrategy"]["inplaceConfig"]["bindings"][1];
+            for (field, written) in changes {
+                if written.is_null() {
+                    binding.as_object_mut().expect("binding").remove(*field);
+                } else {
+                    binding[*field] = written.clone();
+                }
+            }
+            denial(value)
+        };
+        assert_eq!(
+            with(&[("maxRatio", json!(1))]),
+            format!("{at}.maxRatio: must be >= minRatio (2), got 1")
+        );
+        assert_eq!(
+            with(&[("maxRatio", json!(null))]),
+            format!(
+                "{at}.maxRatio: required with the other end of the band: minRatio and maxRatio go together"
+            )
+        );
+        assert_eq!(
+            with(&[("ratio", json!(3))]),
+            format!(
+                "{at}.ratio: give either ratio (Tandem sets the Target) or minRatio and maxRatio (the Target's autoscaler scales it within a band), not both"
+            )
+        );
+        assert_eq!(
+            with(&[("minRatio", json!(-1))]),
+            format!("{at}.minRatio: must be >= 0, got -1")
+        );
+        for (name, what) in [
+            ("prefill", "role prefill of RoleBasedGroup rolebasedgroup1"),
+            ("router", "Deployment router"),
+        ] {
+            assert_eq!(
+                with(&[("name", json!(name))]),
+                format!(
+                    "{at}.minRatio: a band's Target must be a ScaleView (fusioninfer.io/v1alpha1): its autoscaler writes the view, and Tandem keeps the band when it splits the view over its roles; {what} would be written by both its autoscaler and this group. Bind the ScaleView over it, or give a ratio"
+                )
+            );
+        }
+        let mut on_source = band();
+        on_source["scalingStrategy"]["inplaceConfig"]["bindings"][0]["maxRatio"] = json!(2);
+        assert_eq!(
+            denial(on_source),
+            "spec.scalingStrategy.inplaceConfig.bindings[0].maxRatio: only valid on a Target: the Source's replicas are set by its own scaler"
+        );
     }
 
     #[test]

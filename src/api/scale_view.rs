@@ -40,6 +40,11 @@ use super::{Findings, dns1123_label_error};
         json_path = ".spec.targetRef.componentType"
     ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(
+        name = "Applied",
+        type_ = "integer",
+        json_path = ".status.appliedReplicas"
+    ),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(name = "Locked", type_ = "boolean", json_path = ".status.locked"),
     printcolumn(
@@ -191,6 +196,27 @@ pub struct ScaleViewStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["group"]))]
     pub groups: Vec<GroupReplicas>,
+
+    /// The replicas the view applied: what was asked (`spec.replicas`),
+    /// clamped by the groups' constraints and by its band, if any. The
+    /// Clamped condition says why they differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_replicas: Option<i32>,
+
+    /// The band a ResourceScalingGroup keeps this view in (a binding with
+    /// `minRatio` and `maxRatio` whose Target is the view), as applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub band: Option<ViewBand>,
+}
+
+/// The band a view's replicas are kept in.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ViewBand {
+    /// The ResourceScalingGroup whose binding gives the band.
+    pub resource_scaling_group: String,
+    pub min_replicas: i32,
+    pub max_replicas: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -25,6 +25,7 @@ use super::{
     Context, Error, StatusWrite, is_conflict, is_not_found, retry_conflicts, write_status,
 };
 use crate::api::{InferenceService, ScaleView};
+use crate::plan::resource_scaling_group::band;
 use crate::plan::scale_view as view_plan;
 use crate::watch::caches::Caches;
 
@@ -53,7 +54,8 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
 
     // Observe and plan.
     let target = cluster.service(namespace, target_name);
-    let pass = view_plan::reconcile(&view, target.as_deref(), &Time((ctx.now)()));
+    let band = band::of_view(name, &cluster.groups(namespace));
+    let pass = view_plan::reconcile(&view, target.as_deref(), band.as_ref(), &Time((ctx.now)()));
     let deleting = view.metadata.deletion_timestamp.is_some();
 
     // The finalizer comes first, so the lock below cannot outlive the view.
@@ -126,9 +128,24 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
         }
     }
 
+    record(&ctx, &view, target.as_deref(), &pass.events).await;
+    Ok(if deleting {
+        Action::await_change()
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+/// Records the pass's Events on the view, its target as the related object.
+async fn record(
+    ctx: &Context,
+    view: &ScaleView,
+    target: Option<&InferenceService>,
+    events: &[view_plan::Note],
+) {
     let reference = view.object_ref(&());
-    let secondary = target.as_ref().map(|t| t.object_ref(&()));
-    for note in &pass.events {
+    let secondary = target.map(|t| t.object_ref(&()));
+    for note in events {
         let event = Event {
             type_: if note.warning {
                 EventType::Warning
@@ -140,13 +157,13 @@ pub async fn reconcile(view: Arc<ScaleView>, ctx: Arc<Context>) -> Result<Action
             action: "Scale".to_owned(),
             secondary: secondary.clone(),
         };
-        cluster.record(&reference, &event, Series::Fold).await;
+        let series = if note.is_episode() {
+            Series::Own
+        } else {
+            Series::Fold
+        };
+        ctx.cluster.record(&reference, &event, series).await;
     }
-    Ok(if deleting {
-        Action::await_change()
-    } else {
-        Action::requeue(RESYNC)
-    })
 }
 
 /// What a finalizer write refused for its resourceVersion leads to: the view

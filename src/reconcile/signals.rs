@@ -18,9 +18,14 @@
 //! - `tandem_view_requested_replicas{namespace,view}`: what was asked of the
 //!   view (`spec.replicas`, what an autoscaler writes through `/scale`).
 //!   Below or above the sum of `desired`: the view clamped it.
+//! - `tandem_view_band_distance_replicas{namespace,view}`: for a ScaleView
+//!   kept in a band by a ResourceScalingGroup, how far what was asked
+//!   (`spec.replicas`) lies outside the band: negative below its lower end,
+//!   positive above its upper end, 0 inside; from `status.band`.
 //! - `tandem_ratio_error_replicas{namespace,resourcescalinggroup,source,target}`:
 //!   for each Target of an InplaceScaling group, its ready replicas minus the
-//!   replicas its ratio gives for the Source's ready replicas. Negative: the
+//!   replicas its ratio gives for the Source's ready replicas (for a band,
+//!   the distance of its ready replicas from the band). Negative: the
 //!   Target serves fewer than the ratio asks of what the Source serves (its
 //!   new replicas wait for GPUs, say); positive: more. Read where both ends
 //!   are a role of an InferenceService or a ScaleView, whose readiness
@@ -76,6 +81,7 @@ pub struct Signals {
     pub roles: BTreeMap<RoleLabels, i64>,
     pub views: BTreeMap<ViewLabels, i64>,
     pub requested: BTreeMap<RequestedLabels, i64>,
+    pub band_distances: BTreeMap<RequestedLabels, i64>,
     pub ratio_errors: BTreeMap<RatioLabels, i64>,
 }
 
@@ -122,6 +128,18 @@ pub fn read(
                 i64::from(replicas),
             );
         }
+        if let (Some(asked), Some(band)) = (
+            view.spec.replicas,
+            view.status.as_ref().and_then(|s| s.band.as_ref()),
+        ) {
+            signals.band_distances.insert(
+                RequestedLabels {
+                    namespace: namespace.clone(),
+                    view: name.clone(),
+                },
+                band_distance(asked, band.min_replicas, band.max_replicas),
+            );
+        }
         for group in view.status.iter().flat_map(|s| &s.groups) {
             for (state, value) in [("desired", group.replicas), ("ready", group.ready_replicas)] {
                 signals.views.insert(
@@ -157,12 +175,30 @@ pub fn read(
                     source: bindings.source.to_string(),
                     target: target.endpoint.to_string(),
                 },
-                // Two i32s: their difference always fits an i64.
-                i64::from(served).saturating_sub(i64::from(target.replicas(source))),
+                if target.is_band() {
+                    let (low, high) = target.bounds(source);
+                    band_distance(served, low, high)
+                } else {
+                    // Two i32s: their difference always fits an i64.
+                    i64::from(served).saturating_sub(i64::from(target.replicas(source)))
+                },
             );
         }
     }
     signals
+}
+
+/// How far `value` lies outside the band [`low`, `high`]: negative below,
+/// positive above, 0 inside.
+fn band_distance(value: i32, low: i32, high: i32) -> i64 {
+    let value = i64::from(value);
+    if value < i64::from(low) {
+        value.saturating_sub(i64::from(low))
+    } else if value > i64::from(high) {
+        value.saturating_sub(i64::from(high))
+    } else {
+        0
+    }
 }
 
 /// The ready replicas of a binding's endpoint in `namespace`, where Tandem's
@@ -285,6 +321,14 @@ impl Collector for SignalCollector {
                 "Replicas asked of a ScaleView (spec.replicas, what an autoscaler writes through /scale); the sum of view_replicas{state=\"desired\"} differs when the view clamped it",
             ),
             &signals.requested,
+        )?;
+        encode_family(
+            &mut encoder,
+            (
+                "view_band_distance_replicas",
+                "Per ScaleView kept in a band by a ResourceScalingGroup: how far what was asked lies outside the band (negative below its lower end, positive above its upper end, 0 inside)",
+            ),
+            &signals.band_distances,
         )?;
         encode_family(
             &mut encoder,
@@ -414,6 +458,33 @@ mod tests {
         assert_eq!(error(2, 6, "4"), Some(-2), "two decode wait for GPUs");
         assert_eq!(error(1, 8, "4"), Some(4), "a prefill is not ready");
         assert_eq!(error(3, 2, "0.5"), Some(0), "ceil(3 x 0.5) is 2");
+    }
+
+    #[test]
+    fn a_band_gives_the_distance_of_what_was_asked_from_it() {
+        let distance = |asked: i32| {
+            let mut view = (*view()).clone();
+            view.spec.replicas = Some(asked);
+            view.status.as_mut().expect("status").band = Some(crate::api::scale_view::ViewBand {
+                resource_scaling_group: "pd-band".into(),
+                min_replicas: 4,
+                max_replicas: 8,
+            });
+            let signals = read(&[], &[Arc::new(view)], &[]);
+            signals
+                .band_distances
+                .get(&RequestedLabels {
+                    namespace: "llm".into(),
+                    view: "decode-sv".into(),
+                })
+                .copied()
+        };
+        assert_eq!(distance(1), Some(-3));
+        assert_eq!(distance(4), Some(0));
+        assert_eq!(distance(8), Some(0));
+        assert_eq!(distance(11), Some(3));
+        let unbanded = read(&[], &[view()], &[]);
+        assert!(unbanded.band_distances.is_empty());
     }
 
     #[test]

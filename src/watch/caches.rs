@@ -57,6 +57,7 @@ use super::discovery::ScaleDiscovery;
 use super::follows::WatchedFollows;
 use super::metrics::WatchMetrics;
 use super::{Unserved, resource};
+use crate::api::resource_scaling_group::TargetResource;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::NAME_LABEL;
@@ -977,12 +978,27 @@ fn on_group(
 ) {
     let Some(object) = new.or(old) else { return };
     triggers.index_group(old, new);
+    let namespace = ResourceExt::namespace(object).unwrap_or_default();
     if changed(old, new, false) {
-        triggers.group_for(
-            &ResourceExt::namespace(object).unwrap_or_default(),
-            &object.name_any(),
-            own_cause(old, new),
-        );
+        triggers.group_for(&namespace, &object.name_any(), own_cause(old, new));
+    }
+    // A band moved, came or went (`status.bands`, or the spec that makes
+    // them): the views the group names apply it.
+    let (old_bands, new_bands) = [old, new]
+        .map(|group| group.map(|g| (&g.spec, g.status.as_ref().map(|s| &s.bands))))
+        .into();
+    if old_bands != new_bands {
+        let views: BTreeSet<&str> = [old, new]
+            .into_iter()
+            .flatten()
+            .flat_map(|g| &g.spec.target_resources)
+            .filter_map(TargetResource::object)
+            .filter(|o| o.kind == "ScaleView")
+            .map(|o| o.name)
+            .collect();
+        for view in views {
+            triggers.view(&namespace, view);
+        }
     }
 }
 

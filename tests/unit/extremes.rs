@@ -159,7 +159,7 @@ proptest! {
                      "replicas": replicas, "scalePolicy": policies},
         }))
         .unwrap();
-        let pass = scale_view::reconcile(&view, Some(&target), &now());
+        let pass = scale_view::reconcile(&view, Some(&target), None, &now());
         for role in &pass.roles {
             prop_assert!((0..=MAX_REPLICAS).contains(&role.to), "{} to {}", role.role, role.to);
         }

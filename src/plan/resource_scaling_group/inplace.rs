@@ -34,7 +34,7 @@ use super::dag::FollowGraph;
 use super::propagation;
 use super::ratio::{self, Bindings, Endpoint, TargetBinding};
 use crate::api::resource_scaling_group::{
-    ResourceScalingGroup, ResourceScalingGroupSpec, ResourceScalingGroupStatus,
+    Band, ResourceScalingGroup, ResourceScalingGroupSpec, ResourceScalingGroupStatus,
 };
 use crate::plan::shared::condition::condition;
 
@@ -128,13 +128,15 @@ pub struct TargetScale {
 /// What one reconcile of a group does: patch `scales`, then write `status`
 /// when it differs from the stored one, then record `events` (the Note of a
 /// scale is recorded once its patch went through).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Pass {
     pub scales: Vec<TargetScale>,
     pub status: ResourceScalingGroupStatus,
     pub events: Vec<Note>,
     /// What keeps the group from its ratios before any patch is sent.
     pub problems: Vec<Problem>,
+    /// The bands of the band Targets, published in the status.
+    pub bands: Vec<Band>,
     /// The Ready condition's message when nothing is wrong.
     ready: String,
 }
@@ -288,13 +290,7 @@ pub fn reconcile_resolved(
     now: &Time,
 ) -> Pass {
     let previous = rsg.status.clone().unwrap_or_default();
-    let mut pass = Pass {
-        scales: Vec::new(),
-        status: ResourceScalingGroupStatus::default(),
-        events: Vec::new(),
-        problems: Vec::new(),
-        ready: String::new(),
-    };
+    let mut pass = Pass::default();
     // Retain: a group being deleted scales nothing and reports nothing.
     if rsg.metadata.deletion_timestamp.is_some() {
         pass.status = previous;
@@ -359,7 +355,17 @@ pub fn reconcile_resolved(
                 continue;
             }
         };
-        let (Some(source), Some(&want)) = (followed, desired.get(&target.endpoint)) else {
+        let Some(source) = followed else {
+            continue;
+        };
+        if target.is_band() {
+            // Its autoscaler writes it; its view keeps it within the band.
+            let (band, said) = band_of(target, target_name, source);
+            at_ratio.push(said);
+            pass.bands.push(band);
+            continue;
+        }
+        let Some(&want) = desired.get(&target.endpoint) else {
             continue;
         };
         at_ratio.push(format!("{target_name}={want}"));
@@ -504,6 +510,36 @@ fn why(target: &TargetBinding, source: i32, want: i32) -> String {
     }
 }
 
+/// The band of Target `target` (named `name`) while the Source has `source`,
+/// and how the Ready condition says it: `decode within [4, 8] (ratio 2 to 4)`.
+fn band_of(target: &TargetBinding, name: String, source: i32) -> (Band, String) {
+    let (min_replicas, max_replicas) = target.bounds(source);
+    let said = format!(
+        "{name} within [{min_replicas}, {max_replicas}] ({})",
+        why_band(target)
+    );
+    let band = Band {
+        target: name,
+        source_replicas: source,
+        min_replicas,
+        max_replicas,
+    };
+    (band, said)
+}
+
+/// `ratio 2 to 4`, and the binding's min and max when it has them.
+fn why_band(target: &TargetBinding) -> String {
+    let high = target.max_ratio.unwrap_or(target.ratio);
+    let mut text = format!("ratio {} to {}", target.ratio.normalize(), high.normalize());
+    if let Some(min) = target.min {
+        text.push_str(&format!(", at least {min}"));
+    }
+    if let Some(max) = target.max {
+        text.push_str(&format!(", at most {max}"));
+    }
+    text
+}
+
 /// The binding's name as written, falling back to its index.
 fn binding_name(rsg: &ResourceScalingGroup, binding: usize) -> String {
     rsg.spec
@@ -535,7 +571,13 @@ fn problem_of(observed: Option<&Observed>, side: &str, name: &str) -> Option<Pro
 
 /// The pass with its status and the Stalled Event, from its problems.
 fn finish(rsg: &ResourceScalingGroup, mut pass: Pass, current_replicas: i32, now: &Time) -> Pass {
-    let (status, stalled) = status(rsg, current_replicas, &pass.problems, &pass.ready, now);
+    let (status, stalled) = status(
+        rsg,
+        (current_replicas, &pass.bands),
+        &pass.problems,
+        &pass.ready,
+        now,
+    );
     pass.status = status;
     pass.events = pass
         .scales
@@ -555,7 +597,7 @@ fn finish(rsg: &ResourceScalingGroup, mut pass: Pass, current_replicas: i32, now
 /// stalls or stalls for another reason than last time.
 fn status(
     rsg: &ResourceScalingGroup,
-    current_replicas: i32,
+    (current_replicas, bands): (i32, &[Band]),
     problems: &[Problem],
     ready: &str,
     now: &Time,
@@ -609,6 +651,7 @@ fn status(
             current_replicas,
             label_selector: None,
             conditions,
+            bands: bands.to_vec(),
         },
         stalled,
     )
@@ -628,7 +671,7 @@ pub fn refused(
     problems.extend(refusals.iter().map(|(_, p)| p.clone()));
     let (status, stalled) = status(
         rsg,
-        pass.status.current_replicas,
+        (pass.status.current_replicas, &pass.status.bands),
         &problems,
         &pass.ready,
         now,
@@ -1063,6 +1106,102 @@ mod tests {
         rsg.metadata.namespace = Some("ai".into());
         rsg.metadata.generation = Some(1);
         rsg
+    }
+
+    fn view(name: &str) -> Endpoint {
+        endpoint("fusioninfer.io/v1alpha1", "ScaleView", name, None)
+    }
+
+    /// prefill-sv -> decode-sv in a band of `minRatio` 2 to `maxRatio` 4,
+    /// and decode-sv -> kv (a Deployment) at ratio 0.5 downstream.
+    fn band_groups() -> (ResourceScalingGroup, ResourceScalingGroup) {
+        let views = json!([
+            {"name": "prefill-sv", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"},
+            {"name": "decode-sv", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"}]);
+        let spec: ResourceScalingGroupSpec = serde_json::from_value(json!({
+            "targetResources": views,
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "prefill-sv", "role": "Source"},
+                {"name": "decode-sv", "role": "Target", "minRatio": 2, "maxRatio": "4"}]}}
+        }))
+        .expect("group parses");
+        let mut band = ResourceScalingGroup::new("pd-band", spec);
+        band.metadata.namespace = Some("ai".into());
+        band.metadata.generation = Some(1);
+        let spec: ResourceScalingGroupSpec = serde_json::from_value(json!({
+            "targetResources": [
+                {"name": "decode-sv", "apiVersion": "fusioninfer.io/v1alpha1", "kind": "ScaleView"},
+                {"name": "kv", "apiVersion": "apps/v1", "kind": "Deployment"}],
+            "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                {"name": "decode-sv", "role": "Source"},
+                {"name": "kv", "role": "Target", "ratio": 0.5}]}}
+        }))
+        .expect("group parses");
+        let mut downstream = ResourceScalingGroup::new("kv-ratio", spec);
+        downstream.metadata.namespace = Some("ai".into());
+        downstream.metadata.generation = Some(1);
+        (band, downstream)
+    }
+
+    /// A band Target is written by its own autoscaler: the group patches
+    /// nothing, publishes the band (both ends rounded up) in its status and
+    /// says it in Ready; a group downstream follows what the band Target's
+    /// view will apply, not what its autoscaler asked.
+    #[test]
+    fn a_band_is_published_not_written_and_chains_follow_what_the_view_applies() {
+        let (band, downstream) = band_groups();
+        let groups = [band.clone(), downstream.clone()];
+        for (prefill, asked, applied) in [(2, 1, 4), (2, 6, 6), (3, 20, 12)] {
+            let world = BTreeMap::from([
+                (view("prefill-sv"), scaled(prefill)),
+                (view("decode-sv"), scaled(asked)),
+                (deployment("kv"), scaled(0)),
+            ]);
+            let pass = reconcile(&band, &groups, &world, &now());
+            assert!(pass.scales.is_empty(), "{:?}", pass.scales);
+            assert_eq!(
+                pass.status.bands,
+                [Band {
+                    target: "decode-sv".to_owned(),
+                    source_replicas: prefill,
+                    min_replicas: 2 * prefill,
+                    max_replicas: 4 * prefill,
+                }]
+            );
+            assert_eq!(
+                condition(&pass.status, "Ready").message,
+                format!(
+                    "decode-sv within [{}, {}] (ratio 2 to 4) follow prefill-sv={prefill}",
+                    2 * prefill,
+                    4 * prefill
+                )
+            );
+            let pass = reconcile(&downstream, &groups, &world, &now());
+            let kv = (applied + 1) / 2;
+            assert_eq!(
+                moves(&pass),
+                [("kv".to_owned(), 0, kv, SCALED)],
+                "decode asked {asked}, applies {applied}"
+            );
+        }
+        // Ends equal: exactly what that ratio gives, rounded up.
+        let mut exact = band.clone();
+        let bindings = &mut exact
+            .spec
+            .scaling_strategy
+            .inplace_config
+            .as_mut()
+            .expect("inplace")
+            .bindings;
+        bindings[1].min_ratio = Some(serde_json::from_value(json!(1.5)).expect("ratio"));
+        bindings[1].max_ratio = Some(serde_json::from_value(json!(1.5)).expect("ratio"));
+        let world = BTreeMap::from([
+            (view("prefill-sv"), scaled(3)),
+            (view("decode-sv"), scaled(1)),
+        ]);
+        let pass = reconcile(&exact, &[exact.clone()], &world, &now());
+        let published = &pass.status.bands[0];
+        assert_eq!((published.min_replicas, published.max_replicas), (5, 5));
     }
 
     #[test]

@@ -16,7 +16,10 @@ use super::ratio::{Bindings, Endpoint};
 ///
 /// Endpoints are visited in topological order, so a Target that is itself a
 /// Source passes on its desired replicas, not its current ones, and a chain of
-/// any length settles in one pass. A Target whose Source has no replicas in
+/// any length settles in one pass. A band Target (`minRatio`, `maxRatio`)
+/// will have what its own autoscaler asked (its replicas in `current`) kept
+/// within the band, which is what its ScaleView applies; unread, it is left
+/// out. A Target whose Source has no replicas in
 /// `current` (and is no Target with a decision) is left out: nothing is
 /// decided for it, and its own followers follow its current replicas.
 /// A cycle, or an endpoint that is the Target of two bindings, has no
@@ -48,8 +51,10 @@ pub fn propagate(
         let source = desired
             .get(&bindings.source)
             .or_else(|| current.get(&bindings.source));
-        if let Some(&source) = source {
-            let replicas = bindings.targets[follow.target].replicas(source);
+        if let Some(&source) = source
+            && let Some(replicas) =
+                bindings.targets[follow.target].follows(source, current.get(endpoint).copied())
+        {
             desired.insert(endpoint.clone(), replicas);
         }
     }
@@ -75,6 +80,7 @@ mod tests {
                 binding: 1,
                 endpoint: deployment(target),
                 ratio: ratio(written),
+                max_ratio: None,
                 min: None,
                 max: None,
             }],

@@ -139,15 +139,52 @@ pub struct TargetBinding {
     /// Index in `spec.scalingStrategy.inplaceConfig.bindings`, for field paths.
     pub binding: usize,
     pub endpoint: Endpoint,
+    /// The ratio; for a band, its lower end (`minRatio`).
     pub ratio: Decimal,
+    /// A band's upper end (`maxRatio`); None for a ratio.
+    pub max_ratio: Option<Decimal>,
     pub min: Option<i32>,
     pub max: Option<i32>,
 }
 
 impl TargetBinding {
-    /// This Target's replicas when the Source has `source`.
+    /// This Target's replicas when the Source has `source` (a band's lower
+    /// end).
     pub fn replicas(&self, source: i32) -> i32 {
         target_replicas(source, self.ratio, self.min, self.max)
+    }
+
+    /// Whether the Target's own autoscaler scales it within a band.
+    pub fn is_band(&self) -> bool {
+        self.max_ratio.is_some()
+    }
+
+    /// The fewest and most replicas the Target may have when the Source has
+    /// `source`: `ceil(source × minRatio)` and `ceil(source × maxRatio)`,
+    /// each within min and max. Both ends round up, so a band whose ends are
+    /// equal gives exactly what that ratio gives. Ordered, even for ends
+    /// given the wrong way round (validation denies it).
+    pub fn bounds(&self, source: i32) -> (i32, i32) {
+        let low = self.replicas(source);
+        let high = target_replicas(
+            source,
+            self.max_ratio.unwrap_or(self.ratio),
+            self.min,
+            self.max,
+        );
+        (low.min(high), low.max(high))
+    }
+
+    /// What the Target will have when the Source has `source` and the
+    /// Target `current`: its ratio's replicas, or, in a band, `current`
+    /// (what its autoscaler asked) kept within the band. None for a band
+    /// Target whose replicas are unknown.
+    pub fn follows(&self, source: i32, current: Option<i32>) -> Option<i32> {
+        if !self.is_band() {
+            return Some(self.replicas(source));
+        }
+        let (low, high) = self.bounds(source);
+        current.map(|asked| asked.clamp(low, high))
     }
 }
 
@@ -184,15 +221,37 @@ pub fn bindings(spec: &ResourceScalingGroupSpec) -> Result<Bindings, String> {
                 source = Some((i, endpoint));
             }
             BindingRole::Target => {
-                let ratio = binding.ratio.as_ref().ok_or_else(|| {
-                    format!(
-                        "{here}.ratio: required for a Target: replicas become ceil(source replicas x ratio)"
-                    )
-                })?;
+                let (ratio, max_ratio) = match (
+                    &binding.ratio,
+                    &binding.min_ratio,
+                    &binding.max_ratio,
+                ) {
+                    (Some(ratio), None, None) => (ratio.value(), None),
+                    (None, Some(low), Some(high)) => {
+                        if endpoint.kind != "ScaleView" || endpoint.group() != "fusioninfer.io" {
+                            return Err(format!(
+                                "{here}.minRatio: a band's Target must be a ScaleView, not {} {}",
+                                endpoint.kind, endpoint
+                            ));
+                        }
+                        (low.value(), Some(high.value()))
+                    }
+                    (None, None, None) => {
+                        return Err(format!(
+                            "{here}.ratio: required for a Target: replicas become ceil(source replicas x ratio)"
+                        ));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{here}: give either ratio or both minRatio and maxRatio"
+                        ));
+                    }
+                };
                 targets.push(TargetBinding {
                     binding: i,
                     endpoint,
-                    ratio: ratio.value(),
+                    ratio,
+                    max_ratio,
                     min: binding.min,
                     max: binding.max,
                 });

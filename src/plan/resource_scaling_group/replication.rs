@@ -655,6 +655,7 @@ pub fn reconcile(rsg: &ResourceScalingGroup, world: &World<'_>, now: &Time) -> P
         current_replicas: i32::try_from(current).unwrap_or(i32::MAX),
         label_selector: Some(label_selector(rsg_name)),
         conditions,
+        bands: Vec::new(),
     };
 
     if !problems.is_empty() {

@@ -41,6 +41,12 @@ use crate::api::ScaleView;
 use crate::api::inference_service::{InferenceService, Role, RoleReplicas, ScaleViewLock};
 use crate::api::scale_view::{self as api_view, GroupReplicas, ScaleViewSpec, ScaleViewStatus};
 
+/// The Clamped condition's reasons (and the Event's, `Clamped`): the
+/// groups' constraints, or the band's lower or upper end, set the total.
+pub const CLAMPED: &str = "Clamped";
+pub const BELOW_BAND: &str = "BelowBand";
+pub const ABOVE_BAND: &str = "AboveBand";
+
 /// The finalizer that holds a view until its lock is released.
 pub const FINALIZER: &str = "fusioninfer.io/scale-view-lock";
 
@@ -92,6 +98,31 @@ pub fn live_locks(
         .collect()
 }
 
+/// The band a ResourceScalingGroup keeps the view in: a binding with
+/// `minRatio` and `maxRatio` whose Target is the view
+/// (`plan::resource_scaling_group::band::of_view`). The view applies it
+/// when it splits what its autoscaler asked; it never writes `spec.replicas`,
+/// which stays the autoscaler's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Band {
+    /// The group whose binding gives it.
+    pub group: String,
+    pub min: i32,
+    pub max: i32,
+    /// How the group worked it out: `ratio 2 to 4 of prefill-sv=2`.
+    pub why: String,
+}
+
+impl Band {
+    /// `the band [4, 8] of ResourceScalingGroup pd-band (ratio 2 to 4 of prefill-sv=2)`.
+    fn describe(&self) -> String {
+        format!(
+            "the band [{}, {}] of ResourceScalingGroup {} ({})",
+            self.min, self.max, self.group, self.why
+        )
+    }
+}
+
 /// A role of the target to scale: `spec.roles[index]`, named `role`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RoleScale {
@@ -111,6 +142,13 @@ pub struct Note {
 }
 
 impl Note {
+    /// Whether the Event starts an episode of its own (a clamp), so it must
+    /// not be folded into an earlier one of its reason, whose note it would
+    /// keep.
+    pub fn is_episode(&self) -> bool {
+        [CLAMPED, BELOW_BAND, ABOVE_BAND].contains(&self.reason)
+    }
+
     fn normal(reason: &'static str, note: String) -> Note {
         Note {
             warning: false,
@@ -165,11 +203,16 @@ pub fn role_patch(roles: &[RoleScale]) -> Result<json_patch::Patch, String> {
 }
 
 /// Decides one reconcile of `view`, whose target (by `spec.targetRef.name`,
-/// in the view's namespace) is `target`: release on deletion
-/// ([`on_deletion`]), else hold the finalizer, refuse what cannot be applied
-/// ([`blocker`]), split and lock, scale the roles that differ
-/// ([`role_scales`]) and report ([`applied_status`]).
-pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time) -> Pass {
+/// in the view's namespace) is `target`, kept within `band` if a group gives
+/// it one: release on deletion ([`on_deletion`]), else hold the finalizer,
+/// refuse what cannot be applied ([`blocker`]), split and lock, scale the
+/// roles that differ ([`role_scales`]) and report ([`applied_status`]).
+pub fn reconcile(
+    view: &ScaleView,
+    target: Option<&InferenceService>,
+    band: Option<&Band>,
+    now: &Time,
+) -> Pass {
     let name = name_of(view);
     let uid = uid_of(view);
     let finalizers = view.metadata.finalizers.clone().unwrap_or_default();
@@ -224,7 +267,7 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
     }
 
     let requested = spec.replicas.unwrap_or_else(|| current_total(spec, target));
-    let split = split::split(spec, requested);
+    let split = split::split_in(spec, requested, band.map(|b| (b.min, b.max)));
     let shares = shares(&split.groups);
     let lock = view_lock(view, &split);
     let asked = match spec.replicas {
@@ -237,9 +280,14 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
             (held, others),
             &lock,
             (target_name, &asked, &shares),
-            split.clamped.then(|| clamp_message(spec, &split)),
         );
     }
+    let (clamped_reason, clamped_message) = clamped_condition(spec, &split, band);
+    pass.events.extend(clamp_episode(
+        &previous.conditions,
+        split.clamped,
+        (clamped_reason, &clamped_message),
+    ));
     pass.roles = role_scales(target, &split);
     pass.events
         .extend(scaled_note(&pass.roles, (target_name, &asked, &shares)));
@@ -259,13 +307,60 @@ pub fn reconcile(view: &ScaleView, target: Option<&InferenceService>, now: &Time
     );
     pass.status = Some(applied_status(
         &conditions,
-        spec,
-        &split,
+        (&split, band, clamped_reason, clamped_message),
         group_status,
         locked,
         (ready_total, selector),
     ));
     pass
+}
+
+/// One Event per episode: when the view starts to clamp, or clamps at
+/// another bound; not again while the same bound holds it (`previous`, the
+/// stored conditions, says which held it).
+fn clamp_episode(
+    previous: &[Condition],
+    clamped: bool,
+    (reason, message): (&'static str, &str),
+) -> Option<Note> {
+    let was = previous.iter().find(|c| c.type_ == "Clamped");
+    (clamped && was.is_none_or(|c| c.status != "True" || c.reason != reason))
+        .then(|| Note::warning(reason, message.to_owned()))
+}
+
+/// The Clamped condition's reason and message for `split`.
+fn clamped_condition(
+    spec: &ScaleViewSpec,
+    split: &split::Split,
+    band: Option<&Band>,
+) -> (&'static str, String) {
+    let applied = format!(
+        "requested {} replicas, applied {}",
+        split.requested, split.total
+    );
+    match (split.bound, band) {
+        (Some(split::Bound::BandMin), Some(band)) => (
+            BELOW_BAND,
+            format!("{applied}: raised to the lower end of {}", band.describe()),
+        ),
+        (Some(split::Bound::BandMax), Some(band)) => (
+            ABOVE_BAND,
+            format!("{applied}: lowered to the upper end of {}", band.describe()),
+        ),
+        (Some(_), _) => (CLAMPED, clamp_message(spec, split)),
+        (None, Some(band)) => (
+            "WithinRange",
+            format!(
+                "{} replicas split as asked, within {}",
+                split.total,
+                band.describe()
+            ),
+        ),
+        (None, None) => (
+            "WithinRange",
+            format!("{} replicas split as asked", split.total),
+        ),
+    }
 }
 
 /// The lock this view (`name`, `uid`) holds on `target`, if any, and the
@@ -314,7 +409,6 @@ fn relock(
     (held, others): (Option<&ScaleViewLock>, Vec<ScaleViewLock>),
     lock: &ScaleViewLock,
     (target_name, asked, shares): (&str, &str, &str),
-    clamped: Option<String>,
 ) {
     let mut next = others;
     next.push(lock.clone());
@@ -338,9 +432,6 @@ fn relock(
         },
         note,
     ));
-    if let Some(message) = clamped {
-        pass.events.push(Note::warning("Clamped", message));
-    }
 }
 
 /// One Event for all roles scaled: the recorder folds repeats of a reason
@@ -454,6 +545,8 @@ fn blocked(
         selector: Some(selector),
         locked: false,
         groups: Vec::new(),
+        applied_replicas: None,
+        band: None,
     };
     let was = conditions.previous.iter().find(|c| c.type_ == "Ready");
     if was.is_none_or(|c| c.reason != reason || c.message != message) {
@@ -495,8 +588,7 @@ fn role_scales(target: &InferenceService, split: &split::Split) -> Vec<RoleScale
 /// replicas are `ready_total`, its pods found by `selector`.
 fn applied_status(
     conditions: &Conditions<'_>,
-    spec: &ScaleViewSpec,
-    split: &split::Split,
+    (split, band, clamped_reason, clamped_message): (&split::Split, Option<&Band>, &str, String),
     groups: Vec<GroupReplicas>,
     locked: String,
     (ready_total, selector): (i32, String),
@@ -506,16 +598,7 @@ fn applied_status(
         .filter(|g| g.ready_replicas != g.replicas)
         .map(|g| format!("{} {}/{}", g.group, g.ready_replicas, g.replicas))
         .collect();
-    let clamped = if split.clamped {
-        conditions.make("Clamped", true, "Clamped", clamp_message(spec, split))
-    } else {
-        conditions.make(
-            "Clamped",
-            false,
-            "WithinRange",
-            format!("{} replicas split as asked", split.total),
-        )
-    };
+    let clamped = conditions.make("Clamped", split.clamped, clamped_reason, clamped_message);
     let ready = if waiting.is_empty() {
         conditions.make(
             "Ready",
@@ -549,6 +632,14 @@ fn applied_status(
         selector: Some(selector),
         locked: true,
         groups,
+        // The split's total is within [Σmin, Σmax] of i32 shares; saturate
+        // should a view the webhook never saw sum past i32::MAX.
+        applied_replicas: Some(i32::try_from(split.total).unwrap_or(i32::MAX)),
+        band: band.map(|b| api_view::ViewBand {
+            resource_scaling_group: b.group.clone(),
+            min_replicas: b.min,
+            max_replicas: b.max,
+        }),
     }
 }
 
@@ -702,7 +793,7 @@ mod tests {
     fn the_spot_example_at_one_two_and_four() {
         for (total, ondemand, spot) in [(1, 1, 0), (2, 2, 0), (4, 2, 2)] {
             let (mut view, mut target) = (view(Some(total), false), target(json!([])));
-            let pass = reconcile(&view, Some(&target), &now());
+            let pass = reconcile(&view, Some(&target), None, &now());
             assert_eq!(pass.finalizers, Some(vec![FINALIZER.to_owned()]));
             apply(&mut view, &mut target, &pass);
             assert_eq!(
@@ -728,7 +819,7 @@ mod tests {
                 )
             );
             // A second pass over the changed world writes nothing.
-            let again = reconcile(&view, Some(&target), &now());
+            let again = reconcile(&view, Some(&target), None, &now());
             assert_eq!(
                 again,
                 Pass {
@@ -740,10 +831,124 @@ mod tests {
         }
     }
 
+    fn band(min: i32, max: i32) -> Band {
+        Band {
+            group: "pd-band".to_owned(),
+            min,
+            max,
+            why: "ratio 2 to 4 of prefill-sv=2".to_owned(),
+        }
+    }
+
+    /// The decode view's autoscaler asks 1, 2, 6, 20, 30 with a band of
+    /// [4, 8]: below, the view applies 4; inside, exactly what was asked;
+    /// above, 8. One Event per episode (entering a clamp, or the other end),
+    /// none while the same end holds it; an unchanged world writes nothing.
+    #[test]
+    fn a_band_raises_and_lowers_what_was_asked_with_one_event_per_episode() {
+        let (mut view, mut target) = (view(Some(1), true), target(json!([])));
+        let band = band(4, 8);
+        let mut generation = 2;
+        let mut episodes = Vec::new();
+        for (asked, applied, reason) in [
+            (1, 4, BELOW_BAND),
+            (2, 4, BELOW_BAND),
+            (6, 6, "WithinRange"),
+            (20, 8, ABOVE_BAND),
+            (30, 8, ABOVE_BAND),
+            (3, 4, BELOW_BAND),
+        ] {
+            generation += 1;
+            view.metadata.generation = Some(generation);
+            view.spec.replicas = Some(asked);
+            let pass = reconcile(&view, Some(&target), Some(&band), &now());
+            episodes.extend(
+                pass.events
+                    .iter()
+                    .filter(|e| e.is_episode())
+                    .map(|e| (asked, e.reason, e.note.clone())),
+            );
+            apply(&mut view, &mut target, &pass);
+            let status = view.status.clone().expect("status");
+            assert_eq!(status.applied_replicas, Some(applied), "asked {asked}");
+            assert_eq!(current_total(&view.spec, &target), applied, "asked {asked}");
+            let clamped = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Clamped")
+                .expect("Clamped");
+            assert_eq!(clamped.reason, reason, "asked {asked}");
+            assert_eq!(
+                clamped.status,
+                if asked == applied { "False" } else { "True" }
+            );
+            assert_eq!(
+                status.band,
+                Some(api_view::ViewBand {
+                    resource_scaling_group: "pd-band".to_owned(),
+                    min_replicas: 4,
+                    max_replicas: 8,
+                })
+            );
+            let again = reconcile(&view, Some(&target), Some(&band), &now());
+            assert_eq!(
+                again,
+                Pass {
+                    status: view.status.clone(),
+                    ..Pass::default()
+                },
+                "asked {asked}: an unchanged world writes nothing"
+            );
+        }
+        assert_eq!(
+            episodes,
+            [
+                (
+                    1,
+                    BELOW_BAND,
+                    "requested 1 replicas, applied 4: raised to the lower end of the band [4, 8] of ResourceScalingGroup pd-band (ratio 2 to 4 of prefill-sv=2)".to_owned()
+                ),
+                (
+                    20,
+                    ABOVE_BAND,
+                    "requested 20 replicas, applied 8: lowered to the upper end of the band [4, 8] of ResourceScalingGroup pd-band (ratio 2 to 4 of prefill-sv=2)".to_owned()
+                ),
+                (
+                    3,
+                    BELOW_BAND,
+                    "requested 3 replicas, applied 4: raised to the lower end of the band [4, 8] of ResourceScalingGroup pd-band (ratio 2 to 4 of prefill-sv=2)".to_owned()
+                ),
+            ]
+        );
+    }
+
+    /// A band the groups' constraints cannot hold: the groups win (a role's
+    /// max is its own limit), and the Clamped condition names them.
+    #[test]
+    fn the_groups_constraints_win_over_a_band_outside_them() {
+        let mut view = view(Some(1), true);
+        view.spec.scale_policy[1].constraints = Some(api_view::Constraints {
+            min: None,
+            max: Some(1),
+        });
+        let pass = reconcile(&view, Some(&target(json!([]))), Some(&band(10, 12)), &now());
+        let status = pass.status.expect("status");
+        assert_eq!(status.applied_replicas, Some(3));
+        let clamped = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Clamped")
+            .expect("Clamped");
+        assert_eq!(
+            (clamped.status.as_str(), clamped.reason.as_str()),
+            ("True", CLAMPED)
+        );
+    }
+
     #[test]
     fn unset_replicas_keep_the_current_sum() {
         let (mut view, mut target) = (view(None, true), target(json!([])));
-        let pass = reconcile(&view, Some(&target), &now());
+        let pass = reconcile(&view, Some(&target), None, &now());
         assert!(pass.roles.is_empty(), "1 = 1/0 already: {:?}", pass.roles);
         assert_eq!(pass.events[0].reason, "Locked");
         assert!(
@@ -760,11 +965,11 @@ mod tests {
     #[test]
     fn a_new_generation_updates_the_lock() {
         let (mut view, mut target) = (view(Some(2), true), target(json!([])));
-        let first = reconcile(&view, Some(&target), &now());
+        let first = reconcile(&view, Some(&target), None, &now());
         apply(&mut view, &mut target, &first);
         view.metadata.generation = Some(3);
         view.spec.replicas = Some(4);
-        let pass = reconcile(&view, Some(&target), &now());
+        let pass = reconcile(&view, Some(&target), None, &now());
         let locks = pass.locks.clone().expect("lock rewritten");
         assert_eq!(locks[0].generation, 3);
         assert_eq!(pass.events[0].reason, "LockUpdated");
@@ -786,7 +991,7 @@ mod tests {
     #[test]
     fn another_views_lock_blocks_and_says_whose() {
         let target = target(json!([lock("other-sv", "o", 1, &[("decode-spot", 3)])]));
-        let pass = reconcile(&view(Some(4), true), Some(&target), &now());
+        let pass = reconcile(&view(Some(4), true), Some(&target), None, &now());
         assert_eq!(pass.locks, None);
         assert!(pass.roles.is_empty());
         let status = pass.status.expect("status");
@@ -807,12 +1012,12 @@ mod tests {
 
     #[test]
     fn a_missing_target_or_a_wrong_group_writes_nothing_to_the_target() {
-        let missing = reconcile(&view(Some(2), true), None, &now());
+        let missing = reconcile(&view(Some(2), true), None, None, &now());
         assert_eq!(missing.locks, None);
         assert_eq!(missing.events[0].reason, "TargetNotFound");
         let mut wrong = view(Some(2), true);
         wrong.spec.scale_policy[1].group = "prefill".to_owned();
-        let pass = reconcile(&wrong, Some(&target(json!([]))), &now());
+        let pass = reconcile(&wrong, Some(&target(json!([]))), None, &now());
         assert_eq!((pass.locks, pass.roles.len()), (None, 0));
         assert_eq!(pass.events[0].reason, "InvalidSpec");
     }
@@ -825,7 +1030,7 @@ mod tests {
         ]));
         let mut view = view(Some(1), true);
         view.metadata.deletion_timestamp = Some(now());
-        let pass = reconcile(&view, Some(&target), &now());
+        let pass = reconcile(&view, Some(&target), None, &now());
         let locks = pass.locks.clone().expect("released");
         assert_eq!(locks.len(), 1);
         assert_eq!(locks[0].name, "zone-sv");
@@ -834,15 +1039,18 @@ mod tests {
         assert_eq!(pass.events[0].reason, "Released");
         apply(&mut view, &mut target, &pass);
         // Nothing left to do, even without a target.
-        assert_eq!(reconcile(&view, Some(&target), &now()), Pass::default());
-        assert_eq!(reconcile(&view, None, &now()), Pass::default());
+        assert_eq!(
+            reconcile(&view, Some(&target), None, &now()),
+            Pass::default()
+        );
+        assert_eq!(reconcile(&view, None, None, &now()), Pass::default());
     }
 
     #[test]
     fn a_refused_scale_stays_in_status_for_its_generation_only() {
         let mut target = target(json!([]));
         let mut view = view(Some(1), true);
-        let pass = reconcile(&view, Some(&target), &now());
+        let pass = reconcile(&view, Some(&target), None, &now());
         apply(&mut view, &mut target, &pass);
         // The webhook records a refused /scale at generation 2.
         let refused = refusal::Refusal {
@@ -856,13 +1064,13 @@ mod tests {
         view.status.as_mut().expect("a status").conditions = conditions;
         // The reconcile keeps it: the status it plans is the one stored
         // (the executor writes nothing), and nothing else moves.
-        let pass = reconcile(&view, Some(&target), &now());
+        let pass = reconcile(&view, Some(&target), None, &now());
         assert_eq!(pass.status, view.status);
         assert!(pass.events.is_empty() && pass.roles.is_empty(), "{pass:?}");
         // A new spec: the refusal was about the old one, and goes.
         view.metadata.generation = Some(3);
         view.spec.replicas = Some(2);
-        let status = reconcile(&view, Some(&target), &now())
+        let status = reconcile(&view, Some(&target), None, &now())
             .status
             .expect("a new status");
         assert!(
@@ -881,7 +1089,7 @@ mod tests {
             min: None,
             max: Some(3),
         });
-        let pass = reconcile(&view, Some(&target(json!([]))), &now());
+        let pass = reconcile(&view, Some(&target(json!([]))), None, &now());
         let status = pass.status.expect("status");
         let clamped = status
             .conditions
@@ -964,9 +1172,9 @@ mod tests {
             target.spec.roles[1].replicas = Some(ondemand);
             target.spec.roles[2].replicas = Some(spot);
             let mut view = view(Some(total), false);
-            let pass = reconcile(&view, Some(&target), &now());
+            let pass = reconcile(&view, Some(&target), None, &now());
             apply(&mut view, &mut target, &pass);
-            let again = reconcile(&view, Some(&target), &now());
+            let again = reconcile(&view, Some(&target), None, &now());
             prop_assert!(again.locks.is_none() && again.roles.is_empty() && again.events.is_empty());
             let locks = target.status.clone().unwrap_or_default().scale_views;
             for locked in &locks[0].role_replicas {
@@ -983,6 +1191,7 @@ mod tests {
             total: 5,
             requested: 5,
             clamped: false,
+            bound: None,
             groups: BTreeMap::from([
                 ("decode-ondemand".to_owned(), 1),
                 ("decode-spot".to_owned(), 4),

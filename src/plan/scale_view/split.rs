@@ -43,8 +43,23 @@ pub struct Split {
     pub requested: i32,
     /// Whether `total` differs from `requested`.
     pub clamped: bool,
+    /// What set `total` when it differs from `requested`.
+    pub bound: Option<Bound>,
     /// Replicas per group, keyed by group (role) name.
     pub groups: BTreeMap<String, i32>,
+}
+
+/// What clamped a requested total.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// Raised to the sum of the groups' mins.
+    GroupsMin,
+    /// Lowered to the sum of the groups' maxes.
+    GroupsMax,
+    /// Raised to the band's lower end.
+    BandMin,
+    /// Lowered to the band's upper end.
+    BandMax,
 }
 
 /// One group after defaults and normalisation.
@@ -76,11 +91,35 @@ impl Group<'_> {
 
 /// Splits `requested` replicas over the view's groups.
 pub fn split(spec: &ScaleViewSpec, requested: i32) -> Split {
+    split_in(spec, requested, None)
+}
+
+/// Splits `requested` replicas over the view's groups, kept within `band`
+/// (its lower and upper end) first, then within the groups' constraints:
+/// a group's min and max are the roles' own limits, so they win over a band
+/// that lies outside them.
+pub fn split_in(spec: &ScaleViewSpec, requested: i32, band: Option<(i32, i32)>) -> Split {
     let groups = normalize(spec);
     let sum_min = sum(groups.iter().map(|g| i64::from(g.min)));
     let sum_max = sum(groups.iter().map(|g| i64::from(g.max)));
+    let asked = i64::from(requested);
+    let banded = band.map_or(asked, |(low, high)| {
+        asked.clamp(i64::from(low.min(high)), i64::from(low.max(high)))
+    });
     // Each group has max >= min, so sum_min <= sum_max.
-    let total = i64::from(requested).max(sum_min).min(sum_max);
+    let total = banded.max(sum_min).min(sum_max);
+    // The last clamp that moved the total decided it.
+    let bound = if total > banded {
+        Some(Bound::GroupsMin)
+    } else if total < banded {
+        Some(Bound::GroupsMax)
+    } else if total > asked {
+        Some(Bound::BandMin)
+    } else if total < asked {
+        Some(Bound::BandMax)
+    } else {
+        None
+    };
 
     let mut replicas: BTreeMap<&str, i32> = groups.iter().map(|g| (g.name, g.min)).collect();
     let mut tiers: BTreeMap<i32, Vec<Group<'_>>> = BTreeMap::new();
@@ -109,7 +148,8 @@ pub fn split(spec: &ScaleViewSpec, requested: i32) -> Split {
     Split {
         total,
         requested,
-        clamped: total != i64::from(requested),
+        clamped: bound.is_some(),
+        bound,
         groups: replicas
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
