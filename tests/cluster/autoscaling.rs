@@ -30,6 +30,21 @@ const WAITING: &str = "vllm:num_requests_waiting";
 /// pods its `status.selector` picks (as a router spreads its queue),
 /// written per pod.
 async fn queue(scenario: &Scenario, metrics: &'static CustomMetrics, view: &str) -> QueueHandle {
+    per_pod(scenario, metrics, view, WAITING, |total, pods| {
+        (total / pods).to_string()
+    })
+    .await
+}
+
+/// Plays per-pod metric `metric` for the pods of ScaleView `view`: every
+/// second, `value(load, pods)` for each of the view's live pods.
+async fn per_pod(
+    scenario: &Scenario,
+    metrics: &'static CustomMetrics,
+    view: &str,
+    metric: &'static str,
+    value: fn(u64, u64) -> String,
+) -> QueueHandle {
     let load = Arc::new(Mutex::new(0u64));
     let shared = load.clone();
     let namespace = scenario.namespace.clone();
@@ -57,13 +72,7 @@ async fn queue(scenario: &Scenario, metrics: &'static CustomMetrics, view: &str)
                 let count = u64::try_from(live.len().max(1)).unwrap_or(1);
                 for pod in &live {
                     metrics
-                        .set(
-                            &namespace,
-                            "pods",
-                            pod,
-                            WAITING,
-                            &(total / count).to_string(),
-                        )
+                        .set(&namespace, "pods", pod, metric, &value(total, count))
                         .await;
                 }
             }
@@ -521,6 +530,252 @@ pub(crate) async fn an_hpa_on_prefill_moves_decode_at_its_ratio_at_every_step() 
     drop(load);
     scenario
         .finish(Quiet::Touching(IS, "InferenceService", "spot-decode"))
+        .await;
+}
+
+/// vLLM's KV-cache use per pod, 0 to 1: what the band example's decode HPA
+/// reads.
+const KV_CACHE: &str = "vllm:kv_cache_usage_perc";
+
+/// The decode replicas of spot-decode's spec (on-demand and spot), and its
+/// prefill replicas.
+fn decode_and_prefill(service: &Value) -> (i64, i64) {
+    let mut decode = 0;
+    let mut prefill = 0;
+    for role in service["spec"]["roles"].as_array().into_iter().flatten() {
+        let replicas = role["replicas"].as_i64().unwrap_or(1);
+        match role["name"].as_str() {
+            Some("prefill") => prefill += replicas,
+            Some(_) => decode += replicas,
+            None => {}
+        }
+    }
+    (decode, prefill)
+}
+
+/// `examples/render/hpa-prefill-decode-band.yaml` in a cluster: each role
+/// on an HPA of its own (prefill on its waiting requests, decode on its
+/// KV-cache use), and ResourceScalingGroup prefill-decode-band keeping
+/// decode within 2 to 4 replicas per prefill replica.
+///
+/// Prefill held at 2 (the band [4, 8]), decode's HPA is driven to ask 6
+/// (inside: applied exactly), 2 (below: applied 4, `BelowBand`), 12 (above:
+/// applied 8, `AboveBand`) and 5 (inside again). A watch of the service's
+/// spec sees decode inside the band at every change from the first step on;
+/// the view says asked, applied and why; one Event per clamp episode; the
+/// HPA's `spec.replicas` is never overwritten (it stays what the HPA asked);
+/// and Tandem is quiet after.
+pub(crate) async fn an_hpa_on_each_role_keeps_decode_within_its_band_of_prefill_at_every_instant() {
+    let Some(scenario) = Scenario::start("autoscale-band").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    scenario.spot_nodes(2).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    let mut hpas = BTreeMap::new();
+    for mut object in harness::yaml_documents(&harness::repo_path(
+        "examples/render/hpa-prefill-decode-band.yaml",
+    )) {
+        match object["kind"].as_str() {
+            Some("HorizontalPodAutoscaler") => {
+                object["spec"]["behavior"] = fast();
+                let view = object["spec"]["scaleTargetRef"]["name"]
+                    .as_str()
+                    .expect("the HPA's view")
+                    .to_owned();
+                hpas.insert(view, object);
+                continue;
+            }
+            Some("ScaleView") if object["metadata"]["name"] == "spot-prefill-sv" => {
+                object["spec"]["replicas"] = json!(2);
+            }
+            Some("ScaleView") => {
+                // The band's lower end until decode's HPA asks.
+                object["spec"]["replicas"] = json!(4);
+            }
+            Some("InferenceService") => {
+                for role in object["spec"]["roles"].as_array_mut().expect("roles") {
+                    role["drain"] = json!({"seconds": 2});
+                }
+            }
+            _ => {}
+        }
+        scenario.create_or_fail(&object).await;
+    }
+    wait_service_ready(&scenario, "spot-decode").await;
+    // Prefill: 20 waiting over its pods at 10 a pod is 2 replicas, held.
+    let prefill = queue(&scenario, metrics, "spot-prefill-sv").await;
+    prefill.set(20);
+    scenario.create_or_fail(&hpas["spot-prefill-sv"]).await;
+    // Decode: the load is the replicas its HPA should ask; each pod reports
+    // the KV-cache use that makes it so at its 80 % target
+    // (ceil(pods x use / 0.8) = load), to the thousandth, rounded down so the
+    // HPA's ceiling lands on the load, not above it.
+    let decode = per_pod(
+        &scenario,
+        metrics,
+        "spot-decode-sv",
+        KV_CACHE,
+        |load, pods| {
+            // A JSON number: the adapter decodes the body as JSON, so
+            // "800m" would be read as 800.
+            let milli = load * 800 / pods;
+            format!("{}.{:03}", milli / 1000, milli % 1000)
+        },
+    )
+    .await;
+    decode.set(4);
+    scenario.create_or_fail(&hpas["spot-decode-sv"]).await;
+    hpa_reads_kv(&scenario, "spot-decode-sv", 4).await;
+
+    // From here on, decode must be inside [2, 4] x prefill at every change
+    // of the service's spec.
+    let seen: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
+    let record = seen.clone();
+    let services = scenario.api(IS, "InferenceService").await;
+    let watch = tokio::spawn(async move {
+        let config = watcher::Config::default().fields("metadata.name=spot-decode");
+        let mut events = watcher(services, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(service) | watcher::Event::InitApply(service)) = event {
+                let data = serde_json::to_value(&service).unwrap_or_default();
+                record.lock().expect("seen").push(decode_and_prefill(&data));
+            }
+        }
+    });
+
+    let mut episodes = Vec::new();
+    for (asked, applied, reason) in [
+        (6, 6, "WithinRange"),
+        (2, 4, "BelowBand"),
+        (12, 8, "AboveBand"),
+        (5, 5, "WithinRange"),
+    ] {
+        decode.set(asked);
+        scenario
+            .eventually(
+                120,
+                &format!(
+                    "decode's HPA asks {asked}, the view applies {applied} ({reason}), all Ready"
+                ),
+                || async {
+                    let view = scenario
+                        .get(VIEWS, "ScaleView", "spot-decode-sv")
+                        .await
+                        .unwrap_or_default();
+                    let clamped = view_condition(&view, "Clamped").unwrap_or_default();
+                    let service = scenario
+                        .get(IS, "InferenceService", "spot-decode")
+                        .await
+                        .unwrap_or_default();
+                    let roles = replicas_by_role(&scenario).await;
+                    let sets = roles.get("decode-ondemand").copied().unwrap_or(0)
+                        + roles.get("decode-spot").copied().unwrap_or(0);
+                    let state = (
+                        view["spec"]["replicas"].as_i64(),
+                        view["status"]["appliedReplicas"].as_i64(),
+                        clamped["reason"].as_str().map(str::to_owned),
+                        decode_and_prefill(&service),
+                        sets,
+                        harness::scenario::condition(&service, "Ready"),
+                    );
+                    if state
+                        == (
+                            Some(asked as i64),
+                            Some(applied),
+                            Some(reason.to_owned()),
+                            (applied, 2),
+                            usize::try_from(applied).unwrap_or(0),
+                            Some("True".to_owned()),
+                        )
+                    {
+                        Ok(())
+                    } else {
+                        Err(format!("{state:?}: {:#}", view["status"]))
+                    }
+                },
+            )
+            .await;
+        let view = scenario
+            .get(VIEWS, "ScaleView", "spot-decode-sv")
+            .await
+            .unwrap_or_default();
+        if reason != "WithinRange" {
+            assert_eq!(
+                view["status"]["band"],
+                json!({"resourceScalingGroup": "prefill-decode-band", "minReplicas": 4, "maxReplicas": 8}),
+                "{:#}",
+                view["status"]
+            );
+            episodes.push(reason);
+        }
+        eprintln!("decode's HPA asks {asked}: applied {applied} ({reason})");
+    }
+    watch.abort();
+    let seen = seen.lock().expect("seen").clone();
+    let outside: Vec<&(i64, i64)> = seen
+        .iter()
+        .filter(|(decode, prefill)| *decode < 2 * prefill || *decode > 4 * prefill)
+        .collect();
+    assert!(
+        outside.is_empty() && seen.len() > 4,
+        "decode left the band of its prefill ((decode, prefill) at each change: {seen:?})"
+    );
+    // One Event per episode, each its own Event with its own note.
+    let mut events: Vec<Value> = scenario
+        .list("events.k8s.io/v1", "Event")
+        .await
+        .into_iter()
+        .filter(|e| {
+            e["regarding"]["name"] == "spot-decode-sv" && e["reportingController"] == "tandem"
+        })
+        .filter(|e| e["reason"] == "BelowBand" || e["reason"] == "AboveBand")
+        .collect();
+    events.sort_by(|a, b| a["eventTime"].as_str().cmp(&b["eventTime"].as_str()));
+    let events: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_owned(),
+                e["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+        episodes,
+        "{events:#?}"
+    );
+    assert!(
+        events[0].1.starts_with("requested 2 replicas, applied 4: raised to the lower end of the band [4, 8] of ResourceScalingGroup prefill-decode-band"),
+        "{events:#?}"
+    );
+    drop((prefill, decode));
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", "spot-decode"))
+        .await;
+}
+
+/// Waits until HPA `name` (on the KV-cache use) has `replicas` current and
+/// desired.
+async fn hpa_reads_kv(scenario: &Scenario, name: &str, replicas: i64) {
+    scenario
+        .eventually(
+            90,
+            &format!("HPA {name} at {replicas} replicas"),
+            || async {
+                let hpa = scenario
+                    .get(HPA, "HorizontalPodAutoscaler", name)
+                    .await
+                    .unwrap_or_default();
+                let status = &hpa["status"];
+                if status["currentReplicas"] == replicas && status["desiredReplicas"] == replicas {
+                    Ok(())
+                } else {
+                    Err(format!("{status:#}"))
+                }
+            },
+        )
         .await;
 }
 
