@@ -221,6 +221,16 @@ pub struct Role {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_picker_config: Option<String>,
 
+    /// Router only: requests wait in the endpoint picker's queue while no
+    /// serving pod can take them (every one saturated, or none at all: a
+    /// service scaled to zero) instead of being answered 503. Tandem turns
+    /// on flow control in the generated configuration of GIE's picker
+    /// (`featureGates: [flowControl]` and a `flowControl` block). Not with
+    /// `strategy: pd-disaggregation` (llm-d v0.4.0's picker has no queue
+    /// when its pool is empty) nor with `endpointPickerConfig` (set it there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<RequestQueue>,
+
     /// Serving roles: this role's RollingUpdate pace; each field it sets
     /// overrides the same field of spec.upgradeStrategy.rollingUpdate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +305,39 @@ impl Drain {
     pub const DEFAULT_SECONDS: i64 = 30;
     /// A day: a longer drain holds GPUs for no generation that exists.
     pub const MAX_SECONDS: i64 = 86_400;
+}
+
+/// The endpoint picker's queue (GIE's flow control): how many requests
+/// wait, and how long each may.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestQueue {
+    /// Seconds a request may wait before the picker answers it 503 ("request
+    /// timed out in queue"): GIE's `defaultRequestTTL`. Longer than a cold
+    /// start (the pods scheduled, the model loaded), and shorter than the
+    /// Gateway's route timeout, which must be raised to match. Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = RequestQueue::MAX_TIMEOUT_SECONDS))]
+    pub timeout_seconds: Option<i64>,
+    /// The most requests waiting at once; one more is answered 429. GIE's
+    /// `maxRequests`. Default: no count limit (GIE bounds each priority band
+    /// at 1 GB of request bodies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = RequestQueue::MAX_REQUESTS))]
+    pub max_requests: Option<i64>,
+}
+
+impl RequestQueue {
+    pub const DEFAULT_TIMEOUT_SECONDS: i64 = 600;
+    /// An hour: no client waits longer for a first token.
+    pub const MAX_TIMEOUT_SECONDS: i64 = 3_600;
+    pub const MAX_REQUESTS: i64 = 1_000_000;
+
+    /// The timeout in seconds, default applied.
+    pub fn timeout_seconds(&self) -> i64 {
+        self.timeout_seconds
+            .unwrap_or(Self::DEFAULT_TIMEOUT_SECONDS)
+    }
 }
 
 /// How many replicas of a role a voluntary disruption (a node drain's
@@ -627,6 +670,11 @@ pub struct ComponentStatus {
     /// Degraded (ReplicasUnavailable) meanwhile.
     #[serde(default)]
     pub lost_replicas: i32,
+    /// Prefill/decode services: why the role runs one replica though it
+    /// asks none. Its side (the prefillers or the decoders) asks 0 while
+    /// the other side serves, and the two reach zero and leave it together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_for_pair: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -1228,6 +1276,50 @@ fn validate_router_role(role: &Role, at: &str, findings: &mut Findings) {
     if let Some(template) = &role.template {
         validate_template(template, at, TemplateOf::Router, findings);
     }
+    if let Some(queue) = &role.queue {
+        validate_queue(queue, role, &format!("{at}.queue"), findings);
+    }
+}
+
+/// A router's queue: its bounds, and a picker that can hold it.
+fn validate_queue(queue: &RequestQueue, role: &Role, at: &str, findings: &mut Findings) {
+    if let Some(seconds) = queue.timeout_seconds
+        && !(1..=RequestQueue::MAX_TIMEOUT_SECONDS).contains(&seconds)
+    {
+        findings.deny(
+            format!("{at}.timeoutSeconds"),
+            format!(
+                "must be between 1 and {} (an hour), got {seconds}",
+                RequestQueue::MAX_TIMEOUT_SECONDS
+            ),
+        );
+    }
+    if let Some(count) = queue.max_requests
+        && !(1..=RequestQueue::MAX_REQUESTS).contains(&count)
+    {
+        findings.deny(
+            format!("{at}.maxRequests"),
+            format!(
+                "must be between 1 and {}, got {count}",
+                RequestQueue::MAX_REQUESTS
+            ),
+        );
+    }
+    if role.endpoint_picker_config.is_some() {
+        findings.deny(
+            at,
+            "cannot be combined with endpointPickerConfig, which is used verbatim: set \
+             featureGates: [flowControl] and a flowControl block in it instead",
+        );
+    } else if role.strategy == Some(RoutingStrategy::PdDisaggregation) {
+        findings.deny(
+            at,
+            "pd-disaggregation runs llm-d v0.4.0's endpoint picker, built on GIE v1.2.0, which \
+             answers 503 when the pool has no pods before any queue is consulted; queueing at \
+             zero came with GIE v1.3.0: use another strategy, or an endpointPickerConfig for a \
+             later llm-d release with flow control in it",
+        );
+    }
 }
 
 /// A serving role: no router-only fields, and a pod template.
@@ -1239,6 +1331,7 @@ fn validate_serving_role(role: &Role, at: &str, findings: &mut Findings) {
             "endpointPickerConfig",
             role.endpoint_picker_config.is_some(),
         ),
+        ("queue", role.queue.is_some()),
     ] {
         if set {
             findings.deny(
@@ -1570,6 +1663,46 @@ mod tests {
     }
 
     #[test]
+    fn a_routers_queue_is_bounded_and_needs_a_picker_that_can_hold_it() {
+        let with = |queue: serde_json::Value, extra: serde_json::Value| {
+            let mut value = pd();
+            let mut router = json!({"name": "router", "componentType": "router", "queue": queue});
+            for (k, v) in extra.as_object().unwrap() {
+                router[k] = v.clone();
+            }
+            value["roles"].as_array_mut().unwrap().push(router);
+            value
+        };
+        assert!(validate(&spec(with(json!({}), json!({})))).is_allowed());
+        assert!(
+            validate(&spec(with(
+                json!({"timeoutSeconds": 3600, "maxRequests": 1}),
+                json!({})
+            )))
+            .is_allowed()
+        );
+        assert_eq!(
+            denial(with(json!({"timeoutSeconds": 0}), json!({}))),
+            "spec.roles[2].queue.timeoutSeconds: must be between 1 and 3600 (an hour), got 0"
+        );
+        assert_eq!(
+            denial(with(json!({"maxRequests": -1}), json!({}))),
+            "spec.roles[2].queue.maxRequests: must be between 1 and 1000000, got -1"
+        );
+        assert!(
+            denial(with(json!({}), json!({"strategy": "pd-disaggregation"})))
+                .starts_with("spec.roles[2].queue: pd-disaggregation runs llm-d v0.4.0's endpoint picker, built on GIE v1.2.0, which answers 503")
+        );
+        assert!(
+            denial(with(
+                json!({}),
+                json!({"endpointPickerConfig": "plugins: []"})
+            ))
+            .starts_with("spec.roles[2].queue: cannot be combined with endpointPickerConfig")
+        );
+    }
+
+    #[test]
     fn a_prefill_decode_service_is_valid() {
         let findings = validate(&spec(pd()));
         assert!(findings.is_allowed(), "{}", findings.denial_message());
@@ -1684,6 +1817,7 @@ mod tests {
             ("strategy", json!("prefix-cache")),
             ("httproute", json!({"parentRefs": [{"name": "gw"}]})),
             ("endpointPickerConfig", json!("plugins: []")),
+            ("queue", json!({})),
         ] {
             let mut bad = pd();
             bad["roles"][1][field] = value.clone();

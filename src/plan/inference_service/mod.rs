@@ -4,7 +4,8 @@
 //! (`router`), status (`status`), revisions and how a rollout moves between
 //! them (`revision`, `rollout`, `pacing`), a replica's drain out of traffic
 //! (`drain`), PodDisruptionBudgets (`disruption`), a replica's bounded
-//! recreation after restarts (`recovery`), the names of
+//! recreation after restarts (`recovery`), prefill and decode reaching and
+//! leaving zero together (`pair`), the names of
 //! every child and the rules they must keep (`names`), incremental upgrades and
 //! their traffic split (`upgrade`, `traffic`), and the whole plan of one
 //! reconcile (`service`). They implement seed 003
@@ -19,6 +20,7 @@ pub mod drain;
 pub mod gang;
 pub mod names;
 pub mod pacing;
+pub mod pair;
 pub mod placement;
 pub mod pod_groups;
 pub mod recovery;

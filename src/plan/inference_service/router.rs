@@ -48,7 +48,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::api::inference_service::{
-    ComponentType, InferenceService, InferenceServiceSpec, ROUTER_CONTAINER, Role, RoutingStrategy,
+    ComponentType, InferenceService, InferenceServiceSpec, ROUTER_CONTAINER, RequestQueue, Role,
+    RoutingStrategy,
 };
 use crate::api::{Findings, Violation};
 
@@ -450,12 +451,42 @@ pub fn endpoint_picker_config(role: &Role) -> Result<String, String> {
         return Ok(config.clone());
     }
     let strategy = role.strategy.unwrap_or(RoutingStrategy::PrefixCache);
-    serde_norway::to_string(&generated_config(strategy)).map_err(|e| {
+    let mut config = generated_config(strategy);
+    if let Some(queue) = &role.queue {
+        queued(&mut config, queue);
+    }
+    serde_norway::to_string(&config).map_err(|e| {
         format!(
             "cannot write the {} endpoint picker configuration as YAML: {e}",
             strategy_name(strategy)
         )
     })
+}
+
+/// The feature gate of GIE v1.5.0's flow control
+/// (`pkg/epp/flowcontrol/config.go`). It must be in the parsed
+/// configuration: the runner decides which admission controller to run from
+/// the gates it read before its deprecated environment variable
+/// (`ENABLE_EXPERIMENTAL_FLOW_CONTROL_LAYER`) is folded in
+/// (`cmd/epp/runner/runner.go`), so the variable alone leaves the legacy
+/// controller, which answers 503 when the pool has no pods.
+pub const FLOW_CONTROL_GATE: &str = "flowControl";
+
+/// Turns on GIE's flow control in `config` with the router's queue: requests
+/// are held while the pool is saturated, and a pool without pods is
+/// saturated (the utilization detector's saturation of no endpoints is 1.0,
+/// `saturationdetector/utilization/detector.go`), so they wait for the
+/// first pod instead of a 503. `defaultRequestTTL` is a duration string
+/// (`metav1.Duration`, parsed by `time.ParseDuration`); `maxRequests` a
+/// quantity. The loader adds the saturation detector and the queue's
+/// policies by itself (`pkg/epp/config/loader/defaults.go`).
+fn queued(config: &mut Value, queue: &RequestQueue) {
+    let mut flow = json!({"defaultRequestTTL": format!("{}s", queue.timeout_seconds())});
+    if let Some(count) = queue.max_requests {
+        flow["maxRequests"] = json!(count);
+    }
+    config["featureGates"] = json!([FLOW_CONTROL_GATE]);
+    config["flowControl"] = flow;
 }
 
 fn plugin(plugin_type: &str) -> Value {
@@ -1359,6 +1390,24 @@ mod tests {
         let value = pd_service(router(json!({"endpointPickerConfig": text})));
         let objects = objects(value);
         assert_eq!(find(&objects, "ConfigMap")["data"][CONFIG_KEY], text);
+    }
+
+    #[test]
+    fn a_queue_turns_on_gies_flow_control_in_the_generated_configuration() {
+        let plain = config_of(router(json!({})));
+        assert!(plain.get("featureGates").is_none() && plain.get("flowControl").is_none());
+        let queued = config_of(router(json!({"queue": {}})));
+        assert_eq!(queued["featureGates"], json!(["flowControl"]));
+        assert_eq!(queued["flowControl"], json!({"defaultRequestTTL": "600s"}));
+        // The scorers are those of the strategy, as without a queue.
+        assert_eq!(profiles(&queued), profiles(&plain));
+        let bounded = config_of(router(
+            json!({"strategy": "queue-size", "queue": {"timeoutSeconds": 900, "maxRequests": 200}}),
+        ));
+        assert_eq!(
+            bounded["flowControl"],
+            json!({"defaultRequestTTL": "900s", "maxRequests": 200})
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::rollout::{self, Rollout};
-use super::{dependencies, names, pacing, placement, router, traffic};
+use super::{dependencies, names, pacing, pair, placement, router, traffic};
 use crate::api::Findings;
 use crate::api::inference_service::{self, InferenceService, InferenceServiceStatus};
 use crate::plan::shared::children;
@@ -99,6 +99,9 @@ pub struct Plan {
     /// What the service needs of the installed dependencies and lacks, and
     /// the gang layout it gets.
     pub dependencies: Option<dependencies::Dependencies>,
+    /// The role that runs one replica though its side of the prefill/decode
+    /// pair asks none ([`pair::kept`]), for its status.
+    pub kept_for_pair: Option<pair::Kept>,
 }
 
 /// Everything the service should have, given what the world has now and the
@@ -109,6 +112,7 @@ pub fn desired(
     options: &Options,
     now: &Time,
 ) -> Result<Vec<Desired>, String> {
+    let service = &*pair::effective(service);
     let rollout = rollout::plan(
         service,
         world.children,
@@ -123,14 +127,20 @@ pub fn desired(
 /// revision and serving role, the replica indices it keeps at its capacity
 /// (Ordered: the lowest; Binpack: the cheapest to lose go), the router's
 /// objects, an upgrade's Gateway, route, per-revision Services and records,
-/// and, for the PodGroup, the replicas whose pods are still there.
+/// and, for the PodGroup, the replicas whose pods are still there. The
+/// replicas are those the service runs ([`pair::effective`]).
 pub fn plan(
     service: &InferenceService,
     world: &World<'_>,
     options: &Options,
     rollout: &Rollout,
 ) -> Result<Plan, String> {
-    let mut plan = Plan::default();
+    let kept_for_pair = pair::kept(&service.spec);
+    let service = &*pair::effective(service);
+    let mut plan = Plan {
+        kept_for_pair,
+        ..Plan::default()
+    };
     let decided = dependencies::decide(&service.spec, world.installed);
     let replicas = replicas::plan_replicas(service, world, rollout, &mut plan)?;
     objects::plan_objects(
@@ -159,14 +169,20 @@ pub struct Pass {
 /// Decides one reconcile of `service` in `world` at `now`: the children to
 /// apply (those that differ from the plan), the children to delete (what the
 /// plan neither wants nor keeps; nothing while the plan cannot be made), the
-/// next status, and the upgrade's step (see [`rollout`]).
+/// next status, and the upgrade's step (see [`rollout`]). The plan and
+/// the status count the replicas the service runs: a side of a
+/// prefill/decode pair that asks 0 while the other serves keeps one
+/// ([`pair`]), and its role's status says why.
 pub fn reconcile(
     service: &InferenceService,
     world: &World<'_>,
     options: &Options,
     now: &Time,
 ) -> Pass {
-    let (rollout, planned, problems) = plan_or_problems(service, world, options, now);
+    let kept = pair::kept(&service.spec);
+    let service = &*pair::effective(service);
+    let (rollout, mut planned, problems) = plan_or_problems(service, world, options, now);
+    planned.kept_for_pair = kept;
     let apply = applies(service, world, &planned);
     let delete = if problems.is_empty() {
         deletions(service, world, rollout.as_ref(), &planned)
@@ -236,6 +252,8 @@ fn plan_or_problems(
 }
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod pairs;
 #[cfg(test)]
 mod recoveries;
 #[cfg(test)]

@@ -24,7 +24,9 @@
 //! can be told apart by reason and message. The `Ready` condition says per
 //! role what it waits for, and its reason names the cause at a glance (the
 //! `Status` printer column): `Unschedulable`, `ReplicaFailing`,
-//! `ReplicasUnavailable`, else `ComponentsNotReady`.
+//! `ReplicasUnavailable`, else `ComponentsNotReady`. A service whose every
+//! serving role is at zero replicas by its spec is Ready with reason
+//! `ScaledToZero`, as Knative keeps a revision scaled to zero Ready.
 //!
 //! Kubernetes' gang scheduler says why a gang waits on its PodGroup: the
 //! `PodGroupScheduled` condition, False with reason `Unschedulable` (no
@@ -76,6 +78,9 @@ pub const REPLICA_FAILED: &str = "ReplicaFailed";
 /// Degraded's (and Ready's) reason while a role is short of the ready
 /// replicas it had ([`lost_replicas`]).
 pub const REPLICAS_UNAVAILABLE: &str = "ReplicasUnavailable";
+/// Ready's reason (True) while every serving role is at zero replicas by
+/// its spec and none is left ([`super::pair`]): scaled to zero, not failed.
+pub const SCALED_TO_ZERO: &str = "ScaledToZero";
 /// Ready's reason while a replica waits for the scheduler.
 pub const UNSCHEDULABLE: &str = "Unschedulable";
 
@@ -189,6 +194,9 @@ pub struct Observed<'a> {
     /// index: whether failed, and why (`super::recovery`). They are failing
     /// replicas for as long as they are held; a failed one fails its role.
     pub held: BTreeMap<String, BTreeMap<u32, (bool, String)>>,
+    /// The role that runs one replica though its side of the prefill/decode
+    /// pair asks none, and why (`super::pair`): its `keptForPair`.
+    pub kept_for_pair: Option<(&'a str, &'a str)>,
     /// The service's Kubernetes PodGroups (`scheduling.k8s.io`), which say
     /// why a gang waits ([`unschedulable_replicas`]).
     pub pod_groups: Vec<&'a Value>,
@@ -268,6 +276,10 @@ fn role_components(
             serving_component(role, observed, &observed_pods, before)
         };
         let mut status = component.status;
+        status.kept_for_pair = observed
+            .kept_for_pair
+            .filter(|(kept, _)| *kept == role.name)
+            .map(|(_, why)| why.to_owned());
         if let Some(reason) = component.failure {
             roles.failures.push(format!("{}: {reason}", role.name));
         }
@@ -319,6 +331,42 @@ fn last_update_time(
     }
 }
 
+/// Ready's message: what the service waits for, or why it is ready.
+fn ready_message(service: &InferenceService, scaled_to_zero: bool, waiting: &[String]) -> String {
+    if scaled_to_zero {
+        let router = service
+            .spec
+            .roles
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.is_router());
+        let held = match router {
+            Some((
+                _,
+                Role {
+                    queue: Some(queue), ..
+                },
+            )) => format!(
+                "the router stays (its endpoint picker and InferencePool) and requests wait in \
+                 the picker's queue, each up to {} s",
+                queue.timeout_seconds()
+            ),
+            Some((index, _)) => format!(
+                "the router stays (its endpoint picker and InferencePool), but without a queue \
+                 (spec.roles[{index}].queue) its picker answers 503 meanwhile"
+            ),
+            None => "the service has no router, so nothing holds its requests meanwhile".to_owned(),
+        };
+        format!(
+            "every serving role is scaled to zero replicas until their replicas are raised; {held}"
+        )
+    } else if waiting.is_empty() {
+        "every replica of every role is ready".to_owned()
+    } else {
+        waiting.join("; ")
+    }
+}
+
 /// Ready, Progressing, Degraded and Failed, from the roles' components.
 fn conditions(
     service: &InferenceService,
@@ -350,12 +398,14 @@ fn conditions(
     let generation = service.metadata.generation;
     let (waiting, outdated, failures) = (&roles.waiting, roles.outdated, &roles.failures);
     let all_running = waiting.is_empty();
+    let scaled_to_zero = all_running && super::pair::at_zero(&service.spec);
     vec![
         condition(
             previous,
             "Ready",
             all_running,
             match (all_running, unschedulable, failing, lost) {
+                (true, ..) if scaled_to_zero => SCALED_TO_ZERO,
                 (true, ..) => "AllComponentsRunning",
                 (false, ..) if failed => REPLICA_FAILED,
                 (false, true, ..) => UNSCHEDULABLE,
@@ -363,11 +413,7 @@ fn conditions(
                 (false, false, false, true) => REPLICAS_UNAVAILABLE,
                 (false, false, false, false) => "ComponentsNotReady",
             },
-            if all_running {
-                "every replica of every role is ready".to_owned()
-            } else {
-                waiting.join("; ")
-            },
+            ready_message(service, scaled_to_zero, waiting),
             generation,
             now,
         ),
@@ -930,6 +976,7 @@ fn serving_component(
             unschedulable_replicas: count(waiting_for_scheduler.len()),
             unschedulable_reason: waiting_for_scheduler.first().cloned(),
             lost_replicas: lost,
+            kept_for_pair: None,
         },
         failure,
         outdated,

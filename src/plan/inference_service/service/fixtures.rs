@@ -117,10 +117,8 @@ impl Cluster {
                     .parse()
                     .unwrap();
                 // A new or changed LeaderWorkerSet has a new pod.
-                let index_label = index.to_string();
-                self.pods.retain(|p| {
-                    p["metadata"]["labels"][children::REPLICA_INDEX] != index_label.as_str()
-                });
+                let replica = replica_of(object);
+                self.pods.retain(|p| replica_of(p) != replica);
                 // Scaled to no group (a recovery's hold): no pod.
                 if object["spec"]["replicas"] == 0 {
                     continue;
@@ -130,17 +128,20 @@ impl Cluster {
                 new["metadata"]["labels"] =
                     object["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
                         .clone();
+                new["metadata"]["name"] = json!(format!(
+                    "{}-0",
+                    object["metadata"]["name"].as_str().unwrap()
+                ));
                 new["metadata"]["uid"] = json!(format!("{index}-{at}"));
                 new["metadata"]["creationTimestamp"] = json!(now.0.to_string());
                 self.pods.push(new);
             }
         }
         for step in &pass.delete {
-            let index = step.object["metadata"]["labels"][children::REPLICA_INDEX].clone();
+            let replica = replica_of(&step.object);
             self.children
                 .retain(|c| identity(c) != identity(&step.object));
-            self.pods
-                .retain(|p| p["metadata"]["labels"][children::REPLICA_INDEX] != index);
+            self.pods.retain(|p| replica_of(p) != replica);
         }
         pass
     }
@@ -152,6 +153,17 @@ impl Cluster {
             .map(|c| c["metadata"]["name"].as_str().unwrap())
             .collect()
     }
+}
+
+/// The role and replica index a LeaderWorkerSet or pod belongs to, by its
+/// labels (a pod without a role label is the single role's).
+fn replica_of(object: &Value) -> (Value, Value) {
+    let labels = &object["metadata"]["labels"];
+    let role = match &labels[children::ROLE_NAME] {
+        Value::Null => json!("inference"),
+        role => role.clone(),
+    };
+    (role, labels[children::REPLICA_INDEX].clone())
 }
 
 pub(super) fn scaled(replicas: i32, policy: &str, drain_seconds: Option<i64>) -> InferenceService {

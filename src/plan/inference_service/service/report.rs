@@ -129,6 +129,10 @@ pub(super) fn observed_status(
             .collect(),
         changing,
         held: planned.held.clone(),
+        kept_for_pair: planned
+            .kept_for_pair
+            .as_ref()
+            .map(|k| (k.role.as_str(), k.why.as_str())),
         pod_groups: world
             .children
             .iter()
