@@ -241,6 +241,7 @@ fn scenarios() -> Vec<Planned> {
         scenario!(On::Shared, async nodes::a_multi_node_replica_is_not_recreated_while_one_of_its_pods_is_pending),
         scenario!(On::Shared, async nodes::a_replica_that_keeps_restarting_backs_off_fails_at_its_limit_and_a_new_template_brings_it_back),
         scenario!(On::Shared, async pickers::the_quickstarts_service_is_admitted_and_gies_picker_holds_its_simulated_replicas),
+        scenario!(On::Shared, async pickers::gies_picker_at_zero_starts_holds_no_endpoint_and_queues_a_request_until_its_timeout),
         scenario!(On::Own(batching::PLANE), async batching::many_creations_at_once_create_each_child_once),
         scenario!(On::Shared, async nodes::a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_replica_and_a_revert_resumes),
         scenario!(On::Shared, async autoscaling::an_hpa_on_prefill_moves_decode_at_its_ratio_at_every_step),

@@ -443,3 +443,178 @@ pub(crate) async fn the_quickstarts_service_is_admitted_and_gies_picker_holds_it
         .finish(Quiet::Touching(IS, "InferenceService", "sim"))
         .await;
 }
+
+/// GIE's queue metric (`pkg/epp/metrics/metrics.go`): requests held by flow
+/// control now, by flow and priority.
+const QUEUE_SIZE: &str = "inference_extension_flow_control_queue_size";
+
+/// The service at zero (issue 54): GIE's endpoint picker on the
+/// configuration Tandem writes for a router with a queue (`featureGates:
+/// [flowControl]` and a `flowControl` block) and a service whose prefill
+/// and decode ask 0. It starts, reports SERVING, holds no endpoint, and a
+/// request sent to it as Envoy sends one waits in its queue: the queue
+/// metric (no series before the first request, so a query needs `or
+/// vector(0)`) reads 1, then 0 when the request's time in the queue
+/// (`timeoutSeconds`) ends, and the answer is the picker's "timed out in
+/// queue". Prefill asked back to 1 brings decode's first replica with it,
+/// and the picker holds both leaders.
+pub(crate) async fn gies_picker_at_zero_starts_holds_no_endpoint_and_queues_a_request_until_its_timeout()
+ {
+    let Some(scenario) = start("pickers-zero").await else {
+        return;
+    };
+    scenario.nodes(1).await;
+    let mut service = routed(None);
+    for role in service["spec"]["roles"].as_array_mut().expect("roles") {
+        if role["componentType"] == "router" {
+            role["queue"] = json!({"timeoutSeconds": 8});
+        } else {
+            role["replicas"] = json!(0);
+        }
+    }
+    scenario.create_or_fail(&service).await;
+    scenario
+        .eventually(90, "the service Ready, ScaledToZero", || async {
+            let service = scenario
+                .get(IS, "InferenceService", SERVICE)
+                .await
+                .ok_or("no service")?;
+            let ready = service["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            if ready["status"] == "True" && ready["reason"] == "ScaledToZero" {
+                Ok(())
+            } else {
+                Err(format!("Ready: {ready}"))
+            }
+        })
+        .await;
+    let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &scenario.namespace);
+    let serving: Vec<Option<String>> = pods
+        .list(&ListParams::default().labels(&format!(
+            "fusioninfer.io/service={SERVICE},fusioninfer.io/component-type!=router"
+        )))
+        .await
+        .expect("the pods")
+        .items
+        .into_iter()
+        .map(|p| p.metadata.name)
+        .collect();
+    assert!(serving.is_empty(), "no serving pod at zero: {serving:?}");
+
+    let (deployment, config) = picker_objects(&scenario, EPP, |_, config| {
+        let text = config["data"]["epp-config.yaml"]
+            .as_str()
+            .unwrap_or_default();
+        if text.contains("flowControl") {
+            Ok(())
+        } else {
+            Err(format!("no flow control in {text}"))
+        }
+    })
+    .await;
+    let written: Value = serde_norway::from_str(
+        config["data"]["epp-config.yaml"]
+            .as_str()
+            .expect("the configuration"),
+    )
+    .expect("YAML");
+    assert_eq!(
+        written["featureGates"],
+        json!(["flowControl"]),
+        "{written:#}"
+    );
+    assert_eq!(written["flowControl"], json!({"defaultRequestTTL": "8s"}));
+    let mut picker = serving_picker(&scenario, "epp", &deployment, &config, "epp-zero").await;
+    let held = picker.endpoints();
+    assert!(
+        matches!(&held, Held::Addresses(a) if a.is_empty())
+            || matches!(&held, Held::Pods(p) if p.is_empty()),
+        "no endpoint at zero: {held:?}"
+    );
+    assert!(
+        picker
+            .log()
+            .lines()
+            .all(|l| !l.contains("using legacy admission control")),
+        "flow control is on"
+    );
+    assert_eq!(
+        harness::picker::picker_metric(picker.metrics, QUEUE_SIZE).await,
+        Ok(None),
+        "no series before the first request"
+    );
+
+    // A request as Envoy sends it: held, not answered 503.
+    let port = picker.ext_proc;
+    let request = tokio::spawn(async move {
+        harness::picker::ext_proc_request(
+            port,
+            "/v1/completions",
+            r#"{"model": "Qwen/Qwen3-8B", "prompt": "hello", "max_tokens": 1}"#,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    if request.is_finished() {
+        panic!(
+            "answered at once: {:?}; the picker's log:\n{}",
+            request.await,
+            harness::scenario::tail(&picker.log(), 30)
+        );
+    }
+    scenario
+        .eventually(20, "the request in the picker's queue", || async {
+            match harness::picker::picker_metric(picker.metrics, QUEUE_SIZE).await {
+                Ok(Some(size)) if (size - 1.0).abs() < f64::EPSILON => Ok(()),
+                other => Err(format!(
+                    "{QUEUE_SIZE}: {other:?}; the picker's log:\n{}",
+                    harness::scenario::tail(&picker.log(), 30)
+                )),
+            }
+        })
+        .await;
+    assert!(!request.is_finished(), "a queued request is not answered");
+    let answer = tokio::time::timeout(Duration::from_secs(60), request)
+        .await
+        .expect("answered once its time in the queue ends")
+        .expect("the request's task")
+        .unwrap_or_else(|e| {
+            panic!(
+                "the ext-proc stream: {e}; the picker's log:\n{}",
+                picker.log()
+            )
+        });
+    assert!(
+        answer.contains("timed out in queue"),
+        "the picker's answer once the timeout Tandem wrote ends: {answer:?}"
+    );
+    assert_eq!(
+        harness::picker::picker_metric(picker.metrics, QUEUE_SIZE).await,
+        Ok(Some(0.0)),
+        "the queue is empty again"
+    );
+
+    // Prefill asked back: decode's first replica comes with it.
+    set_role_replicas(&scenario, SERVICE, 0, 1).await;
+    wait_endpoints(&scenario, &mut picker, POOL, 2).await;
+    let leaders: BTreeSet<String> = ready_in_pool(&scenario, POOL)
+        .await
+        .keys()
+        .map(|pod| pod.rsplitn(3, '-').nth(2).unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        leaders,
+        BTreeSet::from([format!("{SERVICE}-decode"), format!("{SERVICE}-prefill")]),
+        "the first prefill and decode replicas"
+    );
+    assert_no_refusal(&picker);
+    picker.kill();
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", SERVICE))
+        .await;
+}

@@ -410,6 +410,170 @@ pub async fn grpc_health(port: u16, service: &str) -> Result<i32, String> {
     }
 }
 
+/// One protobuf field of wire type 2 (length-delimited): `field`, its
+/// length, its bytes.
+fn delimited(field: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![(field << 3) | 2];
+    out.extend(varint(bytes.len() as u64));
+    out.extend(bytes);
+    out
+}
+
+/// One gRPC message: uncompressed, its length, its bytes.
+fn grpc_message(message: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0u8];
+    frame.extend((message.len() as u32).to_be_bytes());
+    frame.extend(message);
+    frame
+}
+
+/// Sends one inference request through the picker's ext-proc stream on
+/// loopback `port` as Envoy sends it (`envoy.service.ext_proc.v3`
+/// `ExternalProcessor/Process`): a `ProcessingRequest` with the request's
+/// headers, then one with its JSON body and `end_of_stream`. Returns, once
+/// the picker answers and ends the stream, what it sent back as text (an
+/// `ImmediateResponse` carries its error message as bytes; field numbers
+/// from go-control-plane's `external_processor.pb.go` and `base.pb.go`),
+/// or what went wrong. A request the picker queues is answered only when
+/// it leaves the queue, so the caller spawns this and drops it to cancel.
+pub async fn ext_proc_request(port: u16, path: &str, body: &str) -> Result<String, String> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    // GIE serves ext-proc over TLS by default (`--secure-serving`), with a
+    // certificate it makes itself at start: nothing to verify it against.
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(SelfSigned(provider)))
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
+    tokio::spawn(connection);
+    // HeaderValue { key = 1; raw_value = 3 } in a HeaderMap { headers = 1 }.
+    let mut headers = Vec::new();
+    for (key, value) in [
+        (":method", "POST"),
+        (":path", path),
+        ("content-type", "application/json"),
+        ("x-request-id", "tandem-test-queued"),
+    ] {
+        let mut header = delimited(1, key.as_bytes());
+        header.extend(delimited(3, value.as_bytes()));
+        headers.extend(delimited(1, &header));
+    }
+    // ProcessingRequest { request_headers = 2: HttpHeaders { headers = 1 } }.
+    let mut frames = grpc_message(&delimited(2, &delimited(1, &headers)));
+    // ProcessingRequest { request_body = 4: HttpBody { body = 1; end_of_stream = 2 } }.
+    let mut http_body = delimited(1, body.as_bytes());
+    http_body.extend([0x10, 0x01]);
+    frames.extend(grpc_message(&delimited(4, &http_body)));
+    let call = hyper::Request::post(format!(
+        "http://127.0.0.1:{port}/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(Full::new(Bytes::from(frames)))
+    .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(call)
+        .await
+        .map_err(|e| format!("the call: {e}"))?;
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("the answer's body: {e}"))?;
+    Ok(String::from_utf8_lossy(&collected.to_bytes()).into_owned())
+}
+
+/// Accepts the picker's self-made certificate (a test on loopback), and
+/// checks only that the handshake is signed by it.
+#[derive(Debug)]
+struct SelfSigned(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for SelfSigned {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The value of the picker's metric `name` (the sum over its series), as
+/// its `/metrics` endpoint reports it now; None when it has no series.
+pub async fn picker_metric(port: u16, name: &str) -> Result<Option<f64>, String> {
+    let (status, body) = super::probe(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        "/metrics",
+    )
+    .await?;
+    if status != 200 {
+        return Err(format!("/metrics answered {status}"));
+    }
+    let mut sum = None;
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let metric = series.split('{').next().unwrap_or(series);
+        if metric == name {
+            let value: f64 = value
+                .parse()
+                .map_err(|e| format!("{line}: not a number: {e}"))?;
+            sum = Some(sum.unwrap_or(0.0) + value);
+        }
+    }
+    Ok(sum)
+}
+
 fn varint(mut value: u64) -> Vec<u8> {
     let mut bytes = Vec::new();
     loop {
