@@ -233,10 +233,25 @@ const COMPONENT_OPTIONAL_FIELDS: [&str; 5] = [
 /// removed explicitly (a merge patch merges maps).
 fn status_patch(current: &InferenceServiceStatus, next: &InferenceServiceStatus) -> Value {
     let mut reported = status::reported(next);
+    // Every field the stored component has and the next one leaves out is
+    // removed too (`keptForPair` once the pair agrees, a field added later):
+    // the list above is what is always written, stored or not.
+    let stored = serde_json::to_value(&current.components).unwrap_or_default();
     if let Some(components) = reported["components"].as_object_mut() {
-        for component in components.values_mut().filter_map(Value::as_object_mut) {
+        for (role, component) in components.iter_mut() {
+            let Some(component) = component.as_object_mut() else {
+                continue;
+            };
             for field in COMPONENT_OPTIONAL_FIELDS {
                 component.entry(field).or_insert(Value::Null);
+            }
+            for field in stored[role]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
+                component.entry(field.clone()).or_insert(Value::Null);
             }
         }
     }
@@ -284,6 +299,7 @@ mod tests {
             unschedulable_replicas: 1,
             unschedulable_reason: Some("replica 0: unschedulable".into()),
             failing_reason: Some("replica 0: CrashLoopBackOff".into()),
+            kept_for_pair: Some("the prefillers ask 0 replicas".into()),
             ..Default::default()
         };
         let mut current = InferenceServiceStatus::default();
@@ -296,6 +312,7 @@ mod tests {
         // A merge patch without the key would leave the stale reason stored.
         assert_eq!(decode.get("unschedulableReason"), Some(&Value::Null));
         assert_eq!(decode.get("failingReason"), Some(&Value::Null));
+        assert_eq!(decode.get("keptForPair"), Some(&Value::Null));
         assert_eq!(decode["unschedulableReplicas"], 0);
     }
 }

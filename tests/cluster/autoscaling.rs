@@ -7,7 +7,7 @@
 //! values stand for what vLLM would export (nothing runs a model here:
 //! tests/cluster/README.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -1538,4 +1538,290 @@ pub(crate) async fn every_autoscaling_recipe_is_taken_by_the_real_api_server_aga
         "the recipes are stored, not run: no object of Tandem's is made to settle",
     );
     scenario.finish(Quiet::Checked).await;
+}
+
+/// GIE's queue metric, what the zero recipes scale on.
+const PICKER_QUEUE: &str = "inference_extension_flow_control_queue_size";
+
+/// Plays the endpoint picker's queue metric on its Service `service` (an
+/// Object metric): every second, the value set.
+fn picker_queue(namespace: &str, metrics: &'static CustomMetrics, service: &str) -> QueueHandle {
+    let load = Arc::new(Mutex::new(0u64));
+    let shared = load.clone();
+    let (namespace, service) = (namespace.to_owned(), service.to_owned());
+    let task = tokio::spawn(async move {
+        loop {
+            let queued = *shared.lock().expect("the queue");
+            metrics
+                .set(
+                    &namespace,
+                    "services",
+                    &service,
+                    PICKER_QUEUE,
+                    &queued.to_string(),
+                )
+                .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    QueueHandle { load, task }
+}
+
+/// The desired replicas of prefill and decode in a service's status.
+fn desired_pair(service: &Value) -> (i64, i64) {
+    let of = |role: &str| {
+        service["status"]["components"][role]["desiredReplicas"]
+            .as_i64()
+            .unwrap_or(-1)
+    };
+    (of("prefill"), of("decode"))
+}
+
+/// Issue 54, zero and back: story 4 (prefill 1 × 2 nodes, decode 2 × 4
+/// nodes) on Kubernetes' gang, with a router whose picker queues, a
+/// ScaleView per role, ResourceScalingGroup keeping decode at 2 per
+/// prefill, and an HPA with `minReplicas: 0` (the `HPAScaleToZero` gate on
+/// the API server and the controller manager) on prefill's view, reading
+/// the picker's queue as an Object metric of its Service.
+///
+/// An empty queue: the HPA takes prefill's view to 0, the group takes
+/// decode's; every prefill and decode pod goes, both sides out of traffic in
+/// one pass; the router's Deployment, Service and InferencePool stay; the
+/// service is Ready `ScaledToZero` and the HPA says it scaled to zero. One
+/// queued request: the HPA wakes the view, and the first prefill and decode
+/// replicas come back in the core group, no pod of it bound before all six
+/// exist. A watch of the service's status sees, at every version, prefill
+/// and decode at zero together or not at all.
+pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_request_brings_the_pair_back()
+ {
+    let Some(scenario) = Scenario::start("autoscale-zero").await else {
+        return;
+    };
+    scenario.nodes(10).await;
+    let metrics = scenario.plane.custom_metrics().await;
+    const NAME: &str = "deepseek-r1-disagg";
+    let mut service = example("examples/seeds/story4-prefill-decode-multinode.yaml");
+    service["spec"]["schedulingStrategy"] = json!({"gangScheduler": "Kubernetes"});
+    for role in service["spec"]["roles"].as_array_mut().expect("roles") {
+        role["drain"] = json!({"seconds": 2});
+    }
+    service["spec"]["roles"]
+        .as_array_mut()
+        .expect("roles")
+        .push(
+            json!({"name": "router", "componentType": "router", "replicas": 1,
+            "queue": {"timeoutSeconds": 900}}),
+        );
+    scenario.create_or_fail(&service).await;
+    let view = |name: &str, component: &str, group: &str, replicas: i64| {
+        json!({"apiVersion": VIEWS, "kind": "ScaleView", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "targetRef": {"name": NAME, "componentType": component},
+                "scalePolicy": [{"group": group}]}})
+    };
+    scenario
+        .create_or_fail(&view("prefill-sv", "prefiller", "prefill", 1))
+        .await;
+    scenario
+        .create_or_fail(&view("decode-sv", "decoder", "decode", 2))
+        .await;
+    scenario
+        .create_or_fail(&json!({
+            "apiVersion": GROUPS, "kind": "ResourceScalingGroup",
+            "metadata": {"name": "prefill-decode"},
+            "spec": {"targetResources": [
+                    {"name": "prefill", "targetRef": {"apiVersion": VIEWS, "kind": "ScaleView", "name": "prefill-sv"}},
+                    {"name": "decode", "targetRef": {"apiVersion": VIEWS, "kind": "ScaleView", "name": "decode-sv"}}],
+                "scalingStrategy": {"type": "InplaceScaling", "inplaceConfig": {"bindings": [
+                    {"name": "prefill", "role": "Source"},
+                    {"name": "decode", "role": "Target", "ratio": "2"}]}}},
+        }))
+        .await;
+    wait_service_ready(&scenario, NAME).await;
+
+    // From here on: prefill and decode at zero together, in every status.
+    let seen: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
+    let record = seen.clone();
+    let services = scenario.api(IS, "InferenceService").await;
+    let watch = tokio::spawn(async move {
+        let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+        let mut events = watcher(services, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(service) | watcher::Event::InitApply(service)) = event {
+                let data = serde_json::to_value(&service).unwrap_or_default();
+                record.lock().expect("seen").push(desired_pair(&data));
+            }
+        }
+    });
+
+    let epp = format!("{NAME}-epp");
+    let queue = picker_queue(&scenario.namespace, metrics, &epp);
+    scenario
+        .create_or_fail(&json!({
+            "apiVersion": HPA, "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "prefill-sv"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": VIEWS, "kind": "ScaleView", "name": "prefill-sv"},
+                "minReplicas": 0, "maxReplicas": 1, "behavior": fast(),
+                "metrics": [{"type": "Object", "object": {
+                    "describedObject": {"apiVersion": "v1", "kind": "Service", "name": epp},
+                    "metric": {"name": PICKER_QUEUE},
+                    "target": {"type": "AverageValue", "averageValue": "1"}}}]},
+        }))
+        .await;
+
+    // An empty queue: to zero.
+    scenario
+        .eventually(180, "the service at zero", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", NAME)
+                .await
+                .unwrap_or_default();
+            let ready = stored["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            // Every serving pod gone, the ones terminating too: the pods
+            // of the wake are new ones.
+            let serving: Vec<String> = scenario
+                .list("v1", "Pod")
+                .await
+                .iter()
+                .filter(|p| label(p, "fusioninfer.io/component-type") != "router")
+                .map(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect();
+            let views = (
+                view_replicas(&scenario, "prefill-sv").await,
+                view_replicas(&scenario, "decode-sv").await,
+            );
+            if ready["reason"] == "ScaledToZero"
+                && ready["status"] == "True"
+                && serving.is_empty()
+                && views == (Some(0), Some(0))
+            {
+                Ok(())
+            } else {
+                Err(format!("Ready {ready}, pods {serving:?}, views {views:?}"))
+            }
+        })
+        .await;
+    // Both sides left traffic in one pass: one drain start on every pod.
+    let hpa = scenario
+        .get(HPA, "HorizontalPodAutoscaler", "prefill-sv")
+        .await
+        .unwrap_or_default();
+    assert_eq!(
+        hpa_condition(&hpa, "ScaledToZero").map(|(status, ..)| status),
+        Some("True".to_owned()),
+        "{:#}",
+        hpa["status"]
+    );
+    assert_eq!(
+        scenario.names(LWS, "LeaderWorkerSet").await,
+        Vec::<String>::new()
+    );
+    for (api, kind, name) in [
+        ("apps/v1", "Deployment", epp.clone()),
+        ("v1", "Service", epp.clone()),
+        (
+            "inference.networking.k8s.io/v1",
+            "InferencePool",
+            format!("{NAME}-pool"),
+        ),
+    ] {
+        assert!(
+            scenario.get(api, kind, &name).await.is_some(),
+            "the router's {kind} {name} stays at zero"
+        );
+    }
+
+    // One request queued at the picker: the pair comes back, bound as one
+    // gang.
+    let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &scenario.namespace);
+    let order: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let record = order.clone();
+    let pod_watch = tokio::spawn(async move {
+        let config = watcher::Config::default().labels("fusioninfer.io/component-type!=router");
+        let mut events = watcher(pods, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                let bound = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some();
+                let name = pod.metadata.name.unwrap_or_default();
+                record.lock().expect("order").push((name, bound));
+            }
+        }
+    });
+    queue.set(1);
+    scenario
+        .eventually(
+            180,
+            "the service back at 1 prefill and 2 decode, Ready",
+            || async {
+                let stored = scenario
+                    .get(IS, "InferenceService", NAME)
+                    .await
+                    .unwrap_or_default();
+                let ready = harness::scenario::condition(&stored, "Ready");
+                let roles = replicas_by_role(&scenario).await;
+                if ready.as_deref() == Some("True")
+                    && roles.get("prefill") == Some(&1)
+                    && roles.get("decode") == Some(&2)
+                    && desired_pair(&stored) == (1, 2)
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "Ready {ready:?}, {roles:?}, desired {:?}",
+                        desired_pair(&stored)
+                    ))
+                }
+            },
+        )
+        .await;
+    pod_watch.abort();
+    watch.abort();
+    drop(queue);
+    let order = order.lock().expect("order").clone();
+    // The core pair: prefill-0's 2 pods and decode-0's 4.
+    let core = |pod: &str| {
+        pod.starts_with(&format!("{NAME}-prefill-0"))
+            || pod.starts_with(&format!("{NAME}-decode-0"))
+    };
+    let first_bound = order
+        .iter()
+        .position(|(_, bound)| *bound)
+        .expect("a pod bound");
+    let before: BTreeSet<&String> = order[..first_bound]
+        .iter()
+        .map(|(pod, _)| pod)
+        .filter(|pod| core(pod))
+        .collect();
+    assert_eq!(
+        before.len(),
+        6,
+        "all six pods of the core pair exist before the first is bound: {order:?}"
+    );
+    let seen = seen.lock().expect("seen").clone();
+    let apart: Vec<&(i64, i64)> = seen
+        .iter()
+        .filter(|(prefill, decode)| (*prefill == 0) != (*decode == 0))
+        .collect();
+    assert!(
+        apart.is_empty() && seen.contains(&(0, 0)),
+        "prefill and decode at zero together or not at all, in every status: {seen:?}"
+    );
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", NAME))
+        .await;
 }

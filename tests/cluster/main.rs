@@ -246,6 +246,7 @@ fn scenarios() -> Vec<Planned> {
         scenario!(On::Shared, async nodes::a_rolling_update_to_an_image_that_never_gets_ready_halts_after_one_replica_and_a_revert_resumes),
         scenario!(On::Shared, async autoscaling::an_hpa_on_prefill_moves_decode_at_its_ratio_at_every_step),
         scenario!(On::Shared, async autoscaling::an_hpa_on_each_role_keeps_decode_within_its_band_of_prefill_at_every_instant),
+        scenario!(On::Shared, async autoscaling::an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_request_brings_the_pair_back),
         scenario!(On::Shared, async autoscaling::an_hpa_on_a_view_scales_it_by_priority_on_a_served_metric_and_back_down_spot_first),
         scenario!(On::Shared, async end_to_end::a_service_named_as_every_child_accepts_deploys_and_a_dotted_name_is_denied_with_a_hint),
         scenario!(On::Shared, async nodes::kubernetes_gang_lands_the_prefill_decode_pair_in_one_block),

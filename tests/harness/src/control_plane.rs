@@ -911,8 +911,15 @@ impl ControlPlane {
 /// `TopologyAwareWorkloadScheduling` on the API server a PodGroup's
 /// `schedulingConstraints` is dropped, and without `GenericWorkload` on the
 /// controller manager nothing takes the PodGroupProtection finalizer off.
-pub const WORKLOAD_GATES: &str =
-    "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true";
+///
+/// And `HPAScaleToZero` (alpha, off by default in v1.36.3), which lets an
+/// HPA with an Object or External metric take its target to 0 and back
+/// (`pkg/controller/podautoscaler/horizontal.go`); an HPA whose
+/// `minReplicas` is 1 or more behaves as without it. It is on every plane,
+/// not on one of its own: the custom metrics test adapter takes its values
+/// on a fixed port (8080, its `main.go`), so one plane at a time can serve
+/// custom metrics, and the shared plane's autoscaling scenarios run one.
+pub const WORKLOAD_GATES: &str = "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,HPAScaleToZero=true";
 
 /// How often the HPA controller syncs each HorizontalPodAutoscaler.
 pub const HPA_SYNC_SECONDS: u64 = 2;

@@ -1007,7 +1007,8 @@ pub fn tail(text: &str, lines: usize) -> String {
 /// (the group size LWS writes on each) exist and are Ready, and none is
 /// draining or being deleted. A role that asks for replicas and once had a
 /// serving one must always have one; a role with no pod left at all counts
-/// as 0 serving, not as absent.
+/// as 0 serving, not as absent. A role asked to zero starts over: coming
+/// back, it has a floor once it serves again.
 #[derive(Default)]
 pub struct Floor {
     /// pod name → (service/role, replica LeaderWorkerSet, group size, serves)
@@ -1055,7 +1056,13 @@ impl Floor {
         for role in service["spec"]["roles"].as_array().into_iter().flatten() {
             let role_name = role["name"].as_str().unwrap_or_default();
             let replicas = role["replicas"].as_i64().unwrap_or(1);
-            self.desired.insert(format!("{name}/{role_name}"), replicas);
+            let key = format!("{name}/{role_name}");
+            // Asked to zero: a designed state (issue 54). The role has no
+            // floor until it serves again after it is asked back.
+            if replicas <= 0 {
+                self.served.remove(&key);
+            }
+            self.desired.insert(key, replicas);
         }
     }
 
