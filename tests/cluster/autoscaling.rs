@@ -1567,6 +1567,10 @@ fn picker_queue(namespace: &str, metrics: &'static CustomMetrics, service: &str)
     QueueHandle { load, task }
 }
 
+/// A serving pod's event: its name, whether it is bound to a node, and
+/// when its drain started (Tandem's annotation), if it did.
+type PodEvent = (String, bool, Option<String>);
+
 /// The desired replicas of prefill and decode in a service's status.
 fn desired_pair(service: &Value) -> (i64, i64) {
     let of = |role: &str| {
@@ -1585,8 +1589,8 @@ fn desired_pair(service: &Value) -> (i64, i64) {
 /// the picker's queue as an Object metric of its Service.
 ///
 /// An empty queue: the HPA takes prefill's view to 0, the group takes
-/// decode's; every prefill and decode pod goes, both sides out of traffic in
-/// one pass; the router's Deployment, Service and InferencePool stay; the
+/// decode's; every prefill and decode pod goes, each drained out of traffic
+/// first; the router's Deployment, Service and InferencePool stay; the
 /// service is Ready `ScaledToZero` and the HPA says it scaled to zero. One
 /// queued request: the HPA wakes the view, and the first prefill and decode
 /// replicas come back in the core group, no pod of it bound before all six
@@ -1649,6 +1653,32 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
             if let Ok(watcher::Event::Apply(service) | watcher::Event::InitApply(service)) = event {
                 let data = serde_json::to_value(&service).unwrap_or_default();
                 record.lock().expect("seen").push(desired_pair(&data));
+            }
+        }
+    });
+
+    // Every serving pod event: (name, bound, drain started at).
+    let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &scenario.namespace);
+    let order: Arc<Mutex<Vec<PodEvent>>> = Arc::default();
+    let record = order.clone();
+    let pod_watch = tokio::spawn(async move {
+        let config = watcher::Config::default().labels("fusioninfer.io/component-type!=router");
+        let mut events = watcher(pods, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                let bound = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some();
+                let drain = pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(tandem::plan::inference_service::drain::DRAIN_STARTED))
+                    .cloned();
+                let name = pod.metadata.name.unwrap_or_default();
+                record.lock().expect("order").push((name, bound, drain));
             }
         }
     });
@@ -1744,24 +1774,7 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
 
     // One request queued at the picker: the pair comes back, bound as one
     // gang.
-    let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &scenario.namespace);
-    let order: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
-    let record = order.clone();
-    let pod_watch = tokio::spawn(async move {
-        let config = watcher::Config::default().labels("fusioninfer.io/component-type!=router");
-        let mut events = watcher(pods, config).default_backoff().boxed();
-        while let Some(event) = events.next().await {
-            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
-                let bound = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some();
-                let name = pod.metadata.name.unwrap_or_default();
-                record.lock().expect("order").push((name, bound));
-            }
-        }
-    });
+    let woken = order.lock().expect("order").len();
     queue.set(1);
     scenario
         .eventually(
@@ -1793,6 +1806,21 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
     watch.abort();
     drop(queue);
     let order = order.lock().expect("order").clone();
+    // Going down, every pod of both sides left traffic before its replica
+    // went (decided in one pass, written in Tandem's slow-start batches).
+    let drains: BTreeMap<&String, &String> = order[..woken]
+        .iter()
+        .filter_map(|(pod, _, drain)| Some((pod, drain.as_ref()?)))
+        .collect();
+    assert_eq!(
+        drains.len(),
+        10,
+        "all ten pods of prefill and decode drained out of traffic: {drains:#?}"
+    );
+    let order: Vec<(String, bool)> = order[woken..]
+        .iter()
+        .map(|(pod, bound, _)| (pod.clone(), *bound))
+        .collect();
     // The core pair: prefill-0's 2 pods and decode-0's 4.
     let core = |pod: &str| {
         pod.starts_with(&format!("{NAME}-prefill-0"))

@@ -568,7 +568,7 @@ pub(crate) async fn gies_picker_at_zero_starts_holds_no_endpoint_and_queues_a_re
         );
     }
     scenario
-        .eventually(20, "the request in the picker's queue", || async {
+        .eventually(45, "the request in the picker's queue", || async {
             match harness::picker::picker_metric(picker.metrics, QUEUE_SIZE).await {
                 Ok(Some(size)) if (size - 1.0).abs() < f64::EPSILON => Ok(()),
                 other => Err(format!(

@@ -331,6 +331,19 @@ fn last_update_time(
     }
 }
 
+/// Whether every serving role asks 0 replicas ([`super::pair::at_zero`])
+/// and no serving pod is left in traffic: not while the last replicas drain.
+fn scaled_to_zero(service: &InferenceService, roles: &RoleComponents) -> bool {
+    super::pair::at_zero(&service.spec)
+        && service
+            .spec
+            .roles
+            .iter()
+            .filter(|r| !r.is_router())
+            .filter_map(|r| roles.components.get(&r.name))
+            .all(|c| c.draining_replicas == 0 && c.ready_pods == 0)
+}
+
 /// Ready's message: what the service waits for, or why it is ready.
 fn ready_message(service: &InferenceService, scaled_to_zero: bool, waiting: &[String]) -> String {
     if scaled_to_zero {
@@ -398,7 +411,7 @@ fn conditions(
     let generation = service.metadata.generation;
     let (waiting, outdated, failures) = (&roles.waiting, roles.outdated, &roles.failures);
     let all_running = waiting.is_empty();
-    let scaled_to_zero = all_running && super::pair::at_zero(&service.spec);
+    let scaled_to_zero = all_running && scaled_to_zero(service, roles);
     vec![
         condition(
             previous,

@@ -64,7 +64,8 @@ pub fn of_delete(step: &Delete) -> Decision {
 /// `ProgressDeadlineExceeded`): `upgrade_started`, `upgrade_capacity`,
 /// `upgrade_traffic`, `upgrade_complete`, `upgrade_abandoned`, the same for
 /// `rollback_`, `progress_deadline_exceeded`; a replica's recovery,
-/// `replica_backoff`, `replica_failed` and `recovery_reset`; `upgrade_other`
+/// `replica_backoff`, `replica_failed` and `recovery_reset`; zero and back,
+/// `kept_for_pair`, `scaled_to_zero` and `leaving_zero`; `upgrade_other`
 /// for a reason not known here, so the label stays bounded.
 pub fn of_upgrade_step(reason: &str) -> Decision {
     let decision = match reason {
@@ -81,6 +82,10 @@ pub fn of_upgrade_step(reason: &str) -> Decision {
         "BackOff" => "replica_backoff",
         "ReplicaFailed" => "replica_failed",
         "RecoveryReset" => "recovery_reset",
+        // Zero and back (plan::inference_service::pair).
+        "KeptForPair" => "kept_for_pair",
+        "ScaledToZero" => "scaled_to_zero",
+        "LeavingZero" => "leaving_zero",
         _ => "upgrade_other",
     };
     Decision {

@@ -437,9 +437,16 @@ fn grpc_message(message: &[u8]) -> Vec<u8> {
 /// or what went wrong. A request the picker queues is answered only when
 /// it leaves the queue, so the caller spawns this and drops it to cancel.
 pub async fn ext_proc_request(port: u16, path: &str, body: &str) -> Result<String, String> {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    // The picker starts its ext-proc server after its health server says
+    // SERVING (seen a second apart on a busy machine): wait for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let tcp = loop {
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(tcp) => break tcp,
+            Err(e) if Instant::now() > deadline => return Err(format!("connect: {e}")),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
     // GIE serves ext-proc over TLS by default (`--secure-serving`), with a
     // certificate it makes itself at start: nothing to verify it against.
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());

@@ -52,6 +52,15 @@ fn moved(pass: &Pass) -> (Vec<&str>, Vec<&str>) {
     )
 }
 
+/// The reasons of a pass's Events about the pair and zero.
+fn reasons(pass: &Pass) -> Vec<&'static str> {
+    pass.events
+        .iter()
+        .map(|e| e.reason)
+        .filter(|r| ["KeptForPair", status::SCALED_TO_ZERO, "LeavingZero"].contains(r))
+        .collect()
+}
+
 fn ready(service: &InferenceService) -> (String, String) {
     let found = service
         .status
@@ -94,6 +103,34 @@ fn settle(cluster: &mut Cluster, service: &mut InferenceService, at: i64) -> Pas
     pass
 }
 
+/// The service at zero: Ready `ScaledToZero`, `0/0`, nothing kept, its
+/// message saying the picker has no queue, the router's objects there.
+fn assert_at_zero(service: &InferenceService, cluster: &Cluster) {
+    let at_zero = service.status.as_ref().unwrap();
+    assert_eq!(at_zero.ready.as_deref(), Some("0/0"));
+    assert_eq!(at_zero.components["prefill"].kept_for_pair, None);
+    assert_eq!(
+        ready(service),
+        ("True".into(), status::SCALED_TO_ZERO.into())
+    );
+    let message = &at_zero
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .message;
+    assert!(
+        message.ends_with("without a queue (spec.roles[2].queue) its picker answers 503 meanwhile"),
+        "{message}"
+    );
+    for kind in ["InferencePool", "Deployment", "ConfigMap", "Service"] {
+        assert!(
+            cluster.children.iter().any(|c| c["kind"] == kind),
+            "the router's {kind} stays at zero"
+        );
+    }
+}
+
 #[test]
 fn prefill_and_decode_reach_zero_together_and_come_back_together() {
     let mut cluster = Cluster::new(&[]);
@@ -108,6 +145,7 @@ fn prefill_and_decode_reach_zero_together_and_come_back_together() {
     // serves, and says why.
     rescale(&mut service, 0, 2);
     let first = settle(&mut cluster, &mut service, 10);
+    assert_eq!(reasons(&first), ["KeptForPair"]);
     assert_eq!(moved(&first), (vec![], vec![]));
     let prefill = &service.status.as_ref().unwrap().components["prefill"];
     assert_eq!(prefill.desired_replicas, 1);
@@ -139,6 +177,14 @@ fn prefill_and_decode_reach_zero_together_and_come_back_together() {
         "{marked:?}"
     );
     assert_eq!(moved(&draining), (vec![], vec![]));
+    assert_eq!(
+        ready(&InferenceService {
+            status: Some(draining.status.clone()),
+            ..paired(0, 0)
+        }),
+        ("True".into(), "AllComponentsRunning".into()),
+        "not at zero while the last replicas drain"
+    );
     service.status = Some(draining.status);
     let down = step(&mut cluster, &service, 25);
     assert_eq!(
@@ -154,36 +200,23 @@ fn prefill_and_decode_reach_zero_together_and_come_back_together() {
             .all(|d| d.object["kind"] == "LeaderWorkerSet")
     );
     service.status = Some(down.status);
-    settle(&mut cluster, &mut service, 26);
+    let zero = settle(&mut cluster, &mut service, 26);
+    assert_eq!(reasons(&zero), [status::SCALED_TO_ZERO]);
     assert!(cluster.lws().is_empty());
     assert!(cluster.pods.is_empty());
-    let at_zero = service.status.as_ref().unwrap();
-    assert_eq!(at_zero.ready.as_deref(), Some("0/0"));
-    assert_eq!(at_zero.components["prefill"].kept_for_pair, None);
-    assert_eq!(
-        ready(&service),
-        ("True".into(), status::SCALED_TO_ZERO.into())
-    );
-    let message = &at_zero
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap()
-        .message;
-    assert!(
-        message.ends_with("without a queue (spec.roles[2].queue) its picker answers 503 meanwhile"),
-        "{message}"
-    );
-    for kind in ["InferencePool", "Deployment", "ConfigMap", "Service"] {
-        assert!(
-            cluster.children.iter().any(|c| c["kind"] == kind),
-            "the router's {kind} stays at zero"
-        );
-    }
+    assert_at_zero(&service, &cluster);
 
     // Prefill's view asks 1: decode's first replica comes in the same pass.
     rescale(&mut service, 1, 0);
     let up = settle(&mut cluster, &mut service, 40);
+    assert_eq!(reasons(&up), ["KeptForPair", "LeavingZero"]);
+    assert!(
+        up.events
+            .iter()
+            .any(|e| e.note == "the service leaves zero: prefill 1, decode 1"),
+        "{:?}",
+        up.events
+    );
     assert_eq!(
         moved(&up),
         (vec!["qwen-decode-0", "qwen-prefill-0"], vec![])

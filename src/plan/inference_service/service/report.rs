@@ -198,6 +198,13 @@ pub(super) fn role_events(
             .cloned()
             .unwrap_or_default();
         let name = &role.name;
+        if let (None, Some(why)) = (&then.kept_for_pair, &now.kept_for_pair) {
+            events.push(rollout::Event {
+                warning: false,
+                reason: "KeptForPair",
+                note: why.clone(),
+            });
+        }
         match (status::is_degraded(&then), status::degraded_because(now)) {
             (false, Some(why)) => events.push(rollout::Event {
                 warning: true,
@@ -234,7 +241,47 @@ pub(super) fn role_events(
             _ => {}
         }
     }
+    events.extend(zero_event(service, status));
     events
+}
+
+/// One Event when the service reaches zero (`ScaledToZero`, the Ready
+/// condition's message as its note) and one when it leaves it
+/// (`LeavingZero`, with what each serving role asks).
+fn zero_event(
+    service: &InferenceService,
+    status: &InferenceServiceStatus,
+) -> Option<rollout::Event> {
+    let at_zero = |conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .filter(|c| c.reason == status::SCALED_TO_ZERO)
+            .map(|c| c.message.clone())
+    };
+    let then = service.status.as_ref().and_then(|s| at_zero(&s.conditions));
+    match (then, at_zero(&status.conditions)) {
+        (None, Some(message)) => Some(rollout::Event {
+            warning: false,
+            reason: status::SCALED_TO_ZERO,
+            note: message,
+        }),
+        (Some(_), None) if !crate::plan::inference_service::pair::at_zero(&service.spec) => {
+            let asked: Vec<String> = service
+                .spec
+                .roles
+                .iter()
+                .filter(|r| !r.is_router())
+                .map(|r| format!("{} {}", r.name, r.replicas()))
+                .collect();
+            Some(rollout::Event {
+                warning: false,
+                reason: "LeavingZero",
+                note: format!("the service leaves zero: {}", asked.join(", ")),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Puts the rollout's `status.upgrade` and its UpgradeInProgress and
