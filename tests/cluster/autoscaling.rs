@@ -1581,29 +1581,15 @@ fn desired_pair(service: &Value) -> (i64, i64) {
     (of("prefill"), of("decode"))
 }
 
-/// Issue 54, zero and back: story 4 (prefill 1 × 2 nodes, decode 2 × 4
-/// nodes) on Kubernetes' gang, with a router whose picker queues, a
-/// ScaleView per role, ResourceScalingGroup keeping decode at 2 per
-/// prefill, and an HPA with `minReplicas: 0` (the `HPAScaleToZero` gate on
-/// the API server and the controller manager) on prefill's view, reading
-/// the picker's queue as an Object metric of its Service.
-///
-/// An empty queue: the HPA takes prefill's view to 0, the group takes
-/// decode's; every prefill and decode pod goes, each drained out of traffic
-/// first; the router's Deployment, Service and InferencePool stay; the
-/// service is Ready `ScaledToZero` and the HPA says it scaled to zero. One
-/// queued request: the HPA wakes the view, and the first prefill and decode
-/// replicas come back in the core group, no pod of it bound before all six
-/// exist. A watch of the service's status sees, at every version, prefill
-/// and decode at zero together or not at all.
-pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_request_brings_the_pair_back()
- {
-    let Some(scenario) = Scenario::start("autoscale-zero").await else {
-        return;
-    };
+/// The service of the zero scenarios: story 4.
+const ZERO_SERVICE: &str = "deepseek-r1-disagg";
+
+/// Story 4 (prefill 1 × 2 nodes, decode 2 × 4 nodes) on Kubernetes' gang,
+/// with a router whose picker queues, a ScaleView per side
+/// (`prefill-sv`, `decode-sv`) and ResourceScalingGroup `prefill-decode`
+/// keeping decode at 2 per prefill: created on 10 nodes, and Ready.
+async fn story_4_with_views(scenario: &Scenario) {
     scenario.nodes(10).await;
-    let metrics = scenario.plane.custom_metrics().await;
-    const NAME: &str = "deepseek-r1-disagg";
     let mut service = example("examples/seeds/story4-prefill-decode-multinode.yaml");
     service["spec"]["schedulingStrategy"] = json!({"gangScheduler": "Kubernetes"});
     for role in service["spec"]["roles"].as_array_mut().expect("roles") {
@@ -1619,7 +1605,7 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
     scenario.create_or_fail(&service).await;
     let view = |name: &str, component: &str, group: &str, replicas: i64| {
         json!({"apiVersion": VIEWS, "kind": "ScaleView", "metadata": {"name": name},
-            "spec": {"replicas": replicas, "targetRef": {"name": NAME, "componentType": component},
+            "spec": {"replicas": replicas, "targetRef": {"name": ZERO_SERVICE, "componentType": component},
                 "scalePolicy": [{"group": group}]}})
     };
     scenario
@@ -1640,14 +1626,21 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
                     {"name": "decode", "role": "Target", "ratio": "2"}]}}},
         }))
         .await;
-    wait_service_ready(&scenario, NAME).await;
+    wait_service_ready(scenario, ZERO_SERVICE).await;
+}
 
-    // From here on: prefill and decode at zero together, in every status.
-    let seen: Arc<Mutex<Vec<(i64, i64)>>> = Arc::default();
+/// (prefill, decode) desired replicas, one per status seen.
+type Pairs = Arc<Mutex<Vec<(i64, i64)>>>;
+
+/// Records, from a watch, the desired replicas of prefill and decode in
+/// every status of the zero scenarios' service.
+fn watch_desired_pair(
+    services: Api<kube::api::DynamicObject>,
+) -> (Pairs, tokio::task::JoinHandle<()>) {
+    let seen: Pairs = Arc::default();
     let record = seen.clone();
-    let services = scenario.api(IS, "InferenceService").await;
     let watch = tokio::spawn(async move {
-        let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+        let config = watcher::Config::default().fields(&format!("metadata.name={ZERO_SERVICE}"));
         let mut events = watcher(services, config).default_backoff().boxed();
         while let Some(event) = events.next().await {
             if let Ok(watcher::Event::Apply(service) | watcher::Event::InitApply(service)) = event {
@@ -1656,6 +1649,141 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
             }
         }
     });
+    (seen, watch)
+}
+
+/// Waits until the zero scenarios' service is at zero: Ready
+/// `ScaledToZero`, both views at 0 and every serving pod gone (the ones
+/// terminating too, so that the pods of a wake are new ones); then its
+/// router's Deployment, Service and InferencePool are still there.
+async fn wait_at_zero(scenario: &Scenario) {
+    let epp = format!("{ZERO_SERVICE}-epp");
+    scenario
+        .eventually(180, "the service at zero", || async {
+            let stored = scenario
+                .get(IS, "InferenceService", ZERO_SERVICE)
+                .await
+                .unwrap_or_default();
+            let ready = stored["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .cloned()
+                .unwrap_or_default();
+            let serving: Vec<String> = scenario
+                .list("v1", "Pod")
+                .await
+                .iter()
+                .filter(|p| label(p, "fusioninfer.io/component-type") != "router")
+                .map(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect();
+            let views = (
+                view_replicas(scenario, "prefill-sv").await,
+                view_replicas(scenario, "decode-sv").await,
+            );
+            if ready["reason"] == "ScaledToZero"
+                && ready["status"] == "True"
+                && serving.is_empty()
+                && views == (Some(0), Some(0))
+            {
+                Ok(())
+            } else {
+                Err(format!("Ready {ready}, pods {serving:?}, views {views:?}"))
+            }
+        })
+        .await;
+    assert_eq!(
+        scenario.names(LWS, "LeaderWorkerSet").await,
+        Vec::<String>::new()
+    );
+    for (api, kind, name) in [
+        ("apps/v1", "Deployment", epp.clone()),
+        ("v1", "Service", epp.clone()),
+        (
+            "inference.networking.k8s.io/v1",
+            "InferencePool",
+            format!("{ZERO_SERVICE}-pool"),
+        ),
+    ] {
+        assert!(
+            scenario.get(api, kind, &name).await.is_some(),
+            "the router's {kind} {name} stays at zero"
+        );
+    }
+}
+
+/// Waits until the zero scenarios' service is back at 1 prefill and 2
+/// decode replicas, Ready.
+async fn wait_pair_back(scenario: &Scenario) {
+    scenario
+        .eventually(
+            180,
+            "the service back at 1 prefill and 2 decode, Ready",
+            || async {
+                let stored = scenario
+                    .get(IS, "InferenceService", ZERO_SERVICE)
+                    .await
+                    .unwrap_or_default();
+                let ready = harness::scenario::condition(&stored, "Ready");
+                let roles = replicas_by_role(scenario).await;
+                if ready.as_deref() == Some("True")
+                    && roles.get("prefill") == Some(&1)
+                    && roles.get("decode") == Some(&2)
+                    && desired_pair(&stored) == (1, 2)
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "Ready {ready:?}, {roles:?}, desired {:?}",
+                        desired_pair(&stored)
+                    ))
+                }
+            },
+        )
+        .await;
+}
+
+/// Prefill and decode were at zero together or not at all, in every status
+/// seen, and at zero once.
+fn assert_zero_together(seen: &Mutex<Vec<(i64, i64)>>) {
+    let seen = seen.lock().expect("seen").clone();
+    let apart: Vec<&(i64, i64)> = seen
+        .iter()
+        .filter(|(prefill, decode)| (*prefill == 0) != (*decode == 0))
+        .collect();
+    assert!(
+        apart.is_empty() && seen.contains(&(0, 0)),
+        "prefill and decode at zero together or not at all, in every status: {seen:?}"
+    );
+}
+
+/// Issue 54, zero and back: [`story_4_with_views`] and an HPA with
+/// `minReplicas: 0` (the `HPAScaleToZero` gate on the API server and the
+/// controller manager) on prefill's view, reading the picker's queue as an
+/// Object metric of its Service.
+///
+/// An empty queue: the HPA takes prefill's view to 0, the group takes
+/// decode's; every prefill and decode pod goes, each drained out of traffic
+/// first; the router's Deployment, Service and InferencePool stay; the
+/// service is Ready `ScaledToZero` and the HPA says it scaled to zero. One
+/// queued request: the HPA wakes the view, and the first prefill and decode
+/// replicas come back in the core group, no pod of it bound before all six
+/// exist. A watch of the service's status sees, at every version, prefill
+/// and decode at zero together or not at all.
+pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_request_brings_the_pair_back()
+ {
+    let Some(scenario) = Scenario::start("autoscale-zero").await else {
+        return;
+    };
+    let metrics = scenario.plane.custom_metrics().await;
+    story_4_with_views(&scenario).await;
+    let (seen, watch) = watch_desired_pair(scenario.api(IS, "InferenceService").await);
 
     // Every serving pod event: (name, bound, drain started at).
     let pods: Api<Pod> = Api::namespaced(scenario.client.clone(), &scenario.namespace);
@@ -1683,7 +1811,7 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
         }
     });
 
-    let epp = format!("{NAME}-epp");
+    let epp = format!("{ZERO_SERVICE}-epp");
     let queue = picker_queue(&scenario.namespace, metrics, &epp);
     scenario
         .create_or_fail(&json!({
@@ -1700,49 +1828,7 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
         .await;
 
     // An empty queue: to zero.
-    scenario
-        .eventually(180, "the service at zero", || async {
-            let stored = scenario
-                .get(IS, "InferenceService", NAME)
-                .await
-                .unwrap_or_default();
-            let ready = stored["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .cloned()
-                .unwrap_or_default();
-            // Every serving pod gone, the ones terminating too: the pods
-            // of the wake are new ones.
-            let serving: Vec<String> = scenario
-                .list("v1", "Pod")
-                .await
-                .iter()
-                .filter(|p| label(p, "fusioninfer.io/component-type") != "router")
-                .map(|p| {
-                    p["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned()
-                })
-                .collect();
-            let views = (
-                view_replicas(&scenario, "prefill-sv").await,
-                view_replicas(&scenario, "decode-sv").await,
-            );
-            if ready["reason"] == "ScaledToZero"
-                && ready["status"] == "True"
-                && serving.is_empty()
-                && views == (Some(0), Some(0))
-            {
-                Ok(())
-            } else {
-                Err(format!("Ready {ready}, pods {serving:?}, views {views:?}"))
-            }
-        })
-        .await;
-    // Both sides left traffic in one pass: one drain start on every pod.
+    wait_at_zero(&scenario).await;
     let hpa = scenario
         .get(HPA, "HorizontalPodAutoscaler", "prefill-sv")
         .await
@@ -1753,55 +1839,12 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
         "{:#}",
         hpa["status"]
     );
-    assert_eq!(
-        scenario.names(LWS, "LeaderWorkerSet").await,
-        Vec::<String>::new()
-    );
-    for (api, kind, name) in [
-        ("apps/v1", "Deployment", epp.clone()),
-        ("v1", "Service", epp.clone()),
-        (
-            "inference.networking.k8s.io/v1",
-            "InferencePool",
-            format!("{NAME}-pool"),
-        ),
-    ] {
-        assert!(
-            scenario.get(api, kind, &name).await.is_some(),
-            "the router's {kind} {name} stays at zero"
-        );
-    }
 
     // One request queued at the picker: the pair comes back, bound as one
     // gang.
     let woken = order.lock().expect("order").len();
     queue.set(1);
-    scenario
-        .eventually(
-            180,
-            "the service back at 1 prefill and 2 decode, Ready",
-            || async {
-                let stored = scenario
-                    .get(IS, "InferenceService", NAME)
-                    .await
-                    .unwrap_or_default();
-                let ready = harness::scenario::condition(&stored, "Ready");
-                let roles = replicas_by_role(&scenario).await;
-                if ready.as_deref() == Some("True")
-                    && roles.get("prefill") == Some(&1)
-                    && roles.get("decode") == Some(&2)
-                    && desired_pair(&stored) == (1, 2)
-                {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "Ready {ready:?}, {roles:?}, desired {:?}",
-                        desired_pair(&stored)
-                    ))
-                }
-            },
-        )
-        .await;
+    wait_pair_back(&scenario).await;
     pod_watch.abort();
     watch.abort();
     drop(queue);
@@ -1823,8 +1866,8 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
         .collect();
     // The core pair: prefill-0's 2 pods and decode-0's 4.
     let core = |pod: &str| {
-        pod.starts_with(&format!("{NAME}-prefill-0"))
-            || pod.starts_with(&format!("{NAME}-decode-0"))
+        pod.starts_with(&format!("{ZERO_SERVICE}-prefill-0"))
+            || pod.starts_with(&format!("{ZERO_SERVICE}-decode-0"))
     };
     let first_bound = order
         .iter()
@@ -1840,16 +1883,82 @@ pub(crate) async fn an_hpa_takes_a_prefill_decode_service_to_zero_and_a_queued_r
         6,
         "all six pods of the core pair exist before the first is bound: {order:?}"
     );
-    let seen = seen.lock().expect("seen").clone();
-    let apart: Vec<&(i64, i64)> = seen
-        .iter()
-        .filter(|(prefill, decode)| (*prefill == 0) != (*decode == 0))
-        .collect();
-    assert!(
-        apart.is_empty() && seen.contains(&(0, 0)),
-        "prefill and decode at zero together or not at all, in every status: {seen:?}"
-    );
+    assert_zero_together(&seen);
     scenario
-        .finish(Quiet::Touching(IS, "InferenceService", NAME))
+        .finish(Quiet::Touching(IS, "InferenceService", ZERO_SERVICE))
         .await;
+}
+
+/// The same with KEDA: [`story_4_with_views`] and a ScaledObject on
+/// prefill's view (`idleReplicaCount: 0`, `minReplicaCount: 1`, activation
+/// above 0), run by KEDA v2.21.0's operator built from its module
+/// ([`harness::keda`]). The trigger reads the picker's queue from an HTTP
+/// endpoint the test serves (`metrics-api`: no Prometheus runs here; the
+/// recipe's trigger is `prometheus`). An empty queue: KEDA takes the view to
+/// 0 and the service goes to zero, the router kept; a queue of 1: KEDA
+/// wakes the view and the pair comes back. Prefill and decode at zero
+/// together in every status.
+pub(crate) async fn keda_takes_a_prefill_decode_service_to_zero_and_a_queued_request_brings_the_pair_back()
+ {
+    let Some(scenario) = Scenario::start("autoscale-keda").await else {
+        return;
+    };
+    harness::keda::install_crds(scenario.plane).await;
+    let mut operator = harness::keda::start(scenario.plane, &scenario.namespace);
+    story_4_with_views(&scenario).await;
+    let (seen, watch) = watch_desired_pair(scenario.api(IS, "InferenceService").await);
+
+    // The picker's queue, as KEDA's metrics-api trigger reads it.
+    let queued = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let served = queued.clone();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("a port for the queue");
+    let port = listener.local_addr().expect("its address").port();
+    let app =
+        axum::Router::new().route(
+            "/queue",
+            axum::routing::get(move || {
+                let served = served.clone();
+                async move {
+                    axum::Json(json!({"queue": served.load(std::sync::atomic::Ordering::SeqCst)}))
+                }
+            }),
+        );
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    scenario
+        .create_or_fail(&json!({
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "prefill-sv"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": VIEWS, "kind": "ScaleView", "name": "prefill-sv"},
+                "idleReplicaCount": 0, "minReplicaCount": 1, "maxReplicaCount": 1,
+                "pollingInterval": 1, "cooldownPeriod": 5,
+                "triggers": [{"type": "metrics-api", "name": "picker-queue", "metricType": "AverageValue",
+                    "metadata": {"url": format!("http://127.0.0.1:{port}/queue"),
+                        "valueLocation": "queue", "targetValue": "16", "activationTargetValue": "0"}}]},
+        }))
+        .await;
+
+    // An empty queue: to zero.
+    wait_at_zero(&scenario).await;
+    // One request queued: the pair comes back.
+    queued.store(1, std::sync::atomic::Ordering::SeqCst);
+    wait_pair_back(&scenario).await;
+    watch.abort();
+    assert_zero_together(&seen);
+    assert!(
+        operator.alive(),
+        "KEDA's operator exited:\n{}",
+        operator.log_tail()
+    );
+    // KEDA's HPA reads an External metric from KEDA's metrics server, which
+    // does not run here: its failed reads are its own, not Tandem's.
+    scenario
+        .finish(Quiet::Touching(IS, "InferenceService", ZERO_SERVICE))
+        .await;
+    server.abort();
+    drop(operator);
 }

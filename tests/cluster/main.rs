@@ -229,6 +229,9 @@ fn print_times() {
 /// the last to finish is a short one.
 fn scenarios() -> Vec<Planned> {
     vec![
+        // First: it builds KEDA's operator (about 6 minutes of the 2 cores
+        // when Go's build cache is cold), beside the other scenarios.
+        scenario!(On::Shared, async autoscaling::keda_takes_a_prefill_decode_service_to_zero_and_a_queued_request_brings_the_pair_back),
         scenario!(On::Shared, async nodes::a_replica_whose_pods_cannot_come_back_still_counts_in_its_roles_budget),
         scenario!(On::Shared, async nodes::a_placement_change_replaces_each_replicas_group_only_with_the_replica),
         scenario!(On::Shared, async nodes::kubernetes_gang_binds_the_core_pair_all_or_nothing_and_each_further_replica_alone),

@@ -11,6 +11,7 @@ pub mod certificates;
 pub mod control_plane;
 pub mod fake_api;
 pub mod install;
+pub mod keda;
 pub mod load;
 pub mod measure;
 pub mod modules;
