@@ -1664,13 +1664,7 @@ async fn wait_at_zero(scenario: &Scenario) {
                 .get(IS, "InferenceService", ZERO_SERVICE)
                 .await
                 .unwrap_or_default();
-            let ready = stored["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .cloned()
-                .unwrap_or_default();
+            let ready = harness::scenario::condition_of(&stored, "Ready");
             let serving: Vec<String> = scenario
                 .list("v1", "Pod")
                 .await

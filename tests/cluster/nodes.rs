@@ -1292,13 +1292,7 @@ pub(crate) async fn a_service_larger_than_the_fleet_waits_with_the_schedulers_re
                 .get(IS, "InferenceService", &name)
                 .await
                 .expect("the service");
-            let ready = stored["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .cloned()
-                .unwrap_or_default();
+            let ready = harness::scenario::condition_of(&stored, "Ready");
             let message = ready["message"].as_str().unwrap_or_default();
             if ready["reason"] == "Unschedulable" && message.contains("Insufficient nvidia.com/gpu")
             {

@@ -479,13 +479,7 @@ pub(crate) async fn gies_picker_at_zero_starts_holds_no_endpoint_and_queues_a_re
                 .get(IS, "InferenceService", SERVICE)
                 .await
                 .ok_or("no service")?;
-            let ready = service["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == "Ready")
-                .cloned()
-                .unwrap_or_default();
+            let ready = harness::scenario::condition_of(&service, "Ready");
             if ready["status"] == "True" && ready["reason"] == "ScaledToZero" {
                 Ok(())
             } else {

@@ -719,6 +719,18 @@ pub fn condition(object: &Value, kind: &str) -> Option<String> {
         .and_then(|c| c["status"].as_str().map(str::to_owned))
 }
 
+/// The condition `kind` of `object`'s status, whole (`null` when it has
+/// none): its status, reason and message.
+pub fn condition_of(object: &Value, kind: &str) -> Value {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// A label of `object`, or "".
 pub fn label<'a>(object: &'a Value, key: &str) -> &'a str {
     object["metadata"]["labels"][key]

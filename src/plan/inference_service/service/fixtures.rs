@@ -166,6 +166,19 @@ fn replica_of(object: &Value) -> (Value, Value) {
     (role, labels[children::REPLICA_INDEX].clone())
 }
 
+/// The status and reason of `service`'s condition `type_`.
+pub(super) fn condition(service: &InferenceService, type_: &str) -> (String, String) {
+    let found = service
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap();
+    (found.status.clone(), found.reason.clone())
+}
+
 pub(super) fn scaled(replicas: i32, policy: &str, drain_seconds: Option<i64>) -> InferenceService {
     let mut value = serde_json::to_value(service(replicas)).unwrap();
     value["spec"]["roles"][0]["scaleDown"] = json!({"policy": policy});

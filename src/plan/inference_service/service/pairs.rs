@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use super::fixtures::Cluster;
+use super::fixtures::{Cluster, condition};
 use super::{InferenceService, Pass};
 use crate::plan::inference_service::status;
 
@@ -62,15 +62,7 @@ fn reasons(pass: &Pass) -> Vec<&'static str> {
 }
 
 fn ready(service: &InferenceService) -> (String, String) {
-    let found = service
-        .status
-        .as_ref()
-        .unwrap()
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .unwrap();
-    (found.status.clone(), found.reason.clone())
+    condition(service, "Ready")
 }
 
 /// One pass, and the endpoint picker's Deployment ready, as its

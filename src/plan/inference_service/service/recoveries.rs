@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::fixtures::{Cluster, scaled};
+use super::fixtures::{Cluster, condition, scaled};
 use super::{InferenceService, Pass};
 use crate::api::inference_service::ComponentPhase;
 use crate::plan::inference_service::{recovery, status};
@@ -57,18 +57,6 @@ fn assert_held_note(pass: &Pass) {
         .expect("replica 1 written")
         .note;
     assert!(note.contains("held with no pods: replica 1: "), "{note}");
-}
-
-fn condition(service: &InferenceService, type_: &str) -> (String, String) {
-    let found = service
-        .status
-        .as_ref()
-        .unwrap()
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .unwrap();
-    (found.status.clone(), found.reason.clone())
 }
 
 #[test]
