@@ -247,7 +247,7 @@ pub(super) fn role_events(
 
 /// One Event when the service reaches zero (`ScaledToZero`, the Ready
 /// condition's message as its note) and one when it leaves it
-/// (`LeavingZero`, with what each serving role asks).
+/// (`LeavingZero`, with the replicas each serving role runs).
 fn zero_event(
     service: &InferenceService,
     status: &InferenceServiceStatus,
