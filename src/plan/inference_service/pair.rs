@@ -18,9 +18,9 @@
 //!   it, and the gang's core group binds the first prefill and decode
 //!   replicas all or nothing.
 //!
-//! The decision reads the spec only, not what runs, so `render`, the webhook
-//! and the controller agree, and a pass whose spec did not change decides
-//! the same. Nothing is written back to the spec: a ScaleView or an
+//! The decision reads the spec only, not what runs, so `render` and the
+//! controller agree, and a pass whose spec did not change decides the
+//! same. Nothing is written back to the spec: a ScaleView or an
 //! autoscaler keeps what it asked, and the role's status says what it runs
 //! and why (`keptForPair`).
 //!
