@@ -364,6 +364,17 @@ fn ready_message(service: &InferenceService, scaled_to_zero: bool, waiting: &[St
                  the picker's queue, each up to {} s",
                 queue.timeout_seconds()
             ),
+            Some((
+                index,
+                Role {
+                    endpoint_picker_config: Some(_),
+                    ..
+                },
+            )) => format!(
+                "the router stays (its endpoint picker and InferencePool); whether its picker \
+                 holds requests meanwhile is up to spec.roles[{index}].endpointPickerConfig \
+                 (featureGates: [flowControl])"
+            ),
             Some((index, _)) => format!(
                 "the router stays (its endpoint picker and InferencePool), but without a queue \
                  (spec.roles[{index}].queue) its picker answers 503 meanwhile"
@@ -1193,6 +1204,41 @@ pub fn status_write(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_message_at_zero_says_what_holds_requests() {
+        let with_router = |router: serde_json::Value| -> InferenceService {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "fusioninfer.io/v1alpha1", "kind": "InferenceService",
+                "metadata": {"name": "s"},
+                "spec": {"roles": [{"name": "worker", "componentType": "worker", "replicas": 0,
+                    "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}, router]}
+            }))
+            .unwrap()
+        };
+        let router = serde_json::json!({"name": "router", "componentType": "router"});
+        let mut queued = router.clone();
+        queued["queue"] = serde_json::json!({"timeoutSeconds": 60});
+        let mut own = router.clone();
+        own["endpointPickerConfig"] = serde_json::json!("plugins: []");
+        for (router, ends) in [
+            (
+                router,
+                "without a queue (spec.roles[1].queue) its picker answers 503 meanwhile",
+            ),
+            (
+                queued,
+                "requests wait in the picker's queue, each up to 60 s",
+            ),
+            (
+                own,
+                "is up to spec.roles[1].endpointPickerConfig (featureGates: [flowControl])",
+            ),
+        ] {
+            let message = ready_message(&with_router(router), true, &[]);
+            assert!(message.ends_with(ends), "{message}");
+        }
+    }
     use super::*;
 
     fn counted(ready_pods: i32, phase: ComponentPhase) -> InferenceServiceStatus {
