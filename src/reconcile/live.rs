@@ -119,8 +119,9 @@ const CACHED_WITHIN: Duration = Duration::from_secs(1);
 const CACHED_POLL: Duration = Duration::from_millis(10);
 
 impl Live {
-    /// The resourceVersion of an InferenceService or a ScaleView in its
-    /// cache (None inside when it is not there); None for any other kind.
+    /// The resourceVersion of one of Tandem's own objects (an
+    /// InferenceService, a ScaleView, a ResourceScalingGroup) in its cache
+    /// (None inside when it is not there); None for any other kind.
     fn cached_version(
         &self,
         resource: &ApiResource,
@@ -136,11 +137,18 @@ impl Live {
                 self.scale_view(namespace, name)
                     .and_then(|v| v.metadata.resource_version.clone()),
             ),
+            ("resourcescalinggroup.com", "ResourceScalingGroup") => Some(
+                self.caches
+                    .groups
+                    .get(&ObjectRef::new(name).within(namespace))
+                    .and_then(|g| g.metadata.resource_version.clone()),
+            ),
             _ => None,
         }
     }
 
-    /// After a write of an InferenceService or a ScaleView (its status, its
+    /// After a write of an InferenceService, a ScaleView or a
+    /// ResourceScalingGroup (its status, its
     /// locks, its roles), waits until the cache holds the version written,
     /// or any version other than the one it held before the write (a later
     /// write of someone else's), for at most [`CACHED_WITHIN`].

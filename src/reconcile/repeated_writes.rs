@@ -1,5 +1,5 @@
 //! A patch of one of Tandem's own objects (an InferenceService, a
-//! ScaleView) that only repeats the last one, sent while the cache has not
+//! ScaleView, a ResourceScalingGroup) that only repeats the last one, sent while the cache has not
 //! caught up with it, is not sent again.
 //!
 //! After a write, [`super::live`] waits up to a second for the cache to show

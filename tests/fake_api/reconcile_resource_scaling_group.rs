@@ -414,3 +414,38 @@ async fn a_group_gone_before_its_status_is_written_ends_the_reconcile_quietly() 
         "the status write was tried and found the group gone"
     );
 }
+
+/// A reconcile that starts from a cached group older than the status just
+/// written (its watch behind the write for longer than the second the write
+/// waits, as on a loaded CI machine) plans the same status again, and does
+/// not send it: the patch repeats the last one while the cache still shows
+/// the version before it. The namespace-deletion scenario's audit check
+/// caught this write of nothing once in CI.
+#[tokio::test]
+async fn a_status_the_cache_does_not_show_yet_is_not_written_again() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store_deployments(&fake, 10);
+    let stale: ResourceScalingGroup =
+        serde_json::from_value(group(&fake, "default", "pd-ratio")).unwrap();
+    fake.caught_up().await;
+    fake.hold_watches("resourcescalinggroups");
+    let status = format!("PATCH {}/pd-ratio/status", groups("default"));
+
+    for pass in ["first", "second"] {
+        let outcome = tandem::reconcile::resource_scaling_group::reconcile(
+            Arc::new(stale.clone()),
+            ctx.clone(),
+        )
+        .await;
+        assert!(outcome.is_ok(), "{pass} pass: {outcome:?}");
+        let writes = fake.take_writes();
+        let sent = writes.iter().filter(|w| **w == status).count();
+        let expected = usize::from(pass == "first");
+        assert_eq!(sent, expected, "{pass} pass wrote: {writes:?}");
+    }
+    assert_eq!(
+        group(&fake, "default", "pd-ratio")["status"]["currentReplicas"],
+        10
+    );
+}
