@@ -275,7 +275,8 @@ fn start_controllers(
         reconcile::Context::new(Arc::new(live), options)
             .with_metrics(metrics.controllers.clone())
             .with_pace(plan::shared::batch::Pace::DEFAULT)
-            .with_status_pace(plan::inference_service::status::STATUS_PACE),
+            .with_status_pace(plan::inference_service::status::STATUS_PACE)
+            .with_rest(reconcile::rest::Rest::DEFAULT),
     );
     tracing::info!(%cluster, %identity, lease_namespace, "reconciling InferenceServices, ScaleViews and ResourceScalingGroups while holding the leader Lease");
     let election = reconcile::leader::Election::new(

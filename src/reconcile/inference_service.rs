@@ -78,7 +78,9 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         return Ok(Action::await_change());
     }
 
-    // Observe, from the caches.
+    // Observe, from the caches. Observing and planning wait on nothing:
+    // their time is the pass's own cost, which sets its rest ([`super::rest`]).
+    let started = tokio::time::Instant::now();
     let cluster = &ctx.cluster;
     let labels = [
         (children::SERVICE, name),
@@ -116,6 +118,12 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         scale_views: &scale_views,
     };
     let pass = service_plan::reconcile(&service, &world, &ctx.options, &Time((ctx.now)()));
+    let planned = tokio::time::Instant::now();
+    ctx.rests.passed(
+        &format!("InferenceService {namespace}/{name}"),
+        planned.saturating_duration_since(started),
+        planned,
+    );
 
     // Apply, delete, report.
     let reference = service.object_ref(&());

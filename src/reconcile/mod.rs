@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod rate_limit;
 pub mod repeated_writes;
 pub mod resource_scaling_group;
+pub mod rest;
 pub mod scale_view;
 pub mod signals;
 pub mod status_writes;
@@ -152,6 +153,10 @@ pub struct Context {
     /// [`Context::new`], `STATUS_PACE` in `tandem serve`
     /// ([`Context::with_status_pace`]).
     pub status_writes: status_writes::StatusWrites,
+    /// How long each object rests after a pass, in proportion to its cost:
+    /// none from [`Context::new`], [`rest::Rest::DEFAULT`] in `tandem serve`
+    /// ([`Context::with_rest`]).
+    pub rests: rest::Rests,
 }
 
 impl Context {
@@ -169,6 +174,7 @@ impl Context {
             status_writes: status_writes::StatusWrites::new(
                 crate::plan::inference_service::status::StatusPace::NONE,
             ),
+            rests: rest::Rests::new(rest::Rest::NONE),
         }
     }
 
@@ -191,6 +197,12 @@ impl Context {
         pace: crate::plan::inference_service::status::StatusPace,
     ) -> Context {
         self.status_writes = status_writes::StatusWrites::new(pace);
+        self
+    }
+
+    /// Each object resting after a pass by `rule` ([`rest`]).
+    pub fn with_rest(mut self, rule: rest::Rest) -> Context {
+        self.rests = rest::Rests::new(rule);
         self
     }
 
@@ -657,6 +669,14 @@ pub async fn run_controller<K, F, Fut>(
             let stopped = stopped.clone();
             Box::pin(async move {
                 let reference = ObjectRef::from_obj(object.as_ref());
+                // Resting after its last pass ([`rest`]): the triggers that
+                // arrive meanwhile are held by the applier, as one.
+                let now = tokio::time::Instant::now();
+                if let Some(until) = ctx.rests.resting(&key, now) {
+                    let rest = until.saturating_duration_since(now);
+                    tracing::debug!(object = key, ?rest, "resting after its last pass");
+                    tokio::time::sleep_until(until).await;
+                }
                 let _turn = turns.turn(reference.clone()).await;
                 if stopped.load(Ordering::SeqCst) {
                     return Ok(Action::await_change());

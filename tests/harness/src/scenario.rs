@@ -551,7 +551,10 @@ impl Scenario {
         // moving world, not a write of a settled one: it starts over, for
         // at most 90 s.
         let moving_until = tokio::time::Instant::now() + Duration::from_secs(90);
-        let pace = tandem::plan::inference_service::status::STATUS_PACE.longest();
+        // A held status is written after its pace, and after the
+        // service's rest if it is resting then (`tandem::reconcile::rest`).
+        let pace = tandem::plan::inference_service::status::STATUS_PACE.longest()
+            + tandem::reconcile::rest::Rest::DEFAULT.longest;
         let before = loop {
             let seen = self.settled_writes().await;
             let lead_in_since = jiff::Timestamp::now()
