@@ -183,7 +183,7 @@ async fn cached_sizes(fake: &FakeApi) -> Vec<CacheSize> {
             },
             objects: objects.len(),
             json: json(&objects),
-            text: Some(objects.iter().map(|o| o.body_len()).sum()),
+            text: Some(objects.iter().map(|o| o.body_len() + o.marks_len()).sum()),
         });
     }
     sizes
@@ -342,7 +342,8 @@ async fn run() {
 
     println!(
         "\nBytes per cached object, by cache (caches started in this process): its JSON once \
-         trimmed, and for kinds read as JSON the text kept beside the typed metadata"
+         trimmed, and for kinds read as JSON the text kept beside the typed metadata (its \
+         fields, labels and annotations)"
     );
     println!(
         "{:<58} {:>8} {:>12} {:>12}",

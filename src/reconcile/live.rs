@@ -14,10 +14,10 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;

@@ -15,8 +15,18 @@
 //! Reads are few by comparison: a reconcile reads the objects of one
 //! service or group, and `DynamicObject` reads were already converted to a
 //! fresh `Value` each time ([`Cached::to_json`]).
+//!
+//! The labels and annotations are kept as compact text too, beside the
+//! typed metadata, which holds neither: as `ObjectMeta`'s B-trees of
+//! strings they were most of a cached pod (2 970 of its 3 578 bytes for a
+//! story-4 pod's 12 labels and 3 annotations, against 758 as text;
+//! measured with a counting allocator). The caches read them once per
+//! watch event (the catalog's filing labels, the triggers) and once per
+//! read by a reconcile, through [`Cached::labels`] and [`Cached::to_json`];
+//! [`Cached::meta`] has neither, so no caller may read them from there.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
@@ -30,9 +40,22 @@ use serde_json::{Map, Value, json};
 /// A cached object of a kind read as JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cached {
-    pub metadata: ObjectMeta,
+    /// The metadata less its labels and annotations (in `marks`).
+    metadata: ObjectMeta,
+    /// The labels and annotations: `{"annotations":…,"labels":…}` as text,
+    /// each present only when the object has it; empty when it has neither.
+    marks: Box<str>,
     /// The object less apiVersion, kind and metadata: a JSON object, as text.
     body: Box<str>,
+}
+
+/// The labels and annotations of an object, as `marks` keeps them.
+#[derive(Default, Serialize, Deserialize)]
+struct Marks {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    labels: Option<BTreeMap<String, String>>,
 }
 
 impl Cached {
@@ -44,10 +67,58 @@ impl Cached {
             // fields a plan could read.
             _ => String::new(),
         };
+        Cached::kept(object.metadata, body)
+    }
+
+    /// `metadata` and `body` in the cached form: the labels and annotations
+    /// taken out of the metadata into text.
+    fn kept(mut metadata: ObjectMeta, body: String) -> Cached {
+        let marks = Marks {
+            annotations: metadata.annotations.take().filter(|a| !a.is_empty()),
+            labels: metadata.labels.take().filter(|l| !l.is_empty()),
+        };
+        let marks = if marks.annotations.is_none() && marks.labels.is_none() {
+            String::new()
+        } else {
+            // Maps of strings always serialise.
+            serde_json::to_string(&marks).unwrap_or_default()
+        };
         Cached {
-            metadata: object.metadata,
+            metadata,
+            marks: marks.into_boxed_str(),
             body: body.into_boxed_str(),
         }
+    }
+
+    fn marks(&self) -> Marks {
+        if self.marks.is_empty() {
+            return Marks::default();
+        }
+        // Written by `kept` from a `Marks`, so it reads back as one.
+        serde_json::from_str(&self.marks).unwrap_or_default()
+    }
+
+    /// The metadata whole, its labels and annotations in it again.
+    pub fn metadata(&self) -> ObjectMeta {
+        let Marks {
+            annotations,
+            labels,
+        } = self.marks();
+        ObjectMeta {
+            annotations,
+            labels,
+            ..self.metadata.clone()
+        }
+    }
+
+    /// The object's labels (empty when it has none).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.marks().labels.unwrap_or_default()
+    }
+
+    /// The object's annotations (empty when it has none).
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        self.marks().annotations.unwrap_or_default()
     }
 
     /// The object as kube's `DynamicObject`, to trim its fields.
@@ -55,7 +126,7 @@ impl Cached {
         let data = Value::Object(self.fields());
         DynamicObject {
             types: None,
-            metadata: self.metadata,
+            metadata: self.metadata(),
             data,
         }
     }
@@ -77,7 +148,7 @@ impl Cached {
         object.insert("kind".to_owned(), json!(resource.kind));
         object.insert(
             "metadata".to_owned(),
-            serde_json::to_value(&self.metadata).unwrap_or_default(),
+            serde_json::to_value(self.metadata()).unwrap_or_default(),
         );
         Value::Object(object)
     }
@@ -85,7 +156,7 @@ impl Cached {
     /// Whether `other` is the same object in everything but its
     /// resourceVersion.
     pub fn same_but_version(&self, other: &Cached) -> bool {
-        self.body == other.body && {
+        self.body == other.body && self.marks == other.marks && {
             let version = |meta: &ObjectMeta| ObjectMeta {
                 resource_version: None,
                 ..meta.clone()
@@ -97,6 +168,11 @@ impl Cached {
     /// The size of what it keeps as text (its fields but the metadata).
     pub fn body_len(&self) -> usize {
         self.body.len()
+    }
+
+    /// The size of its labels and annotations as text.
+    pub fn marks_len(&self) -> usize {
+        self.marks.len()
     }
 }
 
@@ -110,7 +186,7 @@ impl Serialize for Cached {
             serde_json::from_str::<Map<String, Value>>(&self.body).map_err(S::Error::custom)?
         };
         let mut map = serializer.serialize_map(Some(fields.len().saturating_add(1)))?;
-        map.serialize_entry("metadata", &self.metadata)?;
+        map.serialize_entry("metadata", &self.metadata())?;
         for (key, value) in &fields {
             map.serialize_entry(key, value)?;
         }
@@ -119,9 +195,10 @@ impl Serialize for Cached {
 }
 
 /// Read from an object's JSON one field at a time: the metadata without its
-/// `managedFields` (no plan reads them, and they are often the biggest part
-/// of a small object), apiVersion and kind dropped (the cache knows them),
-/// the rest kept as text once the object is read.
+/// `managedFields` and kubectl's last-applied annotation (no plan reads
+/// them, and they are often the biggest part of a small object), apiVersion
+/// and kind dropped (the cache knows them), the rest kept as text once the
+/// object is read.
 impl<'de> Deserialize<'de> for Cached {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
@@ -140,6 +217,9 @@ impl<'de> Deserialize<'de> for Cached {
                         "metadata" => {
                             let mut meta: Map<String, Value> = map.next_value()?;
                             meta.remove("managedFields");
+                            if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
+                                annotations.remove(LAST_APPLIED);
+                            }
                             metadata = serde_json::from_value(Value::Object(meta))
                                 .map_err(serde::de::Error::custom)?;
                         }
@@ -156,10 +236,7 @@ impl<'de> Deserialize<'de> for Cached {
                 } else {
                     serde_json::to_string(&fields).map_err(serde::de::Error::custom)?
                 };
-                Ok(Cached {
-                    metadata,
-                    body: body.into_boxed_str(),
-                })
+                Ok(Cached::kept(metadata, body))
             }
         }
         deserializer.deserialize_map(Fields)
@@ -190,6 +267,10 @@ impl Resource for Cached {
         resource.plural.as_str().into()
     }
 
+    /// The metadata less its labels and annotations: read those through
+    /// [`Cached::labels`], [`Cached::annotations`] and [`Cached::metadata`],
+    /// whose names a method call finds before `ResourceExt`'s (which would
+    /// find none here).
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
     }
@@ -198,6 +279,10 @@ impl Resource for Cached {
         &mut self.metadata
     }
 }
+
+/// kubectl's annotation of the last configuration it applied: a copy of
+/// the object, which no plan reads.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A watch event with its object kept as `keep` makes it.
 pub fn event<A, B>(event: watcher::Event<A>, keep: impl Fn(A) -> B) -> watcher::Event<B> {
@@ -283,6 +368,55 @@ mod tests {
         let event: kube::core::WatchEvent<Cached> = serde_json::from_str(&event).expect("reads");
         assert!(matches!(event, kube::core::WatchEvent::Added(o) if o == read));
         assert!(serde_json::from_str::<Cached>("[1]").is_err());
+    }
+
+    #[test]
+    fn labels_and_annotations_are_kept_as_text_and_read_back_whole() {
+        let mut object = pod();
+        object.metadata.annotations = Some(
+            [
+                ("volcano.sh/task-spec", "decode-0"),
+                (LAST_APPLIED, "{\"kind\":\"Pod\"}"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        );
+        let read: Cached =
+            serde_json::from_str(&serde_json::to_string(&object).expect("text")).expect("reads");
+        // The typed metadata holds neither; the text holds both, less
+        // kubectl's copy of the object.
+        assert_eq!(read.meta().labels, None);
+        assert_eq!(read.meta().annotations, None);
+        assert_eq!(
+            &*read.marks,
+            r#"{"annotations":{"volcano.sh/task-spec":"decode-0"},"labels":{"app":"a"}}"#
+        );
+        assert_eq!(read.marks_len(), read.marks.len());
+        assert_eq!(read.labels().get("app").map(String::as_str), Some("a"));
+        assert!(read.annotations().contains_key("volcano.sh/task-spec"));
+        let whole = read.to_json(&pods());
+        assert_eq!(whole["metadata"]["labels"], json!({"app": "a"}));
+        assert_eq!(
+            whole["metadata"]["annotations"],
+            json!({"volcano.sh/task-spec": "decode-0"})
+        );
+        assert_eq!(whole["metadata"]["name"], "p");
+        assert_eq!(read.metadata().labels, pod().metadata.labels);
+        assert_eq!(
+            read.clone().into_dynamic().metadata.annotations,
+            whole["metadata"]["annotations"].as_object().map(|a| a
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                .collect())
+        );
+        // An object with neither keeps no text for them.
+        let mut bare = pod();
+        bare.metadata.labels = Some(BTreeMap::new());
+        let bare = Cached::new(bare);
+        assert!(bare.marks.is_empty());
+        assert!(bare.labels().is_empty());
+        assert!(bare.to_json(&pods())["metadata"].get("labels").is_none());
     }
 
     #[test]

@@ -68,9 +68,6 @@ use crate::plan::shared::children::{FIELD_MANAGER, MANAGED_BY, MANAGER, SERVICE}
 /// replica counts); set in the cache only, never written.
 pub const PARTIAL: &str = "tandem.fusioninfer.io/cached-in-part";
 
-/// The annotation `kubectl apply` keeps, dropped from every cached object.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
 /// How often a kind the cluster does not serve is looked up again, so a CRD
 /// installed after Tandem started is watched without a restart.
 const UNSERVED_RETRY: Duration = Duration::from_secs(60);
@@ -564,7 +561,8 @@ impl Caches {
             selector.clone(),
             trim,
             move |old, new| {
-                filed.changed(old.map(|o| &o.metadata), new.map(|o| &o.metadata));
+                let (old_meta, new_meta) = (old.map(Cached::metadata), new.map(Cached::metadata));
+                filed.changed(old_meta.as_ref(), new_meta.as_ref());
                 on_object(&triggers, &group, &kind, old, new)
             },
         );
@@ -775,7 +773,7 @@ impl Caches {
 fn trim_metadata(meta: &mut kube::api::ObjectMeta) {
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+        annotations.remove(cached::LAST_APPLIED);
     }
 }
 
@@ -1083,20 +1081,19 @@ fn reflect_dynamic(
     if let Some(selector) = &selector {
         config = config.labels(selector);
     }
-    let keep = move |mut object: Cached| {
-        trim_metadata(&mut object.metadata);
-        match trim {
-            Trim::Whole => object,
-            Trim::Workload => {
-                let mut object = object.into_dynamic();
-                trim_workload(&mut object);
-                Cached::new(object)
-            }
-            Trim::Pod => {
-                let mut object = object.into_dynamic();
-                trim_pod(&mut object);
-                Cached::new(object)
-            }
+    // Read without managedFields and kubectl's last-applied annotation
+    // already (`Cached`'s `Deserialize`).
+    let keep = move |object: Cached| match trim {
+        Trim::Whole => object,
+        Trim::Workload => {
+            let mut object = object.into_dynamic();
+            trim_workload(&mut object);
+            Cached::new(object)
+        }
+        Trim::Pod => {
+            let mut object = object.into_dynamic();
+            trim_pod(&mut object);
+            Cached::new(object)
         }
     };
     let backoff = WatchBackoff::default();
