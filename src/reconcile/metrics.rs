@@ -10,6 +10,9 @@
 //!   server ([`super::api_requests`]);
 //! - `tandem_decisions_total{controller,decision,policy}`: each step carried
 //!   out ([`crate::plan::shared::decision`]);
+//! - `tandem_controller_rest_seconds_total{controller}`: the time objects
+//!   rested after a costly pass before their next reconcile
+//!   ([`super::rest`]);
 //! - the autoscaling signals, read off the cached statuses at each scrape:
 //!   `tandem_role_replicas`, `tandem_view_replicas`,
 //!   `tandem_view_requested_replicas` and `tandem_ratio_error_replicas`
@@ -20,6 +23,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -69,6 +73,8 @@ pub struct ControllerMetrics {
     pub decisions: Family<DecisionLabels, Counter>,
     /// Reconciles due that wait for a turn (`super::turns`), by controller.
     pub waiting: Family<ControllerLabels, Gauge>,
+    /// Seconds objects rested before a reconcile (`super::rest`).
+    pub rested: Family<ControllerLabels, Counter<f64, AtomicU64>>,
     /// The autoscaling signals, read from the caches once they are given.
     pub signals: Arc<super::signals::SignalCollector>,
 }
@@ -91,6 +97,7 @@ impl Default for ControllerMetrics {
             requests: Family::default(),
             decisions: Family::default(),
             waiting: Family::default(),
+            rested: Family::default(),
             signals: Arc::default(),
         }
     }
@@ -162,6 +169,11 @@ impl ControllerMetrics {
             "controller_waiting_reconciles",
             "Reconciles due that wait for a turn, by controller: at most 8 run at once, and a change to an object's own spec goes first",
             metrics.waiting.clone(),
+        );
+        registry.register(
+            "controller_rest_seconds",
+            "Seconds objects rested before a reconcile, by controller: after each pass an object waits nine times what the pass's own work took, at most 5 s",
+            metrics.rested.clone(),
         );
         registry.register_collector(Box::new(metrics.signals.clone()));
         metrics

@@ -665,6 +665,7 @@ pub async fn run_controller<K, F, Fut>(
     applier(
         move |object: Arc<K>, ctx: Arc<Context>| {
             let key = format!("{label} {}", object_key(object.as_ref()));
+            let controller = controller_of(&label);
             let (turns, objects, reconcile) = (turns.clone(), objects.clone(), reconcile.clone());
             let stopped = stopped.clone();
             Box::pin(async move {
@@ -675,6 +676,10 @@ pub async fn run_controller<K, F, Fut>(
                 if let Some(until) = ctx.rests.resting(&key, now) {
                     let rest = until.saturating_duration_since(now);
                     tracing::debug!(object = key, ?rest, "resting after its last pass");
+                    ctx.metrics
+                        .rested
+                        .get_or_create(&metrics::ControllerLabels { controller })
+                        .inc_by(rest.as_secs_f64());
                     tokio::time::sleep_until(until).await;
                 }
                 let _turn = turns.turn(reference.clone()).await;
