@@ -74,6 +74,8 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     };
     if service.metadata.deletion_timestamp.is_some() {
         ctx.forget_step(&service.object_ref(&()));
+        ctx.rests
+            .forget(&format!("InferenceService {namespace}/{name}"));
         // Children carry owner references; the garbage collector removes them.
         return Ok(Action::await_change());
     }

@@ -688,6 +688,7 @@ pub async fn run_controller<K, F, Fut>(
                 }
                 // Read again now that it is its turn: the newest spec.
                 let Some(object) = objects.get(&reference) else {
+                    ctx.rests.forget(&key);
                     return Ok(Action::await_change());
                 };
                 let reconciling = {

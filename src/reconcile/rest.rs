@@ -95,6 +95,15 @@ impl Rests {
         }
     }
 
+    /// Forgets `key` (its object deleted): a rest that no later reconcile
+    /// reads would otherwise stay in memory.
+    pub fn forget(&self, key: &str) {
+        self.until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
     /// Until when `key` rests, if it still does at `now`; a rest that is
     /// over is forgotten (so that objects deleted since are not kept).
     pub fn resting(&self, key: &str, now: Instant) -> Option<Instant> {
@@ -149,5 +158,9 @@ mod tests {
         rests.passed("InferenceService a/wide", 200 * MS, start);
         rests.passed("InferenceService a/wide", Duration::ZERO, start);
         assert_eq!(rests.resting("InferenceService a/wide", start), None);
+        // A deleted object's rest is forgotten.
+        rests.passed("InferenceService a/gone", 200 * MS, start);
+        rests.forget("InferenceService a/gone");
+        assert!(rests.until.lock().unwrap().is_empty());
     }
 }
