@@ -792,17 +792,20 @@ const POD_KEYS_READ: [&str; 6] = [
     "app.kubernetes.io/managed-by",
 ];
 
-/// Keeps of a pod what the plans read: its name, namespace, uid, version
-/// and deletion; the labels and annotations of [`POD_KEYS_READ`]; its node
-/// and the PodGroup it names; its phase and the reason a failed one gives;
-/// each condition's type, status, reason and message; and each container's
-/// name, readiness, restarts, waiting reason and last exit.
+/// Keeps of a pod what the plans read: its name, namespace, uid, version,
+/// creation and deletion; the labels and annotations of [`POD_KEYS_READ`];
+/// its node and the PodGroup it names; its phase and the reason a failed one
+/// gives; each condition's type, status, reason and message, and since when
+/// a Ready one is; and each container's name, readiness, restarts, waiting
+/// reason and last exit. The two times are the recovery's: a pod created
+/// before a restart was counted is not counted again, and a replica's
+/// restarts are forgotten once it has been ready for the longest back-off
+/// (`plan::inference_service::recovery`).
 fn trim_pod(pod: &mut DynamicObject) {
     let read = |key: &String| POD_KEYS_READ.iter().any(|k| key.starts_with(k));
     let meta = &mut pod.metadata;
     meta.owner_references = None;
     meta.generate_name = None;
-    meta.creation_timestamp = None;
     for map in [meta.labels.as_mut(), meta.annotations.as_mut()]
         .into_iter()
         .flatten()
@@ -824,7 +827,15 @@ fn trim_pod(pod: &mut DynamicObject) {
     if let Some(conditions) = data["status"]["conditions"].as_array() {
         kept["status"]["conditions"] = conditions
             .iter()
-            .map(|c| only(c, &["type", "status", "reason", "message"]))
+            .map(|c| {
+                let mut kept = only(c, &["type", "status", "reason", "message"]);
+                if c["type"] == "Ready" {
+                    if let Some(since) = c.get("lastTransitionTime") {
+                        kept["lastTransitionTime"] = since.clone();
+                    }
+                }
+                kept
+            })
             .collect();
     }
     for field in ["containerStatuses", "initContainerStatuses"] {
@@ -1261,7 +1272,9 @@ mod tests {
                 "phase": "Failed", "reason": "Evicted", "hostIP": "10.0.0.1",
                 "conditions": [{"type": "PodScheduled", "status": "False",
                     "reason": "Unschedulable", "message": "0/4 nodes",
-                    "lastProbeTime": null, "lastTransitionTime": "2026-12-03T10:00:00Z"}],
+                    "lastProbeTime": null, "lastTransitionTime": "2026-12-03T10:00:00Z"},
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                    "lastProbeTime": null, "lastTransitionTime": "2026-12-03T10:00:01Z"}],
                 "containerStatuses": [{"name": "vllm", "ready": false, "restartCount": 3,
                     "image": "v", "imageID": "sha", "containerID": "c", "started": false,
                     "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
@@ -1280,6 +1293,7 @@ mod tests {
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {
                     "name": "svc-decode-0-1", "namespace": "ns", "uid": "u", "resourceVersion": "9",
+                    "creationTimestamp": "2026-12-03T10:00:00Z",
                     "deletionTimestamp": "2026-12-03T11:00:00Z",
                     "labels": {
                         "fusioninfer.io/service": "svc", "fusioninfer.io/role": "decode",
@@ -1297,7 +1311,9 @@ mod tests {
                 "status": {
                     "phase": "Failed", "reason": "Evicted",
                     "conditions": [{"type": "PodScheduled", "status": "False",
-                        "reason": "Unschedulable", "message": "0/4 nodes"}],
+                        "reason": "Unschedulable", "message": "0/4 nodes"},
+                        {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                        "lastTransitionTime": "2026-12-03T10:00:01Z"}],
                     "containerStatuses": [{"name": "vllm", "ready": false, "restartCount": 3,
                         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
                         "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
@@ -1305,6 +1321,100 @@ mod tests {
                 },
             })
         );
+    }
+
+    /// A pod of replica 0 of a two-pod decode role as the API server shows
+    /// it: created at `created`, its container restarted `restarts` times,
+    /// Ready since `ready` if given (seconds after an epoch).
+    fn whole_pod(uid: &str, created: i64, restarts: i64, ready: Option<i64>) -> Value {
+        let at = |s: i64| {
+            jiff::Timestamp::from_second(1_800_000_000 + s)
+                .unwrap()
+                .to_string()
+        };
+        let conditions = match ready {
+            Some(since) => json!([{"type": "Ready", "status": "True", "lastProbeTime": null,
+                "lastTransitionTime": at(since)}]),
+            None => json!([{"type": "Ready", "status": "False", "lastProbeTime": null,
+                "lastTransitionTime": at(created)}]),
+        };
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("svc-decode-0-{uid}"), "namespace": "ns", "uid": uid,
+                "creationTimestamp": at(created), "generateName": "svc-decode-0-",
+                "labels": {"fusioninfer.io/role": "decode"}},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "conditions": conditions,
+                "containerStatuses": [{"name": "vllm", "ready": ready.is_some(),
+                    "restartCount": restarts,
+                    "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]},
+        })
+    }
+
+    fn trimmed(pod: &Value) -> Value {
+        let mut object: DynamicObject = serde_json::from_value(pod.clone()).expect("a pod");
+        trim_pod(&mut object);
+        serde_json::to_value(&object).expect("serialises")
+    }
+
+    /// The recovery reads two times of a pod: its creation (a pod created
+    /// before a restart was counted is not counted again) and since when it
+    /// is Ready (a replica's restarts are forgotten once it has been ready
+    /// for the longest back-off). A pod as the caches keep it decides as the
+    /// whole pod does.
+    #[test]
+    fn a_cached_pod_decides_a_recovery_as_the_whole_pod_does() {
+        use crate::plan::inference_service::recovery::{self, Replica, Settings};
+        let at = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let settings = Settings {
+            backoff_seconds: 3,
+            max_backoff_seconds: 6,
+            max_restarts: Some(2),
+        };
+        let replica = Replica {
+            role: "decode",
+            index: 0,
+            nodes: 2,
+            revision: "r1",
+        };
+        let decide = |observed: Option<&Value>, pods: &[Value], now: i64| {
+            let pods: Vec<&Value> = pods.iter().collect();
+            recovery::decide(Some(&settings), &replica, observed, &pods, at(now))
+        };
+        let both = |observed: Option<&Value>, pods: &[Value], now: i64| {
+            let whole = decide(observed, pods, now);
+            let cached: Vec<Value> = pods.iter().map(trimmed).collect();
+            (whole, decide(observed, &cached, now))
+        };
+        // The first restart, counted at 5 s: held until 8 s.
+        let first = decide(
+            None,
+            &[whole_pod("a", 0, 1, None), whole_pod("b", 0, 0, None)],
+            5,
+        );
+        let record = serde_json::to_string(first.record.as_ref().expect("counted")).unwrap();
+        let lws = json!({"metadata": {"annotations": {recovery::RECORD: record}}});
+
+        // A new group, Ready since 20 s: at 22 s the record stays, to be
+        // forgotten at 26 s (ready for 6 s).
+        let group = [
+            whole_pod("c", 9, 0, Some(20)),
+            whole_pod("d", 9, 0, Some(19)),
+        ];
+        let (whole, cached) = both(Some(&lws), &group, 22);
+        assert_eq!(whole.wake, Some(at(26)), "{whole:?}");
+        assert!(whole.record.is_some());
+        assert_eq!(cached, whole, "ready since, as cached");
+
+        // A pod created before the count (3 s), not among the pods the
+        // count saw, shows a restart: it was counted already.
+        let group = [
+            whole_pod("e", 3, 1, Some(20)),
+            whole_pod("d", 9, 0, Some(19)),
+        ];
+        let (whole, cached) = both(Some(&lws), &group, 22);
+        assert_eq!(whole.event, None, "{whole:?}");
+        assert_eq!(cached, whole, "created, as cached");
     }
 
     fn service(resource_version: &str, status: Value) -> InferenceService {

@@ -2612,21 +2612,47 @@ pub(crate) async fn a_replica_that_keeps_restarting_backs_off_fails_at_its_limit
         .map(|(r, _)| r)
         .collect();
     assert_eq!(reasons.last().map(String::as_str), Some("RecoveryReset"));
-    // Ready for the longest back-off (6 s): the record is dropped.
-    scenario
+    // Ready for the longest back-off (6 s): the record is dropped, and not
+    // before (a cache that lost the pods' Ready time forgot it at once).
+    let forgotten_after = scenario
         .eventually(60, "its restarts forgotten", || async {
             let lws = lws_of().await.ok_or("no LeaderWorkerSet")?;
             let annotations = &lws["metadata"]["annotations"];
             if annotations["fusioninfer.io/recovery"].is_null() && lws["spec"]["replicas"] == 1 {
-                Ok(())
+                Ok(ready_for(&scenario, name).await)
             } else {
                 Err(format!("{annotations}"))
             }
         })
         .await;
+    assert!(
+        forgotten_after >= Some(6),
+        "the record is forgotten only after the group was ready for 6 s: it was gone after {forgotten_after:?} s"
+    );
     scenario
         .finish(Quiet::Touching(IS, "InferenceService", name))
         .await;
+}
+
+/// For how many whole seconds every pod of service `name` has been Ready:
+/// now against the latest Ready time its pods say (kwok's, on this
+/// machine's clock); None when one is not Ready.
+async fn ready_for(scenario: &Scenario, name: &str) -> Option<i64> {
+    let mut latest = None;
+    for pod in scenario.list("v1", "Pod").await {
+        if pod["metadata"]["labels"]["fusioninfer.io/service"] != name {
+            continue;
+        }
+        let since = pod["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready" && c["status"] == "True")?["lastTransitionTime"]
+            .as_str()?
+            .parse::<jiff::Timestamp>()
+            .ok()?;
+        latest = latest.max(Some(since));
+    }
+    Some(jiff::Timestamp::now().duration_since(latest?).as_secs())
 }
 
 /// A service `name` of one replica of two 8-GPU pods, placed anywhere, whose
