@@ -829,10 +829,10 @@ fn trim_pod(pod: &mut DynamicObject) {
             .iter()
             .map(|c| {
                 let mut kept = only(c, &["type", "status", "reason", "message"]);
-                if c["type"] == "Ready" {
-                    if let Some(since) = c.get("lastTransitionTime") {
-                        kept["lastTransitionTime"] = since.clone();
-                    }
+                if c["type"] == "Ready"
+                    && let Some(since) = c.get("lastTransitionTime")
+                {
+                    kept["lastTransitionTime"] = since.clone();
                 }
                 kept
             })
