@@ -153,6 +153,7 @@ fn wide(c: &mut Criterion) {
             })
             .collect();
         assert_eq!(pods.len(), n as usize, "a pod for each replica");
+        let pods = tandem::plan::shared::pod::from_json_all(&pods);
         let world = service::World {
             children: &children,
             pods: &pods,
@@ -225,6 +226,7 @@ fn binpack(c: &mut Criterion) {
                     "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
             })
             .collect();
+        let pods = tandem::plan::shared::pod::from_json_all(&pods);
         let existing: BTreeSet<u32> = (0..replicas as u32).collect();
         group.throughput(Throughput::Elements(pods_count as u64));
         group.bench_with_input(BenchmarkId::from_parameter(pods_count), &pods, |b, pods| {

@@ -158,6 +158,11 @@ pub struct SubResource {
 }
 
 /// Kinds whose replicas live per role, so they are bound through subResources.
+/// The RSG a clone, an adopted original or a pod belongs to.
+pub const NAME_LABEL: &str = "resourcescalinggroup.com/name";
+/// The group (`{prefix}-{NN}`) a clone, an adopted original or a pod belongs to.
+pub const GROUP_LABEL: &str = "resourcescalinggroup.com/group";
+
 pub const KINDS_WITH_ROLES: [&str; 2] = ["RoleBasedGroup", "InferenceService"];
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

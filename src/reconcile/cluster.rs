@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::shared::installed::Installed;
+use crate::plan::shared::pod::Pod;
 pub use crate::watch::discovery::Discovered;
 pub use crate::watch::{Unserved, resource, resource_of};
 
@@ -57,6 +58,9 @@ pub trait Cluster: Send + Sync {
         namespace: &str,
         labels: &[(&str, &str)],
     ) -> Result<Vec<Value>, Unserved>;
+    /// The pods in a namespace that carry every label of `labels`, sorted
+    /// by name, as the plans read them.
+    fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Result<Vec<Pod>, Unserved>;
     /// One object, whole (with its `apiVersion` and `kind`); None when it is
     /// not there. May ask the API server when the cache keeps only part of
     /// the object (a workload Tandem does not manage).

@@ -22,6 +22,7 @@ use super::{Context, Error, StatusWrite, carry_out, write_status};
 use crate::api::resource_scaling_group::{self as rsg_api, ResourceScalingGroup};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::{self, NAME_LABEL, World};
+use crate::plan::shared::pod::Pod;
 
 /// How often an unchanged group is looked at again: a safety net only, since
 /// its templates, clones and pods are watched.
@@ -105,9 +106,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
             }
         }
     }
-    let pods: Vec<Value> = cluster
-        .list(&resource("v1", "Pod", "pods"), namespace, &labels)
-        .unwrap_or_default();
+    let pods = cluster.pods(namespace, &labels).unwrap_or_default();
 
     // Plan.
     let world = World {
@@ -128,9 +127,10 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         resources.get(&key).cloned()
     };
     // What the plan was made from: what a batch wrote is awaited there.
+    let pods_observed: Vec<Value> = pods.iter().map(Pod::observed).collect();
     let observed: Vec<&Value> = objects
         .iter()
-        .chain(&pods)
+        .chain(&pods_observed)
         .chain(templates.iter().flatten())
         .collect();
     let carried = carry_out(

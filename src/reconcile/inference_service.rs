@@ -23,6 +23,7 @@ use crate::plan::inference_service::service::{self as service_plan, World};
 use crate::plan::inference_service::status::{self, StatusWrite};
 use crate::plan::shared::child_kinds::{CHILD_KINDS, ChildKind};
 use crate::plan::shared::children;
+use crate::plan::shared::pod::Pod;
 use crate::watch::caches::Caches;
 
 /// How often an unchanged service is looked at again: a safety net only,
@@ -89,12 +90,8 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         (children::MANAGED_BY, children::MANAGER),
     ];
     let (owned, unavailable) = owned_children(cluster.as_ref(), &service, namespace, &labels);
-    let pods: Vec<Value> = cluster
-        .list(
-            &resource("v1", "Pod", "pods"),
-            namespace,
-            &[(children::SERVICE, name)],
-        )
+    let pods = cluster
+        .pods(namespace, &[(children::SERVICE, name)])
         .unwrap_or_default();
     // Only the views that hold a lock matter (a lock whose view is gone, or
     // recreated, is dropped).
@@ -130,7 +127,8 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     // Apply, delete, report.
     let reference = service.object_ref(&());
     // What the plan was made from: what a batch wrote is awaited there.
-    let observed: Vec<&Value> = owned.iter().chain(&pods).collect();
+    let pods_observed: Vec<Value> = pods.iter().map(Pod::observed).collect();
+    let observed: Vec<&Value> = owned.iter().chain(&pods_observed).collect();
     let carried = carry_out(
         &ctx,
         &reference,

@@ -21,12 +21,13 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
-use super::cluster::{Cluster, Part, Series, Unserved, Written};
+use super::cluster::{Cluster, Part, Series, Unserved, Written, resource};
 use super::events::SpamFilter;
 use super::repeated_writes::{RepeatedWrites, patch_hash};
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::shared::installed::Installed;
+use crate::plan::shared::pod::Pod;
 use crate::watch::cached::Cached;
 use crate::watch::caches::{Caches, PARTIAL};
 use crate::watch::discovery::Discovered;
@@ -238,6 +239,17 @@ impl Cluster for Live {
             // cache lists it.
             None => Err(Unserved {
                 kind: resource.kind.clone(),
+                reason: "its cache is still listing".to_owned(),
+            }),
+        }
+    }
+
+    fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Result<Vec<Pod>, Unserved> {
+        let pods = resource("v1", "Pod", "pods");
+        match self.caches.cache_for(&pods, labels)? {
+            Some(watched) => Ok(Caches::pods(&watched, namespace, labels)),
+            None => Err(Unserved {
+                kind: pods.kind,
                 reason: "its cache is still listing".to_owned(),
             }),
         }

@@ -42,12 +42,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
-use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found};
+use super::cluster::{Cluster, Part, Series, Unserved, Written, not_found, resource};
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::inference_service::drain;
 use crate::plan::inference_service::service::APPLIED_HASH;
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::shared::installed::Installed;
+use crate::plan::shared::pod::Pod;
 use crate::plan::shared::write::{item_key, list_keys};
 use crate::watch::discovery::Discovered;
 
@@ -430,6 +431,11 @@ impl Cluster for Memory {
             })
             .map(|(_, o)| o.clone())
             .collect())
+    }
+
+    fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Result<Vec<Pod>, Unserved> {
+        let pods = self.list(&resource("v1", "Pod", "pods"), namespace, labels)?;
+        Ok(pods.iter().map(Pod::from_json).collect())
     }
 
     fn get<'a>(

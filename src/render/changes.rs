@@ -271,6 +271,14 @@ impl Cluster for Recording {
         self.world.list(resource, namespace, labels)
     }
 
+    fn pods(
+        &self,
+        namespace: &str,
+        labels: &[(&str, &str)],
+    ) -> Result<Vec<crate::plan::shared::pod::Pod>, Unserved> {
+        self.world.pods(namespace, labels)
+    }
+
     fn get<'a>(
         &'a self,
         resource: &'a ApiResource,

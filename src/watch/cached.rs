@@ -37,6 +37,9 @@ use serde::ser::{Error as _, SerializeMap};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
+use super::catalog::FILED_BY;
+use crate::plan::shared::pod::Pod;
+
 /// A cached object of a kind read as JSON.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cached {
@@ -47,6 +50,8 @@ pub struct Cached {
     marks: Box<str>,
     /// The object less apiVersion, kind and metadata: a JSON object, as text.
     body: Box<str>,
+    /// A pod's facts ([`Cached::pod`]), its body then empty.
+    pod: Option<Box<Pod>>,
 }
 
 /// The labels and annotations of an object, as `marks` keeps them.
@@ -87,7 +92,44 @@ impl Cached {
             metadata,
             marks: marks.into_boxed_str(),
             body: body.into_boxed_str(),
+            pod: None,
         }
+    }
+
+    /// A pod kept as its facts, parsed once here, when its watch event
+    /// arrives ([`Pod::from_json`]): the plans read nothing else of it. The
+    /// metadata keeps only what the store and the triggers key on (name,
+    /// namespace, version, deletion) and the labels the catalog files it
+    /// under ([`FILED_BY`]); the body is empty.
+    pub fn pod(self) -> Cached {
+        let mut object = Value::Object(self.fields());
+        let metadata = self.metadata();
+        object["metadata"] = serde_json::to_value(&metadata).unwrap_or_default();
+        let facts = Pod::from_json(&object);
+        let labels: BTreeMap<String, String> = metadata
+            .labels
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| FILED_BY.contains(&key.as_str()))
+            .collect();
+        let kept = ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            resource_version: metadata.resource_version,
+            deletion_timestamp: metadata.deletion_timestamp,
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        };
+        Cached {
+            pod: Some(Box::new(facts)),
+            ..Cached::kept(kept, String::new())
+        }
+    }
+
+    /// The facts of a pod kept by [`Cached::pod`]; None for any other
+    /// object.
+    pub fn as_pod(&self) -> Option<&Pod> {
+        self.pod.as_deref()
     }
 
     fn marks(&self) -> Marks {
@@ -141,7 +183,9 @@ impl Cached {
     }
 
     /// The whole object as JSON, with its apiVersion and kind (list and
-    /// watch items may come without them).
+    /// watch items may come without them). A pod kept as its facts reads
+    /// back as the little metadata it keeps: read it through
+    /// [`Cached::as_pod`].
     pub fn to_json(&self, resource: &ApiResource) -> Value {
         let mut object = self.fields();
         object.insert("apiVersion".to_owned(), json!(resource.api_version));
@@ -156,7 +200,11 @@ impl Cached {
     /// Whether `other` is the same object in everything but its
     /// resourceVersion.
     pub fn same_but_version(&self, other: &Cached) -> bool {
-        self.body == other.body && self.marks == other.marks && {
+        let same_pod = match (&self.pod, &other.pod) {
+            (Some(a), Some(b)) => a.same_but_version(b),
+            (a, b) => a == b,
+        };
+        same_pod && self.body == other.body && self.marks == other.marks && {
             let version = |meta: &ObjectMeta| ObjectMeta {
                 resource_version: None,
                 ..meta.clone()
@@ -177,7 +225,7 @@ impl Cached {
 }
 
 /// Serialised as the object (less apiVersion and kind), as `DynamicObject`
-/// would be.
+/// would be; a pod kept as its facts with them under `facts`.
 impl Serialize for Cached {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let fields = if self.body.is_empty() {
@@ -185,10 +233,19 @@ impl Serialize for Cached {
         } else {
             serde_json::from_str::<Map<String, Value>>(&self.body).map_err(S::Error::custom)?
         };
-        let mut map = serializer.serialize_map(Some(fields.len().saturating_add(1)))?;
+        let entries = fields
+            .len()
+            .saturating_add(1)
+            .saturating_add(usize::from(self.pod.is_some()));
+        let mut map = serializer.serialize_map(Some(entries))?;
         map.serialize_entry("metadata", &self.metadata())?;
         for (key, value) in &fields {
             map.serialize_entry(key, value)?;
+        }
+        // A pod's facts, under a key no object has: what the cache keeps of
+        // it, to weigh (no reader parses it back).
+        if let Some(pod) = &self.pod {
+            map.serialize_entry("facts", pod)?;
         }
         map.end()
     }

@@ -11,7 +11,8 @@
 //!   neither manages nor replicates is kept trimmed to its metadata and
 //!   replica counts ([`trim_workload`]).
 //! - Pods are watched in two label selections, those of services and those
-//!   of GroupReplication groups, trimmed to what the plans read ([`trim_pod`]).
+//!   of GroupReplication groups, kept as the facts the plans read
+//!   ([`Cached::pod`], parsed once per watch event).
 //! - A kind a group names that none of these covers (a RoleBasedGroup, a
 //!   template's kind) is watched from the first time it is read.
 //!
@@ -63,6 +64,7 @@ use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::NAME_LABEL;
 use crate::plan::shared::child_kinds::CHILD_KINDS;
 use crate::plan::shared::children::{FIELD_MANAGER, MANAGED_BY, MANAGER, SERVICE};
+use crate::plan::shared::pod::Pod;
 
 /// The annotation that marks a cached object kept only in part (metadata and
 /// replica counts); set in the cache only, never written.
@@ -127,7 +129,7 @@ enum Trim {
     Whole,
     /// Trimmed to metadata and replica counts unless Tandem manages it.
     Workload,
-    /// Trimmed to what the plans read of a pod.
+    /// Kept as a pod's facts ([`Cached::pod`]).
     Pod,
 }
 
@@ -746,6 +748,27 @@ impl Caches {
             .collect()
     }
 
+    /// The pods of a pod cache in `namespace` with every label of `labels`,
+    /// as the plans read them, sorted by name.
+    pub fn pods(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Pod> {
+        watched
+            .catalog
+            .candidates(namespace, labels)
+            .into_iter()
+            .filter_map(|name| {
+                watched
+                    .store
+                    .get(&ObjectRef::new_with(&name, watched.resource.clone()).within(namespace))
+            })
+            .filter(|o| {
+                labels
+                    .iter()
+                    .all(|(key, value)| o.labels().get(*key).map(String::as_str) == Some(*value))
+            })
+            .filter_map(|o| o.as_pod().cloned())
+            .collect()
+    }
+
     /// Opens the queue of controller `K`: every event that concerns one of
     /// its objects is sent to it from now on, and every object cached now
     /// is sent first (a controller that starts late, on taking the Lease,
@@ -775,97 +798,6 @@ fn trim_metadata(meta: &mut kube::api::ObjectMeta) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(cached::LAST_APPLIED);
     }
-}
-
-/// The label and annotation prefixes (and whole keys) of a pod that the
-/// plans read: Tandem's own, LeaderWorkerSet's, a ResourceScalingGroup's,
-/// Volcano's, the deletion cost and the managed-by label. A pod's other
-/// labels and annotations (the StatefulSet's revision hash and pod name, a
-/// user's) are dropped from the cache: on LeaderWorkerSet's pods they are
-/// a third of the metadata, and the caches hold every pod of every service.
-const POD_KEYS_READ: [&str; 6] = [
-    "fusioninfer.io/",
-    "leaderworkerset.sigs.k8s.io/",
-    "resourcescalinggroup.com/",
-    "volcano.sh/",
-    "controller.kubernetes.io/pod-deletion-cost",
-    "app.kubernetes.io/managed-by",
-];
-
-/// Keeps of a pod what the plans read: its name, namespace, uid, version,
-/// creation and deletion; the labels and annotations of [`POD_KEYS_READ`];
-/// its node and the PodGroup it names; its phase and the reason a failed one
-/// gives; each condition's type, status, reason and message, and since when
-/// a Ready one is; and each container's name, readiness, restarts, waiting
-/// reason and last exit. The two times are the recovery's: a pod created
-/// before a restart was counted is not counted again, and a replica's
-/// restarts are forgotten once it has been ready for the longest back-off
-/// (`plan::inference_service::recovery`).
-fn trim_pod(pod: &mut DynamicObject) {
-    let read = |key: &String| POD_KEYS_READ.iter().any(|k| key.starts_with(k));
-    let meta = &mut pod.metadata;
-    meta.owner_references = None;
-    meta.generate_name = None;
-    for map in [meta.labels.as_mut(), meta.annotations.as_mut()]
-        .into_iter()
-        .flatten()
-    {
-        map.retain(|key, _| read(key));
-    }
-    let data = &pod.data;
-    let mut kept = json!({"spec": {}, "status": {}});
-    for field in ["nodeName", "schedulingGroup"] {
-        if let Some(value) = data["spec"].get(field) {
-            kept["spec"][field] = value.clone();
-        }
-    }
-    for field in ["phase", "reason"] {
-        if let Some(value) = data["status"].get(field) {
-            kept["status"][field] = value.clone();
-        }
-    }
-    if let Some(conditions) = data["status"]["conditions"].as_array() {
-        kept["status"]["conditions"] = conditions
-            .iter()
-            .map(|c| {
-                let mut kept = only(c, &["type", "status", "reason", "message"]);
-                if c["type"] == "Ready"
-                    && let Some(since) = c.get("lastTransitionTime")
-                {
-                    kept["lastTransitionTime"] = since.clone();
-                }
-                kept
-            })
-            .collect();
-    }
-    for field in ["containerStatuses", "initContainerStatuses"] {
-        if let Some(containers) = data["status"][field].as_array() {
-            kept["status"][field] = containers
-                .iter()
-                .map(|c| {
-                    let mut container = only(c, &["name", "ready", "restartCount"]);
-                    if let Some(reason) = c.pointer("/state/waiting/reason") {
-                        container["state"] = json!({"waiting": {"reason": reason}});
-                    }
-                    let exit = only(&c["lastState"]["terminated"], &["reason", "exitCode"]);
-                    if exit.as_object().is_some_and(|e| !e.is_empty()) {
-                        container["lastState"] = json!({"terminated": exit});
-                    }
-                    container
-                })
-                .collect();
-        }
-    }
-    pod.data = kept;
-}
-
-/// The fields `keys` of the JSON object `object`, those it has.
-fn only(object: &Value, keys: &[&str]) -> Value {
-    Value::Object(
-        keys.iter()
-            .filter_map(|k| Some(((*k).to_owned(), object.get(*k)?.clone())))
-            .collect(),
-    )
 }
 
 /// Whether Tandem manages or replicates a workload, so its whole object
@@ -1101,11 +1033,7 @@ fn reflect_dynamic(
             trim_workload(&mut object);
             Cached::new(object)
         }
-        Trim::Pod => {
-            let mut object = object.into_dynamic();
-            trim_pod(&mut object);
-            Cached::new(object)
-        }
+        Trim::Pod => object.pod(),
     };
     let backoff = WatchBackoff::default();
     let stream = watcher(Api::<Cached>::all_with(client.clone(), resource), config)
@@ -1242,8 +1170,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_pod_keeps_what_the_plans_read_and_nothing_else() {
-        let mut pod: DynamicObject = serde_json::from_value(json!({
+    fn a_cached_pod_keeps_its_facts_and_the_metadata_it_is_filed_by() {
+        let whole = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
                 "name": "svc-decode-0-1", "namespace": "ns", "uid": "u", "resourceVersion": "9",
@@ -1283,44 +1211,33 @@ mod tests {
                 "initContainerStatuses": [{"name": "init", "ready": true, "restartCount": 0,
                     "state": {"terminated": {"exitCode": 0}}}],
             },
-        }))
-        .expect("a pod");
-        trim_pod(&mut pod);
-        let kept = serde_json::to_value(&pod).expect("serialises");
+        });
+        let cached = as_watched(&whole);
+        assert_eq!(cached.as_pod(), Some(&Pod::from_json(&whole)));
         assert_eq!(
-            kept,
-            json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {
-                    "name": "svc-decode-0-1", "namespace": "ns", "uid": "u", "resourceVersion": "9",
-                    "creationTimestamp": "2026-12-03T10:00:00Z",
-                    "deletionTimestamp": "2026-12-03T11:00:00Z",
-                    "labels": {
-                        "fusioninfer.io/service": "svc", "fusioninfer.io/role": "decode",
-                        "leaderworkerset.sigs.k8s.io/worker-index": "1",
-                        "resourcescalinggroup.com/group": "01",
-                    },
-                    "annotations": {
-                        "fusioninfer.io/drain-started-at": "2026-12-03T10:59:00Z",
-                        "controller.kubernetes.io/pod-deletion-cost": "10",
-                        "leaderworkerset.sigs.k8s.io/size": "4",
-                        "volcano.sh/task-spec": "decode-0",
-                    },
-                },
-                "spec": {"nodeName": "n1", "schedulingGroup": {"podGroupName": "g"}},
-                "status": {
-                    "phase": "Failed", "reason": "Evicted",
-                    "conditions": [{"type": "PodScheduled", "status": "False",
-                        "reason": "Unschedulable", "message": "0/4 nodes"},
-                        {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
-                        "lastTransitionTime": "2026-12-03T10:00:01Z"}],
-                    "containerStatuses": [{"name": "vllm", "ready": false, "restartCount": 3,
-                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
-                    "initContainerStatuses": [{"name": "init", "ready": true, "restartCount": 0}],
-                },
-            })
+            cached.metadata(),
+            serde_json::from_value(json!({"name": "svc-decode-0-1", "namespace": "ns",
+                "resourceVersion": "9", "deletionTimestamp": "2026-12-03T11:00:00Z",
+                "labels": {"fusioninfer.io/service": "svc"}}))
+            .expect("metadata"),
+            "what the store keys on and the catalog files by, nothing else"
         );
+        assert_eq!((cached.body_len(), cached.annotations().len()), (0, 0));
+        let mut ready = whole.clone();
+        ready["metadata"]["resourceVersion"] = json!("10");
+        assert!(
+            cached.same_but_version(&as_watched(&ready)),
+            "a new version alone"
+        );
+        ready["status"]["conditions"][1]["status"] = json!("True");
+        assert!(!cached.same_but_version(&as_watched(&ready)), "now Ready");
+    }
+
+    /// `pod` as its watch delivers it into the cache.
+    fn as_watched(pod: &Value) -> Cached {
+        serde_json::from_value::<Cached>(pod.clone())
+            .expect("a pod")
+            .pod()
     }
 
     /// A pod of replica 0 of a two-pod decode role as the API server shows
@@ -1351,10 +1268,8 @@ mod tests {
         })
     }
 
-    fn trimmed(pod: &Value) -> Value {
-        let mut object: DynamicObject = serde_json::from_value(pod.clone()).expect("a pod");
-        trim_pod(&mut object);
-        serde_json::to_value(&object).expect("serialises")
+    fn cached(pod: &Value) -> Pod {
+        as_watched(pod).as_pod().cloned().expect("a pod's facts")
     }
 
     /// The recovery reads two times of a pod: its creation (a pod created
@@ -1377,19 +1292,22 @@ mod tests {
             nodes: 2,
             revision: "r1",
         };
-        let decide = |observed: Option<&Value>, pods: &[Value], now: i64| {
-            let pods: Vec<&Value> = pods.iter().collect();
+        let decide = |observed: Option<&Value>, pods: &[Pod], now: i64| {
+            let pods: Vec<&Pod> = pods.iter().collect();
             recovery::decide(Some(&settings), &replica, observed, &pods, at(now))
         };
         let both = |observed: Option<&Value>, pods: &[Value], now: i64| {
-            let whole = decide(observed, pods, now);
-            let cached: Vec<Value> = pods.iter().map(trimmed).collect();
-            (whole, decide(observed, &cached, now))
+            let whole: Vec<Pod> = pods.iter().map(Pod::from_json).collect();
+            let kept: Vec<Pod> = pods.iter().map(cached).collect();
+            (decide(observed, &whole, now), decide(observed, &kept, now))
         };
         // The first restart, counted at 5 s: held until 8 s.
         let first = decide(
             None,
-            &[whole_pod("a", 0, 1, None), whole_pod("b", 0, 0, None)],
+            &[
+                Pod::from_json(&whole_pod("a", 0, 1, None)),
+                Pod::from_json(&whole_pod("b", 0, 0, None)),
+            ],
             5,
         );
         let record = serde_json::to_string(first.record.as_ref().expect("counted")).unwrap();

@@ -125,7 +125,7 @@ proptest! {
             .collect();
         let second = service::reconcile(
             &service,
-            &service::World { children: &created, pods: &pods, unavailable: &none, installed: &tandem::plan::shared::installed::ASSUMED, scale_views: &[] },
+            &service::World { children: &created, pods: &tandem::plan::shared::pod::from_json_all(&pods), unavailable: &none, installed: &tandem::plan::shared::installed::ASSUMED, scale_views: &[] },
             &service::Options::default(),
             &now(),
         );
@@ -225,7 +225,7 @@ proptest! {
             &replication::World {
                 templates: &[Some(template)],
                 objects: &[],
-                pods: &pods,
+                pods: &tandem::plan::shared::pod::from_json_all(&pods),
                 unavailable: &none,
             },
             &now(),

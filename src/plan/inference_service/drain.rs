@@ -53,22 +53,14 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
-use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
+use crate::plan::shared::pod::Pod;
 
-/// The pod label every traffic selector of Tandem requires to be [`SERVING`].
-pub const TRAFFIC: &str = "fusioninfer.io/traffic";
-/// A pod that receives requests.
-pub const SERVING: &str = "serving";
-/// A pod taken out of traffic before its replica is deleted.
-pub const DRAINING: &str = "draining";
-/// When the drain of the pod's replica started (RFC 3339).
-pub const DRAIN_STARTED: &str = "fusioninfer.io/drain-started-at";
-/// When the pod's replica is deleted (RFC 3339): start plus the drain.
-pub const DRAIN_DEADLINE: &str = "fusioninfer.io/drain-deadline";
+pub use crate::plan::shared::pod::{DRAIN_DEADLINE, DRAIN_STARTED, DRAINING, SERVING, TRAFFIC};
 /// Kubernetes' default `terminationGracePeriodSeconds`.
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
-/// Whether `pod` was taken out of traffic by a drain.
+/// Whether the Pod object `pod` (one a drain writes, or a pod's JSON) takes
+/// it out of traffic; an observed pod says it with [`Pod::draining`].
 pub fn is_draining(pod: &Value) -> bool {
     pod["metadata"]["labels"][TRAFFIC] == DRAINING
 }
@@ -81,22 +73,16 @@ pub fn is_draining(pod: &Value) -> bool {
 /// pods).
 #[derive(Clone, Debug, Default)]
 pub struct ReplicaPods<'a> {
-    by_replica: BTreeMap<(&'a str, u32), Vec<&'a Value>>,
+    by_replica: BTreeMap<(&'a str, u32), Vec<&'a Pod>>,
 }
 
 impl<'a> ReplicaPods<'a> {
-    /// Indexes `pods` by their role and replica index labels; a pod without
-    /// both (or with an index that is not a number) is no replica's.
-    pub fn new(pods: impl IntoIterator<Item = &'a Value>) -> Self {
-        let mut by_replica: BTreeMap<(&'a str, u32), Vec<&'a Value>> = BTreeMap::new();
+    /// Indexes `pods` by their role and replica index; a pod without both
+    /// (or with an index that is not a number) is no replica's.
+    pub fn new(pods: impl IntoIterator<Item = &'a Pod>) -> Self {
+        let mut by_replica: BTreeMap<(&'a str, u32), Vec<&'a Pod>> = BTreeMap::new();
         for pod in pods {
-            let labels = &pod["metadata"]["labels"];
-            if let (Some(role), Some(index)) = (
-                labels[ROLE_NAME].as_str(),
-                labels[REPLICA_INDEX]
-                    .as_str()
-                    .and_then(|i| i.parse::<u32>().ok()),
-            ) {
+            if let (Some(role), Some(index)) = (pod.role.as_deref(), pod.replica) {
                 by_replica.entry((role, index)).or_default().push(pod);
             }
         }
@@ -104,14 +90,14 @@ impl<'a> ReplicaPods<'a> {
     }
 
     /// The pods of replica `index` of `role`.
-    pub fn of<'s>(&'s self, role: &'s str, index: u32) -> &'s [&'a Value] {
+    pub fn of<'s>(&'s self, role: &'s str, index: u32) -> &'s [&'a Pod] {
         self.by_replica
             .get(&(role, index))
             .map_or(&[], Vec::as_slice)
     }
 
     /// The replicas of `role` that have pods, by index, with their pods.
-    pub fn of_role<'s>(&'s self, role: &'s str) -> impl Iterator<Item = (u32, &'s [&'a Value])> {
+    pub fn of_role<'s>(&'s self, role: &'s str) -> impl Iterator<Item = (u32, &'s [&'a Pod])> {
         self.by_replica
             .range((role, 0)..=(role, u32::MAX))
             .map(|(&(_, index), pods)| (index, pods.as_slice()))
@@ -120,17 +106,16 @@ impl<'a> ReplicaPods<'a> {
 
 /// When the drain of a replica with these pods started: the earliest
 /// [`DRAIN_STARTED`] of its draining pods; None when none is draining.
-pub fn started(pods: &[&Value]) -> Option<Timestamp> {
+pub fn started(pods: &[&Pod]) -> Option<Timestamp> {
     pods.iter()
-        .filter(|p| is_draining(p))
-        .filter_map(|p| p["metadata"]["annotations"][DRAIN_STARTED].as_str())
-        .filter_map(|t| t.parse::<Timestamp>().ok())
+        .filter(|p| p.draining())
+        .filter_map(|p| p.drain_started.as_deref()?.parse::<Timestamp>().ok())
         .min()
 }
 
 /// Whether a replica with these pods is draining.
-pub fn draining(pods: &[&Value]) -> bool {
-    pods.iter().any(|p| is_draining(p))
+pub fn draining(pods: &[&Pod]) -> bool {
+    pods.iter().any(|p| p.draining())
 }
 
 /// What happens to a replica the plan no longer keeps.
@@ -153,20 +138,16 @@ pub enum Leave {
 /// replica not yet draining starts now; one draining is deleted once its
 /// deadline has come. A pod of it that is not marked yet (recreated during
 /// the drain) is marked with the replica's start.
-pub fn leave(pods: &[&Value], seconds: i64, now: Timestamp) -> Leave {
+pub fn leave(pods: &[&Pod], seconds: i64, now: Timestamp) -> Leave {
     if seconds <= 0 {
         return Leave::Delete("drain.seconds is 0".to_owned());
     }
-    let live: Vec<&Value> = pods
-        .iter()
-        .copied()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .collect();
+    let live: Vec<&Pod> = pods.iter().copied().filter(|p| !p.deleting()).collect();
     if live.is_empty() {
         return Leave::Delete("it has no pods to drain".to_owned());
     }
     // Endpoints and the endpoint picker send requests to ready pods only.
-    if !draining(&live) && !live.iter().any(|p| crate::plan::victims::pod_running(p)) {
+    if !draining(&live) && !live.iter().any(|p| p.running()) {
         return Leave::Delete("none of its pods is ready, so no request reaches it".to_owned());
     }
     let start = started(&live).unwrap_or(now);
@@ -178,10 +159,11 @@ pub fn leave(pods: &[&Value], seconds: i64, now: Timestamp) -> Leave {
             "it was out of traffic for its drain of {seconds}s (since {start})"
         ));
     }
-    let marked = |p: &Value| {
-        is_draining(p)
-            && p["metadata"]["annotations"][DRAIN_STARTED] == start.to_string().as_str()
-            && p["metadata"]["annotations"][DRAIN_DEADLINE] == deadline.to_string().as_str()
+    let (start_text, deadline_text) = (start.to_string(), deadline.to_string());
+    let marked = |p: &Pod| {
+        p.draining()
+            && p.drain_started.as_deref() == Some(start_text.as_str())
+            && p.drain_deadline.as_deref() == Some(deadline_text.as_str())
     };
     Leave::Drain {
         pods: live
@@ -196,24 +178,22 @@ pub fn leave(pods: &[&Value], seconds: i64, now: Timestamp) -> Leave {
 
 /// The Pods to apply to put a draining replica with `pods` back into
 /// traffic; empty when none of them is draining.
-pub fn revive(pods: &[&Value]) -> Vec<Value> {
+pub fn revive(pods: &[&Pod]) -> Vec<Value> {
     pods.iter()
-        .filter(|p| is_draining(p))
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| p.draining() && !p.deleting())
         .map(|p| pod(p, None))
         .collect()
 }
 
 /// The Pod Tandem applies to `observed`: only its name, namespace, the
 /// [`TRAFFIC`] label and, while draining, the drain's start and deadline.
-fn pod(observed: &Value, drain: Option<(Timestamp, Timestamp)>) -> Value {
-    let metadata = &observed["metadata"];
+fn pod(observed: &Pod, drain: Option<(Timestamp, Timestamp)>) -> Value {
     let mut object = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": metadata["name"],
-            "namespace": metadata["namespace"],
+            "name": observed.name,
+            "namespace": observed.namespace,
             "labels": {TRAFFIC: if drain.is_some() { DRAINING } else { SERVING }},
         },
     });
@@ -236,6 +216,8 @@ pub fn grace_seconds(template_sets_one: bool, drain_seconds: i64) -> Option<i64>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
+    use crate::plan::shared::pod::from_json_all;
 
     fn pod_of(index: u32, worker: u32) -> Value {
         json!({"metadata": {
@@ -269,7 +251,8 @@ mod tests {
     #[test]
     fn a_replica_drains_then_goes_and_the_start_survives_on_the_pods() {
         let pods = vec![pod_of(3, 0), pod_of(3, 1)];
-        let refs: Vec<&Value> = pods.iter().collect();
+        let parsed = from_json_all(&pods);
+        let refs: Vec<&Pod> = parsed.iter().collect();
         let Leave::Drain {
             pods: marks,
             started,
@@ -286,7 +269,8 @@ mod tests {
             at(30).to_string()
         );
         let pods = applied(&pods, &marks);
-        let refs: Vec<&Value> = pods.iter().collect();
+        let parsed = from_json_all(&pods);
+        let refs: Vec<&Pod> = parsed.iter().collect();
         // Within the drain (a later reconcile, or a restarted Tandem): the
         // same deadline and nothing to apply.
         assert_eq!(
@@ -304,19 +288,21 @@ mod tests {
         assert_eq!(back[1]["metadata"]["labels"][TRAFFIC], SERVING);
         assert!(back[1]["metadata"]["annotations"].is_null());
         let pods = applied(&pods, &back);
-        assert!(!draining(&pods.iter().collect::<Vec<_>>()));
+        assert!(!draining(&from_json_all(&pods).iter().collect::<Vec<_>>()));
     }
 
     #[test]
     fn a_pod_recreated_during_the_drain_is_marked_with_the_replicas_start() {
         let mut pods = vec![pod_of(1, 0), pod_of(1, 1)];
-        let refs: Vec<&Value> = pods.iter().collect();
+        let parsed = from_json_all(&pods);
+        let refs: Vec<&Pod> = parsed.iter().collect();
         let Leave::Drain { pods: marks, .. } = leave(&refs, 60, at(0)) else {
             panic!("drains");
         };
         pods = applied(&pods, &marks);
         pods[1] = pod_of(1, 1);
-        let refs: Vec<&Value> = pods.iter().collect();
+        let parsed = from_json_all(&pods);
+        let refs: Vec<&Pod> = parsed.iter().collect();
         let Leave::Drain {
             pods: marks,
             deadline,
@@ -337,7 +323,8 @@ mod tests {
     #[test]
     fn no_drain_without_seconds_or_pods() {
         let pods = [pod_of(0, 0)];
-        let refs: Vec<&Value> = pods.iter().collect();
+        let parsed = from_json_all(&pods);
+        let refs: Vec<&Pod> = parsed.iter().collect();
         assert_eq!(
             leave(&refs, 0, at(0)),
             Leave::Delete("drain.seconds is 0".into())
@@ -348,18 +335,24 @@ mod tests {
         );
         let mut gone = pod_of(0, 0);
         gone["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        assert!(matches!(leave(&[&gone], 30, at(0)), Leave::Delete(_)));
+        assert!(matches!(
+            leave(&[&Pod::from_json(&gone)], 30, at(0)),
+            Leave::Delete(_)
+        ));
         // A replica no request reaches goes at once; one already draining
         // finishes its drain even if its pods stop being ready.
         let mut broken = pod_of(0, 0);
         broken["status"]["conditions"][0]["status"] = json!("False");
         assert_eq!(
-            leave(&[&broken], 30, at(0)),
+            leave(&[&Pod::from_json(&broken)], 30, at(0)),
             Leave::Delete("none of its pods is ready, so no request reaches it".into())
         );
         broken["metadata"]["labels"][TRAFFIC] = json!(DRAINING);
         broken["metadata"]["annotations"] = json!({DRAIN_STARTED: at(0).to_string()});
-        assert!(matches!(leave(&[&broken], 30, at(10)), Leave::Drain { .. }));
+        assert!(matches!(
+            leave(&[&Pod::from_json(&broken)], 30, at(10)),
+            Leave::Drain { .. }
+        ));
     }
 
     #[test]
@@ -380,11 +373,12 @@ mod tests {
             not_a_number,
             no_index,
         ];
+        let pods = from_json_all(&pods);
         let replicas = ReplicaPods::new(&pods);
         let names: Vec<&str> = replicas
             .of("decode", 1)
             .iter()
-            .map(|p| p["metadata"]["name"].as_str().unwrap())
+            .map(|p| p.name.as_str())
             .collect();
         assert_eq!(names, ["qwen-decode-1-0-0", "qwen-decode-1-0-1"]);
         assert!(replicas.of("decode", 3).is_empty());

@@ -48,6 +48,7 @@ use serde_json::Value;
 
 use crate::api::inference_service::{RoleScaleDownPolicy, RollingUpdateOptions};
 use crate::plan::shared::children::{REPLICA_INDEX, REVISION, ROLE_NAME};
+use crate::plan::shared::pod::Pod;
 use crate::plan::victims::Candidate;
 
 /// The annotation on a LeaderWorkerSet the rollout moved to a new revision:
@@ -151,13 +152,6 @@ fn index_of(object: &Value) -> Option<u32> {
         .ok()
 }
 
-fn pod_is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"].as_array().is_some_and(|c| {
-        c.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
-}
-
 /// The replicas of `role` from its LeaderWorkerSets and the run's pods by
 /// replica; a replica has `nodes` pods.
 pub fn observe(
@@ -167,19 +161,15 @@ pub fn observe(
     pods: &super::drain::ReplicaPods<'_>,
 ) -> Vec<Replica> {
     let of_role = |o: &&Value| o["metadata"]["labels"][ROLE_NAME] == role;
-    let live = |p: &&&Value| p["metadata"]["deletionTimestamp"].is_null();
     let count = |index: u32, revision: Option<&str>| {
-        let at: Vec<&&Value> = pods
+        let at: Vec<&Pod> = pods
             .of(role, index)
             .iter()
-            .filter(live)
-            .filter(|p| p["metadata"]["labels"][REVISION].as_str() == revision)
+            .copied()
+            .filter(|p| !p.deleting() && p.revision.as_deref() == revision)
             .collect();
         // A draining pod is out of traffic: unavailable to the budgets.
-        let ready = at
-            .iter()
-            .filter(|p| pod_is_ready(p) && !super::drain::is_draining(p))
-            .count();
+        let ready = at.iter().filter(|p| p.ready && !p.draining()).count();
         (at.len(), ready)
     };
     let mut replicas: BTreeMap<u32, Replica> = BTreeMap::new();
@@ -213,9 +203,7 @@ pub fn observe(
     {
         replicas.entry(index).or_insert_with(|| Replica {
             index,
-            revision: pod["metadata"]["labels"][REVISION]
-                .as_str()
-                .map(str::to_owned),
+            revision: pod.revision.clone(),
             pods: 0,
             ready_pods: 0,
             ready: false,
@@ -802,6 +790,7 @@ mod tests {
         fn observed(&self) -> Vec<Replica> {
             let (sets, pods) = self.objects();
             let refs: Vec<&Value> = sets.iter().collect();
+            let pods = crate::plan::shared::pod::from_json_all(&pods);
             observe(
                 "decode",
                 self.nodes,

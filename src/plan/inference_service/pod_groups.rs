@@ -42,9 +42,7 @@ use crate::plan::shared::children::{self, Naming};
 pub const API_VERSION: &str = crate::plan::shared::child_kinds::NATIVE_POD_GROUP.api_version;
 pub const KIND: &str = crate::plan::shared::child_kinds::NATIVE_POD_GROUP.kind;
 
-/// The pod field that names the group (`spec.schedulingGroup.podGroupName`).
-pub const SCHEDULING_GROUP: &str = "schedulingGroup";
-pub const POD_GROUP_NAME: &str = "podGroupName";
+pub use crate::plan::shared::pod::{POD_GROUP_NAME, SCHEDULING_GROUP};
 
 /// The hex digits of a group's spec hash in its name.
 const SPEC_HASH_LEN: usize = 8;
@@ -181,7 +179,8 @@ pub fn is_pod_group(object: &Value) -> bool {
     object["apiVersion"] == API_VERSION && object["kind"] == KIND
 }
 
-/// The group a pod (or a pod template) names, if any.
+/// The group a pod template names, if any (an observed pod says it in
+/// [`crate::plan::shared::pod::Pod::pod_group`]).
 pub fn named_by(pod: &Value) -> Option<&str> {
     pod["spec"][SCHEDULING_GROUP][POD_GROUP_NAME].as_str()
 }

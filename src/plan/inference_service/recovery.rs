@@ -42,6 +42,7 @@ use serde_json::Value;
 
 use super::rollout::Event;
 use crate::api::inference_service::{Recovery, Role};
+use crate::plan::shared::pod::Pod;
 
 /// The annotation on a replica's LeaderWorkerSet that carries its [`Record`].
 pub const RECORD: &str = "fusioninfer.io/recovery";
@@ -226,7 +227,7 @@ pub fn decide(
     settings: Option<&Settings>,
     replica: &Replica<'_>,
     observed: Option<&Value>,
-    pods: &[&Value],
+    pods: &[&Pod],
     now: Timestamp,
 ) -> Decision {
     let Some(settings) = settings else {
@@ -294,7 +295,7 @@ pub fn decide(
     let mut decision = Decision::serving(Some(record));
     decision.event = reset;
     if whole_and_ready(pods, replica.nodes) {
-        let since = pods.iter().filter_map(|p| ready_since(p)).max();
+        let since = pods.iter().filter_map(|p| p.ready_since).max();
         let forget_at = since
             .and_then(|s| {
                 s.checked_add(SignedDuration::from_secs(settings.max_backoff_seconds))
@@ -318,7 +319,7 @@ fn counted(
     replica: &Replica<'_>,
     (key, restarts): (String, u32),
     last: String,
-    (pods, now): (&[&Value], Timestamp),
+    (pods, now): (&[&Pod], Timestamp),
 ) -> Decision {
     let (role, index) = (replica.role, replica.index);
     let failed = settings.max_restarts.is_some_and(|limit| restarts > limit);
@@ -347,10 +348,7 @@ fn counted(
         key,
         restarts,
         counted_at: now.to_string(),
-        pods: pods
-            .iter()
-            .filter_map(|p| text(&p["metadata"]["uid"]))
-            .collect(),
+        pods: pods.iter().filter_map(|p| p.uid.clone()).collect(),
         until: (!failed).then(|| until.map(|u| u.to_string())).flatten(),
         failed,
         last,
@@ -366,89 +364,47 @@ fn counted(
     }
 }
 
-fn text(value: &Value) -> Option<String> {
-    value.as_str().map(str::to_owned)
-}
-
 /// The first restart among `pods` not counted before (`record`): a pod
 /// with a restarted container (LWS's `ContainerRestarted`: a main or init
 /// container with `restartCount > 0`), created since the last count and
 /// not seen then, either being deleted or in a group of `nodes` pods none
 /// of which is Pending. The pod's name and what restarted.
-fn restart(pods: &[&Value], nodes: usize, record: Option<&Record>) -> Option<(String, String)> {
+fn restart(pods: &[&Pod], nodes: usize, record: Option<&Record>) -> Option<(String, String)> {
     let since = record.and_then(Record::counted_at);
-    let seen = |pod: &Value| {
-        let uid = pod["metadata"]["uid"].as_str();
-        let created = pod["metadata"]["creationTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<Timestamp>().ok());
-        record.is_some_and(|r| uid.is_some_and(|u| r.pods.iter().any(|p| p == u)))
-            || matches!((since, created), (Some(since), Some(created)) if created < since)
+    let seen = |pod: &Pod| {
+        record.is_some_and(|r| {
+            pod.uid
+                .as_ref()
+                .is_some_and(|u| r.pods.iter().any(|p| p == u))
+        }) || matches!((since, pod.created), (Some(since), Some(created)) if created < since)
     };
-    let live: Vec<&Value> = pods
-        .iter()
-        .copied()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .collect();
-    let started = live.len() >= nodes && live.iter().all(|p| p["status"]["phase"] != "Pending");
+    let live: Vec<&Pod> = pods.iter().copied().filter(|p| !p.deleting()).collect();
+    let started = live.len() >= nodes && live.iter().all(|p| p.phase.as_deref() != Some("Pending"));
     pods.iter()
         .copied()
         .filter(|p| !seen(p))
-        .filter(|p| started || !p["metadata"]["deletionTimestamp"].is_null())
-        .find_map(|pod| {
-            let why = restarted(pod)?;
-            Some((text(&pod["metadata"]["name"]).unwrap_or_default(), why))
-        })
+        .filter(|p| started || p.deleting())
+        .find_map(|pod| Some((pod.name.clone(), restarted(pod)?)))
 }
 
 /// What restarted in `pod`, if a container did: its name, restarts and last
 /// exit.
-fn restarted(pod: &Value) -> Option<String> {
-    let statuses = pod["status"]["initContainerStatuses"]
-        .as_array()
-        .into_iter()
-        .chain(pod["status"]["containerStatuses"].as_array())
-        .flatten();
-    statuses
-        .filter(|s| s["restartCount"].as_i64().unwrap_or(0) > 0)
-        .map(|s| {
-            let name = s["name"].as_str().unwrap_or("?");
-            let restarts = s["restartCount"].as_i64().unwrap_or(0);
-            let terminated = &s["lastState"]["terminated"];
-            let exit = match (
-                terminated["exitCode"].as_i64(),
-                terminated["reason"].as_str(),
-            ) {
-                (Some(code), Some(reason)) => format!(", exit code {code} ({reason})"),
-                (Some(code), None) => format!(", exit code {code}"),
-                _ => String::new(),
-            };
-            format!("container {name} restarted {restarts} time(s){exit}")
-        })
-        .next()
-}
-
-fn pod_ready(pod: &Value) -> Option<&Value> {
-    pod["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+fn restarted(pod: &Pod) -> Option<String> {
+    pod.containers.iter().find(|c| c.restarts > 0).map(|c| {
+        let name = c.name.as_deref().unwrap_or("?");
+        let exit = match (c.exit_code, c.exit_reason.as_deref()) {
+            (Some(code), Some(reason)) => format!(", exit code {code} ({reason})"),
+            (Some(code), None) => format!(", exit code {code}"),
+            _ => String::new(),
+        };
+        format!("container {name} restarted {} time(s){exit}", c.restarts)
+    })
 }
 
 /// Whether `pods` not being deleted are `nodes` of them, all ready.
-fn whole_and_ready(pods: &[&Value], nodes: usize) -> bool {
-    let live: Vec<&&Value> = pods
-        .iter()
-        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .collect();
-    !live.is_empty() && live.len() >= nodes && live.iter().all(|p| pod_ready(p).is_some())
-}
-
-/// When `pod` became ready, if it is and says when.
-fn ready_since(pod: &Value) -> Option<Timestamp> {
-    pod_ready(pod)?["lastTransitionTime"]
-        .as_str()
-        .and_then(|t| t.parse().ok())
+fn whole_and_ready(pods: &[&Pod], nodes: usize) -> bool {
+    let live: Vec<&&Pod> = pods.iter().filter(|p| !p.deleting()).collect();
+    !live.is_empty() && live.len() >= nodes && live.iter().all(|p| p.ready)
 }
 
 #[cfg(test)]
@@ -484,6 +440,19 @@ mod tests {
             "status": {"phase": "Running",
                 "containerStatuses": [{"name": "vllm", "restartCount": restarts,
                     "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}})
+    }
+
+    /// [`super::decide`] of pods written as the API server shows them.
+    fn decide(
+        settings: Option<&Settings>,
+        replica: &Replica<'_>,
+        observed: Option<&Value>,
+        pods: &[&Value],
+        now: Timestamp,
+    ) -> Decision {
+        let pods: Vec<Pod> = pods.iter().map(|p| Pod::from_json(p)).collect();
+        let pods: Vec<&Pod> = pods.iter().collect();
+        super::decide(settings, replica, observed, &pods, now)
     }
 
     fn lws(decision: &Decision) -> Value {

@@ -33,7 +33,8 @@ use crate::api::inference_service::{
     UpgradeStatus, UpgradeType,
 };
 use crate::plan::shared::child_kinds::LEADER_WORKER_SET;
-use crate::plan::shared::children::{self, Naming, ROLE_NAME};
+use crate::plan::shared::children::{self, Naming};
+use crate::plan::shared::pod::Pod;
 
 /// The conditions this module reports for NewRevision and IncrementalUpgrade.
 pub const UPGRADE_IN_PROGRESS: &str = "UpgradeInProgress";
@@ -146,7 +147,7 @@ pub fn desired_replicas(service: &InferenceService, role: &Role) -> i32 {
 pub fn plan(
     service: &InferenceService,
     children: &[Value],
-    pods: &[Value],
+    pods: &[Pod],
     unavailable: &BTreeSet<String>,
     now: Timestamp,
 ) -> Rollout {
@@ -244,7 +245,7 @@ struct SideBySide<'a> {
     service: &'a InferenceService,
     spec_revision: &'a str,
     leader_worker_sets: &'a [&'a Value],
-    pods: &'a [Value],
+    pods: &'a [Pod],
     /// The spec of every revision Tandem can build: the spec's own and the
     /// recorded ones.
     specs: BTreeMap<String, InferenceServiceSpec>,
@@ -292,12 +293,12 @@ impl SideBySide<'_> {
     fn ready_percent(&self, revision: &str) -> i32 {
         let spec = self.specs.get(revision).unwrap_or(&self.service.spec);
         let roles = spec.roles.iter().filter(|r| !r.is_router()).map(|role| {
-            let pods: Vec<&Value> = self
+            let pods: Vec<&Pod> = self
                 .pods
                 .iter()
-                .filter(|p| p["metadata"]["labels"][ROLE_NAME] == role.name.as_str())
-                .filter(|p| revision::of(p) == Some(revision))
-                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .filter(|p| p.role.as_deref() == Some(role.name.as_str()))
+                .filter(|p| p.revision.as_deref() == Some(revision))
+                .filter(|p| !p.deleting())
                 .collect();
             (
                 status::ready_replicas(&pods, role.node_count()),
@@ -615,6 +616,7 @@ pub(crate) mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::plan::shared::children::ROLE_NAME;
 
     #[test]
     fn step_reason_names_what_the_upgrade_waits_for() {

@@ -41,12 +41,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
-use super::{drain, pod_groups};
 use crate::api::inference_service::{
     ComponentPhase, ComponentStatus, InferenceService, InferenceServiceStatus, RevisionStatus, Role,
 };
-use crate::plan::shared::children;
 pub use crate::plan::shared::condition::condition;
+use crate::plan::shared::pod::Pod;
 
 /// Container states that will not get better by waiting.
 const FAILING_REASONS: [&str; 6] = [
@@ -161,7 +160,7 @@ pub fn lost_replicas(
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
     /// Pods of the service (label `fusioninfer.io/service`).
-    pub pods: &'a [Value],
+    pub pods: &'a [Pod],
     /// The router's endpoint-picker Deployment, when the service has a router.
     pub router: Option<&'a Value>,
     /// The revisions the pods should run (`fusioninfer.io/revision`): the
@@ -527,62 +526,36 @@ pub fn reported(status: &InferenceServiceStatus) -> Value {
     })
 }
 
-fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
-    object["metadata"]["labels"][key].as_str()
-}
-
-fn pod_is_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"].as_array().is_some_and(|c| {
-        c.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
-}
-
 /// Why a pod is failing, if it is.
-fn pod_failure(pod: &Value) -> Option<String> {
-    let name = pod["metadata"]["name"].as_str().unwrap_or("pod");
-    if pod["status"]["phase"] == "Failed" {
-        let reason = pod["status"]["reason"].as_str().unwrap_or("Failed");
+fn pod_failure(pod: &Pod) -> Option<String> {
+    let name = pod.name_or("pod");
+    if pod.phase.as_deref() == Some("Failed") {
+        let reason = pod.reason.as_deref().unwrap_or("Failed");
         return Some(format!("pod {name} {reason}"));
     }
-    let statuses = ["initContainerStatuses", "containerStatuses"]
-        .iter()
-        .flat_map(|k| pod["status"][k].as_array().into_iter().flatten());
-    for container in statuses {
-        let waiting = container["state"]["waiting"]["reason"]
-            .as_str()
-            .unwrap_or_default();
-        if FAILING_REASONS.contains(&waiting) {
-            let container_name = container["name"].as_str().unwrap_or("container");
-            return Some(format!("pod {name} container {container_name} {waiting}"));
-        }
-    }
-    None
+    pod.containers.iter().find_map(|container| {
+        let waiting = container.waiting.as_deref().unwrap_or_default();
+        FAILING_REASONS.contains(&waiting).then(|| {
+            let container_name = container.name.as_deref().unwrap_or("container");
+            format!("pod {name} container {container_name} {waiting}")
+        })
+    })
 }
 
 /// Why one pod of a replica that is not ready keeps failing: its first
 /// container (init containers first) that waits in one of
 /// [`CRASH_LOOP_REASONS`] or has restarted [`RESTARTS_FAILING`] times.
-fn crash_loop(pod: &Value) -> Option<String> {
-    let name = pod["metadata"]["name"].as_str().unwrap_or("pod");
-    let statuses = ["initContainerStatuses", "containerStatuses"]
-        .iter()
-        .flat_map(|k| pod["status"][k].as_array().into_iter().flatten());
-    for container in statuses {
-        let container_name = container["name"].as_str().unwrap_or("container");
-        let waiting = container["state"]["waiting"]["reason"]
-            .as_str()
-            .unwrap_or_default();
+fn crash_loop(pod: &Pod) -> Option<String> {
+    let name = pod.name_or("pod");
+    pod.containers.iter().find_map(|container| {
+        let container_name = container.name.as_deref().unwrap_or("container");
+        let waiting = container.waiting.as_deref().unwrap_or_default();
         if CRASH_LOOP_REASONS.contains(&waiting) {
             return Some(format!("pod {name} container {container_name} {waiting}"));
         }
-        if container["restartCount"].as_i64().unwrap_or(0) >= RESTARTS_FAILING {
-            return Some(format!(
-                "pod {name} container {container_name} restarting repeatedly"
-            ));
-        }
-    }
-    None
+        (container.restarts >= RESTARTS_FAILING)
+            .then(|| format!("pod {name} container {container_name} restarting repeatedly"))
+    })
 }
 
 /// Why a pod being deleted shows its replica crashed: a container of it
@@ -593,28 +566,19 @@ fn crash_loop(pod: &Value) -> Option<String> {
 /// crash loop never reaches the restart counts and back-off waits of
 /// [`crash_loop`] on a live pod: its trace is a pod being deleted with one
 /// restart, its last exit beside it, for the pod's grace period.
-fn recreated_after_crash(pod: &Value) -> Option<String> {
-    let name = pod["metadata"]["name"].as_str().unwrap_or("pod");
-    let statuses = ["initContainerStatuses", "containerStatuses"]
-        .iter()
-        .flat_map(|k| pod["status"][k].as_array().into_iter().flatten());
-    for container in statuses {
-        if container["restartCount"].as_i64().unwrap_or(0) < 1 {
-            continue;
-        }
-        let container_name = container["name"].as_str().unwrap_or("container");
-        let exit = &container["lastState"]["terminated"];
-        let how = match (exit["reason"].as_str(), exit["exitCode"].as_i64()) {
-            (Some(reason), Some(code)) => format!("exited with code {code} ({reason})"),
-            (None, Some(code)) => format!("exited with code {code}"),
-            (Some(reason), None) => format!("terminated ({reason})"),
-            (None, None) => "restarted".to_owned(),
-        };
-        return Some(format!(
-            "pod {name} container {container_name} {how}; its group is being recreated"
-        ));
-    }
-    None
+fn recreated_after_crash(pod: &Pod) -> Option<String> {
+    let name = pod.name_or("pod");
+    let container = pod.containers.iter().find(|c| c.restarts >= 1)?;
+    let container_name = container.name.as_deref().unwrap_or("container");
+    let how = match (container.exit_reason.as_deref(), container.exit_code) {
+        (Some(reason), Some(code)) => format!("exited with code {code} ({reason})"),
+        (None, Some(code)) => format!("exited with code {code}"),
+        (Some(reason), None) => format!("terminated ({reason})"),
+        (None, None) => "restarted".to_owned(),
+    };
+    Some(format!(
+        "pod {name} container {container_name} {how}; its group is being recreated"
+    ))
 }
 
 /// The replicas of one role that are not fully ready and whose pods keep
@@ -676,17 +640,11 @@ fn failing_episode(
 /// Whether a pod waits for the scheduler: bound to no node, with
 /// `PodScheduled` False for reason `Unschedulable`; with the scheduler's
 /// message (may be empty).
-fn unschedulable(pod: &Value) -> Option<&str> {
-    if !pod["spec"]["nodeName"].is_null() {
+fn unschedulable(pod: &Pod) -> Option<&str> {
+    if pod.node.is_some() {
         return None;
     }
-    pod["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| {
-            c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
-        })
-        .map(|c| c["message"].as_str().unwrap_or_default())
+    pod.unschedulable.as_deref()
 }
 
 /// Why the Kubernetes PodGroup named `name` (among `pod_groups`) waits:
@@ -713,7 +671,7 @@ fn group_unschedulable(group: &Value) -> Option<String> {
 /// scheduler's message (why the nodes of the first domain did not do):
 /// "replica 0: PodGroup x-worker-0-1a2b Unschedulable: 0/2 placements are
 /// available, …; pod x-worker-0 unschedulable: 0/4 nodes are available: …".
-pub fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String> {
+pub fn unschedulable_replicas(pods: &[&Pod], groups: &[&Value]) -> Vec<String> {
     waiting_replicas(&RolePods::of(pods.iter().copied()), groups)
 }
 
@@ -731,7 +689,7 @@ fn waiting_replicas(role: &RolePods<'_>, groups: &[&Value]) -> Vec<String> {
     }
     // By index first, then revision: replica 0 of both revisions before
     // replica 1.
-    let mut replicas: Vec<(u32, &[&Value])> = role
+    let mut replicas: Vec<(u32, &[&Pod])> = role
         .replicas
         .iter()
         .filter(|(_, replica)| !replica.live.is_empty())
@@ -742,7 +700,7 @@ fn waiting_replicas(role: &RolePods<'_>, groups: &[&Value]) -> Vec<String> {
         .into_iter()
         .filter_map(|(index, group)| {
             let gang = group.iter().find_map(|p| {
-                let name = pod_groups::named_by(p).filter(|_| p["spec"]["nodeName"].is_null())?;
+                let name = p.pod_group.as_deref().filter(|_| p.node.is_none())?;
                 Some(format!(
                     "PodGroup {name} {}",
                     group_unschedulable(live_groups.get(name)?)?
@@ -750,7 +708,7 @@ fn waiting_replicas(role: &RolePods<'_>, groups: &[&Value]) -> Vec<String> {
             });
             let pod = group.iter().find_map(|p| {
                 let message = unschedulable(p)?;
-                let name = p["metadata"]["name"].as_str().unwrap_or("pod");
+                let name = p.name_or("pod");
                 Some(if message.is_empty() {
                     format!("pod {name} unschedulable")
                 } else {
@@ -772,7 +730,7 @@ fn waiting_replicas(role: &RolePods<'_>, groups: &[&Value]) -> Vec<String> {
 struct RolePods<'a> {
     /// Every pod of the role, being deleted or not, in the order observed
     /// (the first failure found is the first pod's).
-    all: Vec<&'a Value>,
+    all: Vec<&'a Pod>,
     /// Each replica's pods, by revision and replica index (a pod without a
     /// numeric index is no replica's).
     replicas: BTreeMap<(&'a str, u32), Replica<'a>>,
@@ -781,16 +739,16 @@ struct RolePods<'a> {
 /// One replica's pods, each list sorted by name.
 #[derive(Default)]
 struct Replica<'a> {
-    live: Vec<&'a Value>,
-    deleting: Vec<&'a Value>,
+    live: Vec<&'a Pod>,
+    deleting: Vec<&'a Pod>,
 }
 
 impl<'a> RolePods<'a> {
     /// The pods of each role among `pods`, by role name, in one pass.
-    fn by_role(pods: impl IntoIterator<Item = &'a Value>) -> BTreeMap<&'a str, RolePods<'a>> {
+    fn by_role(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<&'a str, RolePods<'a>> {
         let mut roles: BTreeMap<&'a str, RolePods<'a>> = BTreeMap::new();
         for pod in pods {
-            if let Some(role) = label(pod, children::ROLE_NAME) {
+            if let Some(role) = pod.role.as_deref() {
                 roles.entry(role).or_default().push(pod);
             }
         }
@@ -801,7 +759,7 @@ impl<'a> RolePods<'a> {
     }
 
     /// `pods` as the pods of one role.
-    fn of(pods: impl IntoIterator<Item = &'a Value>) -> RolePods<'a> {
+    fn of(pods: impl IntoIterator<Item = &'a Pod>) -> RolePods<'a> {
         let mut role = RolePods::default();
         for pod in pods {
             role.push(pod);
@@ -810,43 +768,34 @@ impl<'a> RolePods<'a> {
         role
     }
 
-    fn push(&mut self, pod: &'a Value) {
+    fn push(&mut self, pod: &'a Pod) {
         self.all.push(pod);
-        if let Some(index) = label(pod, children::REPLICA_INDEX).and_then(|i| i.parse().ok()) {
-            let revision = label(pod, children::REVISION).unwrap_or_default();
+        if let Some(index) = pod.replica {
+            let revision = pod.revision.as_deref().unwrap_or_default();
             let replica = self.replicas.entry((revision, index)).or_default();
-            if pod["metadata"]["deletionTimestamp"].is_null() {
-                replica.live.push(pod);
-            } else {
+            if pod.deleting() {
                 replica.deleting.push(pod);
+            } else {
+                replica.live.push(pod);
             }
         }
     }
 
     fn sort(&mut self) {
-        let name = |p: &&Value| {
-            p["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        };
         for replica in self.replicas.values_mut() {
-            replica.live.sort_by_cached_key(name);
-            replica.deleting.sort_by_cached_key(name);
+            replica.live.sort_by(|a, b| a.name.cmp(&b.name));
+            replica.deleting.sort_by(|a, b| a.name.cmp(&b.name));
         }
     }
 
     /// The role's pods not being deleted, in the order observed.
-    fn live(&self) -> impl Iterator<Item = &'a Value> + '_ {
-        self.all
-            .iter()
-            .copied()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+    fn live(&self) -> impl Iterator<Item = &'a Pod> + '_ {
+        self.all.iter().copied().filter(|p| !p.deleting())
     }
 
     /// The replicas whose every one of `nodes` live pods, of those `counted`
     /// keeps, is ready.
-    fn ready(&self, nodes: i32, counted: impl Fn(&(&'a str, u32), &Value) -> bool) -> i32 {
+    fn ready(&self, nodes: i32, counted: impl Fn(&(&'a str, u32), &Pod) -> bool) -> i32 {
         count(
             self.replicas
                 .iter()
@@ -862,10 +811,10 @@ impl<'a> RolePods<'a> {
 }
 
 /// Whether `pods` are `nodes` pods (one at least), every one ready.
-fn whole_and_ready<'a>(pods: impl Iterator<Item = &'a Value>, nodes: i32) -> bool {
+fn whole_and_ready<'a>(pods: impl Iterator<Item = &'a Pod>, nodes: i32) -> bool {
     let mut seen = 0usize;
     for pod in pods {
-        if !pod_is_ready(pod) {
+        if !pod.ready {
             return false;
         }
         seen = seen.saturating_add(1);
@@ -916,25 +865,19 @@ fn serving_component(
     let pods = observed_pods.get(role.name.as_str()).unwrap_or(&empty);
     // A draining replica is out of traffic: not ready, and counted apart.
     let ready_replicas = pods.ready(nodes, |_, p| {
-        !drain::is_draining(p)
-            && !p["metadata"]["name"]
-                .as_str()
-                .is_some_and(|name| observed.marked.contains(name))
+        !p.draining() && !observed.marked.contains(p.name.as_str())
     });
     let draining_replicas = count(observed.draining.get(&role.name).map_or(0, BTreeSet::len));
     let (failed, failing) = failing_and_held(observed.held.get(&role.name), pods, nodes);
     let waiting_for_scheduler = waiting_replicas(pods, &observed.pod_groups);
-    let ready_pods = count(pods.live().filter(|p| pod_is_ready(p)).count());
+    let ready_pods = count(pods.live().filter(|p| p.ready).count());
     let failure = failed
         .first()
         .map(|why| format!("{why} (past spec.roles[].recovery.maxRestarts)"))
         .or_else(|| pods.live().find_map(pod_failure));
-    let unknown = pods.live().any(|p| p["status"]["phase"] == "Unknown");
-    let scheduled = pods.live().any(|p| !p["spec"]["nodeName"].is_null());
-    let revisions: BTreeSet<&str> = pods
-        .live()
-        .filter_map(|p| label(p, children::REVISION))
-        .collect();
+    let unknown = pods.live().any(|p| p.phase.as_deref() == Some("Unknown"));
+    let scheduled = pods.live().any(|p| p.node.is_some());
+    let revisions: BTreeSet<&str> = pods.live().filter_map(|p| p.revision.as_deref()).collect();
     let outdated =
         !observed.revisions.is_empty() && revisions.iter().any(|r| !observed.revisions.contains(r));
     let update_revision = observed.update_revisions.get(&role.name);
@@ -1010,7 +953,7 @@ fn serving_component(
 /// The replicas among `pods` (of one role, not being deleted) whose every one
 /// of `nodes` pods is ready. Pods are grouped by revision and replica index,
 /// so replica 0 of two revisions running side by side are two replicas.
-pub fn ready_replicas(pods: &[&Value], nodes: i32) -> i32 {
+pub fn ready_replicas(pods: &[&Pod], nodes: i32) -> i32 {
     RolePods::of(pods.iter().copied()).ready(nodes, |_, _| true)
 }
 
@@ -1364,6 +1307,28 @@ mod tests {
     }
     use serde_json::json;
 
+    use super::super::drain;
+    use crate::plan::shared::children;
+    use crate::plan::shared::pod::from_json_all;
+
+    fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+        object["metadata"]["labels"][key].as_str()
+    }
+
+    /// [`super::ready_replicas`] of pods written as the API server shows
+    /// them.
+    fn ready_replicas(pods: &[&Value], nodes: i32) -> i32 {
+        let pods: Vec<Pod> = pods.iter().map(|p| Pod::from_json(p)).collect();
+        super::ready_replicas(&pods.iter().collect::<Vec<_>>(), nodes)
+    }
+
+    /// [`super::unschedulable_replicas`] of pods written as the API server
+    /// shows them.
+    fn unschedulable_replicas(pods: &[&Value], groups: &[&Value]) -> Vec<String> {
+        let pods: Vec<Pod> = pods.iter().map(|p| Pod::from_json(p)).collect();
+        super::unschedulable_replicas(&pods.iter().collect::<Vec<_>>(), groups)
+    }
+
     fn time(s: &str) -> Time {
         Time(s.parse().unwrap())
     }
@@ -1407,7 +1372,7 @@ mod tests {
         status(
             s,
             &Observed {
-                pods,
+                pods: &from_json_all(pods),
                 router: None,
                 revisions: &["r1"],
                 problems: &[],
@@ -1902,7 +1867,7 @@ mod tests {
             pod["metadata"]["labels"][drain::TRAFFIC] = json!(drain::DRAINING);
         }
         let observed = Observed {
-            pods: &draining,
+            pods: &from_json_all(&draining),
             revisions: &["r1"],
             draining: BTreeMap::from([("decode".to_owned(), BTreeSet::from([1]))]),
             ..Default::default()
@@ -1919,7 +1884,7 @@ mod tests {
         let unmarked = all_pods(None);
         let names: Vec<String> = (0..4).map(|w| format!("ds-decode-1-0-{w}")).collect();
         let starting = Observed {
-            pods: &unmarked,
+            pods: &from_json_all(&unmarked),
             marked: names.iter().map(String::as_str).collect(),
             ..observed.clone()
         };
@@ -1935,7 +1900,7 @@ mod tests {
         let mut rolling = all_pods(None);
         at_r2(&mut rolling, 1, false);
         let changing = Observed {
-            pods: &rolling,
+            pods: &from_json_all(&rolling),
             revisions: &[],
             changing: BTreeSet::from(["decode".to_owned()]),
             ..Default::default()
@@ -1983,7 +1948,7 @@ mod tests {
         let mut s = from_whole(service());
         let at = |pods: &[Value], s: &InferenceService, now: &str| {
             let observed = Observed {
-                pods,
+                pods: &from_json_all(pods),
                 revisions: &["r2"],
                 ..Default::default()
             };
@@ -2167,7 +2132,7 @@ mod tests {
         let s = status(
             &service(),
             &Observed {
-                pods: &pods,
+                pods: &from_json_all(&pods),
                 router: None,
                 revisions: &["r1"],
                 problems: &problems,
@@ -2219,7 +2184,7 @@ mod tests {
         let both = status(
             &service(),
             &Observed {
-                pods: &pods,
+                pods: &from_json_all(&pods),
                 router: None,
                 revisions: &["r1", "r2"],
                 problems: &[],
@@ -2231,7 +2196,7 @@ mod tests {
         let any = status(
             &service(),
             &Observed {
-                pods: &pods,
+                pods: &from_json_all(&pods),
                 router: None,
                 revisions: &[],
                 problems: &[],
@@ -2281,7 +2246,7 @@ mod tests {
         let partial = status(
             &s,
             &Observed {
-                pods: &pods,
+                pods: &from_json_all(&pods),
                 router: Some(&deployment),
                 revisions: &["r1"],
                 problems: &[],
@@ -2303,7 +2268,7 @@ mod tests {
         let full = status(
             &s,
             &Observed {
-                pods: &pods,
+                pods: &from_json_all(&pods),
                 router: Some(&deployment),
                 revisions: &["r1"],
                 problems: &[],

@@ -58,13 +58,11 @@ use crate::api::resource_scaling_group::{
 };
 use crate::plan::shared::condition::condition;
 use crate::plan::shared::decision::Replica;
+use crate::plan::shared::pod::Pod;
 use crate::plan::shared::write::{self, Apply, Delete};
 use crate::plan::victims::{self, GroupCandidate};
 
-/// The RSG a clone, an adopted original or a pod belongs to.
-pub const NAME_LABEL: &str = "resourcescalinggroup.com/name";
-/// The group (`{prefix}-{NN}`) a clone, an adopted original or a pod belongs to.
-pub const GROUP_LABEL: &str = "resourcescalinggroup.com/group";
+pub use crate::api::resource_scaling_group::{GROUP_LABEL, NAME_LABEL};
 
 /// Conditions this planner owns.
 const READY: &str = "Ready";
@@ -107,7 +105,7 @@ pub struct World<'a> {
     /// resources' kinds: the clones, and the originals once adopted.
     pub objects: &'a [Value],
     /// Pods labelled `resourcescalinggroup.com/name: {rsg}`: of all groups.
-    pub pods: &'a [Value],
+    pub pods: &'a [Pod],
     /// Kinds of target resources whose API the cluster does not serve.
     pub unavailable: &'a BTreeSet<String>,
 }
@@ -379,7 +377,7 @@ struct Groups<'a> {
     /// Groups on their way out.
     deleting: BTreeSet<u32>,
     /// The pods of each group.
-    pods: BTreeMap<u32, Vec<&'a Value>>,
+    pods: BTreeMap<u32, Vec<&'a Pod>>,
 }
 
 impl Groups<'_> {
@@ -464,9 +462,9 @@ fn observe<'a>(
     for pod in world
         .pods
         .iter()
-        .filter(|p| p["metadata"]["labels"][NAME_LABEL] == rsg_name)
+        .filter(|p| p.scaling_group.as_deref() == Some(rsg_name))
     {
-        if let Some(index) = group_index(prefix, text(&pod["metadata"]["labels"][GROUP_LABEL])) {
+        if let Some(index) = group_index(prefix, pod.group.as_deref().unwrap_or_default()) {
             groups.pods.entry(index).or_default().push(pod);
         }
     }
@@ -1200,7 +1198,7 @@ mod tests {
             &World {
                 templates,
                 objects,
-                pods,
+                pods: &crate::plan::shared::pod::from_json_all(pods),
                 unavailable: &none,
             },
             &now(),

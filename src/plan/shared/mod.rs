@@ -5,7 +5,8 @@
 //! applied-hash stamp that tells whether one is needed (`write`), which
 //! replica a write concerns and its scale-down policy (`scale_down_policy`),
 //! Event reasons the metrics name (`reason`), what is installed of the
-//! projects whose objects Tandem writes (`installed`), and the names of the decisions
+//! projects whose objects Tandem writes (`installed`), a pod as the plans
+//! read it (`pod`), and the names of the decisions
 //! the metrics count (`decision`). No seed section is theirs alone: they
 //! serve seeds 000 and 003 (and the controller leadership every Tandem
 //! replica runs). Nothing here imports from a capability folder.
@@ -18,6 +19,7 @@ pub mod decision;
 pub mod installed;
 pub mod leadership;
 pub mod native_gang;
+pub mod pod;
 pub mod reason;
 pub mod replicas;
 pub mod scale_down_policy;

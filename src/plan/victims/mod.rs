@@ -32,14 +32,14 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use serde_json::Value;
+
+use crate::plan::shared::pod::Pod;
 
 use crate::api::inference_service::RoleScaleDownPolicy;
 use crate::api::resource_scaling_group::GroupScaleDownPolicy;
 use crate::plan::shared::replicas;
 
-/// The pod annotation whose sum over a replica's pods is its Binpack score.
-pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+pub use crate::plan::shared::pod::DELETION_COST;
 
 /// The index of group `{prefix}-00`, the original resources, never deleted.
 pub const ORIGINAL_GROUP: u32 = 0;
@@ -70,59 +70,26 @@ impl Candidate {
     }
 }
 
-/// One pod's deletion cost, read as Kubernetes' ReplicaSet controller reads
-/// it: a 32-bit decimal integer; missing, a `+` sign, leading zeros (`008`),
-/// anything else unparseable or out of the int32 range counts 0.
-pub fn pod_deletion_cost(pod: &Value) -> i32 {
-    let Some(text) = pod["metadata"]["annotations"][DELETION_COST].as_str() else {
-        return 0;
-    };
-    let first_digit_valid = match text.as_bytes() {
-        [] => false,
-        [b'-', ..] => true,
-        [b'0'] => true,
-        [first, ..] => first.is_ascii_digit() && *first != b'0',
-    };
-    if !first_digit_valid {
-        return 0;
-    }
-    text.parse().unwrap_or(0)
-}
-
 /// The summed deletion cost of a replica's (or a group's) pods: every pod's
-/// [`pod_deletion_cost`], negatives included, saturating at the i64 bounds.
-pub fn cost_of(pods: &[&Value]) -> i64 {
+/// [`Pod::deletion_cost`], negatives included, saturating at the i64 bounds.
+pub fn cost_of(pods: &[&Pod]) -> i64 {
     pods.iter().fold(0i64, |sum, pod| {
-        sum.saturating_add(i64::from(pod_deletion_cost(pod)))
+        sum.saturating_add(i64::from(pod.deletion_cost))
     })
-}
-
-/// Whether a pod is Running with its Ready condition True.
-pub fn pod_running(pod: &Value) -> bool {
-    pod["status"]["phase"] == "Running"
-        && pod["status"]["conditions"]
-            .as_array()
-            .is_some_and(|conditions| {
-                conditions
-                    .iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
 }
 
 /// Whether a replica (or group) with these pods is fully running: it has pods
 /// and every one is Running and Ready.
-pub fn all_running(pods: &[&Value]) -> bool {
-    !pods.is_empty() && pods.iter().all(|pod| pod_running(pod))
+pub fn all_running(pods: &[&Pod]) -> bool {
+    !pods.is_empty() && pods.iter().all(|pod| pod.running())
 }
 
-fn candidate(index: u32, pods: &[&Value], pods_per_replica: usize) -> Candidate {
+fn candidate(index: u32, pods: &[&Pod], pods_per_replica: usize) -> Candidate {
     Candidate {
         index,
         running: pods.len() >= pods_per_replica && all_running(pods),
         cost: cost_of(pods),
-        deleting: pods
-            .iter()
-            .any(|p| !p["metadata"]["deletionTimestamp"].is_null()),
+        deleting: pods.iter().any(|p| p.deleting()),
     }
 }
 
@@ -131,7 +98,7 @@ fn candidate(index: u32, pods: &[&Value], pods_per_replica: usize) -> Candidate 
 /// pod of the replica is Running and Ready, deleting when any pod has a
 /// deletionTimestamp. Its keys are the indices that still have pods.
 pub fn candidates<'p>(
-    by_replica: impl IntoIterator<Item = (u32, &'p [&'p Value])>,
+    by_replica: impl IntoIterator<Item = (u32, &'p [&'p Pod])>,
 ) -> BTreeMap<u32, Candidate> {
     by_replica
         .into_iter()
@@ -145,7 +112,7 @@ pub fn candidates<'p>(
 /// each index of `leader_worker_sets` that has no pods yet
 /// ([`Candidate::without_pods`]).
 pub fn role_candidates<'p>(
-    by_replica: impl IntoIterator<Item = (u32, &'p [&'p Value])>,
+    by_replica: impl IntoIterator<Item = (u32, &'p [&'p Pod])>,
     pods_per_replica: usize,
     leader_worker_sets: &BTreeSet<u32>,
 ) -> BTreeMap<u32, Candidate> {
@@ -372,8 +339,9 @@ pub fn group_victims(
 mod tests {
     use super::*;
     use crate::plan::shared::children::{REPLICA_INDEX, ROLE_NAME};
+    use crate::plan::shared::pod::from_json_all;
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn set(indices: &[u32]) -> BTreeSet<u32> {
         indices.iter().copied().collect()
@@ -381,16 +349,10 @@ mod tests {
 
     /// `pods` of `role` by replica index, as the service's plan hands them
     /// over (`drain::ReplicaPods::of_role`, which tests the grouping).
-    fn of_role<'p>(pods: &'p [Value], role: &str) -> BTreeMap<u32, Vec<&'p Value>> {
-        let mut by_replica: BTreeMap<u32, Vec<&Value>> = BTreeMap::new();
-        for pod in pods
-            .iter()
-            .filter(|p| p["metadata"]["labels"][ROLE_NAME] == role)
-        {
-            if let Some(index) = pod["metadata"]["labels"][REPLICA_INDEX]
-                .as_str()
-                .and_then(|i| i.parse().ok())
-            {
+    fn of_role<'p>(pods: &'p [Pod], role: &str) -> BTreeMap<u32, Vec<&'p Pod>> {
+        let mut by_replica: BTreeMap<u32, Vec<&Pod>> = BTreeMap::new();
+        for pod in pods.iter().filter(|p| p.role.as_deref() == Some(role)) {
+            if let Some(index) = pod.replica {
                 by_replica.entry(index).or_default().push(pod);
             }
         }
@@ -398,7 +360,8 @@ mod tests {
     }
 
     fn candidates_of(pods: &[Value], role: &str) -> BTreeMap<u32, Candidate> {
-        candidates(of_role(pods, role).iter().map(|(i, p)| (*i, p.as_slice())))
+        let pods = from_json_all(pods);
+        candidates(of_role(&pods, role).iter().map(|(i, p)| (*i, p.as_slice())))
     }
 
     fn role_candidates_of(
@@ -407,8 +370,9 @@ mod tests {
         pods_per_replica: usize,
         existing: &BTreeSet<u32>,
     ) -> BTreeMap<u32, Candidate> {
+        let pods = from_json_all(pods);
         role_candidates(
-            of_role(pods, role).iter().map(|(i, p)| (*i, p.as_slice())),
+            of_role(&pods, role).iter().map(|(i, p)| (*i, p.as_slice())),
             pods_per_replica,
             existing,
         )
@@ -576,10 +540,14 @@ mod tests {
                 Some(cost) => with_cost(p, cost),
                 None => p,
             };
-            assert_eq!(pod_deletion_cost(&p), expected, "{annotation:?}");
+            assert_eq!(Pod::from_json(&p).deletion_cost, expected, "{annotation:?}");
         }
         let number = json!({"metadata": {"annotations": {DELETION_COST: 7}}});
-        assert_eq!(pod_deletion_cost(&number), 0, "annotations are strings");
+        assert_eq!(
+            Pod::from_json(&number).deletion_cost,
+            0,
+            "annotations are strings"
+        );
     }
 
     #[test]
@@ -588,10 +556,14 @@ mod tests {
         let worker = with_cost(pod("decode", 0, 1, "Running", true), "-30");
         let unparseable = with_cost(pod("decode", 0, 2, "Running", true), "lots");
         let bare = pod("decode", 0, 3, "Running", true);
-        assert_eq!(cost_of(&[&leader, &worker, &unparseable, &bare]), 70);
+        let pods = from_json_all(&[leader, worker, unparseable, bare]);
+        assert_eq!(cost_of(&pods.iter().collect::<Vec<_>>()), 70);
         assert_eq!(cost_of(&[]), 0);
-        let max = with_cost(pod("decode", 0, 0, "Running", true), "2147483647");
-        let many: Vec<&Value> = std::iter::repeat_n(&max, 4).collect();
+        let max = Pod::from_json(&with_cost(
+            pod("decode", 0, 0, "Running", true),
+            "2147483647",
+        ));
+        let many: Vec<&Pod> = std::iter::repeat_n(&max, 4).collect();
         assert_eq!(cost_of(&many), 4 * i64::from(i32::MAX), "no i32 overflow");
     }
 

@@ -14,6 +14,7 @@ use crate::plan::inference_service::rollout::{self, Members, Rollout};
 use crate::plan::inference_service::{disruption, gang, pod_groups, revision, upgrade};
 use crate::plan::shared::child_kinds::{ChildKind, LEADER_WORKER_SET};
 use crate::plan::shared::children;
+use crate::plan::shared::pod::Pod;
 use crate::plan::shared::write::{Apply, Delete, change_of, stamp};
 use crate::plan::victims;
 
@@ -24,8 +25,12 @@ pub(super) fn applies(service: &InferenceService, world: &World<'_>, planned: &P
     // service of 1 000 replicas plans 1 000 objects over 1 000 children
     // and as many pods.
     let mut existing: HashMap<(&str, &str, &str), &Value> = HashMap::new();
-    for current in world.children.iter().chain(world.pods) {
+    for current in world.children {
         existing.entry(identity(current)).or_insert(current);
+    }
+    let mut pods: HashMap<&str, &Pod> = HashMap::new();
+    for pod in world.pods {
+        pods.entry(pod.name.as_str()).or_insert(pod);
     }
     let mut apply = Vec::new();
     for planned in &planned.desired {
@@ -35,7 +40,14 @@ pub(super) fn applies(service: &InferenceService, world: &World<'_>, planned: &P
             continue;
         }
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let current = existing.get(&identity(&object)).copied();
+        // A pod is compared as what Tandem writes on it.
+        let pod = (kind == "Pod")
+            .then(|| pods.get(name).map(|p| p.observed()))
+            .flatten();
+        let current = match kind {
+            "Pod" => pod.as_ref(),
+            _ => existing.get(&identity(&object)).copied(),
+        };
         let Some(change) = change_of(&object, current) else {
             continue;
         };

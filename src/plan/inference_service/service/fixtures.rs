@@ -25,11 +25,14 @@ pub(super) fn service(replicas: i32) -> InferenceService {
     .unwrap()
 }
 
+/// The world of `children` and `pods` (pods written as the API server
+/// shows them, read as the watch reads them). The pods' facts are leaked:
+/// a test's world lives as long as its JSON, and tests are short.
 pub(super) fn world<'a>(children: &'a [Value], pods: &'a [Value]) -> World<'a> {
     static NONE: std::sync::LazyLock<BTreeSet<String>> = std::sync::LazyLock::new(BTreeSet::new);
     World {
         children,
-        pods,
+        pods: Box::leak(crate::plan::shared::pod::from_json_all(pods).into_boxed_slice()),
         unavailable: &NONE,
         installed: &crate::plan::shared::installed::ASSUMED,
         scale_views: &[],

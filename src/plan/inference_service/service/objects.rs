@@ -153,7 +153,11 @@ pub(super) fn native_pod_groups(
         })
         .collect();
     plan.desired.splice(0..0, made);
-    let named: BTreeSet<&str> = world.pods.iter().filter_map(pod_groups::named_by).collect();
+    let named: BTreeSet<&str> = world
+        .pods
+        .iter()
+        .filter_map(|p| p.pod_group.as_deref())
+        .collect();
     plan.kept.extend(
         world
             .children

@@ -17,6 +17,7 @@ use crate::plan::inference_service::{
     drain, gang, pacing, placement, pod_groups, recovery, revision, topology, upgrade,
 };
 use crate::plan::shared::children;
+use crate::plan::shared::pod::Pod;
 use crate::plan::victims;
 
 /// What the replicas' step leaves to the objects': each role's replica
@@ -358,7 +359,7 @@ impl<'a> RoleRun<'a> {
     }
 
     /// The pods of the role in the run.
-    fn role_pods(&self) -> impl Iterator<Item = &'a Value> {
+    fn role_pods(&self) -> impl Iterator<Item = &'a Pod> {
         self.replica_pods
             .of_role(&self.role.name)
             .flat_map(|(_, pods)| pods.iter().copied())
@@ -374,8 +375,10 @@ impl<'a> RoleRun<'a> {
                 .copied()
                 .filter(|o| self.of_role(o))
                 .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
-                .chain(self.role_pods())
                 .any(|o| revision::of(o) != Some(self.label.as_str()))
+            || self
+                .role_pods()
+                .any(|p| p.revision.as_deref() != Some(self.label.as_str()))
     }
 
     /// A rolling role: its replicas step as [`pacing::pace`] says, each
@@ -411,7 +414,7 @@ impl<'a> RoleRun<'a> {
         let rolls_on = paced.steps.values().any(|s| *s == pacing::Step::Keep)
             || self
                 .role_pods()
-                .any(|p| revision::of(p) != Some(self.label.as_str()));
+                .any(|p| p.revision.as_deref() != Some(self.label.as_str()));
         if !rolls_on {
             paced.waiting = None;
         }

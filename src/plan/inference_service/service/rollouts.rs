@@ -68,7 +68,7 @@ impl Cluster {
 
     fn reconcile(&mut self) -> Pass {
         let children: Vec<Value> = self.children.values().cloned().collect();
-        let pods = self.pods();
+        let pods = crate::plan::shared::pod::from_json_all(&self.pods());
         let none = BTreeSet::new();
         let world = World {
             children: &children,

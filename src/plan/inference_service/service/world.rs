@@ -14,6 +14,7 @@ use crate::plan::inference_service::rollout::{Members, Run};
 use crate::plan::shared::child_kinds::{ChildKind, LEADER_WORKER_SET};
 use crate::plan::shared::children;
 use crate::plan::shared::installed::Installed;
+use crate::plan::shared::pod::Pod;
 use crate::plan::victims;
 
 /// What a service's children and pods look like now.
@@ -22,7 +23,7 @@ pub struct World<'a> {
     /// The children this service owns (see [`children::owns`]).
     pub children: &'a [Value],
     /// The service's pods.
-    pub pods: &'a [Value],
+    pub pods: &'a [Pod],
     /// Kinds whose API is not installed in the cluster.
     pub unavailable: &'a BTreeSet<String>,
     /// What the cluster has of the projects Tandem writes objects of.
@@ -93,11 +94,13 @@ pub(super) fn members<'a>(run: &Run, world: &World<'a>) -> Vec<&'a Value> {
 }
 
 /// The pods of the service that belong to `run`.
-pub(super) fn run_pods<'a>(run: &Run, world: &World<'a>) -> Vec<&'a Value> {
+pub(super) fn run_pods<'a>(run: &Run, world: &World<'a>) -> Vec<&'a Pod> {
     world
         .pods
         .iter()
-        .filter(|p| run.members != Members::Labelled || revision::of(p) == Some(&run.revision))
+        .filter(|p| {
+            run.members != Members::Labelled || p.revision.as_deref() == Some(&run.revision)
+        })
         .collect()
 }
 
