@@ -37,8 +37,8 @@ mod world;
 
 pub use self::diff::why_delete;
 use self::diff::{applies, deletions};
-pub use self::world::World;
 use self::world::kind_name;
+pub use self::world::{Index, World};
 
 /// An object the plan wants, and why (the reconciler's Event says it).
 #[derive(Clone, Debug, PartialEq)]
@@ -135,6 +135,16 @@ pub fn plan(
     options: &Options,
     rollout: &Rollout,
 ) -> Result<Plan, String> {
+    plan_of(service, &Index::of(world), options, rollout)
+}
+
+/// [`plan`] of the world as the pass indexed it.
+fn plan_of(
+    service: &InferenceService,
+    world: &Index<'_>,
+    options: &Options,
+    rollout: &Rollout,
+) -> Result<Plan, String> {
     let kept_for_pair = pair::kept(&service.spec);
     let service = &*pair::effective(service);
     let mut plan = Plan {
@@ -181,6 +191,8 @@ pub fn reconcile(
 ) -> Pass {
     let kept = pair::kept(&service.spec);
     let service = &*pair::effective(service);
+    // The world indexed once: every step below looks it up there.
+    let world = &Index::of(world);
     let (rollout, mut planned, problems) = plan_or_problems(service, world, options, now);
     planned.kept_for_pair = kept;
     let apply = applies(service, world, &planned);
@@ -207,7 +219,7 @@ pub fn reconcile(
 /// a kind the plan wants whose API is not installed.
 fn plan_or_problems(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     options: &Options,
     now: &Time,
 ) -> (Option<Rollout>, Plan, Vec<String>) {
@@ -223,7 +235,7 @@ fn plan_or_problems(
         )
     });
     let planned = match &rollout {
-        Some(rollout) => match plan(service, world, options, rollout) {
+        Some(rollout) => match plan_of(service, world, options, rollout) {
             Ok(plan) => plan,
             Err(reason) => {
                 problems.push(format!("cannot plan: {reason}"));

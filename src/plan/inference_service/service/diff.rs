@@ -2,14 +2,13 @@
 //! (applies of what differs, deletions of what the plan neither wants nor
 //! keeps) and why each is made.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 use super::Plan;
-use super::world::{RoleReplicas, World, identity, key, kind_name, role_replicas};
+use super::world::{Index, RoleReplicas, World, identity, key, kind_name, role_replicas};
 use crate::api::inference_service::{InferenceService, Role, RoleScaleDownPolicy};
-use crate::plan::inference_service::drain::ReplicaPods;
 use crate::plan::inference_service::rollout::{self, Members, Rollout};
 use crate::plan::inference_service::{disruption, gang, pod_groups, revision, upgrade};
 use crate::plan::shared::child_kinds::{ChildKind, LEADER_WORKER_SET};
@@ -20,18 +19,7 @@ use crate::plan::victims;
 
 /// The planned objects that differ from what the world has (a drain applies
 /// to pods, which are not children); kinds whose API is missing are left out.
-pub(super) fn applies(service: &InferenceService, world: &World<'_>, planned: &Plan) -> Vec<Apply> {
-    // A drain applies to pods, which are not children. Indexed once: a
-    // service of 1 000 replicas plans 1 000 objects over 1 000 children
-    // and as many pods.
-    let mut existing: HashMap<(&str, &str, &str), &Value> = HashMap::new();
-    for current in world.children {
-        existing.entry(identity(current)).or_insert(current);
-    }
-    let mut pods: HashMap<&str, &Pod> = HashMap::new();
-    for pod in world.pods {
-        pods.entry(pod.name.as_str()).or_insert(pod);
-    }
+pub(super) fn applies(service: &InferenceService, world: &Index<'_>, planned: &Plan) -> Vec<Apply> {
     let mut apply = Vec::new();
     for planned in &planned.desired {
         let object = stamp(planned.object.clone());
@@ -42,11 +30,11 @@ pub(super) fn applies(service: &InferenceService, world: &World<'_>, planned: &P
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         // A pod is compared as what Tandem writes on it.
         let pod = (kind == "Pod")
-            .then(|| pods.get(name).map(|p| p.observed()))
+            .then(|| world.pod(name).map(Pod::observed))
             .flatten();
         let current = match kind {
             "Pod" => pod.as_ref(),
-            _ => existing.get(&identity(&object)).copied(),
+            _ => world.child(identity(&object)),
         };
         let Some(change) = change_of(&object, current) else {
             continue;
@@ -67,7 +55,7 @@ pub(super) fn applies(service: &InferenceService, world: &World<'_>, planned: &P
 /// is already being deleted is not deleted (and announced) again.
 pub(super) fn deletions(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     rollout: Option<&Rollout>,
     planned: &Plan,
 ) -> Vec<Delete> {
@@ -101,7 +89,12 @@ pub(super) fn deletions(
 /// Why an object the service has is no longer wanted, for the Event. A
 /// replica removed by Binpack names its deletion cost and the costs it beat.
 pub fn why_delete(service: &InferenceService, object: &Value, world: &World<'_>) -> String {
-    why_delete_among(service, object, world, &mut Standings::default())
+    why_delete_among(
+        service,
+        object,
+        &Index::of(world),
+        &mut Standings::default(),
+    )
 }
 
 /// Where each role's replicas stand under Binpack (their costs, and which
@@ -114,14 +107,9 @@ pub(super) struct Standings {
 }
 
 impl Standings {
-    fn of(&mut self, role: &Role, world: &World<'_>) -> &(RoleReplicas, BTreeSet<u32>) {
+    fn of(&mut self, role: &Role, world: &Index<'_>) -> &(RoleReplicas, BTreeSet<u32>) {
         self.by_role.entry(role.name.clone()).or_insert_with(|| {
-            let all: Vec<&Value> = world
-                .children
-                .iter()
-                .filter(|o| ChildKind::of(o) == Some(LEADER_WORKER_SET))
-                .collect();
-            let seen = role_replicas(role, &all, &ReplicaPods::new(world.pods));
+            let seen = role_replicas(role, world.leader_worker_sets(), world.replica_pods());
             let desired = usize::try_from(role.replicas()).unwrap_or(0);
             let kept = victims::keep(
                 &seen.existing,
@@ -139,7 +127,7 @@ impl Standings {
 pub(super) fn why_delete_among(
     service: &InferenceService,
     object: &Value,
-    world: &World<'_>,
+    world: &Index<'_>,
     standings: &mut Standings,
 ) -> String {
     let labels = &object["metadata"]["labels"];
@@ -222,7 +210,7 @@ pub(super) fn why_gone(
     service: &InferenceService,
     rollout: &Rollout,
     child: &Value,
-    world: &World<'_>,
+    world: &Index<'_>,
     standings: &mut Standings,
 ) -> String {
     let labels = &child["metadata"]["labels"];

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::replicas::Replicas;
-use super::world::{World, key};
+use super::world::{Index, key};
 use super::{Desired, Options, Plan};
 use crate::api::inference_service::{ComponentType, GangPolicy, InferenceService};
 use crate::plan::inference_service::rollout::{self, Rollout};
@@ -23,7 +23,7 @@ use crate::plan::shared::installed::Installed;
 /// what the cluster cannot take is left out of the plan, and said.
 pub(super) fn plan_objects(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     (options, rollout): (&Options, &Rollout),
     (decided, replicas): (dependencies::Dependencies, Replicas),
     plan: &mut Plan,
@@ -83,7 +83,7 @@ pub(super) fn plan_objects(
 /// indices.
 pub(super) fn volcano_pod_group(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     (gang_policy, gang_members): (Option<GangPolicy>, &BTreeMap<String, BTreeSet<u32>>),
     plan: &mut Plan,
 ) -> Result<(), String> {
@@ -131,7 +131,7 @@ pub(super) fn volcano_pod_group(
 /// under its pods.
 pub(super) fn native_pod_groups(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     groups: BTreeMap<String, Value>,
     plan: &mut Plan,
 ) {
@@ -153,17 +153,12 @@ pub(super) fn native_pod_groups(
         })
         .collect();
     plan.desired.splice(0..0, made);
-    let named: BTreeSet<&str> = world
-        .pods
-        .iter()
-        .filter_map(|p| p.pod_group.as_deref())
-        .collect();
     plan.kept.extend(
         world
             .children
             .iter()
             .filter(|c| pod_groups::is_pod_group(c))
-            .filter(|c| named.contains(c["metadata"]["name"].as_str().unwrap_or_default()))
+            .filter(|c| world.names_pod_group(c["metadata"]["name"].as_str().unwrap_or_default()))
             .map(key),
     );
 }
@@ -198,7 +193,7 @@ pub(super) fn router_why(service: &InferenceService, object: &Value) -> String {
 /// revision's Service, and each revision's record (written once, then kept).
 pub(super) fn traffic_objects(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     rollout: &Rollout,
     traffic: &rollout::Traffic,
     plan: &mut Plan,
@@ -259,10 +254,11 @@ pub(super) fn traffic_objects(
             });
         }
         let record_name = revision::record_name(name, &run.revision);
-        let existing = world
-            .children
-            .iter()
-            .find(|c| revision::is_record(c) && c["metadata"]["name"] == record_name.as_str());
+        let existing = world.child((
+            revision::CONTROLLER_REVISION_API_VERSION,
+            revision::CONTROLLER_REVISION_KIND,
+            &record_name,
+        ));
         match existing {
             Some(record) => {
                 plan.kept.insert(key(record));

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::diff::{Standings, why_gone};
-use super::world::{RoleReplicas, World, index_of, key, members, role_replicas, run_pods, text};
+use super::world::{Index, RoleReplicas, index_of, key, role_replicas, text};
 use super::{Desired, Plan};
 use crate::api::inference_service::{
     InferenceService, InferenceServiceSpec, Role, RoleScaleDownPolicy,
@@ -36,7 +36,7 @@ pub(super) struct Replicas {
 /// its PodGroup entry until its pods are gone.
 pub(super) fn plan_replicas(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     rollout: &Rollout,
     plan: &mut Plan,
 ) -> Result<Replicas, String> {
@@ -49,8 +49,8 @@ pub(super) fn plan_replicas(
     for run in &rollout.runs {
         let spec = run.spec.as_ref().unwrap_or(&service.spec);
         let scheduling = gang::scheduling(spec);
-        let members = members(run, world);
-        let replica_pods = drain::ReplicaPods::new(run_pods(run, world));
+        let members = world.members(run);
+        let replica_pods = world.run_pods(run);
         for role in spec.roles.iter().filter(|r| !r.is_router()) {
             let role_run = RoleRun::new(
                 (service, world, rollout),
@@ -58,7 +58,7 @@ pub(super) fn plan_replicas(
                 spec,
                 role,
                 &scheduling,
-                (&members, &replica_pods),
+                (members, replica_pods),
             );
             // A replica that goes keeps its PodGroup entry until its pods
             // are gone.
@@ -90,7 +90,7 @@ pub(super) fn plan_replicas(
 /// replicas from.
 pub(super) struct RoleRun<'a> {
     service: &'a InferenceService,
-    world: &'a World<'a>,
+    world: &'a Index<'a>,
     rollout: &'a Rollout,
     run: &'a Run,
     /// The spec the run's replicas are made from.
@@ -124,7 +124,7 @@ pub(super) struct RoleRun<'a> {
 
 impl<'a> RoleRun<'a> {
     fn new(
-        (service, world, rollout): (&'a InferenceService, &'a World<'a>, &'a Rollout),
+        (service, world, rollout): (&'a InferenceService, &'a Index<'a>, &'a Rollout),
         run: &'a Run,
         spec: &'a InferenceServiceSpec,
         role: &'a Role,
@@ -639,7 +639,7 @@ pub(super) struct DrainScope<'a, 'b> {
 /// saying it drained.
 pub(super) fn drain_replicas(
     service: &InferenceService,
-    world: &World<'_>,
+    world: &Index<'_>,
     rollout: &Rollout,
     scope: &DrainScope<'_, '_>,
     plan: &mut Plan,
