@@ -22,7 +22,6 @@ use super::{Context, Error, StatusWrite, carry_out, write_status};
 use crate::api::resource_scaling_group::{self as rsg_api, ResourceScalingGroup};
 use crate::plan::resource_scaling_group::adapter;
 use crate::plan::resource_scaling_group::replication::{self, NAME_LABEL, World};
-use crate::plan::shared::pod::Pod;
 
 /// How often an unchanged group is looked at again: a safety net only, since
 /// its templates, clones and pods are watched.
@@ -127,7 +126,7 @@ pub async fn reconcile(rsg: Arc<ResourceScalingGroup>, ctx: Arc<Context>) -> Res
         resources.get(&key).cloned()
     };
     // What the plan was made from: what a batch wrote is awaited there.
-    let pods_observed: Vec<Value> = pods.iter().map(Pod::observed).collect();
+    let pods_observed = ctx.pods_written(&reference, &pods, &pass.apply);
     let observed: Vec<&Value> = objects
         .iter()
         .chain(&pods_observed)

@@ -23,7 +23,6 @@ use crate::plan::inference_service::service::{self as service_plan, World};
 use crate::plan::inference_service::status::{self, StatusWrite};
 use crate::plan::shared::child_kinds::{CHILD_KINDS, ChildKind};
 use crate::plan::shared::children;
-use crate::plan::shared::pod::Pod;
 use crate::watch::caches::Caches;
 
 /// How often an unchanged service is looked at again: a safety net only,
@@ -127,7 +126,7 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     // Apply, delete, report.
     let reference = service.object_ref(&());
     // What the plan was made from: what a batch wrote is awaited there.
-    let pods_observed: Vec<Value> = pods.iter().map(Pod::observed).collect();
+    let pods_observed = ctx.pods_written(&reference, &pods, &pass.apply);
     let observed: Vec<&Value> = owned.iter().chain(&pods_observed).collect();
     let carried = carry_out(
         &ctx,

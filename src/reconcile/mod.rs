@@ -52,6 +52,7 @@ use self::cluster::{Cluster, Series};
 use crate::plan::inference_service::service::{Apply, Delete, Options};
 use crate::plan::shared::batch::{self, Pace};
 use crate::plan::shared::decision;
+use crate::plan::shared::pod::Pod;
 pub use crate::watch::backoff::FailureBackoff;
 use crate::watch::backoff::jitter_unit;
 use crate::watch::caches::{Caches, Queue};
@@ -215,6 +216,36 @@ impl Context {
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         // Entries are replaced one at a time: a panic cannot leave one half-written.
         self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The Pods among `pods` a batch of `regarding` awaits or `apply`
+    /// writes, as the writes compare with them ([`Pod::observed`]): only
+    /// these are looked up by [`carry_out`], and a wide service has a
+    /// thousand pods, rendered once a pass each for nothing otherwise.
+    pub(crate) fn pods_written(
+        &self,
+        regarding: &ObjectReference,
+        pods: &[Pod],
+        apply: &[Apply],
+    ) -> Vec<Value> {
+        let mut names: std::collections::BTreeSet<&str> = apply
+            .iter()
+            .filter(|a| a.object["kind"] == "Pod")
+            .filter_map(|a| a.object["metadata"]["name"].as_str())
+            .collect();
+        let awaited: Vec<String> = self
+            .steps()
+            .get(&owner_key(regarding))
+            .into_iter()
+            .flat_map(|step| &step.expected)
+            .filter(|e| e.object.0 == "v1" && e.object.1 == "Pod")
+            .map(|e| e.object.3.clone())
+            .collect();
+        names.extend(awaited.iter().map(String::as_str));
+        pods.iter()
+            .filter(|p| names.contains(p.name.as_str()))
+            .map(Pod::observed)
+            .collect()
     }
 
     fn steps(&self) -> std::sync::MutexGuard<'_, HashMap<String, Step>> {
@@ -848,6 +879,71 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch compares what it wrote and awaits with the pods it names
+    /// only: those this pass applies and those an earlier batch awaits, as
+    /// the writes see them; every other pod is left unread.
+    #[test]
+    fn only_the_pods_a_batch_writes_or_awaits_are_rendered() {
+        let ctx = Context::new(
+            Arc::new(memory::Memory::new(std::collections::BTreeMap::new())),
+            Options::default(),
+        );
+        let regarding = ObjectReference {
+            kind: Some("InferenceService".into()),
+            namespace: Some("ai".into()),
+            name: Some("qwen".into()),
+            ..ObjectReference::default()
+        };
+        let pod = |name: &str| crate::plan::shared::pod::Pod {
+            name: name.into(),
+            namespace: "ai".into(),
+            ..Default::default()
+        };
+        let pods = [pod("a"), pod("b"), pod("c")];
+        let apply = |name: &str| Apply {
+            object: serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "ai"}}),
+            change: crate::plan::shared::write::Change::Update,
+            note: String::new(),
+            replica: None,
+        };
+        let names = |rendered: Vec<Value>| -> Vec<String> {
+            rendered
+                .iter()
+                .map(|p| {
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        };
+        assert_eq!(
+            names(ctx.pods_written(&regarding, &pods, &[apply("b")])),
+            ["b"]
+        );
+        assert!(ctx.pods_written(&regarding, &pods, &[]).is_empty());
+        ctx.steps().insert(
+            owner_key(&regarding),
+            Step {
+                size: 1,
+                expected: vec![batch::Expected::applied(
+                    &apply("c").object,
+                    None,
+                    Timestamp::UNIX_EPOCH,
+                )],
+            },
+        );
+        assert_eq!(
+            names(ctx.pods_written(&regarding, &pods, &[apply("a")])),
+            ["a", "c"]
+        );
+        assert_eq!(
+            ctx.pods_written(&regarding, &pods, &[apply("a")])[0],
+            pods[0].observed()
+        );
+    }
 
     #[test]
     fn the_wait_doubles_up_to_the_longest() {
