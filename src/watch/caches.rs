@@ -726,19 +726,29 @@ impl Caches {
             .collect()
     }
 
-    /// The objects of a cache in `namespace` with every label of `labels`,
-    /// as JSON with their apiVersion and kind, sorted by name.
-    pub fn objects(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Value> {
-        // The catalog's names are sorted, so the objects come sorted by name.
+    /// The objects of a cache in `namespace` its catalog files under
+    /// `labels`' filing label, sorted by name (the catalog's names are); the
+    /// other labels are for the caller to check.
+    fn candidates<'w>(
+        watched: &'w Watched,
+        namespace: &'w str,
+        labels: &[(&str, &str)],
+    ) -> impl Iterator<Item = Arc<Cached>> + 'w {
         watched
             .catalog
             .candidates(namespace, labels)
             .into_iter()
-            .filter_map(|name| {
+            .filter_map(move |name| {
                 watched
                     .store
                     .get(&ObjectRef::new_with(&name, watched.resource.clone()).within(namespace))
             })
+    }
+
+    /// The objects of a cache in `namespace` with every label of `labels`,
+    /// as JSON with their apiVersion and kind, sorted by name.
+    pub fn objects(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Value> {
+        Caches::candidates(watched, namespace, labels)
             .map(|o| o.to_json(&watched.resource))
             // Checked on the JSON it reads anyway: the labels' text is
             // parsed once per object read, not twice.
@@ -753,15 +763,7 @@ impl Caches {
     /// The pods of a pod cache in `namespace` with every label of `labels`,
     /// as the plans read them, sorted by name.
     pub fn pods(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Pod> {
-        watched
-            .catalog
-            .candidates(namespace, labels)
-            .into_iter()
-            .filter_map(|name| {
-                watched
-                    .store
-                    .get(&ObjectRef::new_with(&name, watched.resource.clone()).within(namespace))
-            })
+        Caches::candidates(watched, namespace, labels)
             .filter(|o| {
                 labels
                     .iter()
