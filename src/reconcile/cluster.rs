@@ -20,6 +20,7 @@ use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
 use crate::plan::shared::installed::Installed;
 use crate::plan::shared::pod::Pod;
 pub use crate::watch::discovery::Discovered;
+pub use crate::watch::parsed::Parsed;
 pub use crate::watch::{Unserved, resource, resource_of};
 
 /// Which part of an object a patch writes.
@@ -58,6 +59,20 @@ pub trait Cluster: Send + Sync {
         namespace: &str,
         labels: &[(&str, &str)],
     ) -> Result<Vec<Value>, Unserved>;
+    /// [`Cluster::list`], handing back the objects `kept` holds at their
+    /// current version rather than reading them again: a wide service's
+    /// children kept from its last pass ([`Parsed`]). Reading them anew is
+    /// always right, and what a cluster without text caches does.
+    fn list_reusing(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        labels: &[(&str, &str)],
+        kept: &mut Parsed,
+    ) -> Result<Vec<Value>, Unserved> {
+        let _ = kept;
+        self.list(resource, namespace, labels)
+    }
     /// The pods in a namespace that carry every label of `labels`, sorted
     /// by name, as the plans read them.
     fn pods(&self, namespace: &str, labels: &[(&str, &str)]) -> Result<Vec<Pod>, Unserved>;

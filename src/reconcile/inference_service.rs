@@ -15,7 +15,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use super::cluster::{Cluster, Part, Series, resource, resource_of};
+use super::cluster::{Cluster, Parsed, Part, Series, resource, resource_of};
 use super::{Context, Error, carry_out, is_not_found, record_in, retry_conflicts};
 use crate::api::inference_service::{InferenceService, InferenceServiceStatus};
 use crate::plan::inference_service::recovery;
@@ -35,16 +35,18 @@ fn api_resource(kind: &ChildKind) -> ApiResource {
 
 /// The children of `service` in the caches, found by their `labels`, and
 /// the kinds it may create that cannot be read.
+/// The children `kept` from the service's last pass are handed back where
+/// they have not changed since ([`Parsed`]).
 fn owned_children(
     cluster: &dyn Cluster,
     service: &InferenceService,
-    namespace: &str,
-    labels: &[(&str, &str)],
+    (namespace, labels): (&str, &[(&str, &str)]),
+    kept: &mut Parsed,
 ) -> (Vec<Value>, BTreeSet<String>) {
     let mut owned = Vec::new();
     let mut unavailable = BTreeSet::new();
     for kind in &CHILD_KINDS {
-        match cluster.list(&api_resource(kind), namespace, labels) {
+        match cluster.list_reusing(&api_resource(kind), namespace, labels, kept) {
             Ok(found) => owned.extend(
                 found
                     .into_iter()
@@ -72,10 +74,11 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
             service.name_any()
         )));
     };
+    let key = format!("InferenceService {namespace}/{name}");
     if service.metadata.deletion_timestamp.is_some() {
         ctx.forget_step(&service.object_ref(&()));
-        ctx.rests
-            .forget(&format!("InferenceService {namespace}/{name}"));
+        ctx.rests.forget(&key);
+        ctx.take_parsed(&key);
         // Children carry owner references; the garbage collector removes them.
         return Ok(Action::await_change());
     }
@@ -88,7 +91,12 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         (children::SERVICE, name),
         (children::MANAGED_BY, children::MANAGER),
     ];
-    let (owned, unavailable) = owned_children(cluster.as_ref(), &service, namespace, &labels);
+    let (owned, unavailable) = owned_children(
+        cluster.as_ref(),
+        &service,
+        (namespace, &labels),
+        &mut ctx.take_parsed(&key),
+    );
     let pods = cluster
         .pods(namespace, &[(children::SERVICE, name)])
         .unwrap_or_default();
@@ -117,11 +125,8 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
     };
     let pass = service_plan::reconcile(&service, &world, &ctx.options, &Time((ctx.now)()));
     let planned = tokio::time::Instant::now();
-    ctx.rests.passed(
-        &format!("InferenceService {namespace}/{name}"),
-        planned.saturating_duration_since(started),
-        planned,
-    );
+    ctx.rests
+        .passed(&key, planned.saturating_duration_since(started), planned);
 
     // Apply, delete, report.
     let reference = service.object_ref(&());
@@ -136,6 +141,8 @@ pub async fn reconcile(service: Arc<InferenceService>, ctx: Arc<Context>) -> Res
         |object| ChildKind::of(object).map(|kind| api_resource(&kind)),
     )
     .await?;
+    // Read, planned and written: kept for the next pass when wide.
+    ctx.keep_parsed(&key, owned);
     for event in &pass.events {
         // A recovery's Events each say something new (the restart's
         // number and wait): a series of their own. They go with the write

@@ -21,7 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::{Value, json};
 
 use super::FIELD_MANAGER;
-use super::cluster::{Cluster, Part, Series, Unserved, Written, resource};
+use super::cluster::{Cluster, Parsed, Part, Series, Unserved, Written, resource};
 use super::events::SpamFilter;
 use super::repeated_writes::{RepeatedWrites, patch_hash};
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
@@ -237,6 +237,22 @@ impl Cluster for Live {
             // Started a moment ago: the reconcile that started it is told
             // the kind is not readable yet and is triggered again when the
             // cache lists it.
+            None => Err(Unserved {
+                kind: resource.kind.clone(),
+                reason: "its cache is still listing".to_owned(),
+            }),
+        }
+    }
+
+    fn list_reusing(
+        &self,
+        resource: &ApiResource,
+        namespace: &str,
+        labels: &[(&str, &str)],
+        kept: &mut Parsed,
+    ) -> Result<Vec<Value>, Unserved> {
+        match self.caches.cache_for(resource, labels)? {
+            Some(watched) => Ok(Caches::objects_reusing(&watched, namespace, labels, kept)),
             None => Err(Unserved {
                 kind: resource.kind.clone(),
                 reason: "its cache is still listing".to_owned(),

@@ -172,7 +172,7 @@ impl ControllerMetrics {
         );
         registry.register(
             "controller_rest_seconds",
-            "Seconds objects rested before a reconcile, by controller: after each pass an object waits nine times what the pass's own work took, at most 5 s",
+            "Seconds objects rested before a reconcile, by controller: after each pass an object waits nineteen times what the pass's own work took, at most 5 s",
             metrics.rested.clone(),
         );
         registry.register_collector(Box::new(metrics.signals.clone()));

@@ -158,6 +158,10 @@ pub struct Context {
     /// none from [`Context::new`], [`rest::Rest::DEFAULT`] in `tandem serve`
     /// ([`Context::with_rest`]).
     pub rests: rest::Rests,
+    /// The children each wide service's last pass read, kept parsed for its
+    /// next (`Kind namespace/name`; [`crate::watch::parsed`]), with when
+    /// they were kept.
+    parsed: Mutex<HashMap<String, (cluster::Parsed, std::time::Instant)>>,
 }
 
 impl Context {
@@ -176,6 +180,7 @@ impl Context {
                 crate::plan::inference_service::status::StatusPace::NONE,
             ),
             rests: rest::Rests::new(rest::Rest::NONE),
+            parsed: Mutex::default(),
         }
     }
 
@@ -246,6 +251,47 @@ impl Context {
             .filter(|p| names.contains(p.name.as_str()))
             .map(Pod::observed)
             .collect()
+    }
+
+    /// The children `key`'s last pass kept parsed, taken out for this one
+    /// (nothing when it kept none).
+    pub(crate) fn take_parsed(&self, key: &str) -> cluster::Parsed {
+        self.parsed()
+            .remove(key)
+            .map(|(parsed, _)| parsed)
+            .unwrap_or_default()
+    }
+
+    /// Keeps `children`, as this pass of `key` read them, for its next pass
+    /// when they are wide ([`cluster::Parsed::keep`]); what other objects
+    /// kept and left unused for [`crate::watch::parsed::UNUSED`] is dropped.
+    pub(crate) fn keep_parsed(&self, key: &str, children: Vec<Value>) {
+        let now = std::time::Instant::now();
+        let mut parsed = self.parsed();
+        parsed.retain(|_, (_, kept)| {
+            now.saturating_duration_since(*kept) < crate::watch::parsed::UNUSED
+        });
+        match cluster::Parsed::keep(children) {
+            Some(kept) => {
+                parsed.insert(key.to_owned(), (kept, now));
+            }
+            None => {
+                parsed.remove(key);
+            }
+        }
+    }
+
+    /// How many objects' children are kept parsed now.
+    pub fn parsed_owners(&self) -> usize {
+        self.parsed().len()
+    }
+
+    fn parsed(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (cluster::Parsed, std::time::Instant)>> {
+        // Entries are inserted and removed whole: a panic cannot leave one
+        // half-written.
+        self.parsed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn steps(&self) -> std::sync::MutexGuard<'_, HashMap<String, Step>> {

@@ -9,11 +9,18 @@
 //! window ([`super::window::BATCH_WINDOW`]) queues it again right after
 //! each pass: it was reconciled every half second or so, and Tandem's CPU
 //! grew with the service's size times the length of the scale. With a rest
-//! of [`Rest::DEFAULT`]'s nine times the pass's cost, a trigger that
+//! of [`Rest::DEFAULT`]'s nineteen times the pass's cost, a trigger that
 //! arrives meanwhile waits, joined by every later one, and the passes of
-//! one object use at most a tenth of a core: a wide service is reconciled
-//! every second or two, a small one (a pass of a few milliseconds) as
-//! before, its rest far inside the trigger window.
+//! one object use at most a twentieth of a core: a wide service is
+//! reconciled every second or two, a small one (a pass of a few
+//! milliseconds) as before, its rest far inside the trigger window.
+//!
+//! The factor was nine (a tenth of a core) until a wide service kept its
+//! children parsed between passes ([`crate::watch::parsed`]): that made its
+//! passes cheaper, and at nine their rests shorter and their number larger,
+//! for the same tenth of a core, which is what a wide service's way up
+//! spent (BENCHMARKS.md, "Scale and back"). Nineteen halves that share and
+//! keeps the rest about what it was before the passes got cheaper.
 //!
 //! What it costs: the status of a wide service, and its next write, lag by
 //! up to its rest, at most [`Rest::DEFAULT`]'s five seconds (docs/serve.md).
@@ -49,10 +56,10 @@ impl Rest {
         longest: Duration::ZERO,
     };
 
-    /// `tandem serve`'s: a tenth of a core per object, a rest of at most
-    /// five seconds.
+    /// `tandem serve`'s: a twentieth of a core per object, a rest of at
+    /// most five seconds.
     pub const DEFAULT: Rest = Rest {
-        factor: 9,
+        factor: 19,
         longest: Duration::from_secs(5),
     };
 
@@ -126,13 +133,13 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
-    fn a_pass_rests_nine_times_its_cost_up_to_five_seconds() {
+    fn a_pass_rests_nineteen_times_its_cost_up_to_five_seconds() {
         let rule = Rest::DEFAULT;
         assert_eq!(rule.after(Duration::ZERO), Duration::ZERO);
         // A small service: far inside the trigger window.
-        assert_eq!(rule.after(2 * MS), 18 * MS);
+        assert_eq!(rule.after(2 * MS), 38 * MS);
         // A service of 1 000 replicas.
-        assert_eq!(rule.after(150 * MS), 1350 * MS);
+        assert_eq!(rule.after(60 * MS), 1140 * MS);
         assert_eq!(rule.after(Duration::from_secs(2)), Duration::from_secs(5));
         assert_eq!(Rest::NONE.after(Duration::from_secs(2)), Duration::ZERO);
     }
@@ -144,10 +151,10 @@ mod tests {
         assert_eq!(rests.resting("InferenceService a/wide", start), None);
         rests.passed("InferenceService a/wide", 200 * MS, start);
         rests.passed("InferenceService a/small", Duration::ZERO, start);
-        let until = start + 1800 * MS;
+        let until = start + 3800 * MS;
         assert_eq!(rests.resting("InferenceService a/wide", start), Some(until));
         assert_eq!(
-            rests.resting("InferenceService a/wide", start + 1799 * MS),
+            rests.resting("InferenceService a/wide", start + 3799 * MS),
             Some(until)
         );
         assert_eq!(rests.resting("InferenceService a/small", start), None);

@@ -153,6 +153,16 @@ impl Cached {
         }
     }
 
+    /// The object's name, when it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.metadata.name.as_deref()
+    }
+
+    /// The object's resourceVersion, when it has one.
+    pub fn version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+
     /// The object's labels (empty when it has none).
     pub fn labels(&self) -> BTreeMap<String, String> {
         self.marks().labels.unwrap_or_default()

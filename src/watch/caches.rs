@@ -57,6 +57,7 @@ use super::dependencies::WatchedDependencies;
 use super::discovery::ScaleDiscovery;
 use super::follows::WatchedFollows;
 use super::metrics::WatchMetrics;
+use super::parsed::Parsed;
 use super::{Unserved, resource};
 use crate::api::resource_scaling_group::TargetResource;
 use crate::api::{InferenceService, ResourceScalingGroup, ScaleView};
@@ -748,16 +749,23 @@ impl Caches {
     /// The objects of a cache in `namespace` with every label of `labels`,
     /// as JSON with their apiVersion and kind, sorted by name.
     pub fn objects(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Value> {
-        Caches::candidates(watched, namespace, labels)
-            .map(|o| o.to_json(&watched.resource))
-            // Checked on the JSON it reads anyway: the labels' text is
-            // parsed once per object read, not twice.
-            .filter(|o| {
-                labels
-                    .iter()
-                    .all(|(key, value)| o["metadata"]["labels"][*key] == *value)
-            })
-            .collect()
+        Caches::objects_reusing(watched, namespace, labels, &mut Parsed::default())
+    }
+
+    /// [`Caches::objects`], handing back the objects `kept` holds at their
+    /// cached version instead of parsing them again ([`super::parsed`]).
+    pub fn objects_reusing(
+        watched: &Watched,
+        namespace: &str,
+        labels: &[(&str, &str)],
+        kept: &mut Parsed,
+    ) -> Vec<Value> {
+        read(
+            Caches::candidates(watched, namespace, labels),
+            &watched.resource,
+            labels,
+            kept,
+        )
     }
 
     /// The pods of a pod cache in `namespace` with every label of `labels`,
@@ -1169,9 +1177,81 @@ where
     receiver
 }
 
+/// `candidates` as JSON with their apiVersion and kind, those with every
+/// label of `labels`: each taken from `kept` when it holds the object at its
+/// cached version, else parsed from the cache.
+fn read(
+    candidates: impl Iterator<Item = Arc<Cached>>,
+    resource: &ApiResource,
+    labels: &[(&str, &str)],
+    kept: &mut Parsed,
+) -> Vec<Value> {
+    candidates
+        .map(|o| {
+            o.name()
+                .zip(o.version())
+                .and_then(|(name, version)| kept.take(resource, name, version))
+                .unwrap_or_else(|| o.to_json(resource))
+        })
+        // Checked on the JSON it reads anyway: the labels' text is
+        // parsed once per object read, not twice.
+        .filter(|o| {
+            labels
+                .iter()
+                .all(|(key, value)| o["metadata"]["labels"][*key] == *value)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wide owner's kept children come back as kept when the cache holds
+    /// them at the same version, and are read from the cache when it holds
+    /// a newer one; the labels still filter both.
+    #[test]
+    fn a_kept_child_at_its_cached_version_is_handed_back_not_parsed_again() {
+        let lws = |name: &str, version: &str, service: &str| {
+            json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": name, "resourceVersion": version,
+                    "labels": {"fusioninfer.io/service": service}},
+                "spec": {"replicas": 1}})
+        };
+        let marked = |mut object: Value| {
+            object["kept"] = json!(true);
+            object
+        };
+        let mut children: Vec<Value> = (0..super::super::parsed::WIDE)
+            .map(|i| lws(&format!("other-{i}"), "1", "svc"))
+            .collect();
+        children.extend([
+            marked(lws("a", "1", "svc")),
+            marked(lws("b", "1", "svc")),
+            marked(lws("c", "1", "svc")),
+        ]);
+        let mut kept = Parsed::keep(children).expect("wide");
+        let cached: Vec<Arc<Cached>> = [
+            lws("a", "1", "svc"),
+            lws("b", "2", "svc"),
+            lws("c", "2", "x"),
+        ]
+        .into_iter()
+        .map(|o| Arc::new(serde_json::from_value::<Cached>(o).expect("an object")))
+        .collect();
+        let lws_resource = resource(
+            "leaderworkerset.x-k8s.io/v1",
+            "LeaderWorkerSet",
+            "leaderworkersets",
+        );
+        let read = read(
+            cached.into_iter(),
+            &lws_resource,
+            &[("fusioninfer.io/service", "svc")],
+            &mut kept,
+        );
+        assert_eq!(read, [marked(lws("a", "1", "svc")), lws("b", "2", "svc")]);
+    }
 
     #[test]
     fn a_cached_pod_keeps_its_facts_and_the_metadata_it_is_filed_by() {

@@ -14,7 +14,9 @@
 //!   check;
 //! - [`health`]: whether the cluster answers the watches, for the log and
 //!   `/readyz`; [`backoff`]: how a failed watch or reconcile is retried;
-//! - [`metrics`]: `tandem_cached_objects` and `tandem_dependency_info`.
+//! - [`metrics`]: `tandem_cached_objects` and `tandem_dependency_info`;
+//! - [`parsed`]: a wide owner's children kept parsed from one pass to the
+//!   next.
 
 pub mod backoff;
 pub mod cached;
@@ -25,6 +27,7 @@ pub mod discovery;
 pub mod follows;
 pub mod health;
 pub mod metrics;
+pub mod parsed;
 
 use kube::api::ApiResource;
 

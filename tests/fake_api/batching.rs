@@ -294,3 +294,44 @@ async fn pass_lagging_named(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> V
     reconcile(Arc::new(service), ctx.clone()).await.unwrap();
     fake.take_writes()
 }
+
+/// A wide service keeps its children parsed between its passes
+/// (`tandem::watch::parsed`), and what it keeps is never staler than the
+/// cache: a LeaderWorkerSet edited by hand after a pass is read anew by the
+/// next one and set back. Handing back the kept object whatever its version
+/// leaves the edit in place.
+#[tokio::test]
+async fn a_wide_services_kept_children_are_read_anew_once_changed() {
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store(&fake, 70);
+    let mut passes = 0;
+    while !lws_writes(&pass(&fake, &ctx).await.unwrap()).is_empty() || passes == 0 {
+        passes += 1;
+        assert!(passes < 5, "not settling");
+    }
+    assert_eq!(ctx.parsed_owners(), 1, "70 LeaderWorkerSets are wide");
+    fake.edit(
+        LWS,
+        "LeaderWorkerSet",
+        "default",
+        &format!("{NAME}-inference-5"),
+        |lws| lws["spec"]["replicas"] = json!(3),
+    );
+    let writes = pass(&fake, &ctx).await.unwrap();
+    assert_eq!(
+        lws_writes(&writes),
+        [&format!("PATCH {LWS_PATH}{NAME}-inference-5")],
+        "{writes:#?}"
+    );
+    let unchanged = pass(&fake, &ctx).await.unwrap();
+    assert!(lws_writes(&unchanged).is_empty(), "{unchanged:#?}");
+
+    // A narrow service keeps nothing.
+    let fake = FakeApi::new();
+    let ctx = fake.context();
+    store(&fake, 3);
+    pass(&fake, &ctx).await.unwrap();
+    pass(&fake, &ctx).await.unwrap();
+    assert_eq!(ctx.parsed_owners(), 0);
+}
