@@ -48,7 +48,7 @@
 //! So the relabelled pods keep running until Tandem deletes their
 //! LeaderWorkerSet.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
@@ -101,6 +101,40 @@ impl<'a> ReplicaPods<'a> {
         self.by_replica
             .range((role, 0)..=(role, u32::MAX))
             .map(|(&(_, index), pods)| (index, pods.as_slice()))
+    }
+}
+
+/// The pods of each revision, by role and replica ([`ReplicaPods`]): what a
+/// side-by-side rollout counts each revision's ready replicas from, and a
+/// labelled run reads its own pods in.
+#[derive(Clone, Debug, Default)]
+pub struct RevisionPods<'a> {
+    of: HashMap<&'a str, ReplicaPods<'a>>,
+    none: ReplicaPods<'a>,
+}
+
+impl<'a> RevisionPods<'a> {
+    /// Indexes `pods` by their revision label, then role and replica; a pod
+    /// without a revision is no revision's.
+    pub fn new(pods: impl IntoIterator<Item = &'a Pod>) -> Self {
+        let mut of: HashMap<&'a str, Vec<&'a Pod>> = HashMap::new();
+        for pod in pods {
+            if let Some(revision) = pod.revision.as_deref() {
+                of.entry(revision).or_default().push(pod);
+            }
+        }
+        RevisionPods {
+            of: of
+                .into_iter()
+                .map(|(revision, pods)| (revision, ReplicaPods::new(pods)))
+                .collect(),
+            none: ReplicaPods::default(),
+        }
+    }
+
+    /// The pods of `revision`, by role and replica (none when it has none).
+    pub fn of(&self, revision: &str) -> &ReplicaPods<'a> {
+        self.of.get(revision).unwrap_or(&self.none)
     }
 }
 

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
+use super::drain::RevisionPods;
 use super::revision;
 use super::status;
 use super::traffic;
@@ -151,14 +152,43 @@ pub fn plan(
     unavailable: &BTreeSet<String>,
     now: Timestamp,
 ) -> Rollout {
-    let svc = children::service_name(service);
-    let spec_revision = revision::spec_revision(&service.spec);
     let leader_worker_sets: Vec<&Value> = children
         .iter()
         .filter(|c| {
             c["apiVersion"] == LEADER_WORKER_SET.api_version && c["kind"] == LEADER_WORKER_SET.kind
         })
         .collect();
+    let seen = Seen {
+        children,
+        leader_worker_sets: &leader_worker_sets,
+        pods: &RevisionPods::new(pods),
+    };
+    plan_seen(service, &seen, unavailable, now)
+}
+
+/// What a rollout is planned from, indexed once per pass: the service's
+/// children, its LeaderWorkerSets among them, and its pods by revision,
+/// role and replica (the pass's index hands its own).
+pub struct Seen<'a> {
+    pub children: &'a [Value],
+    pub leader_worker_sets: &'a [&'a Value],
+    pub pods: &'a RevisionPods<'a>,
+}
+
+/// [`plan`] from what the pass has indexed already.
+pub fn plan_seen(
+    service: &InferenceService,
+    seen: &Seen<'_>,
+    unavailable: &BTreeSet<String>,
+    now: Timestamp,
+) -> Rollout {
+    let Seen {
+        children,
+        leader_worker_sets,
+        pods,
+    } = *seen;
+    let svc = children::service_name(service);
+    let spec_revision = revision::spec_revision(&service.spec);
     let strategy = service.spec.upgrade_type();
     let single = |members: Members| {
         let previous = service.status.as_ref().and_then(|s| s.upgrade.as_ref());
@@ -177,7 +207,7 @@ pub fn plan(
         Rollout {
             runs: vec![Run {
                 revision: spec_revision.clone(),
-                naming: revision::single_naming(svc, &leader_worker_sets),
+                naming: revision::single_naming(svc, leader_worker_sets),
                 capacity: 100,
                 spec: Some(service.spec.clone()),
                 members,
@@ -201,7 +231,7 @@ pub fn plan(
             SideBySide {
                 service,
                 spec_revision: &spec_revision,
-                leader_worker_sets: &leader_worker_sets,
+                leader_worker_sets,
                 pods,
                 specs: {
                     let mut specs = revision::recorded(service, children);
@@ -245,7 +275,7 @@ struct SideBySide<'a> {
     service: &'a InferenceService,
     spec_revision: &'a str,
     leader_worker_sets: &'a [&'a Value],
-    pods: &'a [Pod],
+    pods: &'a RevisionPods<'a>,
     /// The spec of every revision Tandem can build: the spec's own and the
     /// recorded ones.
     specs: BTreeMap<String, InferenceServiceSpec>,
@@ -292,16 +322,11 @@ impl SideBySide<'_> {
     /// ([`upgrade::ready_percent`] over its serving roles).
     fn ready_percent(&self, revision: &str) -> i32 {
         let spec = self.specs.get(revision).unwrap_or(&self.service.spec);
+        let pods = self.pods.of(revision);
         let roles = spec.roles.iter().filter(|r| !r.is_router()).map(|role| {
-            let pods: Vec<&Pod> = self
-                .pods
-                .iter()
-                .filter(|p| p.role.as_deref() == Some(role.name.as_str()))
-                .filter(|p| p.revision.as_deref() == Some(revision))
-                .filter(|p| !p.deleting())
-                .collect();
+            let replicas = pods.of_role(&role.name).map(|(_, pods)| pods);
             (
-                status::ready_replicas(&pods, role.node_count()),
+                status::ready_replicas_of(replicas, role.node_count()),
                 desired_replicas(self.service, role),
             )
         });

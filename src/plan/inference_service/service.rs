@@ -113,14 +113,9 @@ pub fn desired(
     now: &Time,
 ) -> Result<Vec<Desired>, String> {
     let service = &*pair::effective(service);
-    let rollout = rollout::plan(
-        service,
-        world.children,
-        world.pods,
-        world.unavailable,
-        now.0,
-    );
-    Ok(plan(service, world, options, &rollout)?.desired)
+    let index = Index::of(world);
+    let rollout = rollout::plan_seen(service, &index.seen(), world.unavailable, now.0);
+    Ok(plan_of(service, &index, options, &rollout)?.desired)
 }
 
 /// Everything the service should have for `rollout`'s revisions: for each
@@ -225,15 +220,9 @@ fn plan_or_problems(
 ) -> (Option<Rollout>, Plan, Vec<String>) {
     let mut problems = Vec::new();
     let findings = validate(service);
-    let rollout = findings.is_allowed().then(|| {
-        rollout::plan(
-            service,
-            world.children,
-            world.pods,
-            world.unavailable,
-            now.0,
-        )
-    });
+    let rollout = findings
+        .is_allowed()
+        .then(|| rollout::plan_seen(service, &world.seen(), world.unavailable, now.0));
     let planned = match &rollout {
         Some(rollout) => match plan_of(service, world, options, rollout) {
             Ok(plan) => plan,

@@ -950,11 +950,14 @@ fn serving_component(
     }
 }
 
-/// The replicas among `pods` (of one role, not being deleted) whose every one
-/// of `nodes` pods is ready. Pods are grouped by revision and replica index,
-/// so replica 0 of two revisions running side by side are two replicas.
-pub fn ready_replicas(pods: &[&Pod], nodes: i32) -> i32 {
-    RolePods::of(pods.iter().copied()).ready(nodes, |_, _| true)
+/// The replicas among `replicas` (each one replica's pods, of one role and
+/// revision) whose every one of `nodes` pods not being deleted is ready.
+pub fn ready_replicas_of<'a>(replicas: impl Iterator<Item = &'a [&'a Pod]>, nodes: i32) -> i32 {
+    count(
+        replicas
+            .filter(|pods| whole_and_ready(pods.iter().copied().filter(|p| !p.deleting()), nodes))
+            .count(),
+    )
 }
 
 /// A count of objects as a status field: an i32, saturating.
@@ -1315,11 +1318,22 @@ mod tests {
         object["metadata"]["labels"][key].as_str()
     }
 
-    /// [`super::ready_replicas`] of pods written as the API server shows
-    /// them.
+    /// The ready replicas of pods written as the API server shows them,
+    /// revision by revision and role by role, as a side-by-side rollout
+    /// counts them ([`super::ready_replicas_of`]).
     fn ready_replicas(pods: &[&Value], nodes: i32) -> i32 {
         let pods: Vec<Pod> = pods.iter().map(|p| Pod::from_json(p)).collect();
-        super::ready_replicas(&pods.iter().collect::<Vec<_>>(), nodes)
+        let by_revision = drain::RevisionPods::new(&pods);
+        let revisions: BTreeSet<&str> = pods.iter().filter_map(|p| p.revision.as_deref()).collect();
+        let roles: BTreeSet<&str> = pods.iter().filter_map(|p| p.role.as_deref()).collect();
+        let mut ready = 0;
+        for revision in revisions {
+            for role in &roles {
+                let replicas = by_revision.of(revision).of_role(role).map(|(_, pods)| pods);
+                ready += super::ready_replicas_of(replicas, nodes);
+            }
+        }
+        ready
     }
 
     /// [`super::unschedulable_replicas`] of pods written as the API server

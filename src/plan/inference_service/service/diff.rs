@@ -109,7 +109,11 @@ pub(super) struct Standings {
 impl Standings {
     fn of(&mut self, role: &Role, world: &Index<'_>) -> &(RoleReplicas, BTreeSet<u32>) {
         self.by_role.entry(role.name.clone()).or_insert_with(|| {
-            let seen = role_replicas(role, world.leader_worker_sets(), world.replica_pods());
+            let seen = role_replicas(
+                role,
+                world.role_leader_worker_sets(&role.name),
+                world.replica_pods(),
+            );
             let desired = usize::try_from(role.replicas()).unwrap_or(0);
             let kept = victims::keep(
                 &seen.existing,

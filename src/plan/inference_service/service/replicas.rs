@@ -49,9 +49,9 @@ pub(super) fn plan_replicas(
     for run in &rollout.runs {
         let spec = run.spec.as_ref().unwrap_or(&service.spec);
         let scheduling = gang::scheduling(spec);
-        let members = world.members(run);
         let replica_pods = world.run_pods(run);
         for role in spec.roles.iter().filter(|r| !r.is_router()) {
+            let members = world.members(run, &role.name);
             let role_run = RoleRun::new(
                 (service, world, rollout),
                 run,
@@ -97,7 +97,7 @@ pub(super) struct RoleRun<'a> {
     spec: &'a InferenceServiceSpec,
     role: &'a Role,
     scheduling: &'a gang::Scheduling,
-    /// The run's LeaderWorkerSets.
+    /// The role's LeaderWorkerSets in the run.
     members: &'a [&'a Value],
     /// The run's pods by replica.
     replica_pods: &'a drain::ReplicaPods<'a>,
@@ -156,11 +156,7 @@ impl<'a> RoleRun<'a> {
             current.drain_seconds()
         };
         let mut by_index = BTreeMap::new();
-        for member in members
-            .iter()
-            .copied()
-            .filter(|o| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str())
-        {
+        for &member in members {
             if let Some(index) = index_of(member) {
                 by_index.entry(index).or_insert(member);
             }
@@ -325,10 +321,6 @@ impl<'a> RoleRun<'a> {
             .map_err(Clone::clone)
     }
 
-    fn of_role(&self, object: &Value) -> bool {
-        object["metadata"]["labels"][children::ROLE_NAME] == self.role.name.as_str()
-    }
-
     /// The run's LeaderWorkerSet of this role at `index`.
     fn at_index(&self, index: u32) -> Option<&'a Value> {
         self.by_index.get(&index).copied()
@@ -373,7 +365,6 @@ impl<'a> RoleRun<'a> {
                 .members
                 .iter()
                 .copied()
-                .filter(|o| self.of_role(o))
                 .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
                 .any(|o| revision::of(o) != Some(self.label.as_str()))
             || self

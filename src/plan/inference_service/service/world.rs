@@ -10,9 +10,9 @@ use serde_json::Value;
 
 use crate::api::ScaleView;
 use crate::api::inference_service::Role;
-use crate::plan::inference_service::drain::ReplicaPods;
+use crate::plan::inference_service::drain::{ReplicaPods, RevisionPods};
 use crate::plan::inference_service::revision;
-use crate::plan::inference_service::rollout::{Members, Run};
+use crate::plan::inference_service::rollout::{Members, Run, Seen};
 use crate::plan::shared::child_kinds::{ChildKind, LEADER_WORKER_SET};
 use crate::plan::shared::children;
 use crate::plan::shared::installed::Installed;
@@ -45,14 +45,14 @@ pub struct Index<'a> {
     world: &'a World<'a>,
     /// The service's LeaderWorkerSets, in the world's order…
     leader_worker_sets: Vec<&'a Value>,
-    /// …and those of each revision, by their revision label.
-    leader_worker_sets_of: HashMap<&'a str, Vec<&'a Value>>,
+    /// …those of each role, all revisions together…
+    role_leader_worker_sets: HashMap<&'a str, Vec<&'a Value>>,
+    /// …and those of each revision and role, by their labels.
+    leader_worker_sets_of: HashMap<&'a str, HashMap<&'a str, Vec<&'a Value>>>,
     /// Every pod by role and replica, all revisions together…
     replica_pods: ReplicaPods<'a>,
     /// …and the pods of each revision, by role and replica.
-    replica_pods_of: HashMap<&'a str, ReplicaPods<'a>>,
-    /// What a revision without pods has.
-    no_pods: ReplicaPods<'a>,
+    replica_pods_of: RevisionPods<'a>,
     /// The children by apiVersion, kind and name (the first of each).
     by_identity: HashMap<(&'a str, &'a str, &'a str), &'a Value>,
     /// The pods by name.
@@ -65,38 +65,39 @@ impl<'a> Index<'a> {
     /// Indexes `world`, in one pass over its children and one over its pods.
     pub fn of(world: &'a World<'a>) -> Index<'a> {
         let mut leader_worker_sets = Vec::new();
-        let mut leader_worker_sets_of: HashMap<&str, Vec<&Value>> = HashMap::new();
+        let mut role_leader_worker_sets: HashMap<&str, Vec<&Value>> = HashMap::new();
+        let mut leader_worker_sets_of: HashMap<&str, HashMap<&str, Vec<&Value>>> = HashMap::new();
         let mut by_identity = HashMap::with_capacity(world.children.len());
         for child in world.children {
             by_identity.entry(identity(child)).or_insert(child);
-            if ChildKind::of(child) == Some(LEADER_WORKER_SET) {
-                leader_worker_sets.push(child);
-                if let Some(revision) = revision::of(child) {
-                    leader_worker_sets_of
-                        .entry(revision)
-                        .or_default()
-                        .push(child);
-                }
+            if ChildKind::of(child) != Some(LEADER_WORKER_SET) {
+                continue;
+            }
+            leader_worker_sets.push(child);
+            let Some(role) = child["metadata"]["labels"][children::ROLE_NAME].as_str() else {
+                continue;
+            };
+            role_leader_worker_sets.entry(role).or_default().push(child);
+            if let Some(revision) = revision::of(child) {
+                leader_worker_sets_of
+                    .entry(revision)
+                    .or_default()
+                    .entry(role)
+                    .or_default()
+                    .push(child);
             }
         }
-        let mut of_revision: HashMap<&str, Vec<&Pod>> = HashMap::new();
         let mut pods_by_name = HashMap::with_capacity(world.pods.len());
         for pod in world.pods {
             pods_by_name.entry(pod.name.as_str()).or_insert(pod);
-            if let Some(revision) = pod.revision.as_deref() {
-                of_revision.entry(revision).or_default().push(pod);
-            }
         }
         Index {
             world,
             leader_worker_sets,
+            role_leader_worker_sets,
             leader_worker_sets_of,
             replica_pods: ReplicaPods::new(world.pods),
-            replica_pods_of: of_revision
-                .into_iter()
-                .map(|(revision, pods)| (revision, ReplicaPods::new(pods)))
-                .collect(),
-            no_pods: ReplicaPods::default(),
+            replica_pods_of: RevisionPods::new(world.pods),
             by_identity,
             pods_by_name,
             named_pod_groups: world
@@ -107,32 +108,41 @@ impl<'a> Index<'a> {
         }
     }
 
-    /// The LeaderWorkerSets that belong to `run`: its revision's when its
-    /// members are labelled, else all.
-    pub(super) fn members(&self, run: &Run) -> &[&'a Value] {
+    /// The LeaderWorkerSets of `role` that belong to `run`: its revision's
+    /// when its members are labelled, else all the role's.
+    pub(super) fn members(&self, run: &Run, role: &str) -> &[&'a Value] {
         match run.members {
             Members::Labelled => self
                 .leader_worker_sets_of
                 .get(run.revision.as_str())
+                .and_then(|roles| roles.get(role))
                 .map_or(&[], Vec::as_slice),
-            Members::All | Members::AllKeepingOthers => &self.leader_worker_sets,
+            Members::All | Members::AllKeepingOthers => self.role_leader_worker_sets(role),
         }
     }
 
-    /// The service's LeaderWorkerSets.
-    pub(super) fn leader_worker_sets(&self) -> &[&'a Value] {
-        &self.leader_worker_sets
+    /// The LeaderWorkerSets of `role`, every revision's.
+    pub(super) fn role_leader_worker_sets(&self, role: &str) -> &[&'a Value] {
+        self.role_leader_worker_sets
+            .get(role)
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The pods that belong to `run`, by role and replica: its revision's
     /// when its members are labelled, else all.
     pub(super) fn run_pods(&self, run: &Run) -> &ReplicaPods<'a> {
         match run.members {
-            Members::Labelled => self
-                .replica_pods_of
-                .get(run.revision.as_str())
-                .unwrap_or(&self.no_pods),
+            Members::Labelled => self.replica_pods_of.of(&run.revision),
             Members::All | Members::AllKeepingOthers => &self.replica_pods,
+        }
+    }
+
+    /// What the rollout is planned from ([`crate::plan::inference_service::rollout::plan_seen`]).
+    pub(super) fn seen(&self) -> Seen<'_> {
+        Seen {
+            children: self.world.children,
+            leader_worker_sets: &self.leader_worker_sets,
+            pods: &self.replica_pods_of,
         }
     }
 
@@ -178,18 +188,13 @@ pub(super) struct RoleReplicas {
     pub(super) candidates: BTreeMap<u32, victims::Candidate>,
 }
 
-/// The replicas of `role` among `leader_worker_sets` (those of one run) and
-/// `pods` (the run's pods, by replica).
+/// The replicas of `role` among `leader_worker_sets` (the role's, of one
+/// run: [`Index::members`]) and `pods` (the run's pods, by replica).
 pub(super) fn role_replicas(
     role: &Role,
     leader_worker_sets: &[&Value],
     pods: &ReplicaPods<'_>,
 ) -> RoleReplicas {
-    let leader_worker_sets: Vec<&Value> = leader_worker_sets
-        .iter()
-        .copied()
-        .filter(|o| o["metadata"]["labels"][children::ROLE_NAME] == role.name.as_str())
-        .collect();
     let existing: BTreeSet<u32> = leader_worker_sets
         .iter()
         .filter_map(|o| index_of(o))
@@ -288,14 +293,20 @@ mod tests {
                 .collect()
         };
         assert_eq!(
-            names(index.members(&run("a", Members::Labelled))),
+            names(index.members(&run("a", Members::Labelled), "inference")),
             ["qwen-inference-0-a", "qwen-inference-1-a"]
         );
         assert_eq!(
-            names(index.members(&run("c", Members::Labelled))),
+            names(index.members(&run("c", Members::Labelled), "inference")),
             Vec::<String>::new()
         );
-        assert_eq!(index.members(&run("a", Members::All)).len(), 3);
+        assert_eq!(index.members(&run("a", Members::All), "inference").len(), 3);
+        assert!(
+            index
+                .members(&run("a", Members::Labelled), "other")
+                .is_empty()
+        );
+        assert!(index.role_leader_worker_sets("other").is_empty());
         let of = |run: &Run, replica: u32| -> Vec<String> {
             index
                 .run_pods(run)
