@@ -232,16 +232,7 @@ impl Cluster for Live {
         namespace: &str,
         labels: &[(&str, &str)],
     ) -> Result<Vec<Value>, Unserved> {
-        match self.caches.cache_for(resource, labels)? {
-            Some(watched) => Ok(Caches::objects(&watched, namespace, labels)),
-            // Started a moment ago: the reconcile that started it is told
-            // the kind is not readable yet and is triggered again when the
-            // cache lists it.
-            None => Err(Unserved {
-                kind: resource.kind.clone(),
-                reason: "its cache is still listing".to_owned(),
-            }),
-        }
+        self.list_reusing(resource, namespace, labels, &mut Parsed::default())
     }
 
     fn list_reusing(
@@ -253,6 +244,9 @@ impl Cluster for Live {
     ) -> Result<Vec<Value>, Unserved> {
         match self.caches.cache_for(resource, labels)? {
             Some(watched) => Ok(Caches::objects_reusing(&watched, namespace, labels, kept)),
+            // Started a moment ago: the reconcile that started it is told
+            // the kind is not readable yet and is triggered again when the
+            // cache lists it.
             None => Err(Unserved {
                 kind: resource.kind.clone(),
                 reason: "its cache is still listing".to_owned(),

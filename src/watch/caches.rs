@@ -747,13 +747,9 @@ impl Caches {
     }
 
     /// The objects of a cache in `namespace` with every label of `labels`,
-    /// as JSON with their apiVersion and kind, sorted by name.
-    pub fn objects(watched: &Watched, namespace: &str, labels: &[(&str, &str)]) -> Vec<Value> {
-        Caches::objects_reusing(watched, namespace, labels, &mut Parsed::default())
-    }
-
-    /// [`Caches::objects`], handing back the objects `kept` holds at their
-    /// cached version instead of parsing them again ([`super::parsed`]).
+    /// as JSON with their apiVersion and kind, sorted by name; those `kept`
+    /// holds at their cached version are handed back instead of parsed
+    /// again ([`super::parsed`]).
     pub fn objects_reusing(
         watched: &Watched,
         namespace: &str,
