@@ -14,9 +14,13 @@
 //! in-memory API server, in this process, are counted too); then each at
 //! the largest size over the same at 0 (the issue's goal: ≤ 1.2).
 //!
+//! Then one wide service's steady pass (`WIDE` replicas, 1 000 by default),
+//! its children kept parsed from the pass before against read anew
+//! (`tandem::watch::parsed`).
+//!
 //! Without `--bench` (as under `cargo test --all-targets`) the sizes are 0
-//! and 200 and each reconcile runs 5 times: a smoke run that checks the
-//! benchmark works.
+//! and 200, the wide service has 70 replicas, and each reconcile runs 5
+//! times: a smoke run that checks the benchmark works.
 //!
 //! ```sh
 //! cargo bench --bench reconcile                  # sizes 0, 10000, 100000; 200 reconciles each
@@ -253,6 +257,75 @@ async fn at_size(size: usize, runs: usize) -> Vec<(&'static str, Figures)> {
     ]
 }
 
+/// A steady pass over one service of `replicas` replicas (story 3: one
+/// LeaderWorkerSet a replica, its pods Ready), measured twice: with its
+/// children kept parsed from the pass before (one context throughout,
+/// `tandem::watch::parsed`), and read anew from the caches' text (a fresh
+/// context each pass, which keeps nothing). Returns (kept, anew).
+async fn wide(replicas: usize, runs: usize) -> (Figures, Figures) {
+    let fake = FakeApi::new();
+    fake.insert(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}));
+    fake.run_leader_worker_sets();
+    let mut service =
+        harness::yaml_documents(&harness::repo_path("examples/seeds/story3-multinode.yaml"))
+            .remove(0);
+    service["metadata"] = json!({"name": SERVICE, "namespace": NAMESPACE});
+    service["spec"]["roles"][0]["replicas"] = json!(replicas);
+    let stored = fake.insert(admitted(Kind::InferenceService, NAMESPACE, &service));
+    let rendered =
+        tandem::render::render(vec![stored], &Default::default()).expect("story 3 renders");
+    for object in rendered.apply {
+        if object["kind"] != "InferenceService" {
+            fake.insert(object);
+        }
+    }
+    fake.caught_up().await;
+    fake.set_ready_matching(NAMESPACE, "fusioninfer.io/service", true);
+    let ctx: Arc<Context> = fake.context();
+    let read = || -> Arc<InferenceService> {
+        let stored = fake
+            .get(IS, "InferenceService", NAMESPACE, SERVICE)
+            .expect("the service is stored");
+        Arc::new(serde_json::from_value(stored).expect("a service"))
+    };
+    // Until a pass writes nothing: the status and Events of the first.
+    for _ in 0..5 {
+        fake.caught_up().await;
+        fake.take_calls();
+        tandem::reconcile::inference_service::reconcile(read(), ctx.clone())
+            .await
+            .expect("the service reconciles");
+        if !fake.take_calls().iter().any(|c| c.is_write()) {
+            break;
+        }
+    }
+    let service = read();
+    let kept = measure(&fake, "a wide service, kept", runs, || {
+        let (service, ctx) = (service.clone(), ctx.clone());
+        async move {
+            tandem::reconcile::inference_service::reconcile(service, ctx)
+                .await
+                .expect("the service reconciles");
+        }
+    })
+    .await;
+    assert_eq!(
+        ctx.parsed_owners(),
+        1,
+        "the wide service keeps its children"
+    );
+    let anew = measure(&fake, "a wide service, read anew", runs, || {
+        let (service, ctx) = (service.clone(), fake.context());
+        async move {
+            tandem::reconcile::inference_service::reconcile(service, ctx)
+                .await
+                .expect("the service reconciles");
+        }
+    })
+    .await;
+    (kept, anew)
+}
+
 fn main() {
     let benching = std::env::args().any(|a| a == "--bench");
     let sizes: Vec<usize> = std::env::var("SIZES")
@@ -296,6 +369,25 @@ fn main() {
             );
         }
     }
+    let replicas = env_number("WIDE", if benching { 1000 } else { 70 });
+    let (kept, anew) = runtime.block_on(wide(replicas, runs.min(50)));
+    println!("\na steady pass over one service of {replicas} replicas:");
+    println!("| children | median time | allocations | bytes allocated |");
+    println!("|---|---|---|---|");
+    for (what, f) in [("kept from the pass before", &kept), ("read anew", &anew)] {
+        println!(
+            "| {what} | {:.1} µs | {:.0} | {:.0} |",
+            f.median.as_secs_f64() * 1e6,
+            f.allocations,
+            f.bytes
+        );
+    }
+    println!(
+        "read anew over kept: time {:.2}×, allocations {:.2}×, bytes {:.2}×",
+        anew.median.as_secs_f64() / kept.median.as_secs_f64(),
+        anew.allocations / kept.allocations,
+        anew.bytes / kept.bytes
+    );
     if let (Some((first, base)), Some((last, top))) = (all.first(), all.last()) {
         println!("\nat {last} over at {first} (goal ≤ 1.2):");
         for ((what, b), (_, t)) in base.iter().zip(top) {
