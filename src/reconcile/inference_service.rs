@@ -34,9 +34,9 @@ fn api_resource(kind: &ChildKind) -> ApiResource {
 }
 
 /// The children of `service` in the caches, found by their `labels`, and
-/// the kinds it may create that cannot be read.
-/// The children `kept` from the service's last pass are handed back where
-/// they have not changed since ([`Parsed`]).
+/// the kinds it may create that cannot be read. The children `kept` from
+/// the service's last pass are handed back where they have not changed
+/// since ([`Parsed`]).
 fn owned_children(
     cluster: &dyn Cluster,
     service: &InferenceService,
